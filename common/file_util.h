@@ -1,0 +1,61 @@
+// Thin RAII and full-transfer wrappers over POSIX file I/O. Every failure is a Status that
+// names the file.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "common/status.h"
+
+namespace pcrfs {
+
+// Owns a file descriptor; move-only.
+class UniqueFd {
+ public:
+  UniqueFd() = default;
+  explicit UniqueFd(int fd) : fd_(fd) {}
+  ~UniqueFd() { Reset(); }
+  UniqueFd(UniqueFd&& o) noexcept : fd_(o.Release()) {}
+  UniqueFd& operator=(UniqueFd&& o) noexcept {
+    if (this != &o) {
+      Reset();
+      fd_ = o.Release();
+    }
+    return *this;
+  }
+  UniqueFd(const UniqueFd&) = delete;
+  UniqueFd& operator=(const UniqueFd&) = delete;
+
+  int get() const { return fd_; }
+  bool valid() const { return fd_ >= 0; }
+  int Release() {
+    int fd = fd_;
+    fd_ = -1;
+    return fd;
+  }
+  void Reset();
+
+ private:
+  int fd_ = -1;
+};
+
+// open(2) with O_CLOEXEC added.
+Result<UniqueFd> OpenFile(const std::string& path, int flags, int mode = 0644);
+
+// Reads exactly n bytes at offset; a short file is a Corruption ("truncated") naming `what`.
+Status PreadFull(int fd, void* buf, size_t n, uint64_t offset, const std::string& what);
+// Writes all n bytes, retrying on EINTR and short writes.
+Status WriteFull(int fd, const void* buf, size_t n, const std::string& what);
+Status PwriteFull(int fd, const void* buf, size_t n, uint64_t offset, const std::string& what);
+
+// Reads a whole file. Fails with ResourceExhausted if it is larger than max_bytes.
+Result<std::vector<uint8_t>> ReadWholeFile(const std::string& path, uint64_t max_bytes);
+
+// Writes `data` to path via path.tmp + fsync + rename, so readers see old or new, never half.
+Status WriteFileAtomic(const std::string& path, const void* data, size_t n);
+
+Status FsyncPath(const std::string& path);
+
+}  // namespace pcrfs

@@ -1,0 +1,29 @@
+#include "common/random_access_file.h"
+
+#include <fcntl.h>
+#include <sys/stat.h>
+
+#include <cerrno>
+
+namespace pcrfs {
+
+Result<std::unique_ptr<RandomAccessFile>> PosixRandomAccessFile::Open(const std::string& path) {
+  auto fd = OpenFile(path, O_RDONLY);
+  if (!fd) return Err(fd.error());
+  struct stat st;
+  if (::fstat(fd->get(), &st) != 0) return Err(Status::FromErrno(path, errno));
+  if (!S_ISREG(st.st_mode)) return Err(Status::Corruption(path + ": not a regular file"));
+  return std::unique_ptr<RandomAccessFile>(
+      new PosixRandomAccessFile(path, std::move(*fd), static_cast<uint64_t>(st.st_size)));
+}
+
+Status PosixRandomAccessFile::Read(uint64_t offset, size_t n, uint8_t* dst) const {
+  if (offset > size_ || n > size_ - offset) {
+    return Status::Corruption(path_ + ": read of " + std::to_string(n) + " bytes at offset " +
+                              std::to_string(offset) + " is past the end (" +
+                              std::to_string(size_) + " bytes)");
+  }
+  return PreadFull(fd_.get(), dst, n, offset, path_);
+}
+
+}  // namespace pcrfs

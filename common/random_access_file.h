@@ -1,0 +1,42 @@
+// Positional reads from an immutable file. An interface so tests can inject faults and
+// corruption (see FaultInjectingFile in tests).
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "common/file_util.h"
+#include "common/status.h"
+
+namespace pcrfs {
+
+class RandomAccessFile {
+ public:
+  virtual ~RandomAccessFile() = default;
+  // Reads exactly n bytes at offset into dst. Reading past the end is Corruption ("truncated").
+  virtual Status Read(uint64_t offset, size_t n, uint8_t* dst) const = 0;
+  virtual uint64_t Size() const = 0;
+  virtual const std::string& name() const = 0;
+};
+
+// pread(2) on an open file; thread-safe.
+class PosixRandomAccessFile final : public RandomAccessFile {
+ public:
+  static Result<std::unique_ptr<RandomAccessFile>> Open(const std::string& path);
+
+  Status Read(uint64_t offset, size_t n, uint8_t* dst) const override;
+  uint64_t Size() const override { return size_; }
+  const std::string& name() const override { return path_; }
+
+ private:
+  PosixRandomAccessFile(std::string path, UniqueFd fd, uint64_t size)
+      : path_(std::move(path)), fd_(std::move(fd)), size_(size) {}
+
+  std::string path_;
+  UniqueFd fd_;
+  uint64_t size_;
+};
+
+}  // namespace pcrfs

@@ -1,0 +1,50 @@
+// An index entry: everything lookup, getattr, readdir and read need, so none of them touches a
+// record to answer. Encoded compactly in LMDB (docs/format.md, "Index").
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+
+#include "common/status.h"
+#include "index/record_format.h"
+
+namespace pcrfs::index {
+
+inline constexpr uint64_t kRootIno = 1;
+
+struct Entry {
+  uint64_t ino = 0;
+  uint64_t parent = 0;  // the root is its own parent
+  std::string name;     // empty for the root
+  EntryKind kind = EntryKind::kDirectory;
+  uint8_t passthrough_reason = 0;  // codec::PassthroughReason
+  uint32_t mode = 0;               // the source's permission bits (07777)
+  int64_t mtime_sec = 0;
+  uint32_t mtime_nsec = 0;
+
+  // Directories: children have the consecutive inode numbers [first_child, first_child +
+  // num_children), in name order.
+  uint64_t first_child = 0;
+  uint64_t num_children = 0;
+  uint64_t num_subdirs = 0;
+
+  // Files.
+  uint64_t source_size = 0;
+  uint32_t record = 0;
+  uint32_t slot = 0;
+  PieceRefs pieces;
+
+  bool is_dir() const { return kind == EntryKind::kDirectory; }
+  uint64_t SizeAtLevel(int k) const { return is_dir() ? 0 : LevelSize(kind, pieces, k); }
+};
+
+std::string EncodeEntry(const Entry& e);
+// Strict: any malformed, truncated or out-of-range field is Corruption.
+Result<Entry> DecodeEntry(uint64_t ino, std::string_view value);
+
+// A name that can be a directory entry on Linux: non-empty, not "." or "..", no '/' or NUL,
+// at most 255 bytes.
+bool IsValidName(std::string_view name);
+
+}  // namespace pcrfs::index

@@ -1,0 +1,57 @@
+// Record format v1: the on-disk layout is specified byte by byte in docs/format.md.
+//
+// A record holds the pieces of many files, group-major: the group-1 pieces of every file in slot
+// order, then the group-2 pieces, and so on. Levels 1..k of the whole record are therefore the
+// single byte range [data_offset, group_end(k)).
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace pcrfs::index {
+
+inline constexpr int kNumGroups = 10;
+inline constexpr uint32_t kRecordFormatVersion = 1;
+
+enum class EntryKind : uint8_t {
+  kDirectory = 1,
+  kJpeg = 2,         // a progressive JPEG in 10 pieces; level k = pieces 1..k + FF D9
+  kPassthrough = 3,  // the source bytes, whole, in piece 1; the same at every level
+};
+
+// One stored piece: where it is in its record file and its masked CRC32C.
+struct PieceRef {
+  uint64_t offset = 0;  // absolute offset in the record file
+  uint64_t length = 0;
+  uint32_t masked_crc = 0;  // crc32c::Mask(crc32c of the piece bytes); of zero bytes for empty
+};
+
+using PieceRefs = std::array<PieceRef, kNumGroups>;
+
+// Size in bytes of a file of `kind` at level k (1..10).
+uint64_t LevelSize(EntryKind kind, const PieceRefs& pieces, int k);
+
+inline constexpr uint8_t kEoi[2] = {0xFF, 0xD9};
+
+struct RecordImage {
+  std::string path;  // path relative to the dataset root, '/'-separated, exactly as in the source
+  EntryKind kind = EntryKind::kPassthrough;
+  uint8_t passthrough_reason = 0;  // codec::PassthroughReason, 0 for kJpeg
+  PieceRefs pieces;
+};
+
+// A record's header and tables, parsed and verified.
+struct RecordLayout {
+  uint64_t file_size = 0;
+  uint64_t data_offset = 0;
+  // Region of group g (1..10) is [group_offset[g-1], group_offset[g]).
+  std::array<uint64_t, kNumGroups + 1> group_offset{};
+  std::vector<RecordImage> images;
+
+  // End of levels 1..k: [data_offset, GroupEnd(k)) holds every piece of groups 1..k.
+  uint64_t GroupEnd(int k) const { return group_offset[static_cast<size_t>(k)]; }
+};
+
+}  // namespace pcrfs::index

@@ -1,0 +1,40 @@
+// Writes one record file. Not thread-safe: one writer per record.
+#pragma once
+
+#include <memory>
+#include <span>
+#include <string>
+#include <string_view>
+
+#include "common/status.h"
+#include "index/record_format.h"
+
+namespace pcrfs::index {
+
+class RecordWriter {
+ public:
+  // Starts a record that will be published at `path`. Data goes to `path + ".tmp"` (buffered
+  // in memory up to a bound, then spilled to unlinked temporary files, so memory stays bounded
+  // whatever the record's size); Finish() fsyncs and renames it into place, so `path` either
+  // does not exist or holds a complete record.
+  static Result<std::unique_ptr<RecordWriter>> Create(std::string path);
+  ~RecordWriter();  // removes the .tmp file if Finish() was not reached
+  RecordWriter(const RecordWriter&) = delete;
+  RecordWriter& operator=(const RecordWriter&) = delete;
+
+  // Appends a file in the next slot. kJpeg takes exactly kNumGroups pieces; kPassthrough takes
+  // exactly one (the whole file). `path` is stored for recovery and checking.
+  Status Add(std::string_view path, EntryKind kind, uint8_t passthrough_reason,
+             std::span<const std::span<const uint8_t>> pieces);
+
+  // Writes header, tables, regions and footer; fsyncs; renames. Returns the layout as a reader
+  // would parse it (piece offsets are absolute).
+  Result<RecordLayout> Finish();
+
+ private:
+  struct Impl;
+  explicit RecordWriter(std::unique_ptr<Impl> impl);
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace pcrfs::index

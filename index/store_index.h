@@ -1,0 +1,80 @@
+// The LMDB index of a store (one file, MDB_NOSUBDIR). Named databases:
+//   entries:  inode (8 bytes, big-endian)            -> EncodeEntry(entry)
+//   dirents:  parent inode (8 bytes BE) + name bytes  -> child inode (8 bytes BE)
+//   records:  record id (4 bytes BE)                  -> encoded RecordInfo
+//   meta:     key string                              -> value string
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <string_view>
+
+#include "common/status.h"
+#include "index/entry.h"
+#include "index/record_format.h"
+
+namespace pcrfs::index {
+
+struct RecordInfo {
+  uint32_t id = 0;
+  uint64_t file_size = 0;
+  uint64_t data_offset = 0;
+  std::array<uint64_t, kNumGroups + 1> group_offset{};
+  uint32_t num_images = 0;
+};
+
+// Record file name inside the store, relative: "records/00000042.pcr".
+std::string RecordFileName(uint32_t id);
+
+// Builds a fresh index in one write transaction. Entries must be added in increasing inode
+// order. The output file is a compacted copy, so the same input gives the same bytes.
+class IndexWriter {
+ public:
+  static Result<std::unique_ptr<IndexWriter>> Create(const std::string& path);
+  ~IndexWriter();
+  IndexWriter(const IndexWriter&) = delete;
+  IndexWriter& operator=(const IndexWriter&) = delete;
+
+  // Also adds the (parent, name) dirent for every entry but the root. Refuses invalid names.
+  Status AddEntry(const Entry& e);
+  Status AddRecord(const RecordInfo& r);
+  Status PutMeta(std::string_view key, std::string_view value);
+  // Commits and writes the compacted, fsynced file at the path given to Create().
+  Status Finish();
+
+ private:
+  struct Impl;
+  explicit IndexWriter(std::unique_ptr<Impl> impl);
+  std::unique_ptr<Impl> impl_;
+};
+
+// Read-only, lock-free access for many threads at once (MDB_RDONLY | MDB_NOLOCK: the store is
+// immutable). Each call uses a short read transaction that is reset and renewed per thread.
+class IndexReader {
+ public:
+  static Result<std::unique_ptr<IndexReader>> Open(const std::string& path);
+  ~IndexReader();
+  IndexReader(const IndexReader&) = delete;
+  IndexReader& operator=(const IndexReader&) = delete;
+
+  Result<Entry> Get(uint64_t ino) const;
+  // NotFound if parent has no child called name.
+  Result<uint64_t> Lookup(uint64_t parent, std::string_view name) const;
+  // '/'-separated, relative to the root; "" or "/" is the root.
+  Result<Entry> LookupPath(std::string_view path) const;
+  // Calls fn for the children of dir in name order, starting at child index `start`, until fn
+  // returns false.
+  Status List(const Entry& dir, uint64_t start, const std::function<bool(const Entry&)>& fn) const;
+  Result<RecordInfo> GetRecord(uint32_t id) const;
+  Result<std::string> GetMeta(std::string_view key) const;
+  uint64_t NumEntries() const;
+
+ private:
+  struct Impl;
+  explicit IndexReader(std::unique_ptr<Impl> impl);
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace pcrfs::index
