@@ -1,0 +1,279 @@
+#!/usr/bin/env bash
+# build_bench.sh: how fast `pcr build` is, how much memory it needs, and what the store costs.
+#
+# usage: tests/bench/build_bench.sh [--data DIR] [--images N] [--pcr PATH] [--out FILE]
+#                                   [--work DIR] [--repeat R] [--threads T]
+#                                   [--sweep "64 256 1024 4096"] [--no-sweep] [--quick]
+#
+#   --data DIR     the image folder to build from. Default /var/tmp/pcrfs-bench/imagenet5k,
+#                  generated with tests/data/make_dataset.py (--images N, default 5000) when
+#                  missing (about 40 s, plus a one-time wallpaper download).
+#   --pcr PATH     the pcr binary. Default: $PCR, else build/mount-tools/pcr of this checkout,
+#                  else `pcr` on PATH.
+#   --out FILE     where the markdown results go too (default
+#                  /var/tmp/pcrfs-bench/build_results.md). They are always printed on stdout.
+#   --work DIR     scratch space for stores and jpegtran output (default /var/tmp/pcrfs-bench/work,
+#                  emptied at the end). Needs about 3x the dataset size.
+#   --repeat R     timed runs per configuration; the median is reported (default 3).
+#   --threads T    the "all cores" thread count compared with 1 thread (default: nproc).
+#   --sweep LIST   --images-per-record values to sweep (default "64 256 1024 4096").
+#   --no-sweep     skip that sweep.   --quick: --repeat 1 --no-sweep.
+#
+# What it measures, side by side in one run, on the same warm source (read once before timing;
+# the page cache is not dropped because a build reads each source once and the point is the
+# CPU cost of transcoding):
+#   1. `pcr build --threads T` images/s against the naive way: one `jpegtran -copy all
+#      -progressive` subprocess per image, T at a time (xargs -P T), writing into a scratch
+#      tree. jpegtran is the same libjpeg-turbo transcode without records, index or checksums.
+#   2. Scaling: `pcr build --threads 1` against `--threads T`.
+#   3. Peak RSS (`/usr/bin/time -v`, "Maximum resident set size") of `pcr build` on a quarter of
+#      the dataset and on all of it: it should not grow with the image count.
+#   4. Store bytes per level as % of the source, from the store's manifest.json, next to the
+#      fractions measured with jpegtran in the design notes.
+#   5. The --images-per-record sweep: build time, peak RSS, record count and store size, to
+#      choose the default.
+# Wall times are taken around the whole process (start to exit, including the index and the
+# manifest), after a `sync` so an earlier run's dirty pages do not get flushed on this one's
+# clock. Needs: bash, /usr/bin/time (package time), jpegtran (libjpeg-turbo-progs), python3.
+#
+# Expected run time for 5,000 images on 2 cores: roughly 1-2 minutes per timed configuration
+# at --repeat 3, about 10 minutes in all with the sweep; --quick takes 2-3 minutes.
+set -euo pipefail
+
+here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+repo="$(cd "$here/../.." && pwd)"
+
+data=""
+images=5000
+pcr="${PCR:-}"
+out=/var/tmp/pcrfs-bench/build_results.md
+work=/var/tmp/pcrfs-bench/work
+repeat=3
+threads="$(nproc)"
+sweep="64 256 1024 4096"
+
+die() { echo "build_bench: $*" >&2; exit 2; }
+log() { echo "build_bench: $*" >&2; }
+
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --data) data="$2"; shift 2 ;;
+    --images) images="$2"; shift 2 ;;
+    --pcr) pcr="$2"; shift 2 ;;
+    --out) out="$2"; shift 2 ;;
+    --work) work="$2"; shift 2 ;;
+    --repeat) repeat="$2"; shift 2 ;;
+    --threads) threads="$2"; shift 2 ;;
+    --sweep) sweep="$2"; shift 2 ;;
+    --no-sweep) sweep=""; shift ;;
+    --quick) repeat=1; sweep=""; shift ;;
+    -h|--help) sed -n '2,/^set -euo/{/^set -euo/d;s/^# \{0,1\}//;p}' "$0"; exit 0 ;;
+    *) die "unknown argument $1 (see --help)" ;;
+  esac
+done
+
+if [ -z "$pcr" ]; then
+  if [ -x "$repo/build/mount-tools/pcr" ]; then pcr="$repo/build/mount-tools/pcr"
+  else pcr="$(command -v pcr || true)"; fi
+fi
+if [ -z "$pcr" ] || [ ! -x "$pcr" ]; then die "no pcr binary (build it, or pass --pcr PATH)"; fi
+case "$pcr" in /*) ;; */*) pcr="$PWD/$pcr" ;; esac
+[ -x /usr/bin/time ] || die "/usr/bin/time is missing (apt-get install time)"
+command -v jpegtran >/dev/null || die "jpegtran is missing (apt-get install libjpeg-turbo-progs)"
+[[ "$repeat" =~ ^[1-9][0-9]*$ ]] || die "--repeat needs a positive number"
+
+if [ -z "$data" ]; then
+  data=/var/tmp/pcrfs-bench/imagenet5k
+  [ "$images" = 5000 ] || data="/var/tmp/pcrfs-bench/imagenet$images"
+fi
+if [ ! -d "$data" ]; then
+  log "generating $images images into $data"
+  mkdir -p "$(dirname "$data")"
+  /usr/bin/python3 "$repo/tests/data/make_dataset.py" "$data" --images "$images" >&2
+fi
+data="$(cd "$data" && pwd)"
+
+mkdir -p "$work" "$(dirname "$out")"
+work="$(cd "$work" && pwd)"
+case "$work" in "$data"|"$data"/*) die "--work must not be inside --data" ;; esac
+cleanup() {
+  rm -rf "${work:?}"/store* "${work:?}"/jpegtran "${work:?}"/quarter "${work:?}"/*.time \
+         "${work:?}"/*.out
+}
+trap cleanup EXIT
+
+load0=$(cut -d' ' -f1-3 /proc/loadavg)
+
+# --- the dataset ------------------------------------------------------------------------------
+mapfile -d '' jpegs < <(cd "$data" && find . -type f \( -iname '*.jpg' -o -iname '*.jpeg' \) \
+                          -print0 | sort -z)
+n_jpeg=${#jpegs[@]}
+n_files=$(find "$data" -type f | wc -l)
+src_bytes=$(du -sb --apparent-size "$data" | cut -f1)
+[ "$n_jpeg" -gt 0 ] || die "no JPEG files under $data"
+log "$data: $n_files files, $n_jpeg JPEGs, $src_bytes bytes; warming the page cache"
+find "$data" -type f -print0 | xargs -0 cat >/dev/null
+
+# --- helpers ----------------------------------------------------------------------------------
+# median [-i] VALUES...: the median, with 2 decimals (-i: rounded to an integer).
+median() {
+  local fmt="%.2f"
+  if [ "$1" = -i ]; then fmt="%.0f"; shift; fi
+  printf '%s\n' "$@" | sort -g |
+    awk -v f="$fmt" '{a[NR] = $1} END {printf f, (NR % 2) ? a[(NR + 1) / 2] : (a[NR / 2] + a[NR / 2 + 1]) / 2}'
+}
+div() { awk -v a="$1" -v b="$2" -v f="${3:-%.2f}" 'BEGIN {printf f, (b == 0) ? 0 : a / b}'; }
+
+# timed LABEL CMD...: runs CMD once under /usr/bin/time -v; sets T_WALL (s) and T_RSS (KiB).
+timed() {
+  local label="$1"; shift
+  sync
+  local tf="$work/$label.time" t0 t1 rc=0
+  t0=$(date +%s.%N)
+  /usr/bin/time -v -o "$tf" "$@" >"$work/$label.out" 2>&1 || rc=$?
+  t1=$(date +%s.%N)
+  if [ "$rc" -ne 0 ] && [ "$rc" -ne 3 ]; then  # pcr build's 3: store written, some files not
+    sed -n '1,40p' "$work/$label.out" >&2
+    die "$label: '$*' exited with $rc"
+  fi
+  T_WALL=$(awk -v a="$t0" -v b="$t1" 'BEGIN {printf "%.3f", b - a}')
+  T_RSS=$(awk -F': ' '/Maximum resident set size/ {print $2}' "$tf")
+}
+
+# build_runs LABEL SRC N_RUNS [pcr build options...]: sets B_WALL, B_RSS (medians) and B_STORE.
+build_runs() {
+  local label="$1" src="$2" runs="$3"; shift 3
+  local walls=() rsss=() i
+  B_STORE="$work/store-$label"
+  for ((i = 1; i <= runs; i++)); do
+    rm -rf "$B_STORE" "$B_STORE.partial"
+    timed "$label-$i" "$pcr" build "$src" "$B_STORE" "$@"
+    walls+=("$T_WALL"); rsss+=("$T_RSS")
+    log "  $label run $i: ${T_WALL} s, peak RSS $((T_RSS / 1024)) MiB"
+  done
+  B_WALL=$(median "${walls[@]}")
+  B_RSS=$(median -i "${rsss[@]}")
+  B_WALLS="${walls[*]}"
+}
+
+results=()
+emit() { results+=("$*"); }
+
+# --- 1 and 2: pcr build vs. jpegtran, and thread scaling ---------------------------------------
+log "pcr build --threads $threads ($repeat runs)"
+build_runs "t$threads" "$data" "$repeat" --threads "$threads"
+wall_tn=$B_WALL; rss_full=$B_RSS; walls_tn=$B_WALLS; store_main="$B_STORE"
+keep="$work/store-main"
+rm -rf "$keep"; mv "$store_main" "$keep"; store_main="$keep"
+
+log "jpegtran -copy all -progressive, one process per image, -P $threads ($repeat runs)"
+jt_walls=()
+for ((i = 1; i <= repeat; i++)); do
+  rm -rf "$work/jpegtran"
+  (cd "$data" && find . -type d -print0 | sed -z "s|^\.|$work/jpegtran|" | xargs -0 mkdir -p)
+  sync
+  t0=$(date +%s.%N)
+  printf '%s\0' "${jpegs[@]}" | (cd "$data" && xargs -0 -P "$threads" -I{} \
+      jpegtran -copy all -progressive -outfile "$work/jpegtran/{}" "{}")
+  t1=$(date +%s.%N)
+  jt_walls+=("$(awk -v a="$t0" -v b="$t1" 'BEGIN {printf "%.3f", b - a}')")
+  log "  jpegtran run $i: ${jt_walls[-1]} s"
+done
+wall_jt=$(median "${jt_walls[@]}")
+jt_bytes=$(du -sb --apparent-size "$work/jpegtran" | cut -f1)
+rm -rf "$work/jpegtran"
+
+if [ "$threads" -ne 1 ]; then
+  log "pcr build --threads 1 ($repeat runs)"
+  build_runs t1 "$data" "$repeat" --threads 1
+  wall_t1=$B_WALL; walls_t1=$B_WALLS
+  rm -rf "$B_STORE"
+fi
+
+# --- 3: peak RSS on a quarter of the dataset ---------------------------------------------------
+quarter=$(( (n_jpeg + 3) / 4 ))
+log "peak RSS on a quarter ($quarter JPEGs, hard links in $work/quarter)"
+rm -rf "$work/quarter"; mkdir -p "$work/quarter"
+printf '%s\0' "${jpegs[@]:0:$quarter}" | (cd "$data" && xargs -0 cp -l --parents -t "$work/quarter")
+build_runs quarter "$work/quarter" "$repeat" --threads "$threads"
+rss_quarter=$B_RSS; wall_quarter=$B_WALL
+rm -rf "$B_STORE" "$work/quarter"
+
+# --- 5: images per record ----------------------------------------------------------------------
+sweep_rows=()
+for ipr in $sweep; do
+  log "--images-per-record $ipr ($repeat runs)"
+  build_runs "ipr$ipr" "$data" "$repeat" --threads "$threads" --images-per-record "$ipr"
+  records=$(/usr/bin/python3 -c 'import json, sys; print(json.load(open(sys.argv[1]))["num_records"])' \
+            "$B_STORE/manifest.json")
+  sbytes=$(du -sb --apparent-size "$B_STORE" | cut -f1)
+  sweep_rows+=("| $ipr | $B_WALL | $(div "$n_jpeg" "$B_WALL" %.0f) | $((B_RSS / 1024)) | $records | $(div "$((sbytes * 100))" "$src_bytes" %.1f) |")
+  rm -rf "$B_STORE"
+done
+
+# --- report ------------------------------------------------------------------------------------
+cpu=$(awk -F': ' '/model name/ {print $2; exit}' /proc/cpuinfo)
+turbo=$(dpkg-query -W -f='${Version}' libjpeg62-turbo 2>/dev/null || echo '?')
+rev=$(git -C "$repo" rev-parse --short HEAD 2>/dev/null || echo '?')
+store_bytes=$(du -sb --apparent-size "$store_main" | cut -f1)
+
+emit "# pcr build benchmark"
+emit ""
+emit "$(date -u '+%Y-%m-%d %H:%M UTC'), $(nproc) cores ($cpu), $(free -g | awk '/Mem:/ {print $2}') GB RAM, libjpeg-turbo $turbo, pcrfs $rev, pcr: \`$pcr\`, load average before the run: $load0."
+emit "Dataset \`$data\`: $n_files files, $n_jpeg JPEGs, $(div "$src_bytes" 1048576 %.1f) MiB (mean $(div "$src_bytes" "$((n_jpeg * 1024))" %.0f) KiB). Median of $repeat runs; source warm in the page cache."
+emit ""
+emit "## Throughput"
+emit ""
+emit "| run | wall s (median) | images/s | runs (s) |"
+emit "|---|---:|---:|---|"
+emit "| \`pcr build --threads $threads\` | $wall_tn | $(div "$n_jpeg" "$wall_tn" %.0f) | $walls_tn |"
+if [ "$threads" -ne 1 ]; then
+  emit "| \`pcr build --threads 1\` | $wall_t1 | $(div "$n_jpeg" "$wall_t1" %.0f) | $walls_t1 |"
+fi
+emit "| \`jpegtran -copy all -progressive\`, 1 process/image, \`xargs -P $threads\` | $wall_jt | $(div "$n_jpeg" "$wall_jt" %.0f) | ${jt_walls[*]} |"
+emit ""
+emit "- pcr build vs. jpegtran subprocesses: **$(div "$wall_jt" "$wall_tn")x** the images/s."
+if [ "$threads" -ne 1 ]; then
+  emit "- Scaling, $threads threads vs. 1: **$(div "$wall_t1" "$wall_tn")x** (ideal $threads)."
+fi
+emit "- Output size: store $(div "$((store_bytes * 100))" "$src_bytes" %.1f)% of source; jpegtran's progressive files $(div "$((jt_bytes * 100))" "$src_bytes" %.1f)%."
+emit ""
+emit "## Peak memory of pcr build (--threads $threads)"
+emit ""
+emit "| images | peak RSS MiB (median) | wall s |"
+emit "|---:|---:|---:|"
+emit "| $quarter (1/4) | $((rss_quarter / 1024)) | $wall_quarter |"
+emit "| $n_jpeg (all) | $((rss_full / 1024)) | $wall_tn |"
+emit ""
+emit "Peak RSS ratio all / quarter: $(div "$rss_full" "$rss_quarter")x (flat is 1.0; proportional would be 4.0)."
+emit ""
+emit "## Bytes per level (store manifest)"
+emit ""
+emit "$(/usr/bin/python3 - "$store_main/manifest.json" <<'EOF'
+import json, sys
+m = json.load(open(sys.argv[1]))
+ref = [11, 22, 25, 30, 38, 54, 56, 61, 66, 94.5]  # DESIGN.md section 1, jpegtran on a photo corpus
+src, jsrc = m["source_bytes"], m["source_jpeg_bytes"]
+print("| level | all files MiB | % of source | JPEGs MiB | % of source JPEGs | design notes % |")
+print("|---:|---:|---:|---:|---:|---:|")
+for k in range(10):
+    a, j = m["level_bytes"][k], m["jpeg_level_bytes"][k]
+    print(f"| {k + 1} | {a / 2**20:.1f} | {100 * a / src if src else 0:.1f} |"
+          f" {j / 2**20:.1f} | {100 * j / jsrc if jsrc else 0:.1f} | {ref[k]} |")
+print()
+print(f"Source: {src / 2**20:.1f} MiB in {m.get('num_jpeg', '?')} JPEGs and"
+      f" {m.get('num_passthrough', '?')} passthrough files ({m.get('passthrough_by_reason', {})}),"
+      f" {m.get('num_records', '?')} records.")
+EOF
+)"
+if [ ${#sweep_rows[@]} -gt 0 ]; then
+  emit ""
+  emit "## --images-per-record sweep (--threads $threads)"
+  emit ""
+  emit "| images/record | wall s (median) | images/s | peak RSS MiB | records | store % of source |"
+  emit "|---:|---:|---:|---:|---:|---:|"
+  for row in "${sweep_rows[@]}"; do emit "$row"; done
+fi
+
+printf '%s\n' "${results[@]}" | tee "$out"
+log "results written to $out"
