@@ -1,0 +1,225 @@
+// The call order follows jpegtran.c and transupp.c: error manager, create, marker setup, read
+// header, read coefficients, copy critical parameters, scan script, write coefficients, copy
+// markers, finish, destroy.
+
+#include "codec/transcoder.h"
+
+#include <jerror.h>
+#include <jpeglib.h>
+
+#include <climits>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <memory>
+
+#include "codec/jpeg_dest.h"
+#include "codec/jpeg_error.h"
+#include "codec/scan_script.h"
+#include "codec/scan_splitter.h"
+
+namespace pcrfs::codec {
+namespace {
+
+// Everything RunTranscode touches: plain C data only (see jpeg_error.h), so that a longjmp out of
+// libjpeg skips no destructor.
+struct TranscodeJob {
+  // Input.
+  const uint8_t* src;
+  size_t src_size;
+  bool strip_metadata;
+  int max_input_scans;
+  long max_memory;
+  // libjpeg state.
+  JpegErrorManager err;
+  ScanCapProgress progress;
+  jpeg_decompress_struct src_info;
+  jpeg_compress_struct dst_info;
+  // Output. dest.buffer is the caller's to free, also after a failure.
+  MallocDestination dest;
+  ScanScript script;
+  size_t trailing_bytes;
+};
+
+bool IsMarkerWithId(const jpeg_saved_marker_ptr marker, int code, const char* id, size_t n) {
+  return marker->marker == code && marker->data_length >= n &&
+         std::memcmp(marker->data, id, n) == 0;
+}
+
+// Like jcopy_markers_execute in transupp.c: libjpeg writes its own JFIF APP0 and Adobe APP14
+// when the colour space calls for them, so the source's copies would be duplicates.
+void CopySavedMarkers(j_decompress_ptr src_info, j_compress_ptr dst_info) {
+  for (jpeg_saved_marker_ptr m = src_info->marker_list; m != nullptr; m = m->next) {
+    if (dst_info->write_JFIF_header && IsMarkerWithId(m, JPEG_APP0, "JFIF", 5)) continue;
+    if (dst_info->write_Adobe_marker && IsMarkerWithId(m, JPEG_APP0 + 14, "Adobe", 5)) continue;
+    jpeg_write_marker(dst_info, m->marker, m->data, m->data_length);
+  }
+}
+
+// All libjpeg calls of a transcode. Returns false with job->err.msg_code/message set on failure.
+bool RunTranscode(TranscodeJob* job) {
+  j_decompress_ptr src_info = &job->src_info;
+  j_compress_ptr dst_info = &job->dst_info;
+  // Zeroed structs make jpeg_destroy_* safe whichever step failed.
+  std::memset(src_info, 0, sizeof(*src_info));
+  std::memset(dst_info, 0, sizeof(*dst_info));
+  src_info->err = InitJpegErrorManager(&job->err, /*warnings_fatal=*/true);
+  dst_info->err = &job->err.pub;
+  if (setjmp(job->err.jump)) {
+    jpeg_destroy_compress(dst_info);
+    jpeg_destroy_decompress(src_info);
+    return false;
+  }
+
+  jpeg_create_decompress(src_info);
+  src_info->mem->max_memory_to_use = job->max_memory;
+  InitScanCapProgress(&job->progress, job->max_input_scans);
+  src_info->progress = &job->progress.pub;
+  if (!job->strip_metadata) {
+    jpeg_save_markers(src_info, JPEG_COM, 0xFFFF);
+    for (int m = 0; m < 16; m++) jpeg_save_markers(src_info, JPEG_APP0 + m, 0xFFFF);
+  }
+  jpeg_mem_src(src_info, job->src, static_cast<unsigned long>(job->src_size));
+  jpeg_read_header(src_info, TRUE);
+  // Reads every scan (this is where the scan cap and the memory cap bite).
+  jvirt_barray_ptr* coefficients = jpeg_read_coefficients(src_info);
+
+  jpeg_create_compress(dst_info);
+  dst_info->mem->max_memory_to_use = job->max_memory;
+  jpeg_copy_critical_parameters(src_info, dst_info);
+
+  ComponentSampling sampling[MAX_COMPONENTS];
+  for (int ci = 0; ci < dst_info->num_components && ci < MAX_COMPONENTS; ci++) {
+    sampling[ci].h = dst_info->comp_info[ci].h_samp_factor;
+    sampling[ci].v = dst_info->comp_info[ci].v_samp_factor;
+  }
+  if (!BuildScanScript(dst_info->jpeg_color_space, dst_info->num_components, sampling,
+                       &job->script)) {
+    ERREXIT2(dst_info, JERR_COMPONENT_COUNT, dst_info->num_components, MAX_COMPONENTS);
+  }
+  dst_info->scan_info = job->script.scans.data();
+  dst_info->num_scans = job->script.num_scans;
+  // Huffman only, optimized tables, no restart markers, whatever the source used.
+  dst_info->arith_code = FALSE;
+  dst_info->optimize_coding = TRUE;
+  dst_info->restart_interval = 0;
+  dst_info->restart_in_rows = 0;
+
+  // Progressive output is usually a little smaller than the source.
+  InstallMallocDestination(dst_info, &job->dest, job->src_size + job->src_size / 8 + 4096);
+  jpeg_write_coefficients(dst_info, coefficients);
+  CopySavedMarkers(src_info, dst_info);
+  jpeg_finish_compress(dst_info);
+  // The coefficients belong to the decompressor, so it finishes last.
+  jpeg_finish_decompress(src_info);
+  job->trailing_bytes = src_info->src->bytes_in_buffer;
+
+  jpeg_destroy_compress(dst_info);
+  jpeg_destroy_decompress(src_info);
+  return true;
+}
+
+struct FreeDeleter {
+  void operator()(unsigned char* p) const { std::free(p); }
+};
+
+TranscodeResult Passthrough(PassthroughReason reason, std::string detail) {
+  TranscodeResult result;
+  result.reason = reason;
+  result.detail = std::move(detail);
+  return result;
+}
+
+}  // namespace
+
+const char* PassthroughReasonName(PassthroughReason reason) {
+  switch (reason) {
+    case PassthroughReason::kNone:
+      return "none";
+    case PassthroughReason::kNotJpeg:
+      return "not-jpeg";
+    case PassthroughReason::kEmpty:
+      return "empty";
+    case PassthroughReason::kCorrupt:
+      return "corrupt";
+    case PassthroughReason::kTruncated:
+      return "truncated";
+    case PassthroughReason::kTooManyScans:
+      return "too-many-scans";
+    case PassthroughReason::kTooLarge:
+      return "too-large";
+    case PassthroughReason::kUnsupported:
+      return "unsupported";
+    case PassthroughReason::kTrailingData:
+      return "trailing-data";
+    case PassthroughReason::kUnreadable:
+      return "unreadable";
+    case PassthroughReason::kTooBig:
+      return "too-big";
+  }
+  return "unknown";
+}
+
+std::span<const uint8_t> ProgressiveJpeg::piece(int group) const {
+  if (group < 1 || group > kNumGroups) return {};
+  uint64_t begin = 0;
+  for (int g = 1; g < group; g++) begin += piece_lengths[g - 1];
+  uint64_t length = piece_lengths[group - 1];
+  if (begin > bytes.size() || length > bytes.size() - begin) return {};  // lying lengths
+  return std::span<const uint8_t>(bytes).subspan(begin, length);
+}
+
+std::vector<uint8_t> ProgressiveJpeg::Level(int k) const {
+  if (k < 1) k = 1;
+  if (k > kNumGroups) k = kNumGroups;
+  uint64_t size = 0;
+  for (int g = 1; g <= k; g++) size += piece_lengths[g - 1];
+  if (size > bytes.size()) size = bytes.size();  // only if piece_lengths lie
+  std::vector<uint8_t> out(size + 2);
+  if (size != 0) std::memcpy(out.data(), bytes.data(), size);
+  out[size] = 0xFF;
+  out[size + 1] = 0xD9;
+  return out;
+}
+
+bool LooksLikeJpeg(std::span<const uint8_t> data) {
+  return data.size() >= 3 && data[0] == 0xFF && data[1] == 0xD8 && data[2] == 0xFF;
+}
+
+TranscodeResult Transcode(std::span<const uint8_t> jpeg, const TranscodeOptions& options) {
+  if (jpeg.empty()) return Passthrough(PassthroughReason::kEmpty, "empty file");
+  if (!LooksLikeJpeg(jpeg)) {
+    return Passthrough(PassthroughReason::kNotJpeg, "does not start with FF D8 FF");
+  }
+  if (jpeg.size() > ULONG_MAX) return Passthrough(PassthroughReason::kTooLarge, "file too large");
+
+  auto job = std::make_unique<TranscodeJob>();
+  job->src = jpeg.data();
+  job->src_size = jpeg.size();
+  job->strip_metadata = options.strip_metadata;
+  job->max_input_scans = options.max_input_scans;
+  job->max_memory = options.max_memory_bytes > static_cast<uint64_t>(LONG_MAX)
+                        ? LONG_MAX
+                        : static_cast<long>(options.max_memory_bytes);
+  bool ok = RunTranscode(job.get());
+  std::unique_ptr<unsigned char, FreeDeleter> buffer(job->dest.buffer);
+  if (!ok) return Passthrough(ReasonForJpegMessage(job->err.msg_code), job->err.message);
+  if (job->trailing_bytes != 0) {
+    return Passthrough(PassthroughReason::kTrailingData,
+                       std::to_string(job->trailing_bytes) + " bytes after EOI");
+  }
+
+  std::span<const uint8_t> output(buffer.get(), job->dest.size);
+  std::span<const uint8_t> groups(job->script.group.data(),
+                                  static_cast<size_t>(job->script.num_scans));
+  auto split = SplitIntoGroups(output, groups);
+  if (!split) {
+    // Our own output does not parse: a bug, but the source is still safe to store as it is.
+    return Passthrough(PassthroughReason::kCorrupt, split.error().ToString());
+  }
+  TranscodeResult result;
+  result.image = std::move(*split);
+  return result;
+}
+
+}  // namespace pcrfs::codec
