@@ -98,7 +98,7 @@ work="$(cd "$work" && pwd)"
 case "$work" in "$data"|"$data"/*) die "--work must not be inside --data" ;; esac
 cleanup() {
   rm -rf "${work:?}"/store* "${work:?}"/jpegtran "${work:?}"/quarter "${work:?}"/*.time \
-         "${work:?}"/*.out
+         "${work:?}"/*.out "${work:?}"/jpegs.list
 }
 trap cleanup EXIT
 
@@ -123,8 +123,10 @@ median() {
     awk -v f="$fmt" '{a[NR] = $1} END {printf f, (NR % 2) ? a[(NR + 1) / 2] : (a[NR / 2] + a[NR / 2 + 1]) / 2}'
 }
 div() { awk -v a="$1" -v b="$2" -v f="${3:-%.2f}" 'BEGIN {printf f, (b == 0) ? 0 : a / b}'; }
+div_ms() { awk -v a="$1" -v b="$2" 'BEGIN {printf "%.2f", (b == 0) ? 0 : a * 1000 / b}'; }
 
-# timed LABEL CMD...: runs CMD once under /usr/bin/time -v; sets T_WALL (s) and T_RSS (KiB).
+# timed LABEL CMD...: runs CMD once under /usr/bin/time -v; sets T_WALL (s), T_CPU (user + system
+# s, children included) and T_RSS (KiB, the largest single process).
 timed() {
   local label="$1"; shift
   sync
@@ -138,21 +140,23 @@ timed() {
   fi
   T_WALL=$(awk -v a="$t0" -v b="$t1" 'BEGIN {printf "%.3f", b - a}')
   T_RSS=$(awk -F': ' '/Maximum resident set size/ {print $2}' "$tf")
+  T_CPU=$(awk -F': ' '/User time|System time/ {s += $2} END {printf "%.2f", s}' "$tf")
 }
 
 # build_runs LABEL SRC N_RUNS [pcr build options...]: sets B_WALL, B_RSS (medians) and B_STORE.
 build_runs() {
   local label="$1" src="$2" runs="$3"; shift 3
-  local walls=() rsss=() i
+  local walls=() rsss=() cpus=() i
   B_STORE="$work/store-$label"
   for ((i = 1; i <= runs; i++)); do
     rm -rf "$B_STORE" "$B_STORE.partial"
     timed "$label-$i" "$pcr" build "$src" "$B_STORE" "$@"
-    walls+=("$T_WALL"); rsss+=("$T_RSS")
-    log "  $label run $i: ${T_WALL} s, peak RSS $((T_RSS / 1024)) MiB"
+    walls+=("$T_WALL"); rsss+=("$T_RSS"); cpus+=("$T_CPU")
+    log "  $label run $i: $T_WALL s, CPU $T_CPU s, peak RSS $((T_RSS / 1024)) MiB"
   done
   B_WALL=$(median "${walls[@]}")
   B_RSS=$(median -i "${rsss[@]}")
+  B_CPU=$(median "${cpus[@]}")
   B_WALLS="${walls[*]}"
 }
 
@@ -162,31 +166,31 @@ emit() { results+=("$*"); }
 # --- 1 and 2: pcr build vs. jpegtran, and thread scaling ---------------------------------------
 log "pcr build --threads $threads ($repeat runs)"
 build_runs "t$threads" "$data" "$repeat" --threads "$threads"
-wall_tn=$B_WALL; rss_full=$B_RSS; walls_tn=$B_WALLS; store_main="$B_STORE"
+wall_tn=$B_WALL; rss_full=$B_RSS; walls_tn=$B_WALLS; cpu_tn=$B_CPU; store_main="$B_STORE"
 keep="$work/store-main"
 rm -rf "$keep"; mv "$store_main" "$keep"; store_main="$keep"
 
 log "jpegtran -copy all -progressive, one process per image, -P $threads ($repeat runs)"
-jt_walls=()
+jt_walls=(); jt_cpus=()
+printf '%s\0' "${jpegs[@]}" >"$work/jpegs.list"
 for ((i = 1; i <= repeat; i++)); do
   rm -rf "$work/jpegtran"
   (cd "$data" && find . -type d -print0 | sed -z "s|^\.|$work/jpegtran|" | xargs -0 mkdir -p)
-  sync
-  t0=$(date +%s.%N)
-  printf '%s\0' "${jpegs[@]}" | (cd "$data" && xargs -0 -P "$threads" -I{} \
-      jpegtran -copy all -progressive -outfile "$work/jpegtran/{}" "{}")
-  t1=$(date +%s.%N)
-  jt_walls+=("$(awk -v a="$t0" -v b="$t1" 'BEGIN {printf "%.3f", b - a}')")
-  log "  jpegtran run $i: ${jt_walls[-1]} s"
+  # shellcheck disable=SC2016  # expanded by the inner bash
+  timed "jpegtran-$i" bash -c 'cd "$1" && xargs -0 -P "$2" -I{} \
+      jpegtran -copy all -progressive -outfile "$3/{}" "{}" <"$4"' \
+      jpegtran "$data" "$threads" "$work/jpegtran" "$work/jpegs.list"
+  jt_walls+=("$T_WALL"); jt_cpus+=("$T_CPU")
+  log "  jpegtran run $i: $T_WALL s, CPU $T_CPU s"
 done
-wall_jt=$(median "${jt_walls[@]}")
+wall_jt=$(median "${jt_walls[@]}"); cpu_jt=$(median "${jt_cpus[@]}")
 jt_bytes=$(du -sb --apparent-size "$work/jpegtran" | cut -f1)
 rm -rf "$work/jpegtran"
 
 if [ "$threads" -ne 1 ]; then
   log "pcr build --threads 1 ($repeat runs)"
   build_runs t1 "$data" "$repeat" --threads 1
-  wall_t1=$B_WALL; walls_t1=$B_WALLS
+  wall_t1=$B_WALL; walls_t1=$B_WALLS; cpu_t1=$B_CPU
   rm -rf "$B_STORE"
 fi
 
@@ -194,7 +198,8 @@ fi
 quarter=$(( (n_jpeg + 3) / 4 ))
 log "peak RSS on a quarter ($quarter JPEGs, hard links in $work/quarter)"
 rm -rf "$work/quarter"; mkdir -p "$work/quarter"
-printf '%s\0' "${jpegs[@]:0:$quarter}" | (cd "$data" && xargs -0 cp -l --parents -t "$work/quarter")
+printf '%s\0' "${jpegs[@]:0:$quarter}" | (cd "$data" && xargs -0 cp -l --parents -t "$work/quarter" 2>/dev/null) ||
+  (cd "$data" && printf '%s\0' "${jpegs[@]:0:$quarter}" | xargs -0 cp --parents -t "$work/quarter")
 build_runs quarter "$work/quarter" "$repeat" --threads "$threads"
 rss_quarter=$B_RSS; wall_quarter=$B_WALL
 rm -rf "$B_STORE" "$work/quarter"
@@ -224,13 +229,13 @@ emit "Dataset \`$data\`: $n_files files, $n_jpeg JPEGs, $(div "$src_bytes" 10485
 emit ""
 emit "## Throughput"
 emit ""
-emit "| run | wall s (median) | images/s | runs (s) |"
-emit "|---|---:|---:|---|"
-emit "| \`pcr build --threads $threads\` | $wall_tn | $(div "$n_jpeg" "$wall_tn" %.0f) | $walls_tn |"
+emit "| run | wall s (median) | images/s | CPU s | CPU ms/image | runs (wall s) |"
+emit "|---|---:|---:|---:|---:|---|"
+emit "| \`pcr build --threads $threads\` | $wall_tn | $(div "$n_jpeg" "$wall_tn" %.0f) | $cpu_tn | $(div_ms "$cpu_tn" "$n_jpeg") | $walls_tn |"
 if [ "$threads" -ne 1 ]; then
-  emit "| \`pcr build --threads 1\` | $wall_t1 | $(div "$n_jpeg" "$wall_t1" %.0f) | $walls_t1 |"
+  emit "| \`pcr build --threads 1\` | $wall_t1 | $(div "$n_jpeg" "$wall_t1" %.0f) | $cpu_t1 | $(div_ms "$cpu_t1" "$n_jpeg") | $walls_t1 |"
 fi
-emit "| \`jpegtran -copy all -progressive\`, 1 process/image, \`xargs -P $threads\` | $wall_jt | $(div "$n_jpeg" "$wall_jt" %.0f) | ${jt_walls[*]} |"
+emit "| \`jpegtran -copy all -progressive\`, 1 process/image, \`xargs -P $threads\` | $wall_jt | $(div "$n_jpeg" "$wall_jt" %.0f) | $cpu_jt | $(div_ms "$cpu_jt" "$n_jpeg") | ${jt_walls[*]} |"
 emit ""
 emit "- pcr build vs. jpegtran subprocesses: **$(div "$wall_jt" "$wall_tn")x** the images/s."
 if [ "$threads" -ne 1 ]; then
