@@ -1,13 +1,12 @@
 #include "codec/decoder.h"
 
-#include <jpeglib.h>
-
 #include <cstdio>
 #include <cstring>
 #include <memory>
 #include <string>
 
 #include "codec/jpeg_error.h"
+#include "codec/libjpeg.h"
 
 namespace pcrfs::codec {
 namespace {

@@ -1,7 +1,5 @@
 #include "codec/jpeg_dest.h"
 
-#include <jerror.h>
-
 #include <cstdlib>
 
 namespace pcrfs::codec {

@@ -3,10 +3,9 @@
 // its current buffer private until jpeg_finish_compress).
 #pragma once
 
-#include <jpeglib.h>
-
 #include <cstddef>
-#include <cstdio>  // jpeglib.h needs FILE and size_t
+
+#include "codec/libjpeg.h"
 
 namespace pcrfs::codec {
 

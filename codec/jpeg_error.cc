@@ -1,7 +1,5 @@
 #include "codec/jpeg_error.h"
 
-#include <jerror.h>
-
 #include <cstdio>
 #include <cstring>
 

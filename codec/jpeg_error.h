@@ -7,11 +7,9 @@
 // any libjpeg call (the longjmp would skip its destructor). Do allocations outside it.
 #pragma once
 
-#include <jpeglib.h>
-
 #include <csetjmp>
-#include <cstdio>  // jpeglib.h needs FILE and size_t
 
+#include "codec/libjpeg.h"
 #include "codec/transcoder.h"
 
 namespace pcrfs::codec {

@@ -14,12 +14,11 @@
 // precision for every colour space.
 #pragma once
 
-#include <jpeglib.h>
-
 #include <array>
 #include <cstdint>
-#include <cstdio>  // jpeglib.h needs FILE and size_t
 #include <type_traits>
+
+#include "codec/libjpeg.h"
 
 namespace pcrfs::codec {
 

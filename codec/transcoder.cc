@@ -4,9 +4,6 @@
 
 #include "codec/transcoder.h"
 
-#include <jerror.h>
-#include <jpeglib.h>
-
 #include <climits>
 #include <cstdio>
 #include <cstdlib>
@@ -15,6 +12,7 @@
 
 #include "codec/jpeg_dest.h"
 #include "codec/jpeg_error.h"
+#include "codec/libjpeg.h"
 #include "codec/scan_script.h"
 #include "codec/scan_splitter.h"
 

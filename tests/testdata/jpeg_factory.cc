@@ -1,7 +1,5 @@
 #include "tests/testdata/jpeg_factory.h"
 
-#include <jpeglib.h>
-
 #include <csetjmp>
 #include <cstdio>
 #include <cstdlib>
@@ -10,6 +8,7 @@
 
 #include "codec/jpeg_dest.h"
 #include "codec/jpeg_error.h"
+#include "codec/libjpeg.h"
 
 namespace pcrfs::testdata {
 namespace {
