@@ -26,6 +26,8 @@ struct PieceRef {
   uint64_t offset = 0;  // absolute offset in the record file
   uint64_t length = 0;
   uint32_t masked_crc = 0;  // crc32c::Mask(crc32c of the piece bytes); of zero bytes for empty
+
+  bool operator==(const PieceRef&) const = default;
 };
 
 using PieceRefs = std::array<PieceRef, kNumGroups>;
@@ -40,6 +42,8 @@ struct RecordImage {
   EntryKind kind = EntryKind::kPassthrough;
   uint8_t passthrough_reason = 0;  // codec::PassthroughReason, 0 for kJpeg
   PieceRefs pieces;
+
+  bool operator==(const RecordImage&) const = default;
 };
 
 // A record's header and tables, parsed and verified.
@@ -52,6 +56,27 @@ struct RecordLayout {
 
   // End of levels 1..k: [data_offset, GroupEnd(k)) holds every piece of groups 1..k.
   uint64_t GroupEnd(int k) const { return group_offset[static_cast<size_t>(k)]; }
+
+  bool operator==(const RecordLayout&) const = default;
 };
+
+// Fixed sizes of the v1 record format (docs/format.md, "Record files").
+inline constexpr char kRecordMagic[8] = {'P', 'C', 'R', 'F', 'S', 'R', 'E', 'C'};
+inline constexpr char kRecordEndMagic[8] = {'P', 'C', 'R', 'F', 'S', 'E', 'N', 'D'};
+inline constexpr uint64_t kRecordHeaderSize = 64;
+inline constexpr uint64_t kRecordGroupTableSize = 16 * kNumGroups;       // 160
+inline constexpr uint64_t kRecordImageEntrySize = 16 + 12 * kNumGroups;  // 136
+inline constexpr uint64_t kRecordFooterSize = 16;
+inline constexpr uint32_t kMaxRecordImages = 1u << 24;
+
+// Size of the tables section (group table, image table, names, table CRC) for n images and a
+// names blob of names_size bytes.
+inline constexpr uint64_t RecordTableSize(uint64_t n, uint64_t names_size) {
+  return kRecordGroupTableSize + kRecordImageEntrySize * n + names_size + 4;
+}
+// data_offset: the end of the tables section rounded up to a multiple of 8.
+inline constexpr uint64_t RecordDataOffset(uint64_t table_size) {
+  return (kRecordHeaderSize + table_size + 7) & ~uint64_t{7};
+}
 
 }  // namespace pcrfs::index

@@ -18,6 +18,10 @@ class RecordWriter {
   // whatever the record's size); Finish() fsyncs and renames it into place, so `path` either
   // does not exist or holds a complete record.
   static Result<std::unique_ptr<RecordWriter>> Create(std::string path);
+  // As above, with the number of piece bytes held in memory before spilling (tests use a
+  // small budget to exercise the spill path).
+  static Result<std::unique_ptr<RecordWriter>> Create(std::string path, uint64_t memory_budget);
+  static constexpr uint64_t kDefaultMemoryBudget = 64ull << 20;
   ~RecordWriter();  // removes the .tmp file if Finish() was not reached
   RecordWriter(const RecordWriter&) = delete;
   RecordWriter& operator=(const RecordWriter&) = delete;

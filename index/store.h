@@ -42,8 +42,14 @@ class Store {
   std::string dir_;
   Manifest manifest_;
   std::unique_ptr<IndexReader> index_;
+  struct OpenRecordFile {
+    std::shared_ptr<RandomAccessFile> file;
+    RecordInfo info;  // from the index; the file's header was checked against it
+  };
+  Result<OpenRecordFile> GetRecordFile(uint32_t id) const;
+
   mutable std::mutex mu_;
-  mutable std::unordered_map<uint32_t, std::shared_ptr<RandomAccessFile>> records_;  // GUARDED_BY(mu_)
+  mutable std::unordered_map<uint32_t, OpenRecordFile> records_;  // GUARDED_BY(mu_)
 };
 
 }  // namespace pcrfs::index

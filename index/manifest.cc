@@ -1,0 +1,141 @@
+#include "index/manifest.h"
+
+#include <limits>
+
+#include <nlohmann/json.hpp>
+
+#define RETURN_ERR_IF_ERROR(expr)    \
+  do {                               \
+    ::pcrfs::Status s_ = (expr);     \
+    if (!s_.ok()) return Err(s_);    \
+  } while (0)
+
+namespace pcrfs::index {
+namespace {
+
+using Json = nlohmann::ordered_json;
+
+Status Bad(const std::string& what) { return Status::Corruption("manifest: " + what); }
+
+// Reads an unsigned integer field that must be present and fit in T.
+template <typename T>
+Status GetUint(const Json& obj, const char* key, T* out) {
+  auto it = obj.find(key);
+  if (it == obj.end()) return Bad(std::string("missing field \"") + key + "\"");
+  if (!it->is_number_unsigned()) {
+    return Bad(std::string("field \"") + key + "\" is not a non-negative integer");
+  }
+  uint64_t v = it->get<uint64_t>();
+  if (v > std::numeric_limits<T>::max()) {
+    return Bad(std::string("field \"") + key + "\" is out of range");
+  }
+  *out = static_cast<T>(v);
+  return Status::OK();
+}
+
+Status GetBool(const Json& obj, const char* key, bool* out) {
+  auto it = obj.find(key);
+  if (it == obj.end()) return Bad(std::string("missing field \"") + key + "\"");
+  if (!it->is_boolean()) return Bad(std::string("field \"") + key + "\" is not a boolean");
+  *out = it->get<bool>();
+  return Status::OK();
+}
+
+Status GetLevels(const Json& obj, const char* key, std::array<uint64_t, kNumGroups>* out) {
+  auto it = obj.find(key);
+  if (it == obj.end()) return Bad(std::string("missing field \"") + key + "\"");
+  if (!it->is_array() || it->size() != kNumGroups) {
+    return Bad(std::string("field \"") + key + "\" is not an array of " +
+               std::to_string(kNumGroups) + " integers");
+  }
+  for (size_t i = 0; i < kNumGroups; ++i) {
+    const Json& v = (*it)[i];
+    if (!v.is_number_unsigned()) {
+      return Bad(std::string("field \"") + key + "\" holds a non-integer");
+    }
+    (*out)[i] = v.get<uint64_t>();
+  }
+  return Status::OK();
+}
+
+}  // namespace
+
+std::string Manifest::ToJson() const {
+  Json j;
+  j["format_version"] = format_version;
+  j["generator"] = generator;
+  Json o;
+  o["strip_metadata"] = options.strip_metadata;
+  o["images_per_record"] = options.images_per_record;
+  o["max_input_scans"] = options.max_input_scans;
+  o["max_image_memory"] = options.max_image_memory;
+  o["max_jpeg_bytes"] = options.max_jpeg_bytes;
+  j["options"] = std::move(o);
+  j["num_entries"] = num_entries;
+  j["num_directories"] = num_directories;
+  j["num_jpeg"] = num_jpeg;
+  j["num_passthrough"] = num_passthrough;
+  Json reasons = Json::object();
+  for (const auto& [name, count] : passthrough_by_reason) reasons[name] = count;  // sorted
+  j["passthrough_by_reason"] = std::move(reasons);
+  j["num_records"] = num_records;
+  j["source_bytes"] = source_bytes;
+  j["source_jpeg_bytes"] = source_jpeg_bytes;
+  j["level_bytes"] = level_bytes;
+  j["jpeg_level_bytes"] = jpeg_level_bytes;
+  // Invalid UTF-8 in the generator string must not throw: replace it.
+  return j.dump(2, ' ', false, Json::error_handler_t::replace) + "\n";
+}
+
+Result<Manifest> Manifest::FromJson(const std::string& text) {
+  Json j = Json::parse(text, nullptr, /*allow_exceptions=*/false);
+  if (j.is_discarded()) return Err(Bad("not valid JSON"));
+  if (!j.is_object()) return Err(Bad("not a JSON object"));
+  Manifest m;
+  // The version first: a newer manifest may differ in every other field.
+  {
+    auto it = j.find("format_version");
+    if (it == j.end()) return Err(Bad("missing field \"format_version\""));
+    if (!it->is_number_integer()) return Err(Bad("field \"format_version\" is not an integer"));
+    if (!it->is_number_unsigned() || it->get<uint64_t>() != kStoreFormatVersion) {
+      return Err(Status::NotSupported("format version " + it->dump() +
+                                      " is not supported (this pcrfs reads " +
+                                      std::to_string(kStoreFormatVersion) + ")"));
+    }
+    m.format_version = kStoreFormatVersion;
+  }
+  auto gen = j.find("generator");
+  if (gen == j.end() || !gen->is_string()) return Err(Bad("missing or non-string \"generator\""));
+  m.generator = gen->get<std::string>();
+
+  auto opts = j.find("options");
+  if (opts == j.end() || !opts->is_object()) return Err(Bad("missing or non-object \"options\""));
+  RETURN_ERR_IF_ERROR(GetBool(*opts, "strip_metadata", &m.options.strip_metadata));
+  RETURN_ERR_IF_ERROR(GetUint(*opts, "images_per_record", &m.options.images_per_record));
+  RETURN_ERR_IF_ERROR(GetUint(*opts, "max_input_scans", &m.options.max_input_scans));
+  RETURN_ERR_IF_ERROR(GetUint(*opts, "max_image_memory", &m.options.max_image_memory));
+  RETURN_ERR_IF_ERROR(GetUint(*opts, "max_jpeg_bytes", &m.options.max_jpeg_bytes));
+
+  RETURN_ERR_IF_ERROR(GetUint(j, "num_entries", &m.num_entries));
+  RETURN_ERR_IF_ERROR(GetUint(j, "num_directories", &m.num_directories));
+  RETURN_ERR_IF_ERROR(GetUint(j, "num_jpeg", &m.num_jpeg));
+  RETURN_ERR_IF_ERROR(GetUint(j, "num_passthrough", &m.num_passthrough));
+  auto reasons = j.find("passthrough_by_reason");
+  if (reasons == j.end() || !reasons->is_object()) {
+    return Err(Bad("missing or non-object \"passthrough_by_reason\""));
+  }
+  for (auto it = reasons->begin(); it != reasons->end(); ++it) {
+    if (!it->is_number_unsigned()) {
+      return Err(Bad("passthrough_by_reason[\"" + it.key() + "\"] is not a count"));
+    }
+    m.passthrough_by_reason[it.key()] = it->get<uint64_t>();
+  }
+  RETURN_ERR_IF_ERROR(GetUint(j, "num_records", &m.num_records));
+  RETURN_ERR_IF_ERROR(GetUint(j, "source_bytes", &m.source_bytes));
+  RETURN_ERR_IF_ERROR(GetUint(j, "source_jpeg_bytes", &m.source_jpeg_bytes));
+  RETURN_ERR_IF_ERROR(GetLevels(j, "level_bytes", &m.level_bytes));
+  RETURN_ERR_IF_ERROR(GetLevels(j, "jpeg_level_bytes", &m.jpeg_level_bytes));
+  return m;
+}
+
+}  // namespace pcrfs::index

@@ -1,0 +1,311 @@
+#include "index/record_writer.h"
+
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstdlib>
+#include <cstring>
+#include <vector>
+
+#include "common/coding.h"
+#include "common/crc32c.h"
+#include "common/file_util.h"
+
+namespace pcrfs::index {
+namespace {
+
+std::string DirName(const std::string& path) {
+  size_t slash = path.rfind('/');
+  if (slash == std::string::npos) return ".";
+  if (slash == 0) return "/";
+  return path.substr(0, slash);
+}
+
+// An unlinked temporary file in `dir`: O_TMPFILE where the filesystem has it, otherwise
+// mkstemp + unlink. Either way nothing is left behind if the process dies.
+Result<UniqueFd> OpenUnlinkedTemp(const std::string& dir) {
+  int fd = ::open(dir.c_str(), O_TMPFILE | O_RDWR | O_CLOEXEC, 0600);
+  if (fd >= 0) return UniqueFd(fd);
+  if (errno != EOPNOTSUPP && errno != EISDIR && errno != EINVAL) {
+    return Err(Status::FromErrno("create temporary file in " + dir, errno));
+  }
+  std::string tmpl = dir + "/.pcrfs-spill-XXXXXX";
+  fd = ::mkostemp(tmpl.data(), O_CLOEXEC);
+  if (fd < 0) return Err(Status::FromErrno("create temporary file " + tmpl, errno));
+  ::unlink(tmpl.c_str());
+  return UniqueFd(fd);
+}
+
+}  // namespace
+
+struct RecordWriter::Impl {
+  std::string path;
+  std::string tmp_path;
+  std::string dir;
+  uint64_t memory_budget = 0;
+
+  // Group g's bytes so far are spill[g] (spill_size[g] bytes) followed by buffer[g].
+  std::array<std::vector<uint8_t>, kNumGroups> buffer;
+  std::array<UniqueFd, kNumGroups> spill;
+  std::array<uint64_t, kNumGroups> spill_size{};
+  uint64_t buffered = 0;  // sum of buffer[g].size()
+
+  std::array<uint64_t, kNumGroups> region_length{};
+  std::vector<RecordImage> images;  // pieces[g].offset holds the offset inside region g for now
+  std::string names;
+
+  bool tmp_created = false;
+  bool finished = false;
+  Status failed;  // sticky: once an Add or Finish fails, the writer is unusable
+
+  Status SpillAll() {
+    for (int g = 0; g < kNumGroups; ++g) {
+      auto& buf = buffer[static_cast<size_t>(g)];
+      if (buf.empty()) continue;
+      PCRFS_RETURN_IF_ERROR(AppendToSpill(g, buf.data(), buf.size()));
+      buffered -= buf.size();
+      buf.clear();
+      buf.shrink_to_fit();
+    }
+    return Status::OK();
+  }
+
+  Status AppendToSpill(int g, const uint8_t* data, size_t n) {
+    auto gi = static_cast<size_t>(g);
+    if (!spill[gi].valid()) {
+      auto fd = OpenUnlinkedTemp(dir);
+      if (!fd) return fd.error();
+      spill[gi] = std::move(*fd);
+    }
+    PCRFS_RETURN_IF_ERROR(
+        WriteFull(spill[gi].get(), data, n, "spill file of " + path + " (group " +
+                                                 std::to_string(g + 1) + ")"));
+    spill_size[gi] += n;
+    return Status::OK();
+  }
+
+  Status AppendPiece(int g, std::span<const uint8_t> piece) {
+    if (piece.empty()) return Status::OK();
+    if (buffered + piece.size() > memory_budget) {
+      PCRFS_RETURN_IF_ERROR(SpillAll());
+      if (piece.size() > memory_budget) return AppendToSpill(g, piece.data(), piece.size());
+    }
+    auto& buf = buffer[static_cast<size_t>(g)];
+    buf.insert(buf.end(), piece.begin(), piece.end());
+    buffered += piece.size();
+    return Status::OK();
+  }
+
+  Status WriteAll(int fd, uint64_t* offset, const void* data, size_t n) {
+    PCRFS_RETURN_IF_ERROR(PwriteFull(fd, data, n, *offset, tmp_path));
+    *offset += n;
+    return Status::OK();
+  }
+
+  Status DoFinish(RecordLayout* layout);
+};
+
+RecordWriter::RecordWriter(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+
+RecordWriter::~RecordWriter() {
+  if (impl_ && impl_->tmp_created && !impl_->finished) ::unlink(impl_->tmp_path.c_str());
+}
+
+Result<std::unique_ptr<RecordWriter>> RecordWriter::Create(std::string path) {
+  return Create(std::move(path), kDefaultMemoryBudget);
+}
+
+Result<std::unique_ptr<RecordWriter>> RecordWriter::Create(std::string path,
+                                                           uint64_t memory_budget) {
+  if (path.empty()) return Err(Status::InvalidArgument("record path is empty"));
+  auto impl = std::make_unique<Impl>();
+  impl->dir = DirName(path);
+  impl->tmp_path = path + ".tmp";
+  impl->path = std::move(path);
+  impl->memory_budget = memory_budget;
+  struct stat st;
+  if (::stat(impl->dir.c_str(), &st) != 0) return Err(Status::FromErrno(impl->dir, errno));
+  if (!S_ISDIR(st.st_mode)) return Err(Status::InvalidArgument(impl->dir + ": not a directory"));
+  return std::unique_ptr<RecordWriter>(new RecordWriter(std::move(impl)));
+}
+
+Status RecordWriter::Add(std::string_view path, EntryKind kind, uint8_t passthrough_reason,
+                         std::span<const std::span<const uint8_t>> pieces) {
+  Impl& w = *impl_;
+  if (!w.failed.ok()) return w.failed;
+  if (w.finished) return Status::InvalidArgument(w.path + ": Add after Finish");
+  const std::string what = w.path + ": image \"" + std::string(path) + "\"";
+  if (path.empty() || path.find('\0') != std::string_view::npos) {
+    return Status::InvalidArgument(what + ": path is empty or contains NUL");
+  }
+  if (kind == EntryKind::kJpeg) {
+    if (pieces.size() != kNumGroups) {
+      return Status::InvalidArgument(what + ": a JPEG takes " + std::to_string(kNumGroups) +
+                                     " pieces, got " + std::to_string(pieces.size()));
+    }
+    if (passthrough_reason != 0) {
+      return Status::InvalidArgument(what + ": a JPEG has no passthrough reason");
+    }
+  } else if (kind == EntryKind::kPassthrough) {
+    if (pieces.size() != 1) {
+      return Status::InvalidArgument(what + ": a passthrough file takes 1 piece, got " +
+                                     std::to_string(pieces.size()));
+    }
+  } else {
+    return Status::InvalidArgument(what + ": only JPEG and passthrough files go in records");
+  }
+  if (w.images.size() >= kMaxRecordImages) {
+    return Status::InvalidArgument(w.path + ": more than " + std::to_string(kMaxRecordImages) +
+                                   " images in one record");
+  }
+  if (w.names.size() + path.size() > UINT32_MAX) {
+    return Status::InvalidArgument(w.path + ": names blob would exceed 4 GiB");
+  }
+
+  RecordImage img;
+  img.path = std::string(path);
+  img.kind = kind;
+  img.passthrough_reason = passthrough_reason;
+  for (int g = 0; g < kNumGroups; ++g) {
+    auto gi = static_cast<size_t>(g);
+    std::span<const uint8_t> piece;
+    if (gi < pieces.size()) piece = pieces[gi];
+    PieceRef& ref = img.pieces[gi];
+    ref.offset = w.region_length[gi];
+    ref.length = piece.size();
+    ref.masked_crc = crc32c::Mask(crc32c::Value(piece.data(), piece.size()));
+    Status s = w.AppendPiece(g, piece);
+    if (!s.ok()) {
+      w.failed = s;
+      return s;
+    }
+    w.region_length[gi] += piece.size();
+  }
+  w.names.append(path);
+  w.images.push_back(std::move(img));
+  return Status::OK();
+}
+
+Result<RecordLayout> RecordWriter::Finish() {
+  Impl& w = *impl_;
+  if (!w.failed.ok()) return Err(w.failed);
+  if (w.finished) return Err(Status::InvalidArgument(w.path + ": Finish called twice"));
+  RecordLayout layout;
+  Status s = w.DoFinish(&layout);
+  if (!s.ok()) {
+    w.failed = s;
+    return Err(s);
+  }
+  w.finished = true;
+  return layout;
+}
+
+Status RecordWriter::Impl::DoFinish(RecordLayout* out) {
+  const uint64_t n = images.size();
+  const uint64_t table_size = RecordTableSize(n, names.size());
+  const uint64_t data_offset = RecordDataOffset(table_size);
+
+  RecordLayout& layout = *out;
+  layout.data_offset = data_offset;
+  layout.group_offset[0] = data_offset;
+  for (int g = 0; g < kNumGroups; ++g) {
+    auto gi = static_cast<size_t>(g);
+    layout.group_offset[gi + 1] = layout.group_offset[gi] + region_length[gi];
+  }
+  layout.file_size = layout.group_offset[kNumGroups] + kRecordFooterSize;
+
+  // Tables section.
+  std::string tables;
+  tables.reserve(static_cast<size_t>(table_size));
+  for (int g = 0; g < kNumGroups; ++g) {
+    auto gi = static_cast<size_t>(g);
+    PutFixed64(&tables, layout.group_offset[gi]);
+    PutFixed64(&tables, region_length[gi]);
+  }
+  uint64_t name_offset = 0;
+  for (const RecordImage& img : images) {
+    tables.push_back(static_cast<char>(img.kind));
+    tables.push_back(static_cast<char>(img.passthrough_reason));
+    tables.append(2, '\0');
+    PutFixed32(&tables, static_cast<uint32_t>(name_offset));
+    PutFixed32(&tables, static_cast<uint32_t>(img.path.size()));
+    PutFixed32(&tables, 0);
+    for (const PieceRef& p : img.pieces) {
+      PutFixed64(&tables, p.length);
+      PutFixed32(&tables, p.masked_crc);
+    }
+    name_offset += img.path.size();
+  }
+  tables.append(names);
+  PutFixed32(&tables, crc32c::Mask(crc32c::Value(tables.data(), tables.size())));
+  tables.append(static_cast<size_t>(data_offset - kRecordHeaderSize - table_size), '\0');
+
+  // Header.
+  uint8_t header[kRecordHeaderSize] = {};
+  std::memcpy(header, kRecordMagic, 8);
+  EncodeFixed32(header + 8, kRecordFormatVersion);
+  EncodeFixed32(header + 12, kNumGroups);
+  EncodeFixed32(header + 16, static_cast<uint32_t>(n));
+  EncodeFixed32(header + 20, static_cast<uint32_t>(names.size()));
+  EncodeFixed64(header + 24, data_offset);
+  EncodeFixed64(header + 32, layout.file_size);
+  EncodeFixed64(header + 40, table_size);
+  EncodeFixed32(header + 60, crc32c::Mask(crc32c::Value(header, 60)));
+
+  auto fd = OpenFile(tmp_path, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+  if (!fd) return fd.error();
+  tmp_created = true;
+  uint64_t off = 0;
+  PCRFS_RETURN_IF_ERROR(WriteAll(fd->get(), &off, header, sizeof(header)));
+  PCRFS_RETURN_IF_ERROR(WriteAll(fd->get(), &off, tables.data(), tables.size()));
+  tables.clear();
+  tables.shrink_to_fit();
+
+  std::vector<uint8_t> copy_buf;
+  for (int g = 0; g < kNumGroups; ++g) {
+    auto gi = static_cast<size_t>(g);
+    if (spill_size[gi] > 0) {
+      copy_buf.resize(1 << 20);
+      const std::string what = "spill file of " + path;
+      for (uint64_t pos = 0; pos < spill_size[gi];) {
+        size_t chunk = static_cast<size_t>(std::min<uint64_t>(copy_buf.size(), spill_size[gi] - pos));
+        PCRFS_RETURN_IF_ERROR(PreadFull(spill[gi].get(), copy_buf.data(), chunk, pos, what));
+        PCRFS_RETURN_IF_ERROR(WriteAll(fd->get(), &off, copy_buf.data(), chunk));
+        pos += chunk;
+      }
+      spill[gi].Reset();
+    }
+    PCRFS_RETURN_IF_ERROR(WriteAll(fd->get(), &off, buffer[gi].data(), buffer[gi].size()));
+    buffer[gi].clear();
+    buffer[gi].shrink_to_fit();
+  }
+  if (off != layout.group_offset[kNumGroups]) {
+    return Status::Corruption(tmp_path + ": wrote " + std::to_string(off) + " bytes, expected " +
+                              std::to_string(layout.group_offset[kNumGroups]));
+  }
+  uint8_t footer[kRecordFooterSize];
+  std::memcpy(footer, kRecordEndMagic, 8);
+  EncodeFixed64(footer + 8, layout.file_size);
+  PCRFS_RETURN_IF_ERROR(WriteAll(fd->get(), &off, footer, sizeof(footer)));
+  if (::fsync(fd->get()) != 0) return Status::FromErrno("fsync " + tmp_path, errno);
+  fd->Reset();
+  if (::rename(tmp_path.c_str(), path.c_str()) != 0) {
+    return Status::FromErrno("rename " + tmp_path + " -> " + path, errno);
+  }
+  PCRFS_RETURN_IF_ERROR(FsyncPath(dir));
+
+  for (RecordImage& img : images) {
+    for (int g = 0; g < kNumGroups; ++g) {
+      auto gi = static_cast<size_t>(g);
+      img.pieces[gi].offset += layout.group_offset[gi];
+    }
+  }
+  layout.images = std::move(images);
+  images.clear();
+  return Status::OK();
+}
+
+}  // namespace pcrfs::index

@@ -1,0 +1,154 @@
+#include "index/store.h"
+
+#include <sys/stat.h>
+
+#include <cerrno>
+#include <cstring>
+
+#include "common/coding.h"
+#include "common/crc32c.h"
+#include "common/file_util.h"
+#include "index/record_reader.h"
+
+namespace pcrfs::index {
+namespace {
+
+constexpr uint64_t kMaxManifestBytes = 16 << 20;
+
+std::string U(uint64_t v) { return std::to_string(v); }
+
+// Cheap consistency check when a record is first opened: header and footer agree with the
+// index. The pieces themselves are checked against their CRCs whenever they are read.
+Status CheckRecordHeader(const RandomAccessFile& f, const RecordInfo& info) {
+  auto bad = [&f](const std::string& what) {
+    return Status::Corruption(f.name() + ": record does not match the index: " + what);
+  };
+  if (f.Size() != info.file_size) {
+    return bad("file has " + U(f.Size()) + " bytes, index says " + U(info.file_size));
+  }
+  if (f.Size() < kRecordHeaderSize + kRecordFooterSize) return bad("file too small");
+  uint8_t h[kRecordHeaderSize];
+  PCRFS_RETURN_IF_ERROR(f.Read(0, sizeof(h), h));
+  if (std::memcmp(h, kRecordMagic, 8) != 0) return bad("bad magic");
+  if (crc32c::Unmask(DecodeFixed32(h + 60)) != crc32c::Value(h, 60)) {
+    return bad("header checksum mismatch");
+  }
+  if (DecodeFixed32(h + 8) != kRecordFormatVersion) return bad("record format version");
+  if (DecodeFixed32(h + 16) != info.num_images) return bad("number of images");
+  if (DecodeFixed64(h + 24) != info.data_offset) return bad("data offset");
+  if (DecodeFixed64(h + 32) != info.file_size) return bad("file size in header");
+  uint8_t footer[kRecordFooterSize];
+  PCRFS_RETURN_IF_ERROR(f.Read(f.Size() - kRecordFooterSize, sizeof(footer), footer));
+  if (std::memcmp(footer, kRecordEndMagic, 8) != 0 || DecodeFixed64(footer + 8) != f.Size()) {
+    return bad("bad footer");
+  }
+  return Status::OK();
+}
+
+}  // namespace
+
+Result<std::unique_ptr<Store>> Store::Open(const std::string& dir) {
+  struct stat st;
+  if (::stat(dir.c_str(), &st) != 0) {
+    if (errno == ENOENT) return Err(Status::NotFound(dir + ": no such directory"));
+    return Err(Status::FromErrno(dir, errno));
+  }
+  if (!S_ISDIR(st.st_mode)) return Err(Status::InvalidArgument(dir + ": not a directory"));
+
+  const std::string manifest_path = dir + "/" + kManifestFile;
+  if (::stat(manifest_path.c_str(), &st) != 0) {
+    if (errno == ENOENT) {
+      return Err(Status::InvalidArgument(dir + ": not a pcrfs store (no " + kManifestFile + ")"));
+    }
+    return Err(Status::FromErrno(manifest_path, errno));
+  }
+  auto text = ReadWholeFile(manifest_path, kMaxManifestBytes);
+  if (!text) return Err(text.error());
+  auto manifest =
+      Manifest::FromJson(std::string(reinterpret_cast<const char*>(text->data()), text->size()));
+  if (!manifest) {
+    const Status& e = manifest.error();
+    if (e.code() == Status::Code::kNotSupported) {
+      return Err(Status::NotSupported(dir + ": " + e.message()));
+    }
+    return Err(Status::Corruption(manifest_path + ": " + e.message()));
+  }
+
+  auto index = IndexReader::Open(dir + "/" + kIndexFile);
+  if (!index) {
+    const Status& e = index.error();
+    if (e.IsNotFound()) {
+      return Err(Status::Corruption(dir + ": damaged store: " + kIndexFile + " is missing"));
+    }
+    return Err(e);
+  }
+
+  std::unique_ptr<Store> store(new Store());
+  store->dir_ = dir;
+  store->manifest_ = std::move(*manifest);
+  store->index_ = std::move(*index);
+  return store;
+}
+
+Result<Store::OpenRecordFile> Store::GetRecordFile(uint32_t id) const {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    auto it = records_.find(id);
+    if (it != records_.end()) return it->second;
+  }
+  // Open outside the lock: a slow disk must not block readers of records already open.
+  auto info = index_->GetRecord(id);
+  if (!info) {
+    if (info.error().IsNotFound()) {
+      return Err(Status::Corruption(dir_ + ": record " + U(id) + " is not in the index"));
+    }
+    return Err(info.error());
+  }
+  auto file = PosixRandomAccessFile::Open(dir_ + "/" + RecordFileName(id));
+  if (!file) {
+    if (file.error().IsNotFound()) {
+      return Err(Status::Corruption(dir_ + "/" + RecordFileName(id) + ": record file is missing"));
+    }
+    return Err(file.error());
+  }
+  Status s = CheckRecordHeader(**file, *info);
+  if (!s.ok()) return Err(s);
+  OpenRecordFile opened{std::shared_ptr<RandomAccessFile>(std::move(*file)), *info};
+  std::lock_guard<std::mutex> lock(mu_);
+  auto [it, inserted] = records_.emplace(id, std::move(opened));
+  return it->second;  // if another thread won the race, share its file
+}
+
+Result<std::shared_ptr<RandomAccessFile>> Store::OpenRecord(uint32_t id) const {
+  auto r = GetRecordFile(id);
+  if (!r) return Err(r.error());
+  return r->file;
+}
+
+Status Store::ReadFile(const Entry& e, int k, std::vector<uint8_t>* out) const {
+  if (e.is_dir()) {
+    return Status::InvalidArgument(dir_ + ": inode " + U(e.ino) + " is a directory");
+  }
+  if (k < 1 || k > kNumGroups) {
+    return Status::InvalidArgument(dir_ + ": level " + std::to_string(k) + " is not in 1.." +
+                                   std::to_string(kNumGroups));
+  }
+  auto rec = GetRecordFile(e.record);
+  if (!rec) return rec.error();
+  const int used = e.kind == EntryKind::kJpeg ? k : 1;
+  for (int g = 0; g < used; ++g) {
+    const auto gi = static_cast<size_t>(g);
+    const PieceRef& p = e.pieces[gi];
+    const uint64_t begin = rec->info.group_offset[gi];
+    const uint64_t end = rec->info.group_offset[gi + 1];
+    if (p.offset < begin || p.offset > end || p.length > end - p.offset) {
+      return Status::Corruption(rec->file->name() + ": entry " + U(e.ino) + " \"" + e.name +
+                                "\" (slot " + U(e.slot) + "): piece of group " + U(gi + 1) +
+                                " [" + U(p.offset) + ", +" + U(p.length) +
+                                ") lies outside its region [" + U(begin) + ", " + U(end) + ")");
+    }
+  }
+  return ReadLevel(*rec->file, e.kind, e.pieces, k, out);
+}
+
+}  // namespace pcrfs::index

@@ -1,0 +1,623 @@
+#include "index/store_index.h"
+
+#include <fcntl.h>
+#include <lmdb.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+#include <mutex>
+#include <vector>
+
+#include "common/coding.h"
+#include "common/crc32c.h"
+#include "common/file_util.h"
+
+#define RETURN_ERR_IF_ERROR(expr) \
+  do {                            \
+    ::pcrfs::Status s_ = (expr);  \
+    if (!s_.ok()) return Err(s_); \
+  } while (0)
+
+namespace pcrfs::index {
+namespace {
+
+constexpr char kEntriesDb[] = "entries";
+constexpr char kDirentsDb[] = "dirents";
+constexpr char kRecordsDb[] = "records";
+constexpr char kMetaDb[] = "meta";
+constexpr char kIndexFormatKey[] = "index_format";
+constexpr char kIndexFormatValue[] = "1";
+
+// The build env may grow to this; LMDB only reserves address space, the file grows as needed.
+constexpr size_t kBuildMapSize = size_t{64} << 30;
+
+constexpr size_t kRecordInfoSize = 8 * (2 + kNumGroups + 1) + 4;
+
+// errno becomes a Status in Status::FromErrno; LMDB's own codes are mapped here.
+Status LmdbError(const std::string& what, int rc) {
+  const std::string msg = what + ": " + mdb_strerror(rc);
+  switch (rc) {
+    case MDB_NOTFOUND:
+      return Status::NotFound(msg);
+    case MDB_CORRUPTED:
+    case MDB_INVALID:
+    case MDB_PAGE_NOTFOUND:
+    case MDB_VERSION_MISMATCH:
+    case MDB_INCOMPATIBLE:
+    case MDB_BAD_VALSIZE:
+      return Status::Corruption(msg);
+    case MDB_MAP_FULL:
+      return Status::ResourceExhausted(msg);
+    case MDB_KEYEXIST:
+      return Status::AlreadyExists(msg);
+    default:
+      if (rc > 0) return Status::FromErrno(what, rc);
+      return Status::IOError(msg);
+  }
+}
+
+MDB_val Val(const void* data, size_t n) { return MDB_val{n, const_cast<void*>(data)}; }
+
+std::string InoKey(uint64_t ino) {
+  std::string k(8, '\0');
+  EncodeBigEndian64(reinterpret_cast<uint8_t*>(k.data()), ino);
+  return k;
+}
+
+std::string DirentKey(uint64_t parent, std::string_view name) {
+  std::string k = InoKey(parent);
+  k.append(name);
+  return k;
+}
+
+std::string RecordKey(uint32_t id) {
+  std::string k(4, '\0');
+  for (int i = 0; i < 4; ++i) k[static_cast<size_t>(i)] = static_cast<char>(id >> (8 * (3 - i)));
+  return k;
+}
+
+std::string EncodeRecordInfo(const RecordInfo& r) {
+  std::string out;
+  PutFixed64(&out, r.file_size);
+  PutFixed64(&out, r.data_offset);
+  for (uint64_t off : r.group_offset) PutFixed64(&out, off);
+  PutFixed32(&out, r.num_images);
+  return out;
+}
+
+Result<RecordInfo> DecodeRecordInfo(uint32_t id, std::string_view v) {
+  auto bad = [id](const std::string& what) {
+    return Err(Status::Corruption("index record " + std::to_string(id) + ": " + what));
+  };
+  if (v.size() != kRecordInfoSize) return bad("wrong size");
+  Decoder d(v);
+  RecordInfo r;
+  r.id = id;
+  d.GetFixed64(&r.file_size);
+  d.GetFixed64(&r.data_offset);
+  for (uint64_t& off : r.group_offset) d.GetFixed64(&off);
+  d.GetFixed32(&r.num_images);
+  if (!d.done()) return bad("malformed");
+  if (r.group_offset[0] != r.data_offset || r.data_offset < kRecordHeaderSize) {
+    return bad("data offset mismatch");
+  }
+  for (int g = 0; g < kNumGroups; ++g) {
+    if (r.group_offset[static_cast<size_t>(g) + 1] < r.group_offset[static_cast<size_t>(g)]) {
+      return bad("group offsets decrease");
+    }
+  }
+  if (r.group_offset[kNumGroups] > UINT64_MAX - kRecordFooterSize ||
+      r.group_offset[kNumGroups] + kRecordFooterSize != r.file_size) {
+    return bad("file size does not match the regions");
+  }
+  if (r.num_images > kMaxRecordImages) return bad("too many images");
+  return r;
+}
+
+void RemoveBuildFiles(const std::string& build_path) {
+  ::unlink(build_path.c_str());
+  ::unlink((build_path + "-lock").c_str());
+}
+
+std::string DirName(const std::string& path) {
+  size_t slash = path.rfind('/');
+  if (slash == std::string::npos) return ".";
+  if (slash == 0) return "/";
+  return path.substr(0, slash);
+}
+
+// The pcrfs trailer after the LMDB image (docs/format.md, "Index file").
+constexpr char kIndexTrailerMagic[8] = {'P', 'C', 'R', 'F', 'S', 'I', 'D', 'X'};
+constexpr uint32_t kIndexTrailerVersion = 1;
+constexpr size_t kIndexTrailerSize = 32;
+
+Result<uint32_t> CrcOfFileRange(int fd, uint64_t n, const std::string& what) {
+  std::vector<uint8_t> buf(1 << 20);
+  uint32_t crc = 0;
+  for (uint64_t pos = 0; pos < n;) {
+    size_t chunk = static_cast<size_t>(std::min<uint64_t>(buf.size(), n - pos));
+    RETURN_ERR_IF_ERROR(PreadFull(fd, buf.data(), chunk, pos, what));
+    crc = crc32c::Extend(crc, buf.data(), chunk);
+    pos += chunk;
+  }
+  return crc;
+}
+
+}  // namespace
+
+std::string RecordFileName(uint32_t id) {
+  char buf[32];
+  std::snprintf(buf, sizeof(buf), "records/%08u.pcr", id);
+  return buf;
+}
+
+// ---------------------------------------------------------------------------------------------
+// IndexWriter
+
+struct IndexWriter::Impl {
+  std::string path;
+  std::string build_path;
+  MDB_env* env = nullptr;
+  MDB_txn* txn = nullptr;
+  MDB_dbi entries = 0, dirents = 0, records = 0, meta = 0;
+  uint64_t last_ino = 0;
+  bool finished = false;
+  Status failed;
+
+  ~Impl() {
+    if (txn) mdb_txn_abort(txn);
+    if (env) mdb_env_close(env);
+    RemoveBuildFiles(build_path);
+    if (!finished) ::unlink((path + ".tmp").c_str());
+  }
+
+  Status Put(MDB_dbi dbi, std::string_view key, std::string_view value, unsigned flags,
+             const std::string& what) {
+    MDB_val k = Val(key.data(), key.size());
+    MDB_val v = Val(value.data(), value.size());
+    int rc = mdb_put(txn, dbi, &k, &v, flags);
+    if (rc != 0) {
+      Status s = LmdbError(build_path + ": " + what, rc);
+      if (rc != MDB_KEYEXIST) failed = s;  // the write transaction is dead
+      return s;
+    }
+    return Status::OK();
+  }
+
+  Status Usable() const {
+    if (!failed.ok()) return failed;
+    if (finished) return Status::InvalidArgument(path + ": index already finished");
+    return Status::OK();
+  }
+
+  Status DoFinish();
+};
+
+IndexWriter::IndexWriter(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+IndexWriter::~IndexWriter() = default;
+
+Result<std::unique_ptr<IndexWriter>> IndexWriter::Create(const std::string& path) {
+  auto impl = std::make_unique<Impl>();
+  impl->path = path;
+  impl->build_path = path + ".build";
+  RemoveBuildFiles(impl->build_path);
+  int rc = mdb_env_create(&impl->env);
+  if (rc != 0) return Err(LmdbError("mdb_env_create", rc));
+  if ((rc = mdb_env_set_maxdbs(impl->env, 4)) != 0 ||
+      (rc = mdb_env_set_mapsize(impl->env, kBuildMapSize)) != 0) {
+    return Err(LmdbError(impl->build_path, rc));
+  }
+  // A private scratch env: no lock file, no syncs (Finish fsyncs the compacted copy).
+  rc = mdb_env_open(impl->env, impl->build_path.c_str(),
+                    MDB_NOSUBDIR | MDB_NOLOCK | MDB_NOSYNC | MDB_NOMETASYNC, 0644);
+  if (rc != 0) return Err(LmdbError(impl->build_path, rc));
+  rc = mdb_txn_begin(impl->env, nullptr, 0, &impl->txn);
+  if (rc != 0) return Err(LmdbError(impl->build_path + ": begin", rc));
+  for (auto [name, dbi] : {std::pair{kEntriesDb, &impl->entries}, {kDirentsDb, &impl->dirents},
+                           {kRecordsDb, &impl->records}, {kMetaDb, &impl->meta}}) {
+    rc = mdb_dbi_open(impl->txn, name, MDB_CREATE, dbi);
+    if (rc != 0) return Err(LmdbError(impl->build_path + ": open db " + name, rc));
+  }
+  RETURN_ERR_IF_ERROR(
+      impl->Put(impl->meta, kIndexFormatKey, kIndexFormatValue, 0, "put meta index_format"));
+  return std::unique_ptr<IndexWriter>(new IndexWriter(std::move(impl)));
+}
+
+Status IndexWriter::AddEntry(const Entry& e) {
+  Impl& w = *impl_;
+  PCRFS_RETURN_IF_ERROR(w.Usable());
+  const std::string what = w.path + ": entry " + std::to_string(e.ino) + " \"" + e.name + "\"";
+  if (e.ino <= w.last_ino) {
+    return Status::InvalidArgument(what + ": inodes must be added in increasing order (last was " +
+                                   std::to_string(w.last_ino) + ")");
+  }
+  if (e.ino != kRootIno && !IsValidName(e.name)) {
+    return Status::InvalidArgument(what + ": invalid name \"" + e.name + "\"");
+  }
+  const std::string value = EncodeEntry(e);
+  // Never write what a reader would reject.
+  auto check = DecodeEntry(e.ino, value);
+  if (!check) return Status::InvalidArgument(what + ": " + check.error().message());
+  const std::string key = InoKey(e.ino);
+  PCRFS_RETURN_IF_ERROR(w.Put(w.entries, key, value, MDB_APPEND, "put entry"));
+  if (e.ino != kRootIno) {
+    Status s = w.Put(w.dirents, DirentKey(e.parent, e.name), key, MDB_NOOVERWRITE, "put dirent");
+    if (!s.ok()) {
+      if (s.code() == Status::Code::kAlreadyExists) {
+        s = Status::AlreadyExists(what + ": directory " + std::to_string(e.parent) +
+                                  " already has a child with this name");
+      }
+      w.failed = s;  // the entry went in without its dirent: the index is unusable
+      return s;
+    }
+  }
+  w.last_ino = e.ino;
+  return Status::OK();
+}
+
+Status IndexWriter::AddRecord(const RecordInfo& r) {
+  Impl& w = *impl_;
+  PCRFS_RETURN_IF_ERROR(w.Usable());
+  const std::string value = EncodeRecordInfo(r);
+  auto check = DecodeRecordInfo(r.id, value);
+  if (!check) return Status::InvalidArgument(w.path + ": " + check.error().message());
+  return w.Put(w.records, RecordKey(r.id), value, MDB_NOOVERWRITE,
+               "put record " + std::to_string(r.id));
+}
+
+Status IndexWriter::PutMeta(std::string_view key, std::string_view value) {
+  Impl& w = *impl_;
+  PCRFS_RETURN_IF_ERROR(w.Usable());
+  if (key.empty() || key.size() > 255) {
+    return Status::InvalidArgument(w.path + ": meta key must be 1..255 bytes");
+  }
+  if (key == kIndexFormatKey) {
+    return Status::InvalidArgument(w.path + ": meta key \"" + std::string(key) + "\" is reserved");
+  }
+  return w.Put(w.meta, key, value, 0, "put meta " + std::string(key));
+}
+
+Status IndexWriter::Finish() {
+  Impl& w = *impl_;
+  PCRFS_RETURN_IF_ERROR(w.Usable());
+  Status s = w.DoFinish();
+  if (!s.ok()) {
+    w.failed = s;
+    return s;
+  }
+  w.finished = true;
+  return s;
+}
+
+Status IndexWriter::Impl::DoFinish() {
+  int rc = mdb_txn_commit(txn);
+  txn = nullptr;
+  if (rc != 0) return LmdbError(build_path + ": commit", rc);
+
+  const std::string tmp = path + ".tmp";
+  auto fd = OpenFile(tmp, O_RDWR | O_CREAT | O_TRUNC, 0644);
+  if (!fd) return fd.error();
+  // The compacted copy renumbers pages in tree order and omits free pages, so the same entries
+  // give the same bytes whatever the history of the build env.
+  rc = mdb_env_copyfd2(env, fd->get(), MDB_CP_COMPACT);
+  if (rc != 0) return LmdbError("copy " + build_path + " -> " + tmp, rc);
+  struct stat st;
+  if (::fstat(fd->get(), &st) != 0) return Status::FromErrno(tmp, errno);
+  const auto lmdb_size = static_cast<uint64_t>(st.st_size);
+  auto crc = CrcOfFileRange(fd->get(), lmdb_size, tmp);
+  if (!crc) return crc.error();
+  uint8_t trailer[kIndexTrailerSize] = {};
+  std::memcpy(trailer, kIndexTrailerMagic, 8);
+  EncodeFixed32(trailer + 8, kIndexTrailerVersion);
+  EncodeFixed64(trailer + 16, lmdb_size);
+  EncodeFixed32(trailer + 24, crc32c::Mask(*crc));
+  EncodeFixed32(trailer + 28, crc32c::Mask(crc32c::Value(trailer, 28)));
+  PCRFS_RETURN_IF_ERROR(PwriteFull(fd->get(), trailer, sizeof(trailer), lmdb_size, tmp));
+  if (::fsync(fd->get()) != 0) return Status::FromErrno("fsync " + tmp, errno);
+  fd->Reset();
+  if (::rename(tmp.c_str(), path.c_str()) != 0) {
+    return Status::FromErrno("rename " + tmp + " -> " + path, errno);
+  }
+  PCRFS_RETURN_IF_ERROR(FsyncPath(DirName(path)));
+  mdb_env_close(env);
+  env = nullptr;
+  RemoveBuildFiles(build_path);
+  return Status::OK();
+}
+
+// ---------------------------------------------------------------------------------------------
+// IndexReader
+
+struct IndexReader::Impl {
+  std::string path;
+  MDB_env* env = nullptr;
+  MDB_dbi entries = 0, dirents = 0, records = 0, meta = 0;
+  uint64_t num_entries = 0;
+
+  std::mutex mu;
+  std::vector<MDB_txn*> idle_txns;  // GUARDED_BY(mu); reset, ready for mdb_txn_renew
+
+  ~Impl() {
+    for (MDB_txn* t : idle_txns) mdb_txn_abort(t);
+    if (env) mdb_env_close(env);
+  }
+
+  // A read transaction borrowed from the pool for the length of one call. Data read through
+  // it is valid until the lease ends: copy it out first.
+  class Lease {
+   public:
+    explicit Lease(Impl* impl) : impl_(impl) {}
+    ~Lease() {
+      if (!txn_) return;
+      mdb_txn_reset(txn_);
+      std::lock_guard<std::mutex> lock(impl_->mu);
+      impl_->idle_txns.push_back(txn_);
+    }
+    Lease(const Lease&) = delete;
+    Lease& operator=(const Lease&) = delete;
+
+    Status Begin() {
+      {
+        std::lock_guard<std::mutex> lock(impl_->mu);
+        if (!impl_->idle_txns.empty()) {
+          txn_ = impl_->idle_txns.back();
+          impl_->idle_txns.pop_back();
+        }
+      }
+      if (txn_) {
+        int rc = mdb_txn_renew(txn_);
+        if (rc == 0) return Status::OK();
+        mdb_txn_abort(txn_);
+        txn_ = nullptr;
+        return LmdbError(impl_->path + ": renew read transaction", rc);
+      }
+      int rc = mdb_txn_begin(impl_->env, nullptr, MDB_RDONLY, &txn_);
+      if (rc != 0) {
+        txn_ = nullptr;
+        return LmdbError(impl_->path + ": begin read transaction", rc);
+      }
+      return Status::OK();
+    }
+    MDB_txn* txn() const { return txn_; }
+
+   private:
+    Impl* impl_;
+    MDB_txn* txn_ = nullptr;
+  };
+
+  // Looks key up in dbi; NotFound if absent. *out is valid until the lease ends.
+  Status Get(const Lease& lease, MDB_dbi dbi, std::string_view key, std::string_view* out,
+             const std::string& what) const {
+    MDB_val k = Val(key.data(), key.size());
+    MDB_val v;
+    int rc = mdb_get(lease.txn(), dbi, &k, &v);
+    if (rc != 0) return LmdbError(path + ": " + what, rc);
+    *out = std::string_view(static_cast<const char*>(v.mv_data), v.mv_size);
+    return Status::OK();
+  }
+
+  Result<Entry> GetEntry(const Lease& lease, uint64_t ino) const {
+    std::string_view v;
+    RETURN_ERR_IF_ERROR(Get(lease, entries, InoKey(ino), &v, "inode " + std::to_string(ino)));
+    auto e = DecodeEntry(ino, v);
+    if (!e) return Err(Status::Corruption(path + ": " + e.error().message()));
+    return e;
+  }
+
+  Result<uint64_t> LookupChild(const Lease& lease, uint64_t parent, std::string_view name) const {
+    if (!IsValidName(name)) {
+      return Err(Status::NotFound(path + ": no entry \"" + std::string(name) + "\" in directory " +
+                                  std::to_string(parent)));
+    }
+    std::string_view v;
+    Status s = Get(lease, dirents, DirentKey(parent, name), &v, "lookup");
+    if (s.IsNotFound()) {
+      return Err(Status::NotFound(path + ": no entry \"" + std::string(name) + "\" in directory " +
+                                  std::to_string(parent)));
+    }
+    if (!s.ok()) return Err(s);
+    if (v.size() != 8) return Err(Status::Corruption(path + ": malformed dirent value"));
+    return DecodeBigEndian64(reinterpret_cast<const uint8_t*>(v.data()));
+  }
+};
+
+IndexReader::IndexReader(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+IndexReader::~IndexReader() = default;
+
+Result<std::unique_ptr<IndexReader>> IndexReader::Open(const std::string& path) {
+  auto bad = [&path](const std::string& what) {
+    return Err(Status::Corruption(path + ": damaged or not a pcrfs index: " + what));
+  };
+  uint64_t lmdb_size;
+  {
+    // Verify the whole file before LMDB maps it: LMDB trusts its pages and may crash on a
+    // damaged file, so it only ever sees bytes whose checksum matched.
+    auto fd = OpenFile(path, O_RDONLY);
+    if (!fd) return Err(fd.error());
+    struct stat st;
+    if (::fstat(fd->get(), &st) != 0) return Err(Status::FromErrno(path, errno));
+    if (!S_ISREG(st.st_mode)) return bad("not a regular file");
+    const auto size = static_cast<uint64_t>(st.st_size);
+    if (size < kIndexTrailerSize) return bad("file too small (" + std::to_string(size) + " bytes)");
+    uint8_t trailer[kIndexTrailerSize];
+    RETURN_ERR_IF_ERROR(
+        PreadFull(fd->get(), trailer, sizeof(trailer), size - kIndexTrailerSize, path));
+    if (std::memcmp(trailer, kIndexTrailerMagic, 8) != 0) {
+      return bad("no pcrfs trailer (truncated, or not written by pcrfs)");
+    }
+    if (crc32c::Unmask(DecodeFixed32(trailer + 28)) != crc32c::Value(trailer, 28)) {
+      return bad("trailer checksum mismatch");
+    }
+    const uint32_t version = DecodeFixed32(trailer + 8);
+    if (version != kIndexTrailerVersion) {
+      return Err(Status::NotSupported(path + ": index format version " + std::to_string(version) +
+                                      " is not supported (this pcrfs reads " +
+                                      std::to_string(kIndexTrailerVersion) + ")"));
+    }
+    lmdb_size = DecodeFixed64(trailer + 16);
+    if (DecodeFixed32(trailer + 12) != 0 || lmdb_size != size - kIndexTrailerSize) {
+      return bad("trailer does not match the file size (truncated or extended)");
+    }
+    auto crc = CrcOfFileRange(fd->get(), lmdb_size, path);
+    if (!crc) return Err(crc.error());
+    if (crc32c::Mask(*crc) != DecodeFixed32(trailer + 24)) return bad("checksum mismatch");
+  }
+
+  auto impl = std::make_unique<Impl>();
+  impl->path = path;
+  int rc = mdb_env_create(&impl->env);
+  if (rc != 0) return Err(LmdbError("mdb_env_create", rc));
+  if ((rc = mdb_env_set_maxdbs(impl->env, 4)) != 0 ||
+      (rc = mdb_env_set_mapsize(impl->env, static_cast<size_t>(lmdb_size))) != 0) {
+    return Err(LmdbError(path, rc));
+  }
+  rc = mdb_env_open(impl->env, path.c_str(),
+                    MDB_RDONLY | MDB_NOSUBDIR | MDB_NOLOCK | MDB_NOTLS, 0444);
+  if (rc != 0) {
+    Status s = LmdbError(path, rc);
+    if (rc == EINVAL || rc == MDB_INVALID || rc == MDB_VERSION_MISMATCH) {
+      return bad(std::string("LMDB refused it: ") + mdb_strerror(rc));
+    }
+    return Err(s);
+  }
+  MDB_envinfo info;
+  MDB_stat stat;
+  if (mdb_env_info(impl->env, &info) != 0 || mdb_env_stat(impl->env, &stat) != 0) {
+    return bad("cannot read the LMDB meta pages");
+  }
+  if (stat.ms_psize == 0 || (info.me_last_pgno + 1) > lmdb_size / stat.ms_psize) {
+    return bad("LMDB pages extend past the end of the file");
+  }
+  {
+    // DBI handles opened in a transaction only outlive it if it commits (a reset closes them).
+    MDB_txn* txn;
+    rc = mdb_txn_begin(impl->env, nullptr, MDB_RDONLY, &txn);
+    if (rc != 0) return Err(LmdbError(path + ": begin read transaction", rc));
+    for (auto [name, dbi] : {std::pair{kEntriesDb, &impl->entries}, {kDirentsDb, &impl->dirents},
+                             {kRecordsDb, &impl->records}, {kMetaDb, &impl->meta}}) {
+      rc = mdb_dbi_open(txn, name, 0, dbi);
+      if (rc != 0) {
+        mdb_txn_abort(txn);
+        return bad(std::string("database \"") + name + "\": " + mdb_strerror(rc));
+      }
+    }
+    rc = mdb_txn_commit(txn);
+    if (rc != 0) return Err(LmdbError(path + ": open databases", rc));
+  }
+  {
+    Impl::Lease lease(impl.get());
+    RETURN_ERR_IF_ERROR(lease.Begin());
+    std::string_view format;
+    Status s = impl->Get(lease, impl->meta, kIndexFormatKey, &format, "meta index_format");
+    if (!s.ok()) return bad("no index_format in meta");
+    if (format != kIndexFormatValue) {
+      return Err(Status::NotSupported(path + ": index format \"" + std::string(format) +
+                                      "\" is not supported (this pcrfs reads " +
+                                      kIndexFormatValue + ")"));
+    }
+    MDB_stat es;
+    rc = mdb_stat(lease.txn(), impl->entries, &es);
+    if (rc != 0) return Err(LmdbError(path + ": stat entries", rc));
+    impl->num_entries = es.ms_entries;
+  }
+  return std::unique_ptr<IndexReader>(new IndexReader(std::move(impl)));
+}
+
+Result<Entry> IndexReader::Get(uint64_t ino) const {
+  Impl::Lease lease(impl_.get());
+  RETURN_ERR_IF_ERROR(lease.Begin());
+  return impl_->GetEntry(lease, ino);
+}
+
+Result<uint64_t> IndexReader::Lookup(uint64_t parent, std::string_view name) const {
+  Impl::Lease lease(impl_.get());
+  RETURN_ERR_IF_ERROR(lease.Begin());
+  return impl_->LookupChild(lease, parent, name);
+}
+
+Result<Entry> IndexReader::LookupPath(std::string_view path) const {
+  Impl::Lease lease(impl_.get());
+  RETURN_ERR_IF_ERROR(lease.Begin());
+  auto cur = impl_->GetEntry(lease, kRootIno);
+  if (!cur) return cur;
+  size_t pos = 0;
+  while (pos < path.size()) {
+    size_t slash = path.find('/', pos);
+    if (slash == std::string_view::npos) slash = path.size();
+    std::string_view name = path.substr(pos, slash - pos);
+    pos = slash + 1;
+    if (name.empty()) continue;  // leading, trailing or doubled '/'
+    if (!cur->is_dir()) {
+      return Err(Status::NotFound(impl_->path + ": \"" + std::string(path) +
+                                  "\": a component is not a directory"));
+    }
+    auto child = impl_->LookupChild(lease, cur->ino, name);
+    if (!child) {
+      if (child.error().IsNotFound()) {
+        return Err(Status::NotFound(impl_->path + ": no such path \"" + std::string(path) + "\""));
+      }
+      return Err(child.error());
+    }
+    cur = impl_->GetEntry(lease, *child);
+    if (!cur) return cur;
+  }
+  return cur;
+}
+
+Status IndexReader::List(const Entry& dir, uint64_t start,
+                         const std::function<bool(const Entry&)>& fn) const {
+  if (!dir.is_dir()) {
+    return Status::InvalidArgument(impl_->path + ": inode " + std::to_string(dir.ino) +
+                                   " is not a directory");
+  }
+  Impl::Lease lease(impl_.get());
+  PCRFS_RETURN_IF_ERROR(lease.Begin());
+  for (uint64_t i = start; i < dir.num_children; ++i) {
+    auto e = impl_->GetEntry(lease, dir.first_child + i);
+    if (!e) {
+      if (e.error().IsNotFound()) {
+        return Status::Corruption(impl_->path + ": directory " + std::to_string(dir.ino) +
+                                  " lists missing child inode " +
+                                  std::to_string(dir.first_child + i));
+      }
+      return e.error();
+    }
+    if (e->parent != dir.ino) {
+      return Status::Corruption(impl_->path + ": inode " + std::to_string(e->ino) +
+                                " is in the child range of " + std::to_string(dir.ino) +
+                                " but its parent is " + std::to_string(e->parent));
+    }
+    if (!fn(*e)) break;
+  }
+  return Status::OK();
+}
+
+Result<RecordInfo> IndexReader::GetRecord(uint32_t id) const {
+  Impl::Lease lease(impl_.get());
+  RETURN_ERR_IF_ERROR(lease.Begin());
+  std::string_view v;
+  RETURN_ERR_IF_ERROR(
+      impl_->Get(lease, impl_->records, RecordKey(id), &v, "record " + std::to_string(id)));
+  auto r = DecodeRecordInfo(id, v);
+  if (!r) return Err(Status::Corruption(impl_->path + ": " + r.error().message()));
+  return r;
+}
+
+Result<std::string> IndexReader::GetMeta(std::string_view key) const {
+  if (key.empty() || key.size() > 255) {
+    return Err(Status::NotFound(impl_->path + ": no meta key \"" + std::string(key) + "\""));
+  }
+  Impl::Lease lease(impl_.get());
+  RETURN_ERR_IF_ERROR(lease.Begin());
+  std::string_view v;
+  RETURN_ERR_IF_ERROR(
+      impl_->Get(lease, impl_->meta, key, &v, "meta \"" + std::string(key) + "\""));
+  return std::string(v);
+}
+
+uint64_t IndexReader::NumEntries() const { return impl_->num_entries; }
+
+}  // namespace pcrfs::index

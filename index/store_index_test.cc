@@ -1,0 +1,290 @@
+#include "index/store_index.h"
+
+#include <fcntl.h>
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <thread>
+
+#include "index/test_util.h"
+
+namespace pcrfs::index {
+namespace {
+
+using testing::ReadAll;
+using testing::TempDir;
+using testing::WriteAll;
+
+Entry Dir(uint64_t ino, uint64_t parent, std::string name, uint64_t first, uint64_t n,
+          uint64_t subdirs) {
+  Entry e;
+  e.ino = ino;
+  e.parent = parent;
+  e.name = std::move(name);
+  e.kind = EntryKind::kDirectory;
+  e.mode = 0755;
+  e.mtime_sec = 1600000000 + static_cast<int64_t>(ino);
+  e.first_child = first;
+  e.num_children = n;
+  e.num_subdirs = subdirs;
+  return e;
+}
+
+Entry File(uint64_t ino, uint64_t parent, std::string name, EntryKind kind) {
+  Entry e;
+  e.ino = ino;
+  e.parent = parent;
+  e.name = std::move(name);
+  e.kind = kind;
+  e.passthrough_reason = kind == EntryKind::kPassthrough ? 1 : 0;
+  e.mode = 0644;
+  e.mtime_sec = 1600000000 + static_cast<int64_t>(ino);
+  e.mtime_nsec = 5;
+  e.source_size = 1000 * ino;
+  e.record = 0;
+  e.slot = static_cast<uint32_t>(ino);
+  for (int g = 0; g < (kind == EntryKind::kJpeg ? kNumGroups : 1); ++g) {
+    e.pieces[g] = PieceRef{100 * ino + static_cast<uint64_t>(g), ino + static_cast<uint64_t>(g),
+                           static_cast<uint32_t>(ino * 31 + static_cast<uint64_t>(g))};
+  }
+  return e;
+}
+
+// /            1: a/ b.jpg empty/ z.txt
+// /a           2: c/ x.jpg y.png
+// /a/c         6: deep.jpg
+std::vector<Entry> SampleTree() {
+  return {
+      Dir(1, 1, "", 2, 4, 2),
+      Dir(2, 1, "a", 6, 3, 1),
+      File(3, 1, "b.jpg", EntryKind::kJpeg),
+      Dir(4, 1, "empty", 0, 0, 0),
+      File(5, 1, "z.txt", EntryKind::kPassthrough),
+      Dir(6, 2, "c", 9, 1, 0),
+      File(7, 2, "x.jpg", EntryKind::kJpeg),
+      File(8, 2, "y.png", EntryKind::kPassthrough),
+      File(9, 6, "deep.jpg", EntryKind::kJpeg),
+  };
+}
+
+RecordInfo SampleRecord(uint32_t id) {
+  RecordInfo r;
+  r.id = id;
+  r.data_offset = 1000;
+  for (int g = 0; g <= kNumGroups; ++g) r.group_offset[g] = 1000 + 100 * static_cast<uint64_t>(g);
+  r.file_size = r.group_offset[kNumGroups] + 16;
+  r.num_images = 6;
+  return r;
+}
+
+void BuildIndex(const std::string& path) {
+  auto w = IndexWriter::Create(path);
+  ASSERT_TRUE(w.has_value()) << w.error().ToString();
+  for (const Entry& e : SampleTree()) ASSERT_TRUE((*w)->AddEntry(e).ok()) << e.name;
+  ASSERT_TRUE((*w)->AddRecord(SampleRecord(0)).ok());
+  ASSERT_TRUE((*w)->AddRecord(SampleRecord(7)).ok());
+  ASSERT_TRUE((*w)->PutMeta("generator", "pcrfs test").ok());
+  Status s = (*w)->Finish();
+  ASSERT_TRUE(s.ok()) << s.ToString();
+}
+
+std::vector<std::string> Names(const IndexReader& r, const Entry& dir, uint64_t start,
+                               size_t limit = 100) {
+  std::vector<std::string> names;
+  Status s = r.List(dir, start, [&](const Entry& e) {
+    names.push_back(e.name);
+    return names.size() < limit;
+  });
+  EXPECT_TRUE(s.ok()) << s.ToString();
+  return names;
+}
+
+TEST(StoreIndexTest, RecordFileName) {
+  EXPECT_EQ(RecordFileName(0), "records/00000000.pcr");
+  EXPECT_EQ(RecordFileName(42), "records/00000042.pcr");
+  EXPECT_EQ(RecordFileName(4294967295u), "records/4294967295.pcr");
+}
+
+TEST(StoreIndexTest, LookupsAndListings) {
+  TempDir dir;
+  const std::string path = dir.Join("index.lmdb");
+  BuildIndex(path);
+  // Only the index itself is left: no build env, lock file or .tmp.
+  EXPECT_EQ(access((path + ".build").c_str(), F_OK), -1);
+  EXPECT_EQ(access((path + ".build-lock").c_str(), F_OK), -1);
+  EXPECT_EQ(access((path + ".tmp").c_str(), F_OK), -1);
+
+  auto r = IndexReader::Open(path);
+  ASSERT_TRUE(r.has_value()) << r.error().ToString();
+  const IndexReader& idx = **r;
+  EXPECT_EQ(idx.NumEntries(), 9u);
+
+  for (const Entry& want : SampleTree()) {
+    auto e = idx.Get(want.ino);
+    ASSERT_TRUE(e.has_value()) << e.error().ToString();
+    EXPECT_EQ(e->name, want.name);
+    EXPECT_EQ(e->parent, want.parent);
+    EXPECT_EQ(e->kind, want.kind);
+    EXPECT_EQ(e->pieces, want.pieces);
+    EXPECT_EQ(e->SizeAtLevel(3), want.SizeAtLevel(3));
+    if (want.ino != kRootIno) {
+      auto ino = idx.Lookup(want.parent, want.name);
+      ASSERT_TRUE(ino.has_value());
+      EXPECT_EQ(*ino, want.ino);
+    }
+  }
+  EXPECT_TRUE(idx.Get(10).error().IsNotFound());
+  EXPECT_TRUE(idx.Get(0).error().IsNotFound());
+  EXPECT_TRUE(idx.Lookup(1, "nope").error().IsNotFound());
+  EXPECT_TRUE(idx.Lookup(1, "x.jpg").error().IsNotFound());  // in /a, not in /
+  EXPECT_TRUE(idx.Lookup(3, "x").error().IsNotFound());
+  EXPECT_TRUE(idx.Lookup(1, "").error().IsNotFound());
+  EXPECT_TRUE(idx.Lookup(1, "..").error().IsNotFound());
+
+  EXPECT_EQ(idx.LookupPath("a/c/deep.jpg")->ino, 9u);
+  EXPECT_EQ(idx.LookupPath("/a/c/")->ino, 6u);
+  EXPECT_EQ(idx.LookupPath("")->ino, kRootIno);
+  EXPECT_EQ(idx.LookupPath("/")->ino, kRootIno);
+  EXPECT_EQ(idx.LookupPath("empty")->ino, 4u);
+  EXPECT_TRUE(idx.LookupPath("a/nope").error().IsNotFound());
+  EXPECT_TRUE(idx.LookupPath("b.jpg/x").error().IsNotFound());
+  EXPECT_TRUE(idx.LookupPath("a/../b.jpg").error().IsNotFound());
+
+  const Entry root = *idx.Get(kRootIno);
+  EXPECT_EQ(Names(idx, root, 0), (std::vector<std::string>{"a", "b.jpg", "empty", "z.txt"}));
+  EXPECT_EQ(Names(idx, root, 2), (std::vector<std::string>{"empty", "z.txt"}));
+  EXPECT_EQ(Names(idx, root, 4), std::vector<std::string>{});
+  EXPECT_EQ(Names(idx, root, 99), std::vector<std::string>{});
+  EXPECT_EQ(Names(idx, root, 1, 2), (std::vector<std::string>{"b.jpg", "empty"}));
+  EXPECT_EQ(Names(idx, *idx.Get(2), 0), (std::vector<std::string>{"c", "x.jpg", "y.png"}));
+  EXPECT_EQ(Names(idx, *idx.Get(4), 0), std::vector<std::string>{});
+  EXPECT_EQ(idx.List(*idx.Get(3), 0, [](const Entry&) { return true; }).code(),
+            Status::Code::kInvalidArgument);
+
+  auto rec = idx.GetRecord(7);
+  ASSERT_TRUE(rec.has_value()) << rec.error().ToString();
+  EXPECT_EQ(rec->id, 7u);
+  EXPECT_EQ(rec->group_offset, SampleRecord(7).group_offset);
+  EXPECT_EQ(rec->file_size, SampleRecord(7).file_size);
+  EXPECT_EQ(rec->num_images, 6u);
+  EXPECT_TRUE(idx.GetRecord(1).error().IsNotFound());
+  EXPECT_EQ(*idx.GetMeta("generator"), "pcrfs test");
+  EXPECT_EQ(*idx.GetMeta("index_format"), "1");
+  EXPECT_TRUE(idx.GetMeta("nope").error().IsNotFound());
+  EXPECT_TRUE(idx.GetMeta("").error().IsNotFound());
+}
+
+TEST(StoreIndexTest, SameInputSameBytes) {
+  TempDir a, b;
+  BuildIndex(a.Join("index.lmdb"));
+  BuildIndex(b.Join("other-name.lmdb"));
+  const auto x = ReadAll(a.Join("index.lmdb"));
+  const auto y = ReadAll(b.Join("other-name.lmdb"));
+  EXPECT_FALSE(x.empty());
+  EXPECT_EQ(x, y);
+}
+
+TEST(StoreIndexTest, WriterRejectsBadInput) {
+  TempDir dir;
+  const std::string path = dir.Join("index.lmdb");
+  {
+    auto w = IndexWriter::Create(path);
+    ASSERT_TRUE(w.has_value());
+    ASSERT_TRUE((*w)->AddEntry(Dir(1, 1, "", 2, 2, 0)).ok());
+    Status s = (*w)->AddEntry(File(2, 1, "a/b", EntryKind::kJpeg));
+    EXPECT_EQ(s.code(), Status::Code::kInvalidArgument);
+    EXPECT_NE(s.message().find("a/b"), std::string::npos) << s.ToString();
+    EXPECT_EQ((*w)->AddEntry(File(2, 1, "..", EntryKind::kJpeg)).code(),
+              Status::Code::kInvalidArgument);
+    EXPECT_EQ((*w)->AddEntry(File(2, 1, std::string(256, 'n'), EntryKind::kJpeg)).code(),
+              Status::Code::kInvalidArgument);
+    ASSERT_TRUE((*w)->AddEntry(File(3, 1, "b", EntryKind::kJpeg)).ok());
+    EXPECT_EQ((*w)->AddEntry(File(2, 1, "c", EntryKind::kJpeg)).code(),
+              Status::Code::kInvalidArgument);  // out of order
+    Entry bad_mode = File(4, 1, "d", EntryKind::kJpeg);
+    bad_mode.mode = 0100644;
+    EXPECT_EQ((*w)->AddEntry(bad_mode).code(), Status::Code::kInvalidArgument);
+    RecordInfo bad_rec = SampleRecord(1);
+    bad_rec.file_size += 1;
+    EXPECT_EQ((*w)->AddRecord(bad_rec).code(), Status::Code::kInvalidArgument);
+    EXPECT_EQ((*w)->PutMeta("index_format", "2").code(), Status::Code::kInvalidArgument);
+    EXPECT_EQ((*w)->AddEntry(File(5, 1, "b", EntryKind::kJpeg)).code(),
+              Status::Code::kAlreadyExists);
+  }
+  // Abandoned: nothing left behind.
+  EXPECT_EQ(access(path.c_str(), F_OK), -1);
+  EXPECT_EQ(access((path + ".build").c_str(), F_OK), -1);
+}
+
+TEST(StoreIndexTest, DamagedFilesFailCleanly) {
+  TempDir dir;
+  const std::string path = dir.Join("index.lmdb");
+  BuildIndex(path);
+  const auto good = ReadAll(path);
+  ASSERT_GT(good.size(), 4096u);
+  const std::string bad = dir.Join("bad.lmdb");
+
+  // Every single flipped byte (flipped in place and restored: rewriting the file each time is
+  // slow on some filesystems).
+  WriteAll(bad, good);
+  {
+    const int fd = ::open(bad.c_str(), O_WRONLY);
+    ASSERT_GE(fd, 0);
+    for (size_t off = 0; off < good.size(); ++off) {
+      const uint8_t flipped = good[off] ^ 0x01;
+      ASSERT_EQ(::pwrite(fd, &flipped, 1, static_cast<off_t>(off)), 1);
+      auto r = IndexReader::Open(bad);
+      ASSERT_EQ(::pwrite(fd, &good[off], 1, static_cast<off_t>(off)), 1);
+      ASSERT_FALSE(r.has_value()) << "offset " << off;
+      ASSERT_TRUE(r.error().IsCorruption()) << r.error().ToString();
+    }
+    ::close(fd);
+  }
+  // Every truncation length class, and some extensions.
+  for (size_t len : {size_t{0}, size_t{1}, size_t{31}, size_t{32}, size_t{4096},
+                     good.size() / 2, good.size() - 33, good.size() - 32, good.size() - 1}) {
+    WriteAll(bad, std::vector<uint8_t>(good.begin(), good.begin() + static_cast<long>(len)));
+    auto r = IndexReader::Open(bad);
+    ASSERT_FALSE(r.has_value()) << "length " << len;
+    EXPECT_TRUE(r.error().IsCorruption()) << r.error().ToString();
+    EXPECT_NE(r.error().message().find(bad), std::string::npos);
+  }
+  auto longer = good;
+  longer.push_back(0);
+  WriteAll(bad, longer);
+  EXPECT_TRUE(IndexReader::Open(bad).error().IsCorruption());
+  // Not an index at all.
+  WriteAll(bad, std::vector<uint8_t>(10000, 'x'));
+  EXPECT_TRUE(IndexReader::Open(bad).error().IsCorruption());
+  EXPECT_TRUE(IndexReader::Open(dir.Join("missing.lmdb")).error().IsNotFound());
+  EXPECT_FALSE(IndexReader::Open(dir.path()).has_value());
+  // And the good one still opens.
+  WriteAll(bad, good);
+  EXPECT_TRUE(IndexReader::Open(bad).has_value());
+}
+
+TEST(StoreIndexTest, ConcurrentReaders) {
+  TempDir dir;
+  BuildIndex(dir.Join("index.lmdb"));
+  auto r = IndexReader::Open(dir.Join("index.lmdb"));
+  ASSERT_TRUE(r.has_value());
+  const IndexReader& idx = **r;
+  std::atomic<int> failures{0};
+  std::vector<std::thread> threads;
+  for (int t = 0; t < 4; ++t) {
+    threads.emplace_back([&] {
+      for (int i = 0; i < 2000; ++i) {
+        auto e = idx.LookupPath("a/c/deep.jpg");
+        if (!e || e->ino != 9) ++failures;
+        auto root = idx.Get(kRootIno);
+        if (!root || Names(idx, *root, 0).size() != 4) ++failures;
+      }
+    });
+  }
+  for (auto& t : threads) t.join();
+  EXPECT_EQ(failures.load(), 0);
+}
+
+}  // namespace
+}  // namespace pcrfs::index

@@ -1,0 +1,234 @@
+#include "index/store.h"
+
+#include <gtest/gtest.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "index/record_writer.h"
+#include "index/test_util.h"
+
+namespace pcrfs::index {
+namespace {
+
+using testing::ReadAll;
+using testing::TempDir;
+using testing::WriteAll;
+using Bytes = std::vector<uint8_t>;
+
+Bytes Piece(uint64_t ino, int g) {
+  Bytes b(static_cast<size_t>((ino * 37 + static_cast<uint64_t>(g) * 11) % 90));
+  for (size_t i = 0; i < b.size(); ++i) b[i] = static_cast<uint8_t>(ino + i * 3 + g);
+  return b;
+}
+
+// STORE with "/"(1): a.jpg(2) b.txt(3) sub/(4); "/sub": c.jpg(5). One record.
+void BuildStore(const std::string& dir) {
+  ASSERT_EQ(mkdir((dir + "/records").c_str(), 0755), 0);
+  auto w = RecordWriter::Create(dir + "/" + RecordFileName(0));
+  ASSERT_TRUE(w.has_value());
+  struct F {
+    uint64_t ino;
+    std::string path;
+    EntryKind kind;
+  };
+  const std::vector<F> files = {
+      {2, "a.jpg", EntryKind::kJpeg}, {3, "b.txt", EntryKind::kPassthrough},
+      {5, "sub/c.jpg", EntryKind::kJpeg}};
+  for (const F& f : files) {
+    std::vector<Bytes> pieces;
+    for (int g = 0; g < (f.kind == EntryKind::kJpeg ? kNumGroups : 1); ++g) {
+      pieces.push_back(Piece(f.ino, g));
+    }
+    std::vector<std::span<const uint8_t>> spans(pieces.begin(), pieces.end());
+    ASSERT_TRUE((*w)->Add(f.path, f.kind, f.kind == EntryKind::kJpeg ? 0 : 1, spans).ok());
+  }
+  auto layout = (*w)->Finish();
+  ASSERT_TRUE(layout.has_value());
+
+  auto iw = IndexWriter::Create(dir + "/" + kIndexFile);
+  ASSERT_TRUE(iw.has_value());
+  Entry root;
+  root.ino = 1;
+  root.parent = 1;
+  root.mode = 0755;
+  root.first_child = 2;
+  root.num_children = 3;
+  root.num_subdirs = 1;
+  ASSERT_TRUE((*iw)->AddEntry(root).ok());
+  auto file_entry = [&](size_t slot, uint64_t parent, std::string name) {
+    const RecordImage& img = layout->images[slot];
+    Entry e;
+    e.ino = files[slot].ino;
+    e.parent = parent;
+    e.name = std::move(name);
+    e.kind = img.kind;
+    e.passthrough_reason = img.passthrough_reason;
+    e.mode = 0644;
+    e.record = 0;
+    e.slot = static_cast<uint32_t>(slot);
+    e.pieces = img.pieces;
+    e.source_size = e.SizeAtLevel(kNumGroups);
+    return e;
+  };
+  ASSERT_TRUE((*iw)->AddEntry(file_entry(0, 1, "a.jpg")).ok());
+  ASSERT_TRUE((*iw)->AddEntry(file_entry(1, 1, "b.txt")).ok());
+  Entry sub = root;
+  sub.ino = 4;
+  sub.name = "sub";
+  sub.first_child = 5;
+  sub.num_children = 1;
+  sub.num_subdirs = 0;
+  ASSERT_TRUE((*iw)->AddEntry(sub).ok());
+  ASSERT_TRUE((*iw)->AddEntry(file_entry(2, 4, "c.jpg")).ok());
+  RecordInfo info;
+  info.id = 0;
+  info.file_size = layout->file_size;
+  info.data_offset = layout->data_offset;
+  info.group_offset = layout->group_offset;
+  info.num_images = static_cast<uint32_t>(layout->images.size());
+  ASSERT_TRUE((*iw)->AddRecord(info).ok());
+  ASSERT_TRUE((*iw)->Finish().ok());
+
+  Manifest m;
+  m.generator = "pcrfs test";
+  m.num_entries = 5;
+  m.num_directories = 2;
+  m.num_records = 1;
+  const std::string json = m.ToJson();
+  WriteAll(dir + "/" + kManifestFile, Bytes(json.begin(), json.end()));
+}
+
+Bytes Expected(uint64_t ino, EntryKind kind, int k) {
+  if (kind == EntryKind::kPassthrough) return Piece(ino, 0);
+  Bytes out;
+  for (int g = 0; g < k; ++g) {
+    Bytes p = Piece(ino, g);
+    out.insert(out.end(), p.begin(), p.end());
+  }
+  out.push_back(0xFF);
+  out.push_back(0xD9);
+  return out;
+}
+
+TEST(StoreTest, ReadsEveryFileAtEveryLevel) {
+  TempDir dir;
+  BuildStore(dir.path());
+  auto store = Store::Open(dir.path());
+  ASSERT_TRUE(store.has_value()) << store.error().ToString();
+  EXPECT_EQ((*store)->manifest().num_records, 1u);
+  for (const char* path : {"a.jpg", "b.txt", "sub/c.jpg"}) {
+    auto e = (*store)->index().LookupPath(path);
+    ASSERT_TRUE(e.has_value()) << path;
+    for (int k = 1; k <= kNumGroups; ++k) {
+      Bytes out;
+      Status s = (*store)->ReadFile(*e, k, &out);
+      ASSERT_TRUE(s.ok()) << s.ToString();
+      EXPECT_EQ(out, Expected(e->ino, e->kind, k)) << path << " level " << k;
+      EXPECT_EQ(out.size(), e->SizeAtLevel(k));
+    }
+  }
+  auto r1 = (*store)->OpenRecord(0);
+  auto r2 = (*store)->OpenRecord(0);
+  ASSERT_TRUE(r1.has_value() && r2.has_value());
+  EXPECT_EQ(r1->get(), r2->get()) << "opened once and shared";
+  EXPECT_TRUE((*store)->OpenRecord(1).error().IsCorruption());
+  Bytes out;
+  EXPECT_EQ((*store)->ReadFile(*(*store)->index().Get(1), 1, &out).code(),
+            Status::Code::kInvalidArgument);
+  EXPECT_EQ((*store)->ReadFile(*(*store)->index().Get(2), 0, &out).code(),
+            Status::Code::kInvalidArgument);
+}
+
+TEST(StoreTest, OpenErrors) {
+  TempDir dir;
+  auto s = Store::Open(dir.Join("missing"));
+  EXPECT_EQ(s.error().message(), dir.Join("missing") + ": no such directory");
+  WriteAll(dir.Join("file"), {1});
+  s = Store::Open(dir.Join("file"));
+  EXPECT_EQ(s.error().message(), dir.Join("file") + ": not a directory");
+  s = Store::Open(dir.path());
+  EXPECT_EQ(s.error().message(), dir.path() + ": not a pcrfs store (no manifest.json)");
+
+  BuildStore(dir.path());
+  const auto manifest = ReadAll(dir.Join(kManifestFile));
+  std::string v2(manifest.begin(), manifest.end());
+  v2.replace(v2.find("\"format_version\": 1"), 19, "\"format_version\": 2");
+  WriteAll(dir.Join(kManifestFile), Bytes(v2.begin(), v2.end()));
+  s = Store::Open(dir.path());
+  EXPECT_EQ(s.error().code(), Status::Code::kNotSupported);
+  EXPECT_EQ(s.error().message(),
+            dir.path() + ": format version 2 is not supported (this pcrfs reads 1)");
+  WriteAll(dir.Join(kManifestFile), Bytes{'{'});
+  s = Store::Open(dir.path());
+  EXPECT_TRUE(s.error().IsCorruption());
+  EXPECT_NE(s.error().message().find("manifest.json"), std::string::npos);
+  WriteAll(dir.Join(kManifestFile), manifest);
+
+  const auto index = ReadAll(dir.Join(kIndexFile));
+  auto damaged = index;
+  damaged[damaged.size() / 2] ^= 4;
+  WriteAll(dir.Join(kIndexFile), damaged);
+  s = Store::Open(dir.path());
+  EXPECT_TRUE(s.error().IsCorruption());
+  EXPECT_NE(s.error().message().find("index.lmdb"), std::string::npos) << s.error().ToString();
+  ASSERT_EQ(unlink(dir.Join(kIndexFile).c_str()), 0);
+  s = Store::Open(dir.path());
+  EXPECT_TRUE(s.error().IsCorruption());
+  EXPECT_NE(s.error().message().find("index.lmdb is missing"), std::string::npos);
+  WriteAll(dir.Join(kIndexFile), index);
+  EXPECT_TRUE(Store::Open(dir.path()).has_value());
+}
+
+TEST(StoreTest, DamagedRecords) {
+  TempDir dir;
+  BuildStore(dir.path());
+  const std::string rec = dir.Join(RecordFileName(0));
+  const auto good = ReadAll(rec);
+  {
+    // A flipped byte in c.jpg's group-3 piece: only c.jpg at levels >= 3 fails.
+    auto store = Store::Open(dir.path());
+    ASSERT_TRUE(store.has_value());
+    auto c = *(*store)->index().LookupPath("sub/c.jpg");
+    auto a = *(*store)->index().LookupPath("a.jpg");
+    ASSERT_GT(c.pieces[2].length, 0u);
+    auto b = good;
+    b[c.pieces[2].offset] ^= 1;
+    WriteAll(rec, b);
+    Bytes out;
+    EXPECT_TRUE((*store)->ReadFile(c, 2, &out).ok());
+    Status s = (*store)->ReadFile(c, 3, &out);
+    EXPECT_TRUE(s.IsCorruption());
+    EXPECT_NE(s.message().find(rec), std::string::npos) << s.ToString();
+    EXPECT_TRUE((*store)->ReadFile(a, 10, &out).ok());
+    // An entry whose piece points outside its group region.
+    Entry wild = a;
+    wild.pieces[1].offset = wild.pieces[0].offset;
+    s = (*store)->ReadFile(wild, 2, &out);
+    EXPECT_TRUE(s.IsCorruption());
+    EXPECT_NE(s.message().find(rec), std::string::npos) << s.ToString();
+    EXPECT_NE(s.message().find("group 2"), std::string::npos) << s.ToString();
+  }
+  {
+    WriteAll(rec, Bytes(good.begin(), good.end() - 1));
+    auto store = Store::Open(dir.path());
+    ASSERT_TRUE(store.has_value());
+    auto a = *(*store)->index().LookupPath("a.jpg");
+    Bytes out;
+    Status s = (*store)->ReadFile(a, 1, &out);
+    EXPECT_TRUE(s.IsCorruption());
+    EXPECT_NE(s.message().find(rec), std::string::npos) << s.ToString();
+  }
+  {
+    ASSERT_EQ(unlink(rec.c_str()), 0);
+    auto store = Store::Open(dir.path());
+    ASSERT_TRUE(store.has_value());
+    auto a = *(*store)->index().LookupPath("a.jpg");
+    Bytes out;
+    Status s = (*store)->ReadFile(a, 1, &out);
+    EXPECT_TRUE(s.IsCorruption());
+    EXPECT_NE(s.message().find("missing"), std::string::npos) << s.ToString();
+  }
+}
+
+}  // namespace
+}  // namespace pcrfs::index

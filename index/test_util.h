@@ -1,0 +1,58 @@
+// Helpers shared by the index tests: temporary directories and fault-injecting files.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "common/random_access_file.h"
+
+namespace pcrfs::index::testing {
+
+// A fresh directory under /tmp, removed with everything in it on destruction.
+class TempDir {
+ public:
+  TempDir();
+  ~TempDir();
+  TempDir(const TempDir&) = delete;
+  TempDir& operator=(const TempDir&) = delete;
+  const std::string& path() const { return path_; }
+  std::string Join(const std::string& name) const { return path_ + "/" + name; }
+
+ private:
+  std::string path_;
+};
+
+std::vector<uint8_t> ReadAll(const std::string& path);
+void WriteAll(const std::string& path, const std::vector<uint8_t>& data);
+
+// An in-memory file with the given contents.
+class MemoryFile final : public RandomAccessFile {
+ public:
+  MemoryFile(std::string name, std::vector<uint8_t> data)
+      : name_(std::move(name)), data_(std::move(data)) {}
+  Status Read(uint64_t offset, size_t n, uint8_t* dst) const override;
+  uint64_t Size() const override { return data_.size(); }
+  const std::string& name() const override { return name_; }
+
+ private:
+  std::string name_;
+  std::vector<uint8_t> data_;
+};
+
+// Wraps a file; reads overlapping [bad_begin, bad_end) fail with EIO.
+class FaultInjectingFile final : public RandomAccessFile {
+ public:
+  FaultInjectingFile(const RandomAccessFile* base, uint64_t bad_begin, uint64_t bad_end)
+      : base_(base), bad_begin_(bad_begin), bad_end_(bad_end) {}
+  Status Read(uint64_t offset, size_t n, uint8_t* dst) const override;
+  uint64_t Size() const override { return base_->Size(); }
+  const std::string& name() const override { return base_->name(); }
+
+ private:
+  const RandomAccessFile* base_;
+  uint64_t bad_begin_, bad_end_;
+};
+
+}  // namespace pcrfs::index::testing
