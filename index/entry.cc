@@ -8,9 +8,7 @@ namespace {
 uint64_t ZigZag(int64_t v) {
   return (static_cast<uint64_t>(v) << 1) ^ static_cast<uint64_t>(v >> 63);
 }
-int64_t UnZigZag(uint64_t v) {
-  return static_cast<int64_t>(v >> 1) ^ -static_cast<int64_t>(v & 1);
-}
+int64_t UnZigZag(uint64_t v) { return static_cast<int64_t>(v >> 1) ^ -static_cast<int64_t>(v & 1); }
 
 size_t VarintLength(uint64_t v) {
   size_t n = 1;
@@ -118,8 +116,8 @@ Result<Entry> DecodeEntry(uint64_t ino, std::string_view value) {
       return Err(Bad(ino, "truncated directory fields"));
     }
     if (e.num_subdirs > e.num_children) return Err(Bad(ino, "more subdirectories than children"));
-    if (e.num_children > 0 && (e.first_child <= ino || e.first_child + e.num_children <
-                                                            e.first_child)) {
+    if (e.num_children > 0 &&
+        (e.first_child <= ino || e.first_child + e.num_children < e.first_child)) {
       return Err(Bad(ino, "child range out of bounds"));
     }
   } else {

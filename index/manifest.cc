@@ -1,13 +1,12 @@
 #include "index/manifest.h"
 
 #include <limits>
-
 #include <nlohmann/json.hpp>
 
-#define RETURN_ERR_IF_ERROR(expr)    \
-  do {                               \
-    ::pcrfs::Status s_ = (expr);     \
-    if (!s_.ok()) return Err(s_);    \
+#define RETURN_ERR_IF_ERROR(expr) \
+  do {                            \
+    ::pcrfs::Status s_ = (expr);  \
+    if (!s_.ok()) return Err(s_); \
   } while (0)
 
 namespace pcrfs::index {

@@ -123,8 +123,8 @@ Result<RecordLayout> ReadRecordLayout(const RandomAccessFile& file) {
     const uint64_t off = DecodeFixed64(t + 16 * gi);
     const uint64_t len = DecodeFixed64(t + 16 * gi + 8);
     if (off != layout.group_offset[gi]) {
-      return Err(Bad(file, "region of group " + U(gi + 1) + " starts at " + U(off) +
-                               ", expected " + U(layout.group_offset[gi])));
+      return Err(Bad(file, "region of group " + U(gi + 1) + " starts at " + U(off) + ", expected " +
+                               U(layout.group_offset[gi])));
     }
     if (len > size - kRecordFooterSize - off) {
       return Err(Bad(file, "region of group " + U(gi + 1) + " runs past the footer"));
@@ -133,8 +133,8 @@ Result<RecordLayout> ReadRecordLayout(const RandomAccessFile& file) {
     region_length[gi] = len;
   }
   if (layout.group_offset[kNumGroups] != size - kRecordFooterSize) {
-    return Err(Bad(file, "regions end at " + U(layout.group_offset[kNumGroups]) +
-                             ", not at the footer"));
+    return Err(
+        Bad(file, "regions end at " + U(layout.group_offset[kNumGroups]) + ", not at the footer"));
   }
 
   const uint8_t* names = t + kRecordGroupTableSize + kRecordImageEntrySize * n;
@@ -162,14 +162,13 @@ Result<RecordLayout> ReadRecordLayout(const RandomAccessFile& file) {
     if (name_len == 0 || name_off > names_size || name_len > names_size - name_off) {
       return Err(Bad(file, who + " has its name outside the names blob"));
     }
-    img.path.assign(reinterpret_cast<const char*>(names + name_off),
-                    static_cast<size_t>(name_len));
+    img.path.assign(reinterpret_cast<const char*>(names + name_off), static_cast<size_t>(name_len));
     for (int g = 0; g < kNumGroups; ++g) {
       auto gi = static_cast<size_t>(g);
       const uint64_t len = DecodeFixed64(e + 16 + 12 * gi);
       if (len > region_length[gi] - used[gi]) {
-        return Err(Bad(file, who + ": piece of group " + U(gi + 1) +
-                                 " runs past the end of its region"));
+        return Err(
+            Bad(file, who + ": piece of group " + U(gi + 1) + " runs past the end of its region"));
       }
       if (img.kind == EntryKind::kPassthrough && g > 0 && len != 0) {
         return Err(Bad(file, who + " is passthrough but has data in group " + U(gi + 1)));
@@ -197,8 +196,8 @@ Status ReadPiece(const RandomAccessFile& file, const PieceRef& piece, uint8_t* d
 Status ReadLevel(const RandomAccessFile& file, EntryKind kind, const PieceRefs& pieces, int k,
                  std::vector<uint8_t>* out) {
   if (k < 1 || k > kNumGroups) {
-    return Status::InvalidArgument(file.name() + ": level " + std::to_string(k) +
-                                   " is not in 1.." + std::to_string(kNumGroups));
+    return Status::InvalidArgument(file.name() + ": level " + std::to_string(k) + " is not in 1.." +
+                                   std::to_string(kNumGroups));
   }
   int num_pieces;
   switch (kind) {
@@ -244,8 +243,7 @@ Result<std::vector<DamagedImage>> VerifyRecord(const RandomAccessFile& file) {
     for (int g = 0; g < kNumGroups; ++g) {
       const PieceRef& p = img.pieces[static_cast<size_t>(g)];
       buf.resize(static_cast<size_t>(p.length));
-      Status s = ReadChecked(file, p.offset, p.length, p.masked_crc, PieceName(g + 1),
-                             buf.data());
+      Status s = ReadChecked(file, p.offset, p.length, p.masked_crc, PieceName(g + 1), buf.data());
       if (!s.ok()) {
         damaged.push_back(DamagedImage{i, img.path, s.ToString()});
         break;

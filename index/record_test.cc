@@ -98,9 +98,8 @@ void CheckRecord(const std::string& path, const std::vector<TestImage>& images,
       }
       Bytes piece(ri.pieces[g].length);
       ASSERT_TRUE(ReadPiece(**file, ri.pieces[g], piece.data()).ok());
-      const Bytes expected = static_cast<size_t>(g) < images[i].pieces.size()
-                                 ? images[i].pieces[g]
-                                 : Bytes();
+      const Bytes expected =
+          static_cast<size_t>(g) < images[i].pieces.size() ? images[i].pieces[g] : Bytes();
       EXPECT_EQ(piece, expected);
     }
     for (int k = 1; k <= kNumGroups; ++k) {
@@ -326,8 +325,8 @@ TEST(RecordTest, FaultsAffectOnlyTheirPieces) {
           Bytes out;
           Status s = ReadLevel(file, img.kind, img.pieces, k, &out);
           const bool uses = i == victim && (img.kind == EntryKind::kJpeg ? g < k : g == 0);
-          EXPECT_EQ(s.ok(), !uses) << "victim " << victim << " group " << g + 1 << " image "
-                                   << i << " level " << k << ": " << s.ToString();
+          EXPECT_EQ(s.ok(), !uses) << "victim " << victim << " group " << g + 1 << " image " << i
+                                   << " level " << k << ": " << s.ToString();
           if (!s.ok()) {
             EXPECT_EQ(s.sys_errno(), EIO);
           }
@@ -347,10 +346,8 @@ TEST(RecordTest, ReadLevelChecksArguments) {
   MemoryFile file("small.pcr", r.bytes);
   Bytes out;
   const RecordImage& img = r.layout.images[0];
-  EXPECT_EQ(ReadLevel(file, img.kind, img.pieces, 0, &out).code(),
-            Status::Code::kInvalidArgument);
-  EXPECT_EQ(ReadLevel(file, img.kind, img.pieces, 11, &out).code(),
-            Status::Code::kInvalidArgument);
+  EXPECT_EQ(ReadLevel(file, img.kind, img.pieces, 0, &out).code(), Status::Code::kInvalidArgument);
+  EXPECT_EQ(ReadLevel(file, img.kind, img.pieces, 11, &out).code(), Status::Code::kInvalidArgument);
   PieceRefs wild = img.pieces;
   wild[2].offset = UINT64_MAX - 2;
   wild[2].length = 100;

@@ -81,8 +81,8 @@ struct RecordWriter::Impl {
       spill[gi] = std::move(*fd);
     }
     PCRFS_RETURN_IF_ERROR(
-        WriteFull(spill[gi].get(), data, n, "spill file of " + path + " (group " +
-                                                 std::to_string(g + 1) + ")"));
+        WriteFull(spill[gi].get(), data, n,
+                  "spill file of " + path + " (group " + std::to_string(g + 1) + ")"));
     spill_size[gi] += n;
     return Status::OK();
   }
@@ -271,7 +271,8 @@ Status RecordWriter::Impl::DoFinish(RecordLayout* out) {
       copy_buf.resize(1 << 20);
       const std::string what = "spill file of " + path;
       for (uint64_t pos = 0; pos < spill_size[gi];) {
-        size_t chunk = static_cast<size_t>(std::min<uint64_t>(copy_buf.size(), spill_size[gi] - pos));
+        size_t chunk =
+            static_cast<size_t>(std::min<uint64_t>(copy_buf.size(), spill_size[gi] - pos));
         PCRFS_RETURN_IF_ERROR(PreadFull(spill[gi].get(), copy_buf.data(), chunk, pos, what));
         PCRFS_RETURN_IF_ERROR(WriteAll(fd->get(), &off, copy_buf.data(), chunk));
         pos += chunk;

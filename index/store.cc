@@ -143,9 +143,9 @@ Status Store::ReadFile(const Entry& e, int k, std::vector<uint8_t>* out) const {
     const uint64_t end = rec->info.group_offset[gi + 1];
     if (p.offset < begin || p.offset > end || p.length > end - p.offset) {
       return Status::Corruption(rec->file->name() + ": entry " + U(e.ino) + " \"" + e.name +
-                                "\" (slot " + U(e.slot) + "): piece of group " + U(gi + 1) +
-                                " [" + U(p.offset) + ", +" + U(p.length) +
-                                ") lies outside its region [" + U(begin) + ", " + U(end) + ")");
+                                "\" (slot " + U(e.slot) + "): piece of group " + U(gi + 1) + " [" +
+                                U(p.offset) + ", +" + U(p.length) + ") lies outside its region [" +
+                                U(begin) + ", " + U(end) + ")");
     }
   }
   return ReadLevel(*rec->file, e.kind, e.pieces, k, out);

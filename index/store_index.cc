@@ -216,8 +216,10 @@ Result<std::unique_ptr<IndexWriter>> IndexWriter::Create(const std::string& path
   if (rc != 0) return Err(LmdbError(impl->build_path, rc));
   rc = mdb_txn_begin(impl->env, nullptr, 0, &impl->txn);
   if (rc != 0) return Err(LmdbError(impl->build_path + ": begin", rc));
-  for (auto [name, dbi] : {std::pair{kEntriesDb, &impl->entries}, {kDirentsDb, &impl->dirents},
-                           {kRecordsDb, &impl->records}, {kMetaDb, &impl->meta}}) {
+  for (auto [name, dbi] : {std::pair{kEntriesDb, &impl->entries},
+                           {kDirentsDb, &impl->dirents},
+                           {kRecordsDb, &impl->records},
+                           {kMetaDb, &impl->meta}}) {
     rc = mdb_dbi_open(impl->txn, name, MDB_CREATE, dbi);
     if (rc != 0) return Err(LmdbError(impl->build_path + ": open db " + name, rc));
   }
@@ -474,8 +476,8 @@ Result<std::unique_ptr<IndexReader>> IndexReader::Open(const std::string& path) 
       (rc = mdb_env_set_mapsize(impl->env, static_cast<size_t>(lmdb_size))) != 0) {
     return Err(LmdbError(path, rc));
   }
-  rc = mdb_env_open(impl->env, path.c_str(),
-                    MDB_RDONLY | MDB_NOSUBDIR | MDB_NOLOCK | MDB_NOTLS, 0444);
+  rc = mdb_env_open(impl->env, path.c_str(), MDB_RDONLY | MDB_NOSUBDIR | MDB_NOLOCK | MDB_NOTLS,
+                    0444);
   if (rc != 0) {
     Status s = LmdbError(path, rc);
     if (rc == EINVAL || rc == MDB_INVALID || rc == MDB_VERSION_MISMATCH) {
@@ -496,8 +498,10 @@ Result<std::unique_ptr<IndexReader>> IndexReader::Open(const std::string& path) 
     MDB_txn* txn;
     rc = mdb_txn_begin(impl->env, nullptr, MDB_RDONLY, &txn);
     if (rc != 0) return Err(LmdbError(path + ": begin read transaction", rc));
-    for (auto [name, dbi] : {std::pair{kEntriesDb, &impl->entries}, {kDirentsDb, &impl->dirents},
-                             {kRecordsDb, &impl->records}, {kMetaDb, &impl->meta}}) {
+    for (auto [name, dbi] : {std::pair{kEntriesDb, &impl->entries},
+                             {kDirentsDb, &impl->dirents},
+                             {kRecordsDb, &impl->records},
+                             {kMetaDb, &impl->meta}}) {
       rc = mdb_dbi_open(txn, name, 0, dbi);
       if (rc != 0) {
         mdb_txn_abort(txn);
@@ -515,8 +519,8 @@ Result<std::unique_ptr<IndexReader>> IndexReader::Open(const std::string& path) 
     if (!s.ok()) return bad("no index_format in meta");
     if (format != kIndexFormatValue) {
       return Err(Status::NotSupported(path + ": index format \"" + std::string(format) +
-                                      "\" is not supported (this pcrfs reads " +
-                                      kIndexFormatValue + ")"));
+                                      "\" is not supported (this pcrfs reads " + kIndexFormatValue +
+                                      ")"));
     }
     MDB_stat es;
     rc = mdb_stat(lease.txn(), impl->entries, &es);
@@ -613,8 +617,7 @@ Result<std::string> IndexReader::GetMeta(std::string_view key) const {
   Impl::Lease lease(impl_.get());
   RETURN_ERR_IF_ERROR(lease.Begin());
   std::string_view v;
-  RETURN_ERR_IF_ERROR(
-      impl_->Get(lease, impl_->meta, key, &v, "meta \"" + std::string(key) + "\""));
+  RETURN_ERR_IF_ERROR(impl_->Get(lease, impl_->meta, key, &v, "meta \"" + std::string(key) + "\""));
   return std::string(v);
 }
 

@@ -242,8 +242,8 @@ TEST(StoreIndexTest, DamagedFilesFailCleanly) {
     ::close(fd);
   }
   // Every truncation length class, and some extensions.
-  for (size_t len : {size_t{0}, size_t{1}, size_t{31}, size_t{32}, size_t{4096},
-                     good.size() / 2, good.size() - 33, good.size() - 32, good.size() - 1}) {
+  for (size_t len : {size_t{0}, size_t{1}, size_t{31}, size_t{32}, size_t{4096}, good.size() / 2,
+                     good.size() - 33, good.size() - 32, good.size() - 1}) {
     WriteAll(bad, std::vector<uint8_t>(good.begin(), good.begin() + static_cast<long>(len)));
     auto r = IndexReader::Open(bad);
     ASSERT_FALSE(r.has_value()) << "length " << len;

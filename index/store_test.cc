@@ -31,9 +31,9 @@ void BuildStore(const std::string& dir) {
     std::string path;
     EntryKind kind;
   };
-  const std::vector<F> files = {
-      {2, "a.jpg", EntryKind::kJpeg}, {3, "b.txt", EntryKind::kPassthrough},
-      {5, "sub/c.jpg", EntryKind::kJpeg}};
+  const std::vector<F> files = {{2, "a.jpg", EntryKind::kJpeg},
+                                {3, "b.txt", EntryKind::kPassthrough},
+                                {5, "sub/c.jpg", EntryKind::kJpeg}};
   for (const F& f : files) {
     std::vector<Bytes> pieces;
     for (int g = 0; g < (f.kind == EntryKind::kJpeg ? kNumGroups : 1); ++g) {
