@@ -178,6 +178,7 @@ TEST(RecordTest, WriterRejectsBadInput) {
   EXPECT_FALSE((*w)->Add("a", EntryKind::kDirectory, 0, one).ok());
   EXPECT_FALSE((*w)->Add("a", EntryKind::kJpeg, 3, ten).ok());
   EXPECT_FALSE((*w)->Add("", EntryKind::kPassthrough, 1, one).ok());
+  EXPECT_TRUE((*w)->Add("empty", EntryKind::kPassthrough, 4, {}).ok());
   EXPECT_TRUE((*w)->Add("a", EntryKind::kJpeg, 0, ten).ok());
   ASSERT_TRUE((*w)->Finish().has_value());
   EXPECT_FALSE((*w)->Add("b", EntryKind::kJpeg, 0, ten).ok());

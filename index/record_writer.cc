@@ -150,7 +150,7 @@ Status RecordWriter::Add(std::string_view path, EntryKind kind, uint8_t passthro
       return Status::InvalidArgument(what + ": a JPEG has no passthrough reason");
     }
   } else if (kind == EntryKind::kPassthrough) {
-    if (pieces.size() != 1) {
+    if (pieces.size() > 1) {  // none: an empty file
       return Status::InvalidArgument(what + ": a passthrough file takes 1 piece, got " +
                                      std::to_string(pieces.size()));
     }

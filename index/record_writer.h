@@ -27,7 +27,8 @@ class RecordWriter {
   RecordWriter& operator=(const RecordWriter&) = delete;
 
   // Appends a file in the next slot. kJpeg takes exactly kNumGroups pieces; kPassthrough takes
-  // exactly one (the whole file). `path` is stored for recovery and checking.
+  // exactly one (the whole file), or none for an empty file. `path` is stored for recovery and
+  // checking.
   Status Add(std::string_view path, EntryKind kind, uint8_t passthrough_reason,
              std::span<const std::span<const uint8_t>> pieces);
 
