@@ -5,6 +5,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
@@ -135,7 +136,7 @@ constexpr uint32_t kIndexTrailerVersion = 1;
 constexpr size_t kIndexTrailerSize = 32;
 
 Result<uint32_t> CrcOfFileRange(int fd, uint64_t n, const std::string& what) {
-  std::vector<uint8_t> buf(1 << 20);
+  std::vector<uint8_t> buf(static_cast<size_t>(std::min<uint64_t>(n, 1 << 20)));
   uint32_t crc = 0;
   for (uint64_t pos = 0; pos < n;) {
     size_t chunk = static_cast<size_t>(std::min<uint64_t>(buf.size(), n - pos));
