@@ -3,6 +3,7 @@
 #include <fcntl.h>
 #include <sys/stat.h>
 
+#include <algorithm>
 #include <cerrno>
 
 namespace pcrfs {
@@ -13,6 +14,7 @@ Result<std::unique_ptr<RandomAccessFile>> PosixRandomAccessFile::Open(const std:
   struct stat st;
   if (::fstat(fd->get(), &st) != 0) return Err(Status::FromErrno(path, errno));
   if (!S_ISREG(st.st_mode)) return Err(Status::Corruption(path + ": not a regular file"));
+  ::posix_fadvise(fd->get(), 0, 0, POSIX_FADV_RANDOM);
   return std::unique_ptr<RandomAccessFile>(
       new PosixRandomAccessFile(path, std::move(*fd), static_cast<uint64_t>(st.st_size)));
 }
@@ -24,6 +26,17 @@ Status PosixRandomAccessFile::Read(uint64_t offset, size_t n, uint8_t* dst) cons
                               std::to_string(size_) + " bytes)");
   }
   return PreadFull(fd_.get(), dst, n, offset, path_);
+}
+
+}  // namespace pcrfs
+
+namespace pcrfs {
+
+void PosixRandomAccessFile::Prefetch(uint64_t offset, uint64_t n) const {
+  if (offset >= size_) return;
+  n = std::min(n, size_ - offset);
+  ::posix_fadvise(fd_.get(), static_cast<off_t>(offset), static_cast<off_t>(n),
+                  POSIX_FADV_WILLNEED);
 }
 
 }  // namespace pcrfs

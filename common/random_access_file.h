@@ -19,9 +19,12 @@ class RandomAccessFile {
   virtual Status Read(uint64_t offset, size_t n, uint8_t* dst) const = 0;
   virtual uint64_t Size() const = 0;
   virtual const std::string& name() const = 0;
+  // Hints that [offset, offset + n) will be read soon (asynchronous readahead). Optional.
+  virtual void Prefetch(uint64_t /*offset*/, uint64_t /*n*/) const {}
 };
 
-// pread(2) on an open file; thread-safe.
+// pread(2) on an open file; thread-safe. The kernel's own readahead is turned off
+// (POSIX_FADV_RANDOM): reads are exact, and callers that know better call Prefetch().
 class PosixRandomAccessFile final : public RandomAccessFile {
  public:
   static Result<std::unique_ptr<RandomAccessFile>> Open(const std::string& path);
@@ -29,6 +32,7 @@ class PosixRandomAccessFile final : public RandomAccessFile {
   Status Read(uint64_t offset, size_t n, uint8_t* dst) const override;
   uint64_t Size() const override { return size_; }
   const std::string& name() const override { return path_; }
+  void Prefetch(uint64_t offset, uint64_t n) const override;
 
  private:
   PosixRandomAccessFile(std::string path, UniqueFd fd, uint64_t size)

@@ -1,0 +1,271 @@
+#define FUSE_USE_VERSION FUSE_MAKE_VERSION(3, 12)
+#include "fs/daemon.h"
+
+#include <dirent.h>
+#include <fuse3/fuse_lowlevel.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <csignal>
+#include <cstddef>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+#include <memory>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <thread>
+
+#include "fs/filesystem.h"
+#include "fs/fuse_ops.h"
+#include "index/store.h"
+
+namespace pcrfs::fs {
+namespace {
+
+struct CliOptions {
+  unsigned scans = 0;
+  unsigned threads = 0;
+  char* cache_size = nullptr;
+  int uid = -1;
+  int gid = -1;
+  unsigned readahead = 64;
+  const char* store = nullptr;
+  const char* mountpoint = nullptr;  // also left in the arguments for libfuse
+  int nonopt_seen = 0;
+  bool help_or_version = false;
+};
+
+#define PCRFS_OPT(t, p) {t, offsetof(CliOptions, p), 1}
+const fuse_opt kOptionSpecs[] = {
+    PCRFS_OPT("scans=%u", scans),       PCRFS_OPT("threads=%u", threads),
+    PCRFS_OPT("cache_size=%s", cache_size), PCRFS_OPT("uid=%d", uid),
+    PCRFS_OPT("gid=%d", gid),           PCRFS_OPT("readahead=%u", readahead),
+    FUSE_OPT_END};
+
+// Takes the first non-option argument as the store; leaves the mount point to libfuse.
+int OptProc(void* data, const char* arg, int key, fuse_args*) {
+  auto* o = static_cast<CliOptions*>(data);
+  if (key == FUSE_OPT_KEY_NONOPT) {
+    if (o->nonopt_seen++ == 0) {
+      o->store = arg;
+      return 0;
+    }
+    if (o->mountpoint == nullptr) o->mountpoint = arg;
+  } else if (key == FUSE_OPT_KEY_OPT) {
+    const std::string_view a(arg);
+    if (a == "-h" || a == "--help" || a == "-V" || a == "--version") o->help_or_version = true;
+  }
+  return 1;
+}
+
+void PrintUsage(const char* prog) {
+  std::printf(
+      "usage: %s STORE MOUNTPOINT [options]\n"
+      "\n"
+      "Mounts the pcrfs store STORE read-only at MOUNTPOINT as a folder of JPEG files.\n"
+      "Without -o scans, the root holds scan1 .. scan10: the whole dataset at each fidelity.\n"
+      "\n"
+      "pcrfs options:\n"
+      "    -o scans=K             serve the dataset at level K (1..10) at the root\n"
+      "    -o threads=N           FUSE worker threads (default: 2 x cores, at least 4)\n"
+      "    -o cache_size=SIZE     piece cache memory cap, e.g. 256M, 1G (default 256M)\n"
+      "    -o readahead=N         files to read ahead in a record on sequential reads\n"
+      "                           (default 64; 0 turns it off)\n"
+      "    -o uid=N,gid=N         owner of every file (default: the mounting user)\n"
+      "    -o allow_other         let other users read (implies default_permissions)\n"
+      "\n",
+      prog);
+}
+
+std::optional<uint64_t> ParseSize(const char* text) {
+  if (text == nullptr || *text == '\0') return std::nullopt;
+  char* end = nullptr;
+  errno = 0;
+  const unsigned long long v = std::strtoull(text, &end, 10);
+  if (errno != 0 || end == text) return std::nullopt;
+  uint64_t mult = 1;
+  switch (*end) {
+    case '\0':
+      break;
+    case 'k':
+    case 'K':
+      mult = 1ull << 10;
+      break;
+    case 'm':
+    case 'M':
+      mult = 1ull << 20;
+      break;
+    case 'g':
+    case 'G':
+      mult = 1ull << 30;
+      break;
+    default:
+      return std::nullopt;
+  }
+  if (*end != '\0' && end[1] != '\0' && !(end[1] == 'B' || end[1] == 'i')) return std::nullopt;
+  return static_cast<uint64_t>(v) * mult;
+}
+
+// Nothing is mounted over a missing, non-directory or non-empty mount point.
+bool CheckMountPoint(const char* prog, const char* mnt) {
+  struct stat st;
+  if (::stat(mnt, &st) != 0) {
+    std::fprintf(stderr, "%s: %s: mount point %s\n", prog, mnt,
+                 errno == ENOENT ? "does not exist" : std::strerror(errno));
+    return false;
+  }
+  if (!S_ISDIR(st.st_mode)) {
+    std::fprintf(stderr, "%s: %s: mount point is not a directory\n", prog, mnt);
+    return false;
+  }
+  DIR* d = ::opendir(mnt);
+  if (d == nullptr) {
+    std::fprintf(stderr, "%s: %s: cannot open mount point: %s\n", prog, mnt, std::strerror(errno));
+    return false;
+  }
+  bool empty = true;
+  while (struct dirent* de = ::readdir(d)) {
+    if (std::strcmp(de->d_name, ".") != 0 && std::strcmp(de->d_name, "..") != 0) {
+      empty = false;
+      break;
+    }
+  }
+  ::closedir(d);
+  if (!empty) {
+    std::fprintf(stderr, "%s: %s: mount point is not empty\n", prog, mnt);
+    return false;
+  }
+  return true;
+}
+
+}  // namespace
+
+int RunDaemon(int argc, char** argv) {
+  const char* prog = "pcrfs";
+  fuse_args args = FUSE_ARGS_INIT(argc, argv);
+  CliOptions cli;
+  if (fuse_opt_parse(&args, &cli, kOptionSpecs, OptProc) != 0) {
+    fuse_opt_free_args(&args);
+    return 1;
+  }
+  // Check the store and the mount point before anything else: a bad one never leaves a mount
+  // behind, and the messages are ours (libfuse's for a bad mount point is less clear).
+  if (!cli.help_or_version && cli.store != nullptr && cli.mountpoint != nullptr) {
+    auto store = index::Store::Open(cli.store);
+    if (!store) {
+      std::fprintf(stderr, "%s: %s\n", prog, store.error().message().c_str());
+      fuse_opt_free_args(&args);
+      return 1;
+    }
+    if (!CheckMountPoint(prog, cli.mountpoint)) {
+      fuse_opt_free_args(&args);
+      return 1;
+    }
+  }
+  fuse_cmdline_opts opts;
+  std::memset(&opts, 0, sizeof opts);
+  if (fuse_parse_cmdline(&args, &opts) != 0) {
+    fuse_opt_free_args(&args);
+    return 1;
+  }
+  struct Cleanup {
+    fuse_args* args;
+    fuse_cmdline_opts* opts;
+    CliOptions* cli;
+    ~Cleanup() {
+      std::free(opts->mountpoint);
+      std::free(cli->cache_size);
+      fuse_opt_free_args(args);
+    }
+  } cleanup{&args, &opts, &cli};
+
+  if (opts.show_help) {
+    PrintUsage(prog);
+    std::printf("FUSE options:\n");
+    fuse_cmdline_help();
+    fuse_lowlevel_help();
+    return 0;
+  }
+  if (opts.show_version) {
+    std::printf("pcrfs %s\n", PCRFS_VERSION);
+    fuse_lowlevel_version();
+    return 0;
+  }
+  if (cli.store == nullptr || opts.mountpoint == nullptr) {
+    std::fprintf(stderr, "%s: STORE and MOUNTPOINT are required (see %s --help)\n", prog, prog);
+    return 1;
+  }
+  if (cli.scans > 10) {
+    std::fprintf(stderr, "%s: -o scans must be between 1 and 10\n", prog);
+    return 1;
+  }
+  FsOptions fs_options;
+  fs_options.fixed_level = static_cast<int>(cli.scans);
+  fs_options.uid = cli.uid >= 0 ? static_cast<uid_t>(cli.uid) : ::getuid();
+  fs_options.gid = cli.gid >= 0 ? static_cast<gid_t>(cli.gid) : ::getgid();
+  fs_options.readahead_slots = cli.readahead;
+  if (cli.cache_size != nullptr) {
+    auto size = ParseSize(cli.cache_size);
+    if (!size || *size < (1u << 20)) {
+      std::fprintf(stderr, "%s: -o cache_size=%s: expected a size of at least 1M, e.g. 256M\n",
+                   prog, cli.cache_size);
+      return 1;
+    }
+    fs_options.cache_bytes = *size;
+  }
+
+  std::error_code ec;
+  const std::string store_dir = std::filesystem::absolute(cli.store, ec).string();
+
+  // Read-only, and the kernel checks permissions (needed once other users may enter).
+  std::string fsname = "-ofsname=pcrfs:" + store_dir;
+  for (char& c : fsname) {
+    if (c == ',') c = '_';  // a comma would split the option list
+  }
+  fuse_opt_add_arg(&args, "-oro,default_permissions,subtype=pcrfs");
+  fuse_opt_add_arg(&args, fsname.c_str());
+
+  Filesystem* fs_ptr = nullptr;
+  fuse_session* se =
+      fuse_session_new(&args, &FuseOperations(), sizeof(fuse_lowlevel_ops), &fs_ptr);
+  if (se == nullptr) return 1;
+  int rc = 2;
+  if (fuse_set_signal_handlers(se) == 0) {
+    if (fuse_session_mount(se, opts.mountpoint) == 0) {
+      fuse_daemonize(opts.foreground);
+      // The store is opened after daemonizing: LMDB environments must not cross a fork.
+      auto store = index::Store::Open(store_dir);
+      if (!store) {
+        std::fprintf(stderr, "%s: %s\n", prog, store.error().message().c_str());
+      } else {
+        Filesystem fs(std::move(*store), fs_options);
+        fs_ptr = &fs;
+        if (opts.singlethread) {
+          rc = fuse_session_loop(se);
+        } else {
+          fuse_loop_config* config = fuse_loop_cfg_create();
+          const unsigned cores = std::max(1u, std::thread::hardware_concurrency());
+          const unsigned threads = cli.threads ? cli.threads : std::max(4u, 2 * cores);
+          fuse_loop_cfg_set_max_threads(config, threads);
+          fuse_loop_cfg_set_idle_threads(config, threads);
+          fuse_loop_cfg_set_clone_fd(config, opts.clone_fd);
+          rc = fuse_session_loop_mt(se, config);
+          fuse_loop_cfg_destroy(config);
+        }
+        // A SIGTERM, SIGINT or SIGHUP ends the loop with that signal's number: a clean exit.
+        rc = (rc == 0 || rc == SIGTERM || rc == SIGINT || rc == SIGHUP) ? 0 : 2;
+      }
+      fuse_session_unmount(se);
+    }
+    fuse_remove_signal_handlers(se);
+  }
+  fuse_session_destroy(se);
+  return rc;
+}
+
+}  // namespace pcrfs::fs

@@ -1,0 +1,299 @@
+#include "fs/filesystem.h"
+
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+#include <syslog.h>
+
+#include "codec/transcoder.h"
+#include "common/crc32c.h"
+
+namespace pcrfs::fs {
+namespace {
+
+Status Errno(int err, std::string_view what) { return Status::FromErrno(what, err); }
+
+constexpr char kXattrPrefix[] = "user.pcrfs.";
+const char* const kFileXattrs[] = {"level", "full_size", "source_size", "passthrough",
+                                   "passthrough_reason"};
+
+void SetTimes(struct stat* st, int64_t sec, uint32_t nsec) {
+  st->st_mtim.tv_sec = sec;
+  st->st_mtim.tv_nsec = nsec;
+  st->st_atim = st->st_mtim;
+  st->st_ctim = st->st_mtim;
+}
+
+// The level-k bytes of a file are pieces 1..k (JPEG; piece 1 only for passthrough) and then,
+// for JPEGs, the two bytes FF D9.
+int PieceCount(const index::Entry& e, int level) {
+  return e.kind == index::EntryKind::kJpeg ? level : 1;
+}
+
+}  // namespace
+
+Filesystem::Filesystem(std::unique_ptr<index::Store> store, FsOptions options)
+    : store_(std::move(store)), options_(options), cache_(options.cache_bytes) {
+  auto root = store_->index().Get(index::kRootIno);
+  if (root) root_ = std::move(*root);
+  last_slot_.assign(store_->manifest().num_records, UINT32_MAX);
+}
+
+Result<Filesystem::Resolved> Filesystem::Resolve(uint64_t ino) const {
+  Resolved r;
+  if (ino == kFuseRootIno) {
+    if (options_.fixed_level == 0) {
+      r.ladder_root = true;
+      r.entry = root_;
+      return r;
+    }
+    r.level = options_.fixed_level;
+    r.entry = root_;
+    return r;
+  }
+  const NodeId id = FromFuseIno(ino);
+  if (id.level < 1 || id.level > index::kNumGroups ||
+      (options_.fixed_level != 0 && id.level != options_.fixed_level)) {
+    return Err(Errno(ENOENT, "inode " + std::to_string(ino)));
+  }
+  auto e = store_->index().Get(id.store_ino);
+  if (!e) return Err(e.error().IsNotFound() ? Errno(ENOENT, "inode") : e.error());
+  r.level = id.level;
+  r.entry = std::move(*e);
+  return r;
+}
+
+struct stat Filesystem::EntryAttr(const index::Entry& e, int level) const {
+  struct stat st;
+  std::memset(&st, 0, sizeof st);
+  st.st_ino = (e.ino == index::kRootIno && options_.fixed_level != 0) ? kFuseRootIno
+                                                                      : ToFuseIno(e.ino, level);
+  st.st_uid = options_.uid;
+  st.st_gid = options_.gid;
+  st.st_blksize = kBlockSize;
+  if (e.is_dir()) {
+    st.st_mode = S_IFDIR | 0555;
+    st.st_nlink = 2 + e.num_subdirs;
+  } else {
+    st.st_mode = S_IFREG | 0444;
+    st.st_nlink = 1;
+    st.st_size = static_cast<off_t>(e.SizeAtLevel(level));
+    st.st_blocks = (st.st_size + 511) / 512;
+  }
+  SetTimes(&st, e.mtime_sec, e.mtime_nsec);
+  return st;
+}
+
+struct stat Filesystem::LadderRootAttr() const {
+  struct stat st;
+  std::memset(&st, 0, sizeof st);
+  st.st_ino = kFuseRootIno;
+  st.st_mode = S_IFDIR | 0555;
+  st.st_nlink = 2 + index::kNumGroups;
+  st.st_uid = options_.uid;
+  st.st_gid = options_.gid;
+  st.st_blksize = kBlockSize;
+  SetTimes(&st, root_.mtime_sec, root_.mtime_nsec);
+  return st;
+}
+
+Result<struct stat> Filesystem::GetAttr(uint64_t ino) const {
+  auto r = Resolve(ino);
+  if (!r) return Err(r.error());
+  if (r->ladder_root) return LadderRootAttr();
+  return EntryAttr(r->entry, r->level);
+}
+
+Result<struct stat> Filesystem::Lookup(uint64_t parent, std::string_view name) const {
+  auto r = Resolve(parent);
+  if (!r) return Err(r.error());
+  if (r->ladder_root) {
+    for (int k = 1; k <= index::kNumGroups; ++k) {
+      if (name == "scan" + std::to_string(k)) return EntryAttr(root_, k);
+    }
+    return Err(Errno(ENOENT, name));
+  }
+  if (!r->entry.is_dir()) return Err(Errno(ENOTDIR, name));
+  auto child = store_->index().Lookup(r->entry.ino, name);
+  if (!child) return Err(child.error().IsNotFound() ? Errno(ENOENT, name) : child.error());
+  auto e = store_->index().Get(*child);
+  if (!e) return Err(e.error());
+  return EntryAttr(*e, r->level);
+}
+
+Status Filesystem::ReadDir(uint64_t ino, uint64_t offset, const DirFiller& fn) const {
+  auto r = Resolve(ino);
+  if (!r) return r.error();
+  if (!r->ladder_root && !r->entry.is_dir()) return Errno(ENOTDIR, "readdir");
+  // Offsets: 0 = start, 1 = after ".", 2 = after "..", 2 + i + 1 = after child i.
+  struct stat self = r->ladder_root ? LadderRootAttr() : EntryAttr(r->entry, r->level);
+  if (offset == 0 && !fn(".", self, 1)) return Status::OK();
+  if (offset <= 1) {
+    struct stat parent = self;  // the kernel fills in the real ".." itself
+    if (!fn("..", parent, 2)) return Status::OK();
+  }
+  const uint64_t start = offset <= 2 ? 0 : offset - 2;
+  if (r->ladder_root) {
+    for (uint64_t i = start; i < index::kNumGroups; ++i) {
+      const int k = static_cast<int>(i) + 1;
+      if (!fn("scan" + std::to_string(k), EntryAttr(root_, k), 2 + i + 1)) break;
+    }
+    return Status::OK();
+  }
+  uint64_t i = start;
+  const int level = r->level;
+  return store_->index().List(r->entry, start, [&](const index::Entry& child) {
+    return fn(child.name, EntryAttr(child, level), 2 + ++i);
+  });
+}
+
+void Filesystem::ReportDamage(const index::Entry& e, int group, const Status& s) const {
+  {
+    std::lock_guard<std::mutex> l(mu_);
+    if (!damaged_logged_.insert({e.record, e.slot}).second) return;
+  }
+  std::fprintf(stderr, "pcrfs: damaged data: inode %llu '%s' group %d: %s\n",
+               static_cast<unsigned long long>(e.ino), e.name.c_str(), group,
+               s.message().c_str());
+  ::syslog(LOG_ERR, "pcrfs: damaged data: inode %llu '%s' group %d: %s",
+           static_cast<unsigned long long>(e.ino), e.name.c_str(), group, s.message().c_str());
+}
+
+Result<PieceBytes> Filesystem::GetPiece(const index::Entry& e, int group) const {
+  const PieceKey key{e.record, e.slot, static_cast<uint32_t>(group)};
+  if (PieceBytes hit = cache_.Get(key)) return hit;
+  const index::PieceRef& ref = e.pieces[static_cast<size_t>(group - 1)];
+  auto file = store_->OpenRecord(e.record);
+  if (!file) {
+    ReportDamage(e, group, file.error());
+    return Err(Status::IOError(file.error().message(), EIO));
+  }
+  auto bytes = std::make_shared<std::vector<uint8_t>>(ref.length);
+  Status s = (*file)->Read(ref.offset, ref.length, bytes->data());
+  if (s.ok() && crc32c::Mask(crc32c::Value(bytes->data(), bytes->size())) != ref.masked_crc) {
+    s = Status::Corruption((*file)->name() + ": checksum mismatch in group " +
+                           std::to_string(group) + " of slot " + std::to_string(e.slot));
+  }
+  if (!s.ok()) {
+    ReportDamage(e, group, s);
+    return Err(Status::IOError(s.message(), EIO));
+  }
+  PieceBytes shared = std::move(bytes);
+  cache_.Put(key, shared);
+  return shared;
+}
+
+void Filesystem::MaybeReadAhead(const index::Entry& e, int level) const {
+  if (options_.readahead_slots == 0 || e.record >= last_slot_.size()) return;
+  bool sequential;
+  {
+    std::lock_guard<std::mutex> l(mu_);
+    uint32_t& last = last_slot_[e.record];
+    if (last == e.slot + 1) return;  // this file was just read (another request of it)
+    sequential = last == e.slot;     // the previous file read in this record was slot - 1
+    last = e.slot + 1;
+  }
+  if (!sequential) return;
+  // Files are stored in walk order, so the next files' pieces of group g follow this file's
+  // piece of group g. Ask the kernel to fetch about readahead_slots files' worth of each of
+  // the level's groups, asynchronously, in one large read per group.
+  auto file = store_->OpenRecord(e.record);
+  if (!file) return;
+  for (int g = 1; g <= PieceCount(e, level); ++g) {
+    const index::PieceRef& ref = e.pieces[static_cast<size_t>(g - 1)];
+    const uint64_t want = std::max<uint64_t>(ref.length, 4096) * options_.readahead_slots;
+    (*file)->Prefetch(ref.offset + ref.length, want);
+  }
+}
+
+Result<size_t> Filesystem::Read(uint64_t ino, uint64_t offset, size_t size, uint8_t* dst) const {
+  auto r = Resolve(ino);
+  if (!r) return Err(r.error());
+  if (r->ladder_root || r->entry.is_dir()) return Err(Errno(EISDIR, "read"));
+  const index::Entry& e = r->entry;
+  const uint64_t file_size = e.SizeAtLevel(r->level);
+  if (offset >= file_size || size == 0) return size_t{0};
+  const uint64_t end = std::min<uint64_t>(file_size, offset + size);
+  MaybeReadAhead(e, r->level);
+
+  uint64_t pos = 0;  // file offset where the current piece starts
+  size_t copied = 0;
+  const int pieces = PieceCount(e, r->level);
+  for (int g = 1; g <= pieces && pos < end; ++g) {
+    const uint64_t len = e.pieces[static_cast<size_t>(g - 1)].length;
+    if (len > 0 && pos + len > offset) {
+      auto piece = GetPiece(e, g);
+      if (!piece) return Err(piece.error());
+      const uint64_t from = std::max(offset, pos) - pos;
+      const uint64_t to = std::min(end, pos + len) - pos;
+      std::memcpy(dst + copied, (*piece)->data() + from, to - from);
+      copied += to - from;
+    }
+    pos += len;
+  }
+  if (e.kind == index::EntryKind::kJpeg) {
+    for (int i = 0; i < 2; ++i, ++pos) {
+      if (pos >= offset && pos < end) dst[copied++] = index::kEoi[i];
+    }
+  }
+  return copied;
+}
+
+Result<std::string> Filesystem::GetXattr(uint64_t ino, std::string_view name) const {
+  auto r = Resolve(ino);
+  if (!r) return Err(r.error());
+  if (name.substr(0, sizeof(kXattrPrefix) - 1) != kXattrPrefix) {
+    return Err(Errno(ENODATA, name));
+  }
+  const std::string_view key = name.substr(sizeof(kXattrPrefix) - 1);
+  const int level = r->ladder_root ? 0 : r->level;
+  if (key == "level") {
+    if (level == 0) return Err(Errno(ENODATA, name));
+    return std::to_string(level);
+  }
+  if (r->ladder_root || r->entry.is_dir()) return Err(Errno(ENODATA, name));
+  const index::Entry& e = r->entry;
+  const bool passthrough = e.kind == index::EntryKind::kPassthrough;
+  if (key == "full_size") return std::to_string(e.SizeAtLevel(index::kNumGroups));
+  if (key == "source_size") return std::to_string(e.source_size);
+  if (key == "passthrough") return std::string(passthrough ? "1" : "0");
+  if (key == "passthrough_reason" && passthrough) {
+    return std::string(
+        codec::PassthroughReasonName(static_cast<codec::PassthroughReason>(e.passthrough_reason)));
+  }
+  return Err(Errno(ENODATA, name));
+}
+
+Result<std::vector<std::string>> Filesystem::ListXattr(uint64_t ino) const {
+  auto r = Resolve(ino);
+  if (!r) return Err(r.error());
+  std::vector<std::string> names;
+  if (r->ladder_root) return names;
+  if (r->entry.is_dir()) {
+    names.push_back(std::string(kXattrPrefix) + "level");
+    return names;
+  }
+  for (const char* x : kFileXattrs) {
+    if (std::strcmp(x, "passthrough_reason") == 0 &&
+        r->entry.kind != index::EntryKind::kPassthrough) {
+      continue;
+    }
+    names.push_back(std::string(kXattrPrefix) + x);
+  }
+  return names;
+}
+
+struct statvfs Filesystem::StatFs() const {
+  struct statvfs sv;
+  std::memset(&sv, 0, sizeof sv);
+  const index::Manifest& m = store_->manifest();
+  sv.f_bsize = kBlockSize;
+  sv.f_frsize = kBlockSize;
+  sv.f_blocks = (m.level_bytes[index::kNumGroups - 1] + kBlockSize - 1) / kBlockSize;
+  sv.f_files = m.num_entries;
+  sv.f_namemax = 255;
+  sv.f_flag = ST_RDONLY | ST_NOSUID | ST_NODEV;
+  return sv;
+}
+
+}  // namespace pcrfs::fs

@@ -1,0 +1,92 @@
+// The filesystem logic of the daemon, independent of FUSE: fuse_ops.cc is a thin adapter over
+// this class, and tests call it directly without mounting.
+//
+// Thread-safe: every method may be called from many FUSE worker threads at once. No lock is
+// held during I/O.
+#pragma once
+
+#include <sys/stat.h>
+#include <sys/statvfs.h>
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <set>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "common/status.h"
+#include "fs/inode.h"
+#include "fs/piece_cache.h"
+#include "index/store.h"
+
+namespace pcrfs::fs {
+
+struct FsOptions {
+  int fixed_level = 0;  // 0: the root holds scan1..scan10; K: the tree at level K is the root
+  uid_t uid = 0;
+  gid_t gid = 0;
+  uint64_t cache_bytes = uint64_t{256} << 20;  // piece cache cap
+  // Read ahead this many following slots of a record when reads walk it in order.
+  uint32_t readahead_slots = 64;
+};
+
+inline constexpr uint32_t kBlockSize = 128 * 1024;  // st_blksize: one FUSE read request
+
+class Filesystem {
+ public:
+  Filesystem(std::unique_ptr<index::Store> store, FsOptions options);
+  Filesystem(const Filesystem&) = delete;
+  Filesystem& operator=(const Filesystem&) = delete;
+
+  // Errors carry the errno to reply with (Status::ToErrno): ENOENT, ENOTDIR, EISDIR, ENODATA,
+  // EIO for damaged data.
+  Result<struct stat> GetAttr(uint64_t ino) const;
+  Result<struct stat> Lookup(uint64_t parent, std::string_view name) const;
+
+  // Lists a directory from `offset` (0: the start; "." and ".." come first). fn gets each
+  // entry's name, attributes and the offset of the entry after it; it returns false to stop
+  // (the reply buffer is full) and that entry is then not consumed.
+  using DirFiller =
+      std::function<bool(std::string_view name, const struct stat& st, uint64_t next_offset)>;
+  Status ReadDir(uint64_t ino, uint64_t offset, const DirFiller& fn) const;
+
+  // Reads up to size bytes at offset into dst; returns the count (0 at or past EOF).
+  Result<size_t> Read(uint64_t ino, uint64_t offset, size_t size, uint8_t* dst) const;
+
+  // user.pcrfs.level, user.pcrfs.full_size, user.pcrfs.source_size, user.pcrfs.passthrough,
+  // user.pcrfs.passthrough_reason (passthrough files only).
+  Result<std::string> GetXattr(uint64_t ino, std::string_view name) const;
+  Result<std::vector<std::string>> ListXattr(uint64_t ino) const;
+
+  struct statvfs StatFs() const;
+
+  const index::Store& store() const { return *store_; }
+  const PieceCache& cache() const { return cache_; }
+
+ private:
+  struct Resolved {
+    bool ladder_root = false;  // the virtual root holding scan1..scan10
+    int level = 0;
+    index::Entry entry;
+  };
+  Result<Resolved> Resolve(uint64_t ino) const;
+  struct stat EntryAttr(const index::Entry& e, int level) const;
+  struct stat LadderRootAttr() const;
+  Result<PieceBytes> GetPiece(const index::Entry& e, int group) const;
+  void MaybeReadAhead(const index::Entry& e, int level) const;
+  void ReportDamage(const index::Entry& e, int group, const Status& s) const;
+
+  std::unique_ptr<index::Store> store_;
+  const FsOptions options_;
+  mutable PieceCache cache_;
+  index::Entry root_;
+
+  mutable std::mutex mu_;
+  mutable std::set<std::pair<uint32_t, uint32_t>> damaged_logged_;  // GUARDED_BY(mu_)
+  mutable std::vector<uint32_t> last_slot_;  // GUARDED_BY(mu_); per record, last slot read + 1
+};
+
+}  // namespace pcrfs::fs

@@ -1,0 +1,597 @@
+#include "mount-tools/builder.h"
+
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <chrono>
+#include <condition_variable>
+#include <cstdio>
+#include <deque>
+#include <filesystem>
+#include <mutex>
+#include <optional>
+#include <thread>
+
+#include "common/file_util.h"
+#include "index/entry.h"
+#include "index/record_reader.h"
+#include "index/record_writer.h"
+#include "index/store.h"
+#include "index/store_index.h"
+#include "mount-tools/source_tree.h"
+
+namespace pcrfs::tools {
+namespace fs = std::filesystem;
+namespace {
+
+using codec::PassthroughReason;
+
+constexpr char kBuildStateDir[] = ".build";  // inside STORE.partial; removed on completion
+constexpr char kOptionsFile[] = "options";
+
+std::string PartialDir(const std::string& store) { return store + ".partial"; }
+
+// FNV-1a, 64 bit: a stable fingerprint of a record's members, to decide on --resume whether a
+// complete record can be kept.
+class Fingerprint {
+ public:
+  void Add(std::string_view s) {
+    for (unsigned char c : s) {
+      h_ ^= c;
+      h_ *= 0x100000001b3ull;
+    }
+    Add64(s.size());
+  }
+  void Add64(uint64_t v) {
+    for (int i = 0; i < 8; ++i) {
+      h_ ^= (v >> (8 * i)) & 0xff;
+      h_ *= 0x100000001b3ull;
+    }
+  }
+  std::string Hex() const {
+    char buf[17];
+    std::snprintf(buf, sizeof buf, "%016llx", static_cast<unsigned long long>(h_));
+    return buf;
+  }
+
+ private:
+  uint64_t h_ = 0xcbf29ce484222325ull;
+};
+
+std::string OptionsText(const BuildConfig& c) {
+  return "format=" + std::to_string(index::kStoreFormatVersion) +
+         " strip_metadata=" + std::to_string(c.strip_metadata) +
+         " images_per_record=" + std::to_string(c.images_per_record) +
+         " max_input_scans=" + std::to_string(c.max_input_scans) +
+         " max_image_memory=" + std::to_string(c.max_image_memory) +
+         " max_jpeg_bytes=" + std::to_string(c.max_jpeg_bytes) + "\n";
+}
+
+// What became of one source file.
+struct FileResult {
+  bool unreadable = false;
+  PassthroughReason reason = PassthroughReason::kNone;
+  std::string detail;
+  codec::ProgressiveJpeg jpeg;   // reason == kNone
+  std::vector<uint8_t> raw;      // passthrough bytes
+};
+
+FileResult ProcessFile(const std::string& path, const BuildConfig& config) {
+  FileResult r;
+  try {
+    auto data = ReadWholeFile(path, UINT64_MAX);
+    if (!data) {
+      r.unreadable = true;
+      r.reason = PassthroughReason::kUnreadable;
+      r.detail = data.error().message();
+      return r;
+    }
+    if (data->empty()) {
+      r.reason = PassthroughReason::kEmpty;
+    } else if (!codec::LooksLikeJpeg(*data)) {
+      r.reason = PassthroughReason::kNotJpeg;
+    } else if (data->size() > config.max_jpeg_bytes) {
+      r.reason = PassthroughReason::kTooBig;
+      r.detail = "larger than --max-jpeg-bytes (" + std::to_string(config.max_jpeg_bytes) + ")";
+    } else {
+      codec::TranscodeOptions opts;
+      opts.strip_metadata = config.strip_metadata;
+      opts.max_input_scans = config.max_input_scans;
+      opts.max_memory_bytes = config.max_image_memory;
+      codec::TranscodeResult t = codec::Transcode(*data, opts);
+      r.reason = t.reason;
+      r.detail = std::move(t.detail);
+      if (t.transcoded()) {
+        r.jpeg = std::move(t.image);
+        return r;
+      }
+    }
+    r.raw = std::move(*data);
+  } catch (const std::bad_alloc&) {
+    r = FileResult();
+    r.unreadable = true;
+    r.reason = PassthroughReason::kUnreadable;
+    r.detail = "out of memory";
+  }
+  return r;
+}
+
+// Runs ProcessFile over `paths` on `threads` threads and hands the results to the consumer in
+// order, keeping at most `window` results in memory.
+class OrderedTranscoder {
+ public:
+  OrderedTranscoder(const std::vector<std::string>* paths, const BuildConfig* config,
+                    unsigned threads)
+      : paths_(paths), config_(config), window_(std::max<size_t>(4, threads * 4)) {
+    slots_.resize(window_);
+    for (unsigned i = 0; i < threads; ++i) workers_.emplace_back([this] { WorkerLoop(); });
+  }
+  ~OrderedTranscoder() {
+    {
+      std::lock_guard<std::mutex> l(mu_);
+      stop_ = true;
+    }
+    work_cv_.notify_all();
+    for (auto& t : workers_) t.join();
+  }
+  OrderedTranscoder(const OrderedTranscoder&) = delete;
+  OrderedTranscoder& operator=(const OrderedTranscoder&) = delete;
+
+  // REQUIRES: called for i = 0, 1, 2, ... in order.
+  FileResult Take(size_t i) {
+    std::unique_lock<std::mutex> l(mu_);
+    done_cv_.wait(l, [&] { return slots_[i % window_].has_value(); });
+    FileResult r = std::move(*slots_[i % window_]);
+    slots_[i % window_].reset();
+    ++next_consume_;
+    l.unlock();
+    work_cv_.notify_all();
+    return r;
+  }
+
+ private:
+  void WorkerLoop() {
+    for (;;) {
+      size_t i;
+      {
+        std::unique_lock<std::mutex> l(mu_);
+        work_cv_.wait(l, [&] {
+          return stop_ || next_claim_ >= paths_->size() || next_claim_ < next_consume_ + window_;
+        });
+        if (stop_ || next_claim_ >= paths_->size()) return;
+        i = next_claim_++;
+      }
+      FileResult r = ProcessFile((*paths_)[i], *config_);
+      {
+        std::lock_guard<std::mutex> l(mu_);
+        slots_[i % window_] = std::move(r);
+      }
+      done_cv_.notify_all();
+    }
+  }
+
+  const std::vector<std::string>* paths_;
+  const BuildConfig* config_;
+  const size_t window_;
+  std::mutex mu_;
+  std::condition_variable work_cv_;  // a slot freed, or stop
+  std::condition_variable done_cv_;  // a result arrived
+  std::vector<std::optional<FileResult>> slots_;  // GUARDED_BY(mu_)
+  size_t next_claim_ = 0;                          // GUARDED_BY(mu_)
+  size_t next_consume_ = 0;                        // GUARDED_BY(mu_)
+  bool stop_ = false;                              // GUARDED_BY(mu_)
+  std::vector<std::thread> workers_;
+};
+
+// Where one source file ended up.
+struct FileLocation {
+  bool stored = false;
+  uint32_t record = 0;
+  uint32_t slot = 0;
+  index::EntryKind kind = index::EntryKind::kPassthrough;
+  uint8_t reason = 0;
+  index::PieceRefs pieces;
+};
+
+bool IsDirectoryEmpty(const std::string& path) {
+  std::error_code ec;
+  return fs::is_empty(path, ec) && !ec;
+}
+
+Status RemoveTree(const std::string& path) {
+  std::error_code ec;
+  fs::remove_all(path, ec);
+  if (ec) return Status::IOError("cannot remove " + path + ": " + ec.message());
+  return Status::OK();
+}
+
+Status MakeDir(const std::string& path) {
+  if (::mkdir(path.c_str(), 0755) != 0 && errno != EEXIST) {
+    return Status::FromErrno("cannot create " + path, errno);
+  }
+  return Status::OK();
+}
+
+class StoreBuilder {
+ public:
+  explicit StoreBuilder(const BuildConfig& config) : config_(config) {
+    threads_ = config.threads ? config.threads : std::max(1u, std::thread::hardware_concurrency());
+    partial_ = PartialDir(config.store);
+  }
+
+  Result<BuildReport> Run() {
+    const auto start = std::chrono::steady_clock::now();
+    auto tree = WalkSource(config_.source);
+    if (!tree) return Err(tree.error());
+    tree_ = std::move(*tree);
+    for (const SourceProblem& p : tree_.problems) {
+      report_.problems.push_back({p.rel_path, p.reason, ""});
+    }
+    report_.files_total = tree_.files.size();
+
+    locations_.assign(tree_.files.size(), FileLocation());
+    for (Status (StoreBuilder::*step)() : {&StoreBuilder::PreparePartial,
+                                           &StoreBuilder::WriteRecords,
+                                           &StoreBuilder::WriteIndexAndManifest,
+                                           &StoreBuilder::Publish}) {
+      Status s = (this->*step)();
+      if (!s.ok()) return Err(std::move(s));
+    }
+    report_.seconds =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    return std::move(report_);
+  }
+
+ private:
+  std::string RecordPath(uint32_t id) const {
+    return partial_ + "/" + index::RecordFileName(id);
+  }
+  std::string FingerprintPath(uint32_t id) const {
+    char buf[32];
+    std::snprintf(buf, sizeof buf, "/%08u.members", id);
+    return partial_ + "/" + kBuildStateDir + buf;
+  }
+
+  Status PreparePartial() {
+    const std::string state = partial_ + "/" + kBuildStateDir;
+    const std::string options = OptionsText(config_);
+    struct stat st;
+    if (::stat(partial_.c_str(), &st) == 0) {
+      bool keep = false;
+      if (config_.resume) {
+        auto old = ReadWholeFile(state + "/" + kOptionsFile, 1 << 20);
+        if (old && std::string(old->begin(), old->end()) == options) {
+          keep = true;
+        } else if (old) {
+          return Status::InvalidArgument(
+              partial_ + ": the interrupted build used other options (" +
+              std::string(old->begin(), old->end() - (old->empty() ? 0 : 1)) +
+              "); resume with the same options, or build without --resume");
+        }
+      }
+      if (!keep) PCRFS_RETURN_IF_ERROR(RemoveTree(partial_));
+    }
+    PCRFS_RETURN_IF_ERROR(MakeDir(partial_));
+    PCRFS_RETURN_IF_ERROR(MakeDir(partial_ + "/" + index::kRecordsDir));
+    PCRFS_RETURN_IF_ERROR(MakeDir(state));
+    return WriteFileAtomic(state + "/" + kOptionsFile, options.data(), options.size());
+  }
+
+  std::string MembersFingerprint(size_t begin, size_t end) const {
+    Fingerprint fp;
+    fp.Add(OptionsText(config_));
+    for (size_t i = begin; i < end; ++i) {
+      const SourceNode& n = tree_.nodes[tree_.files[i]];
+      fp.Add(n.rel_path);
+      fp.Add64(n.size);
+      fp.Add64(static_cast<uint64_t>(n.mtime_sec));
+      fp.Add64(n.mtime_nsec);
+    }
+    return fp.Hex();
+  }
+
+  // On --resume: a complete record whose members and their sizes and mtimes are unchanged.
+  std::optional<index::RecordLayout> ReusableRecord(uint32_t id, size_t begin, size_t end,
+                                                    const std::string& fp) const {
+    if (!config_.resume) return std::nullopt;
+    auto saved = ReadWholeFile(FingerprintPath(id), 1024);
+    if (!saved || std::string(saved->begin(), saved->end()) != fp) return std::nullopt;
+    auto file = PosixRandomAccessFile::Open(RecordPath(id));
+    if (!file) return std::nullopt;
+    auto layout = index::ReadRecordLayout(**file);
+    if (!layout || layout->images.size() != end - begin) return std::nullopt;
+    for (size_t i = begin; i < end; ++i) {
+      if (layout->images[i - begin].path != tree_.nodes[tree_.files[i]].rel_path) {
+        return std::nullopt;
+      }
+    }
+    return std::move(*layout);
+  }
+
+  void Place(uint32_t record, const index::RecordLayout& layout, size_t begin) {
+    for (size_t s = 0; s < layout.images.size(); ++s) {
+      const index::RecordImage& img = layout.images[s];
+      FileLocation& loc = locations_[begin + s];
+      loc.record = record;
+      loc.slot = static_cast<uint32_t>(s);
+      loc.kind = img.kind;
+      loc.reason = img.passthrough_reason;
+      loc.pieces = img.pieces;
+      loc.stored =
+          img.passthrough_reason != static_cast<uint8_t>(PassthroughReason::kUnreadable);
+    }
+  }
+
+  Status WriteRecords() {
+    const size_t n = tree_.files.size();
+    const size_t per = config_.images_per_record;
+    const auto num_records = static_cast<uint32_t>((n + per - 1) / per);
+    num_records_ = num_records;
+
+    // Decide which records survive from an interrupted build; transcode only the rest.
+    std::vector<std::optional<index::RecordLayout>> reused(num_records);
+    std::vector<std::string> fps(num_records);
+    std::vector<std::string> todo_paths;
+    for (uint32_t r = 0; r < num_records; ++r) {
+      const size_t begin = r * per, end = std::min(n, begin + per);
+      fps[r] = MembersFingerprint(begin, end);
+      reused[r] = ReusableRecord(r, begin, end, fps[r]);
+      if (reused[r]) continue;
+      for (size_t i = begin; i < end; ++i) {
+        todo_paths.push_back(tree_.AbsPath(tree_.nodes[tree_.files[i]]));
+      }
+    }
+
+    uint64_t done = 0;
+    auto last_progress = std::chrono::steady_clock::now();
+    auto tick = [&](uint64_t add) {
+      done += add;
+      if (!config_.progress) return;
+      auto now = std::chrono::steady_clock::now();
+      if (now - last_progress >= std::chrono::milliseconds(200) || done == n) {
+        last_progress = now;
+        config_.progress(done, n);
+      }
+    };
+
+    OrderedTranscoder pool(&todo_paths, &config_, threads_);
+    size_t next = 0;  // index into todo_paths
+    for (uint32_t r = 0; r < num_records; ++r) {
+      const size_t begin = r * per, end = std::min(n, begin + per);
+      if (reused[r]) {
+        Place(r, *reused[r], begin);
+        ++report_.records_reused;
+        tick(end - begin);
+        continue;
+      }
+      auto writer = index::RecordWriter::Create(RecordPath(r));
+      if (!writer) return writer.error();
+      for (size_t i = begin; i < end; ++i) {
+        FileResult res = pool.Take(next++);
+        const std::string& rel = tree_.nodes[tree_.files[i]].rel_path;
+        PCRFS_RETURN_IF_ERROR(AddToRecord(writer->get(), rel, &res));
+        tick(1);
+      }
+      auto layout = (*writer)->Finish();
+      if (!layout) return layout.error();
+      Place(r, *layout, begin);
+      PCRFS_RETURN_IF_ERROR(WriteFileAtomic(FingerprintPath(r), fps[r].data(), fps[r].size()));
+    }
+    return Status::OK();
+  }
+
+  Status AddToRecord(index::RecordWriter* writer, const std::string& rel, FileResult* res) {
+    const auto reason = static_cast<uint8_t>(res->reason);
+    if (res->unreadable) {
+      report_.problems.push_back({rel, "unreadable", res->detail});
+      return writer->Add(rel, index::EntryKind::kPassthrough, reason, {});
+    }
+    if (res->reason == PassthroughReason::kNone) {
+      std::array<std::span<const uint8_t>, codec::kNumGroups> pieces;
+      for (int g = 1; g <= codec::kNumGroups; ++g) pieces[g - 1] = res->jpeg.piece(g);
+      return writer->Add(rel, index::EntryKind::kJpeg, 0, pieces);
+    }
+    if (res->reason != PassthroughReason::kNotJpeg && res->reason != PassthroughReason::kEmpty) {
+      report_.passthrough_notes.push_back(
+          {rel, codec::PassthroughReasonName(res->reason), res->detail});
+    }
+    std::span<const uint8_t> whole(res->raw);
+    return writer->Add(rel, index::EntryKind::kPassthrough, reason,
+                       std::span<const std::span<const uint8_t>>(&whole, 1));
+  }
+
+  Status WriteIndexAndManifest() {
+    // Inode numbers: breadth-first, so the children of every directory are consecutive and in
+    // name order (readdir walks an inode range). Files that could not be stored get none.
+    std::vector<int64_t> file_pos(tree_.nodes.size(), -1);
+    for (size_t i = 0; i < tree_.files.size(); ++i) file_pos[tree_.files[i]] = static_cast<int64_t>(i);
+    auto included = [&](uint32_t node) {
+      return tree_.nodes[node].is_dir || locations_[static_cast<size_t>(file_pos[node])].stored;
+    };
+
+    std::vector<uint32_t> order{0};  // node index by inode - 1
+    std::vector<uint64_t> ino(tree_.nodes.size(), 0);
+    ino[0] = index::kRootIno;
+    std::vector<uint64_t> first_child(tree_.nodes.size(), 0);
+    for (size_t q = 0; q < order.size(); ++q) {
+      const uint32_t dir = order[q];
+      if (!tree_.nodes[dir].is_dir) continue;
+      first_child[dir] = order.size() + 1;
+      for (uint32_t c : tree_.nodes[dir].children) {
+        if (!included(c)) continue;
+        ino[c] = order.size() + 1;
+        order.push_back(c);
+      }
+    }
+
+    const std::string index_path = partial_ + "/" + index::kIndexFile;
+    auto writer = index::IndexWriter::Create(index_path);
+    if (!writer) return writer.error();
+
+    index::Manifest& m = report_.manifest;
+    m.generator = std::string("pcrfs ") + PCRFS_VERSION;
+    m.options = {config_.strip_metadata, config_.images_per_record,
+                 static_cast<uint32_t>(config_.max_input_scans), config_.max_image_memory,
+                 config_.max_jpeg_bytes};
+    m.num_records = num_records_;
+
+    for (uint32_t node_index : order) {
+      const SourceNode& n = tree_.nodes[node_index];
+      index::Entry e;
+      e.ino = ino[node_index];
+      e.parent = ino[n.parent];
+      e.name = n.name;
+      e.mode = n.mode;
+      e.mtime_sec = n.mtime_sec;
+      e.mtime_nsec = n.mtime_nsec;
+      if (n.is_dir) {
+        e.kind = index::EntryKind::kDirectory;
+        e.first_child = first_child[node_index];
+        for (uint32_t c : n.children) {
+          if (!included(c)) continue;
+          ++e.num_children;
+          if (tree_.nodes[c].is_dir) ++e.num_subdirs;
+        }
+        ++m.num_directories;
+      } else {
+        const FileLocation& loc = locations_[static_cast<size_t>(file_pos[node_index])];
+        e.kind = loc.kind;
+        e.passthrough_reason = loc.reason;
+        e.source_size = n.size;
+        e.record = loc.record;
+        e.slot = loc.slot;
+        e.pieces = loc.pieces;
+        m.source_bytes += n.size;
+        if (loc.kind == index::EntryKind::kJpeg) {
+          ++m.num_jpeg;
+          m.source_jpeg_bytes += n.size;
+        } else {
+          ++m.num_passthrough;
+          ++m.passthrough_by_reason[codec::PassthroughReasonName(
+              static_cast<PassthroughReason>(loc.reason))];
+        }
+        for (int k = 1; k <= index::kNumGroups; ++k) {
+          const uint64_t size = index::LevelSize(loc.kind, loc.pieces, k);
+          m.level_bytes[k - 1] += size;
+          if (loc.kind == index::EntryKind::kJpeg) m.jpeg_level_bytes[k - 1] += size;
+        }
+      }
+      ++m.num_entries;
+      PCRFS_RETURN_IF_ERROR((*writer)->AddEntry(e));
+    }
+
+    for (uint32_t r = 0; r < num_records_; ++r) {
+      auto file = PosixRandomAccessFile::Open(RecordPath(r));
+      if (!file) return file.error();
+      auto layout = index::ReadRecordLayout(**file);
+      if (!layout) return layout.error();
+      index::RecordInfo info;
+      info.id = r;
+      info.file_size = layout->file_size;
+      info.data_offset = layout->data_offset;
+      info.group_offset = layout->group_offset;
+      info.num_images = static_cast<uint32_t>(layout->images.size());
+      PCRFS_RETURN_IF_ERROR((*writer)->AddRecord(info));
+    }
+    PCRFS_RETURN_IF_ERROR(
+        (*writer)->PutMeta("format_version", std::to_string(index::kStoreFormatVersion)));
+    PCRFS_RETURN_IF_ERROR((*writer)->PutMeta("num_records", std::to_string(num_records_)));
+    PCRFS_RETURN_IF_ERROR((*writer)->Finish());
+
+    const std::string json = m.ToJson();
+    return WriteFileAtomic(partial_ + "/" + index::kManifestFile, json.data(), json.size());
+  }
+
+  Status Publish() {
+    PCRFS_RETURN_IF_ERROR(RemoveTree(partial_ + "/" + kBuildStateDir));
+    PCRFS_RETURN_IF_ERROR(FsyncPath(partial_ + "/" + index::kRecordsDir));
+    PCRFS_RETURN_IF_ERROR(FsyncPath(partial_));
+    struct stat st;
+    std::string old;
+    if (::stat(config_.store.c_str(), &st) == 0) {
+      // --force: keep the old store until the new one is in place.
+      old = config_.store + ".old";
+      PCRFS_RETURN_IF_ERROR(RemoveTree(old));
+      if (::rename(config_.store.c_str(), old.c_str()) != 0) {
+        return Status::FromErrno("rename " + config_.store + " -> " + old, errno);
+      }
+    }
+    if (::rename(partial_.c_str(), config_.store.c_str()) != 0) {
+      return Status::FromErrno("rename " + partial_ + " -> " + config_.store, errno);
+    }
+    const std::string parent = fs::path(config_.store).parent_path().string();
+    PCRFS_RETURN_IF_ERROR(FsyncPath(parent.empty() ? "." : parent));
+    if (!old.empty()) PCRFS_RETURN_IF_ERROR(RemoveTree(old));
+    return Status::OK();
+  }
+
+  const BuildConfig& config_;
+  unsigned threads_;
+  std::string partial_;
+  SourceTree tree_;
+  std::vector<FileLocation> locations_;  // by position in tree_.files
+  uint32_t num_records_ = 0;
+  BuildReport report_;
+};
+
+}  // namespace
+
+Status CheckBuildArguments(const BuildConfig& config) {
+  const std::string& src = config.source;
+  const std::string& store = config.store;
+  if (src.empty() || store.empty()) return Status::InvalidArgument("SRC and STORE are required");
+  struct stat st;
+  if (::stat(src.c_str(), &st) != 0) {
+    return Status::FromErrno(src + ": cannot use as source", errno);
+  }
+  if (!S_ISDIR(st.st_mode)) return Status::InvalidArgument(src + ": not a directory");
+  if (::access(src.c_str(), R_OK | X_OK) != 0) {
+    return Status::FromErrno(src + ": cannot read source", errno);
+  }
+  if (IsDirectoryEmpty(src)) return Status::InvalidArgument(src + ": source folder is empty");
+  if (config.images_per_record == 0 || config.images_per_record > (1u << 20)) {
+    return Status::InvalidArgument("--images-per-record must be between 1 and 1048576");
+  }
+  if (config.max_input_scans < 1) return Status::InvalidArgument("--max-scans must be >= 1");
+
+  std::error_code ec;
+  const fs::path src_abs = fs::weakly_canonical(src, ec);
+  const fs::path store_abs = fs::weakly_canonical(store, ec);
+  if (ec) return Status::InvalidArgument(store + ": " + ec.message());
+  if (store_abs.filename().empty()) return Status::InvalidArgument(store + ": not a valid store name");
+  // A store inside its own source would be walked into itself.
+  auto [s, t] = std::mismatch(src_abs.begin(), src_abs.end(), store_abs.begin(), store_abs.end());
+  if (s == src_abs.end()) {
+    return Status::InvalidArgument(store + ": the store cannot be inside the source folder " +
+                                   src);
+  }
+  const fs::path parent = store_abs.parent_path();
+  if (!fs::is_directory(parent, ec)) {
+    return Status::NotFound(store + ": parent folder " + parent.string() + " does not exist");
+  }
+  if (::access(parent.c_str(), W_OK) != 0) {
+    return Status::FromErrno(store + ": cannot write to " + parent.string(), errno);
+  }
+  if (::lstat(store.c_str(), &st) == 0) {
+    if (!config.force) {
+      return Status::AlreadyExists(store + ": already exists (use --force to replace it)");
+    }
+    // --force replaces stores only: never remove a folder of someone's data.
+    const bool is_store = ::access((store + "/" + index::kManifestFile).c_str(), F_OK) == 0;
+    if (!S_ISDIR(st.st_mode) || !(is_store || IsDirectoryEmpty(store))) {
+      return Status::InvalidArgument(store +
+                                     ": exists and is not a pcrfs store; refusing to replace it");
+    }
+  }
+  return Status::OK();
+}
+
+Result<BuildReport> Build(const BuildConfig& config) {
+  if (Status s = CheckBuildArguments(config); !s.ok()) return Err(std::move(s));
+  StoreBuilder builder(config);
+  return builder.Run();
+}
+
+}  // namespace pcrfs::tools

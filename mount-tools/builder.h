@@ -1,0 +1,69 @@
+// `pcr build`: turns a source folder into a store (docs/design.md, "Builder").
+//
+// Records are written in depth-first sorted path order into STORE.partial/, each published
+// atomically; the index and manifest come last, and the folder is renamed to STORE only when
+// complete. The same input and options give a byte-identical store. --resume keeps every
+// complete record whose members are unchanged and rebuilds the rest.
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "codec/transcoder.h"
+#include "common/status.h"
+#include "index/manifest.h"
+
+namespace pcrfs::tools {
+
+struct BuildConfig {
+  std::string source;
+  std::string store;
+  unsigned threads = 0;  // 0: every core
+  uint32_t images_per_record = 1024;
+  bool force = false;   // replace an existing store
+  bool resume = false;  // continue STORE.partial
+  bool strip_metadata = false;
+  int max_input_scans = 1000;
+  uint64_t max_image_memory = uint64_t{1} << 30;
+  // JPEGs larger than this are not transcoded but stored whole (reason "too-big").
+  uint64_t max_jpeg_bytes = uint64_t{256} << 20;
+  // Called about five times a second with (files done, files total). May be empty.
+  std::function<void(uint64_t, uint64_t)> progress;
+};
+
+struct PassthroughNote {
+  std::string rel_path;
+  std::string reason;
+  std::string detail;
+};
+
+struct BuildReport {
+  index::Manifest manifest;
+  uint64_t files_total = 0;
+  uint64_t records_reused = 0;  // by --resume
+  double seconds = 0;
+  // JPEG-looking files that were stored whole, with libjpeg's reason (not plain non-JPEGs).
+  std::vector<PassthroughNote> passthrough_notes;
+  // Source entries that could not be stored at all: dangling symlinks, loops, unreadable files.
+  std::vector<PassthroughNote> problems;
+};
+
+// Exit codes of `pcr build`, documented in the README.
+enum BuildExit : int {
+  kExitOk = 0,
+  kExitFailed = 1,    // nothing usable was produced (I/O error, disk full, ...)
+  kExitUsage = 2,     // bad arguments or bad SRC/STORE, found before any work
+  kExitProblems = 3,  // the store is complete, but some source entries could not be stored
+};
+
+// Checks SRC and STORE before any work: InvalidArgument / AlreadyExists / NotFound on bad input.
+Status CheckBuildArguments(const BuildConfig& config);
+
+// Runs the whole build. A non-ok result means no store was published.
+Result<BuildReport> Build(const BuildConfig& config);
+
+}  // namespace pcrfs::tools

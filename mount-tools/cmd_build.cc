@@ -1,0 +1,162 @@
+// pcr build SRC STORE
+#include <unistd.h>
+
+#include <boost/program_options.hpp>
+#include <cinttypes>
+#include <cstdio>
+#include <chrono>
+#include <iostream>
+
+#include "mount-tools/builder.h"
+#include "mount-tools/commands.h"
+
+namespace pcrfs::tools {
+namespace po = boost::program_options;
+
+std::string HumanBytes(uint64_t bytes) {
+  const char* units[] = {"B", "KiB", "MiB", "GiB", "TiB"};
+  double v = static_cast<double>(bytes);
+  int u = 0;
+  while (v >= 1024 && u < 4) {
+    v /= 1024;
+    ++u;
+  }
+  char buf[32];
+  if (u == 0) {
+    std::snprintf(buf, sizeof buf, "%" PRIu64 " B", bytes);
+  } else {
+    std::snprintf(buf, sizeof buf, "%.1f %s", v, units[u]);
+  }
+  return buf;
+}
+
+namespace {
+
+void PrintReport(const BuildReport& r, const std::string& store) {
+  const index::Manifest& m = r.manifest;
+  std::printf("pcr build: %s: %" PRIu64 " files, %" PRIu64 " directories in %.1f s (%.1f files/s)\n",
+              store.c_str(), m.num_jpeg + m.num_passthrough, m.num_directories, r.seconds,
+              r.seconds > 0 ? static_cast<double>(r.files_total) / r.seconds : 0.0);
+  std::printf("  JPEGs transcoded     %" PRIu64 "\n", m.num_jpeg);
+  std::printf("  passthrough files    %" PRIu64 "\n", m.num_passthrough);
+  for (const auto& [reason, count] : m.passthrough_by_reason) {
+    std::printf("    %-18s %" PRIu64 "\n", reason.c_str(), count);
+  }
+  std::printf("  records              %u", m.num_records);
+  if (r.records_reused) std::printf(" (%" PRIu64 " kept from the interrupted build)", r.records_reused);
+  std::printf("\n  source bytes         %" PRIu64 " (%s)\n", m.source_bytes,
+              HumanBytes(m.source_bytes).c_str());
+  std::printf("\n  level        bytes   %% of source   JPEGs: %% of source JPEG bytes\n");
+  for (int k = 1; k <= 10; ++k) {
+    const double all = m.source_bytes ? 100.0 * m.level_bytes[k - 1] / m.source_bytes : 0;
+    const double jpg =
+        m.source_jpeg_bytes ? 100.0 * m.jpeg_level_bytes[k - 1] / m.source_jpeg_bytes : 0;
+    std::printf("  %5d %12s   %9.1f%%   %9.1f%%\n", k, HumanBytes(m.level_bytes[k - 1]).c_str(),
+                all, jpg);
+  }
+  if (!r.passthrough_notes.empty()) {
+    std::printf("\n  JPEG-like files stored byte for byte (served unchanged at every level):\n");
+    for (const auto& n : r.passthrough_notes) {
+      std::printf("    %s: %s%s%s\n", n.rel_path.c_str(), n.reason.c_str(),
+                  n.detail.empty() ? "" : ": ", n.detail.c_str());
+    }
+  }
+  if (!r.problems.empty()) {
+    std::printf("\n  NOT STORED (%zu source entries could not be read):\n", r.problems.size());
+    for (const auto& p : r.problems) {
+      std::printf("    %s: %s%s%s\n", p.rel_path.c_str(), p.reason.c_str(),
+                  p.detail.empty() ? "" : ": ", p.detail.c_str());
+    }
+  }
+}
+
+}  // namespace
+
+int RunBuild(const std::vector<std::string>& args) {
+  BuildConfig config;
+  po::options_description opts(
+      "usage: pcr build SRC STORE [options]\n\n"
+      "Turns the image folder SRC into the pcrfs store STORE. Every JPEG is losslessly\n"
+      "re-encoded as a progressive JPEG in 10 scan groups; every other file is kept byte for\n"
+      "byte. SRC is never modified.\n\noptions");
+  unsigned threads = 0;
+  opts.add_options()("help,h", "show this help")(
+      "threads,j", po::value<unsigned>(&threads)->default_value(0),
+      "transcoding threads (0: all cores)")(
+      "images-per-record", po::value<uint32_t>(&config.images_per_record)->default_value(1024),
+      "files per record")("force", po::bool_switch(&config.force),
+                          "replace STORE if it is an existing store")(
+      "resume", po::bool_switch(&config.resume),
+      "continue an interrupted build (STORE.partial), keeping its complete records")(
+      "strip-metadata", po::bool_switch(&config.strip_metadata),
+      "drop APPn and COM markers (EXIF, ICC, XMP, comments) from transcoded JPEGs")(
+      "max-scans", po::value<int>(&config.max_input_scans)->default_value(1000),
+      "store JPEGs with more scans than this byte for byte")(
+      "max-image-memory", po::value<uint64_t>(&config.max_image_memory)->default_value(1ull << 30),
+      "libjpeg memory cap per image, bytes")(
+      "max-jpeg-bytes", po::value<uint64_t>(&config.max_jpeg_bytes)->default_value(256ull << 20),
+      "store JPEG files larger than this byte for byte")(
+      "quiet,q", "no progress line");
+  po::options_description hidden;
+  std::string src, store;
+  hidden.add_options()("src", po::value<std::string>(&src))("store", po::value<std::string>(&store));
+  po::options_description all;
+  all.add(opts).add(hidden);
+  po::positional_options_description pos;
+  pos.add("src", 1).add("store", 1);
+  po::variables_map vm;
+  try {
+    po::store(po::command_line_parser(args).options(all).positional(pos).run(), vm);
+    po::notify(vm);
+  } catch (const po::error& e) {
+    std::fprintf(stderr, "pcr build: %s\n", e.what());
+    return kExitUsage;
+  }
+  if (vm.count("help")) {
+    std::cout << opts << "\nexit codes: 0 done, 1 failed (no store written), 2 bad arguments,\n"
+                         "            3 store written but some source entries could not be read\n";
+    return kExitOk;
+  }
+  if (src.empty() || store.empty()) {
+    std::fprintf(stderr, "pcr build: SRC and STORE are required (see pcr build --help)\n");
+    return kExitUsage;
+  }
+  config.source = src;
+  config.store = store;
+  config.threads = threads;
+  if (Status s = CheckBuildArguments(config); !s.ok()) {
+    std::fprintf(stderr, "pcr build: %s\n", s.message().c_str());
+    return kExitUsage;
+  }
+  const bool tty = !vm.count("quiet") && ::isatty(STDERR_FILENO);
+  const auto start = std::chrono::steady_clock::now();
+  if (tty) {
+    config.progress = [start](uint64_t done, uint64_t total) {
+      const double secs =
+          std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+      const double rate = secs > 0 ? static_cast<double>(done) / secs : 0;
+      const double eta = rate > 0 ? static_cast<double>(total - done) / rate : 0;
+      std::fprintf(stderr, "\r  %" PRIu64 "/%" PRIu64 " files  %.1f files/s  ETA %d:%02d   ",
+                   done, total, rate, static_cast<int>(eta) / 60, static_cast<int>(eta) % 60);
+      std::fflush(stderr);
+    };
+  }
+  auto report = Build(config);
+  if (tty) std::fputs("\r\033[K", stderr);
+  if (!report) {
+    std::fprintf(stderr, "pcr build: %s\n", report.error().message().c_str());
+    std::fprintf(stderr,
+                 "pcr build: no store was written; rerun with --resume to continue where it "
+                 "stopped\n");
+    return kExitFailed;
+  }
+  PrintReport(*report, store);
+  if (!report->problems.empty()) {
+    std::fprintf(stderr, "pcr build: %zu source entries could not be stored (listed above)\n",
+                 report->problems.size());
+    return kExitProblems;
+  }
+  return kExitOk;
+}
+
+}  // namespace pcrfs::tools

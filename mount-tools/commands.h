@@ -1,0 +1,16 @@
+// The `pcr` subcommands. Each takes the arguments after the subcommand name and returns the
+// process exit code (documented in the README).
+#pragma once
+
+#include <string>
+#include <vector>
+
+namespace pcrfs::tools {
+
+int RunBuild(const std::vector<std::string>& args);
+int RunCat(const std::vector<std::string>& args);
+
+// "1.5 MiB", "730 B"
+std::string HumanBytes(uint64_t bytes);
+
+}  // namespace pcrfs::tools

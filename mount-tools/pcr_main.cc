@@ -1,0 +1,37 @@
+// pcr: build, read and inspect pcrfs stores. Thin dispatch over mount-tools/commands.h.
+#include <cstdio>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "mount-tools/commands.h"
+
+namespace {
+
+constexpr char kUsage[] =
+    "usage: pcr COMMAND [ARGS]\n"
+    "\n"
+    "commands:\n"
+    "  build SRC STORE   turn an image folder into a pcrfs store\n"
+    "  cat STORE PATH    write one file of the store to stdout at a level (--scans K)\n"
+    "\n"
+    "Run 'pcr COMMAND --help' for a command's options.\n";
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  if (argc < 2 || !std::strcmp(argv[1], "--help") || !std::strcmp(argv[1], "-h")) {
+    std::fputs(kUsage, argc < 2 ? stderr : stdout);
+    return argc < 2 ? 2 : 0;
+  }
+  if (!std::strcmp(argv[1], "--version")) {
+    std::printf("pcr (pcrfs) %s\n", PCRFS_VERSION);
+    return 0;
+  }
+  const std::string command = argv[1];
+  std::vector<std::string> args(argv + 2, argv + argc);
+  if (command == "build") return pcrfs::tools::RunBuild(args);
+  if (command == "cat") return pcrfs::tools::RunCat(args);
+  std::fprintf(stderr, "pcr: unknown command '%s'\n%s", command.c_str(), kUsage);
+  return 2;
+}

@@ -1,0 +1,46 @@
+// A walk of the source folder: every directory and regular file, children in byte-wise name
+// order, symlinks followed. What cannot be stored (dangling symlinks, loops, sockets, unreadable
+// folders) is collected as problems, never dropped silently.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "common/status.h"
+
+namespace pcrfs::tools {
+
+struct SourceNode {
+  std::string name;      // empty for the root
+  std::string rel_path;  // '/'-separated, relative to the root; empty for the root
+  uint32_t parent = 0;   // index of the parent node; the root is its own parent
+  bool is_dir = false;
+  uint32_t mode = 0;  // permission bits (07777)
+  int64_t mtime_sec = 0;
+  uint32_t mtime_nsec = 0;
+  uint64_t size = 0;               // files
+  std::vector<uint32_t> children;  // directories: node indices, sorted by name
+};
+
+struct SourceProblem {
+  std::string rel_path;
+  std::string reason;
+};
+
+struct SourceTree {
+  std::string root;  // the absolute path that was walked
+  std::vector<SourceNode> nodes;  // nodes[0] is the root
+  // Regular files in depth-first order over sorted names: the order records are written in.
+  std::vector<uint32_t> files;
+  std::vector<SourceProblem> problems;
+
+  std::string AbsPath(const SourceNode& n) const {
+    return n.rel_path.empty() ? root : root + "/" + n.rel_path;
+  }
+};
+
+// Fails (before any work) only if root itself is missing, not a directory or unreadable.
+Result<SourceTree> WalkSource(const std::string& root);
+
+}  // namespace pcrfs::tools

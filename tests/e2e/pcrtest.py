@@ -1,0 +1,205 @@
+"""Shared helpers for the end-to-end checks (run with /usr/bin/python3: they need Debian's PIL)."""
+
+import hashlib
+import io
+import json
+import os
+import shutil
+import subprocess
+import tempfile
+import time
+import unittest
+import warnings
+
+import numpy as np
+
+from PIL import Image
+
+PCR = os.environ.get("PCR", "pcr")
+MAKE_TEST_JPEGS = os.environ.get("MAKE_TEST_JPEGS", "make_test_jpegs")
+EOI = b"\xff\xd9"
+
+
+def run(args, check=True, **kw):
+    """Runs a command, returns CompletedProcess with text stdout/stderr."""
+    p = subprocess.run(args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, **kw)
+    if check and p.returncode != 0:
+        raise AssertionError(f"{args} exited {p.returncode}\nstdout: {p.stdout[-3000:]!r}\n"
+                             f"stderr: {p.stderr[-3000:]!r}")
+    return p
+
+
+def pcr_cat(store, rel, k):
+    return run([PCR, "cat", store, rel, "--scans", str(k)]).stdout
+
+
+def pil_pixels(data):
+    """Decodes JPEG bytes with PIL; any warning is an error. Returns (mode, size, pixel bytes)."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        im = Image.open(io.BytesIO(data))
+        im.load()
+        return im.mode, im.size, im.tobytes()
+
+
+def djpeg_clean(data):
+    """libjpeg's own decoder: returns its stderr (warnings), empty when the file is clean."""
+    p = subprocess.run(["djpeg", "-outfile", os.devnull], input=data, stdout=subprocess.PIPE,
+                       stderr=subprocess.PIPE)
+    return p.returncode, p.stderr.decode(errors="replace")
+
+
+def tree_digest(root):
+    """{relative path: (kind, sha256 or None, mode)} for every entry under root, symlinks as links."""
+    out = {}
+    for dirpath, dirnames, filenames in os.walk(root, followlinks=False):
+        for name in dirnames + filenames:
+            p = os.path.join(dirpath, name)
+            rel = os.path.relpath(p, root)
+            st = os.lstat(p)
+            if os.path.islink(p):
+                out[rel] = ("link", os.readlink(p), st.st_mtime_ns)
+            elif os.path.isdir(p):
+                out[rel] = ("dir", None, st.st_mode)
+            else:
+                with open(p, "rb") as f:
+                    out[rel] = ("file", hashlib.sha256(f.read()).hexdigest(), st.st_mtime_ns)
+    return out
+
+
+def store_bytes(store):
+    """{relative path: bytes} of every file in a store folder."""
+    out = {}
+    for dirpath, _, filenames in os.walk(store):
+        for name in filenames:
+            p = os.path.join(dirpath, name)
+            with open(p, "rb") as f:
+                out[os.path.relpath(p, store)] = f.read()
+    return out
+
+
+class TempDirTest(unittest.TestCase):
+    def setUp(self):
+        self.tmp = tempfile.mkdtemp(prefix="pcrfs-test-")
+
+    def tearDown(self):
+        shutil.rmtree(self.tmp, ignore_errors=True)
+
+    def path(self, *parts):
+        return os.path.join(self.tmp, *parts)
+
+
+PCRFS = os.environ.get("PCRFS", "pcrfs")
+
+
+def is_mounted(path):
+    path = os.path.realpath(path)
+    with open("/proc/self/mountinfo") as f:
+        for line in f:
+            fields = line.split()
+            if fields[4] == path:
+                return True
+    return False
+
+
+class Mount:
+    """Runs `pcrfs STORE MNT -f [-o opts]` for the duration of a with-block; always unmounts."""
+
+    def __init__(self, store, mnt, *options, timeout=20):
+        self.store, self.mnt, self.options, self.timeout = store, mnt, list(options), timeout
+        self.proc = None
+        self.stderr_path = mnt.rstrip("/") + ".stderr"
+
+    def __enter__(self):
+        os.makedirs(self.mnt, exist_ok=True)
+        self.stderr = open(self.stderr_path, "w+b")
+        self.proc = subprocess.Popen([PCRFS, self.store, self.mnt, "-f", *self.options],
+                                     stdout=subprocess.DEVNULL, stderr=self.stderr)
+        deadline = time.time() + self.timeout
+        while not is_mounted(self.mnt):
+            if self.proc.poll() is not None:
+                self.stderr.seek(0)
+                raise AssertionError(f"pcrfs exited {self.proc.returncode}: "
+                                     f"{self.stderr.read().decode(errors='replace')}")
+            if time.time() > deadline:
+                self.__exit__(None, None, None)
+                raise AssertionError("pcrfs did not mount in time")
+            time.sleep(0.02)
+        return self
+
+    def log(self):
+        self.stderr.flush()
+        with open(self.stderr_path, "rb") as f:
+            return f.read().decode(errors="replace")
+
+    def unmount(self):
+        subprocess.run(["fusermount3", "-u", self.mnt], stderr=subprocess.DEVNULL)
+
+    def __exit__(self, *exc):
+        if self.proc is None:
+            return False
+        if is_mounted(self.mnt):
+            self.unmount()
+        try:
+            self.proc.wait(timeout=self.timeout)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
+        if is_mounted(self.mnt):
+            subprocess.run(["fusermount3", "-uz", self.mnt], stderr=subprocess.DEVNULL)
+        self.stderr.close()
+        return False
+
+
+def photo(w, h, seed, mode="RGB"):
+    """A deterministic photo-like image: smooth colour fields, edges and noise."""
+    rng = np.random.default_rng(seed)
+    y, x = np.mgrid[0:h, 0:w].astype(np.float32)
+    chans = []
+    for c in range(3):
+        fx, fy, ph = rng.uniform(0.005, 0.05, 2).tolist() + [rng.uniform(0, 6.28)]
+        base = 128 + 90 * np.sin(x * fx + ph) * np.cos(y * fy)
+        base += (x > w * rng.uniform(0.2, 0.8)) * 40.0
+        base += rng.normal(0, 12, (h, w))
+        chans.append(np.clip(base, 0, 255).astype(np.uint8))
+    im = Image.fromarray(np.stack(chans, axis=-1), "RGB")
+    return im.convert(mode) if mode != "RGB" else im
+
+
+def save_jpeg(im, path, **kw):
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    im.save(path, "JPEG", **kw)
+
+
+def make_messy_tree(root):
+    """Nested and empty dirs, unicode and spaces, hidden files, non-JPEGs, broken JPEGs."""
+    for i, (rel, mode, kw) in enumerate([
+        ("train/cat/img 1.JPEG", "RGB", dict(quality=90)),
+        ("train/cat/.hidden.jpg", "RGB", dict(quality=80, progressive=True)),
+        ("train/dög/ünïcödé ñame.jpg", "RGB", dict(quality=85, subsampling=0)),
+        ("train/dög/grey.jpg", "L", dict(quality=75)),
+        ("val/a/b/c/deep.jpeg", "RGB", dict(quality=95, subsampling=1)),
+        ("val/cmyk.jpg", "CMYK", dict(quality=88)),
+        ("top level.jpg", "RGB", dict(quality=70, optimize=True)),
+    ]):
+        p = os.path.join(root, rel)
+        save_jpeg(photo(97 + 13 * i, 61 + 7 * i, i, mode), p, **kw)
+    os.makedirs(os.path.join(root, "empty/also empty"))
+    os.makedirs(os.path.join(root, "val/nothing here"))
+    with open(os.path.join(root, "labels.csv"), "w") as f:
+        f.write("file,label\nimg 1.JPEG,cat\n")
+    with open(os.path.join(root, "train/cat/meta.json"), "w") as f:
+        json.dump({"k": [1, 2, 3]}, f)
+    open(os.path.join(root, "train/zero.jpg"), "wb").close()
+    with open(os.path.join(root, "train/random.jpg"), "wb") as f:
+        f.write(os.urandom(3000))
+    good = open(os.path.join(root, "train/cat/img 1.JPEG"), "rb").read()
+    with open(os.path.join(root, "train/truncated.jpg"), "wb") as f:
+        f.write(good[: len(good) * 2 // 3])
+    with open(os.path.join(root, "train/trailing.jpg"), "wb") as f:
+        f.write(good + b"GARBAGE AFTER EOI")
+    buf = io.BytesIO()
+    photo(40, 30, 99).save(buf, "PNG")
+    with open(os.path.join(root, "train/actually png.JPEG"), "wb") as f:
+        f.write(buf.getvalue())
+    os.chmod(os.path.join(root, "labels.csv"), 0o640)

@@ -1,0 +1,390 @@
+#!/usr/bin/python3
+"""End-to-end checks of the pcrfs daemon through real FUSE mounts."""
+
+import errno
+import hashlib
+import io
+import os
+import random
+import shutil
+import signal
+import stat
+import subprocess
+import threading
+import time
+import unittest
+
+from PIL import Image
+
+from pcrtest import (EOI, MAKE_TEST_JPEGS, PCR, PCRFS, Mount, djpeg_clean, is_mounted,
+                     make_messy_tree, pcr_cat, photo, pil_pixels, run, save_jpeg)
+
+import tempfile
+
+WORK = None   # shared source + store for the read-only tests
+SRC = STORE = None
+
+
+def setUpModule():
+    global WORK, SRC, STORE
+    if not os.path.exists("/dev/fuse"):
+        raise unittest.SkipTest("/dev/fuse is missing")
+    WORK = tempfile.mkdtemp(prefix="pcrfs-mount-")
+    SRC = os.path.join(WORK, "src")
+    make_messy_tree(SRC)
+    run([MAKE_TEST_JPEGS, os.path.join(SRC, "varieties")])
+    for split in ("train", "val"):
+        for c in range(3):
+            for i in range(6):
+                save_jpeg(photo(120 + 7 * i, 90 + 5 * c, 100 * c + i + (split == "val") * 50),
+                          os.path.join(SRC, "imagefolder", split, f"class{c}", f"{i}.jpg"),
+                          quality=80 + i)
+    STORE = os.path.join(WORK, "store")
+    run([PCR, "build", SRC, STORE, "--quiet", "--images-per-record", "16"])
+
+
+def tearDownModule():
+    if WORK:
+        shutil.rmtree(WORK, ignore_errors=True)
+
+
+def source_files():
+    out = []
+    for dirpath, dirnames, filenames in os.walk(SRC):
+        for n in filenames:
+            out.append(os.path.relpath(os.path.join(dirpath, n), SRC))
+    return sorted(out)
+
+
+def is_clean_jpeg(rel):
+    data = open(os.path.join(SRC, rel), "rb").read()
+    try:
+        return (Image.open(io.BytesIO(data)).format == "JPEG" and djpeg_clean(data) == (0, "")
+                and not data.endswith(b"GARBAGE AFTER EOI"))
+    except Exception:
+        return False
+
+
+def walk_tree(root):
+    """{relative path: 'd' or 'f'} under root."""
+    out = {}
+    for dirpath, dirnames, filenames in os.walk(root):
+        for n in dirnames:
+            out[os.path.relpath(os.path.join(dirpath, n), root)] = "d"
+        for n in filenames:
+            out[os.path.relpath(os.path.join(dirpath, n), root)] = "f"
+    return out
+
+
+class MountTest(unittest.TestCase):
+    def setUp(self):
+        self.mnt = tempfile.mkdtemp(prefix="pcrfs-mnt-")
+
+    def tearDown(self):
+        shutil.rmtree(self.mnt, ignore_errors=True)
+
+    def test_tree_at_every_level_equals_source(self):
+        expected = walk_tree(SRC)
+        with Mount(STORE, self.mnt):
+            self.assertEqual(sorted(os.listdir(self.mnt)), sorted(f"scan{k}" for k in range(1, 11)))
+            for k in range(1, 11):
+                self.assertEqual(walk_tree(os.path.join(self.mnt, f"scan{k}")), expected, f"scan{k}")
+            # Name order straight from readdir (no sorting by the caller).
+            names = os.listdir(os.path.join(self.mnt, "scan2", "train"))
+            self.assertEqual(names, sorted(names, key=lambda s: s.encode()))
+
+    def test_attributes(self):
+        with Mount(STORE, self.mnt, "-o", "uid=1234,gid=4321"):
+            root = os.path.join(self.mnt, "scan4")
+            for rel, kind in walk_tree(SRC).items():
+                st = os.stat(os.path.join(root, rel))
+                src = os.stat(os.path.join(SRC, rel))
+                self.assertEqual((st.st_uid, st.st_gid), (1234, 4321))
+                self.assertEqual(st.st_mtime_ns, src.st_mtime_ns, rel)
+                if kind == "d":
+                    self.assertEqual(stat.S_IMODE(st.st_mode), 0o555)
+                    self.assertTrue(stat.S_ISDIR(st.st_mode))
+                    subdirs = sum(1 for e in os.scandir(os.path.join(SRC, rel)) if e.is_dir())
+                    self.assertEqual(st.st_nlink, 2 + subdirs, rel)
+                else:
+                    self.assertEqual(stat.S_IMODE(st.st_mode), 0o444)
+                    self.assertEqual(st.st_nlink, 1)
+                    self.assertGreaterEqual(st.st_blksize, 128 * 1024)
+                    self.assertEqual(st.st_blocks, (st.st_size + 511) // 512)
+            # Each level has its own inode numbers.
+            a = os.stat(os.path.join(self.mnt, "scan1", "top level.jpg")).st_ino
+            b = os.stat(os.path.join(self.mnt, "scan2", "top level.jpg")).st_ino
+            self.assertNotEqual(a, b)
+            sv = os.statvfs(self.mnt)
+            self.assertTrue(sv.f_flag & os.ST_RDONLY)
+            self.assertEqual(sv.f_namemax, 255)
+            # xattrs
+            p = os.path.join(self.mnt, "scan3", "top level.jpg")
+            self.assertEqual(os.getxattr(p, "user.pcrfs.level"), b"3")
+            self.assertEqual(os.getxattr(p, "user.pcrfs.passthrough"), b"0")
+            full = int(os.getxattr(p, "user.pcrfs.full_size"))
+            self.assertEqual(full, os.stat(os.path.join(self.mnt, "scan10", "top level.jpg")).st_size)
+            self.assertEqual(int(os.getxattr(p, "user.pcrfs.source_size")),
+                             os.path.getsize(os.path.join(SRC, "top level.jpg")))
+            q = os.path.join(self.mnt, "scan3", "labels.csv")
+            self.assertEqual(os.getxattr(q, "user.pcrfs.passthrough"), b"1")
+            self.assertEqual(os.getxattr(q, "user.pcrfs.passthrough_reason"), b"not-jpeg")
+            self.assertIn("user.pcrfs.level", os.listxattr(p))
+            with self.assertRaises(OSError) as cm:
+                os.getxattr(p, "user.pcrfs.nonsense")
+            self.assertEqual(cm.exception.errno, errno.ENODATA)
+
+    def test_bytes_at_every_level(self):
+        rng = random.Random(7)
+        with Mount(STORE, self.mnt):
+            for rel in source_files():
+                src = open(os.path.join(SRC, rel), "rb").read()
+                clean = is_clean_jpeg(rel)
+                prev = 0
+                for k in range(1, 11):
+                    p = os.path.join(self.mnt, f"scan{k}", rel)
+                    data = open(p, "rb").read()
+                    self.assertEqual(os.stat(p).st_size, len(data), f"{rel} scan{k}")
+                    self.assertEqual(data, pcr_cat(STORE, rel, k), f"{rel} scan{k} vs pcr cat")
+                    if not clean:
+                        self.assertEqual(data, src, f"passthrough {rel} differs at scan{k}")
+                        continue
+                    self.assertTrue(data.endswith(EOI))
+                    self.assertGreaterEqual(len(data), prev)
+                    prev = len(data)
+                    # Random-offset reads equal slices of the whole file, past EOF too.
+                    with open(p, "rb", buffering=0) as f:
+                        for _ in range(5):
+                            off = rng.randrange(0, len(data) + 100)
+                            n = rng.randrange(1, 70000)
+                            f.seek(off)
+                            self.assertEqual(f.read(n), data[off:off + n])
+                if clean:
+                    self.assertEqual(pil_pixels(open(os.path.join(self.mnt, "scan10", rel), "rb").read()),
+                                     pil_pixels(src), f"{rel}: scan10 pixels differ from source")
+
+    def test_every_level_decodes_with_pil_opencv_torchvision(self):
+        files = [f for f in source_files() if is_clean_jpeg(f)]
+        with Mount(STORE, self.mnt):
+            paths = [os.path.join(self.mnt, f"scan{k}", f) for k in range(1, 11) for f in files]
+            script = (
+                "import sys, warnings\n"
+                "warnings.simplefilter('error')\n"
+                "import cv2, numpy, torch, torchvision.io as tio\n"
+                "from PIL import Image\n"
+                "for p in sys.stdin.read().split('\\0'):\n"
+                "    with Image.open(p) as im:\n"
+                "        im.load()\n"
+                "        mode = im.mode\n"
+                "    img = cv2.imread(p, cv2.IMREAD_UNCHANGED)\n"
+                "    assert img is not None and img.size > 0, p\n"
+                "    data = tio.read_file(p)\n"
+                "    t = tio.decode_jpeg(data) if mode in ('L', 'RGB') else None\n"
+                "    assert t is None or t.numel() > 0, p\n"
+                "print(len(sys.argv), 'ok')\n")
+            p = subprocess.run(["/usr/bin/python3", "-c", script], input="\0".join(paths),
+                               text=True, capture_output=True, timeout=600)
+            self.assertEqual(p.returncode, 0, p.stderr[-3000:])
+            self.assertEqual(p.stderr.strip(), "", "a decoder warned:\n" + p.stderr[-3000:])
+
+    def test_fixed_level_serves_same_bytes(self):
+        files = source_files()
+        with Mount(STORE, self.mnt, "-o", "scans=3"):
+            self.assertEqual(walk_tree(self.mnt), walk_tree(SRC))
+            fixed = {f: open(os.path.join(self.mnt, f), "rb").read() for f in files}
+            self.assertEqual(os.getxattr(os.path.join(self.mnt, files[0]), "user.pcrfs.level"), b"3")
+        with Mount(STORE, self.mnt):
+            for f in files:
+                self.assertEqual(fixed[f], open(os.path.join(self.mnt, "scan3", f), "rb").read(), f)
+
+    def test_read_only(self):
+        with Mount(STORE, self.mnt):
+            root = os.path.join(self.mnt, "scan5")
+            f = os.path.join(root, "top level.jpg")
+            attempts = [
+                lambda: open(f, "r+b"),
+                lambda: open(f, "ab"),
+                lambda: open(os.path.join(root, "new.jpg"), "wb"),
+                lambda: os.mkdir(os.path.join(root, "newdir")),
+                lambda: os.rename(f, os.path.join(root, "renamed.jpg")),
+                lambda: os.unlink(f),
+                lambda: os.rmdir(os.path.join(root, "empty", "also empty")),
+                lambda: os.chmod(f, 0o777),
+                lambda: os.truncate(f, 0),
+                lambda: os.symlink("x", os.path.join(root, "link")),
+                lambda: os.setxattr(f, "user.x", b"1"),
+                lambda: os.utime(f, (0, 0)),
+            ]
+            for i, attempt in enumerate(attempts):
+                with self.assertRaises(OSError, msg=f"attempt {i}") as cm:
+                    attempt()
+                self.assertEqual(cm.exception.errno, errno.EROFS, f"attempt {i}: {cm.exception}")
+            for path, err in [(os.path.join(root, "missing.jpg"), errno.ENOENT),
+                              (os.path.join(root, "top level.jpg", "x"), errno.ENOTDIR)]:
+                with self.assertRaises(OSError) as cm:
+                    os.stat(path)
+                self.assertEqual(cm.exception.errno, err)
+            with self.assertRaises(OSError) as cm:
+                open(os.path.join(root, "train"), "rb").read()
+            self.assertEqual(cm.exception.errno, errno.EISDIR)
+            with self.assertRaises(OSError) as cm:
+                os.listdir(f)
+            self.assertEqual(cm.exception.errno, errno.ENOTDIR)
+            with self.assertRaises(OSError) as cm:
+                os.stat(os.path.join(self.mnt, "scan11"))
+            self.assertEqual(cm.exception.errno, errno.ENOENT)
+            with open("/proc/self/mountinfo") as mi:
+                line = next(l for l in mi if l.split()[4] == os.path.realpath(self.mnt))
+            opts = line.split()[5].split(",")
+            for o in ("ro", "nosuid", "nodev"):
+                self.assertIn(o, opts)
+
+    def test_eight_threads_random_reads(self):
+        files = source_files()
+        expected = {}
+        for f in files:
+            for k in (1, 2, 5, 10):
+                expected[(f, k)] = pcr_cat(STORE, f, k)
+        errors = []
+        with Mount(STORE, self.mnt, "-o", "cache_size=2M"):
+            def worker(seed):
+                rng = random.Random(seed)
+                for _ in range(150):
+                    f, k = rng.choice(files), rng.choice((1, 2, 5, 10))
+                    want = expected[(f, k)]
+                    with open(os.path.join(self.mnt, f"scan{k}", f), "rb", buffering=0) as fh:
+                        off = rng.randrange(0, len(want) + 1)
+                        fh.seek(off)
+                        got = fh.read(rng.randrange(1, 200000))
+                    if got != want[off:off + len(got)] or (len(got) == 0 and off < len(want)):
+                        errors.append((f, k, off))
+            threads = [threading.Thread(target=worker, args=(s,)) for s in range(8)]
+            for t in threads:
+                t.start()
+            for t in threads:
+                t.join()
+        self.assertEqual(errors, [])
+
+    def test_imagefolder_dataloader(self):
+        script = (
+            "import sys, torch, torchvision\n"
+            "from torchvision import transforms as T\n"
+            "ds = torchvision.datasets.ImageFolder(sys.argv[1], transform=T.Compose([\n"
+            "    T.RandomResizedCrop(64), T.ToTensor()]))\n"
+            "dl = torch.utils.data.DataLoader(ds, batch_size=4, num_workers=2, shuffle=True)\n"
+            "n = sum(x.shape[0] for x, y in dl)\n"
+            "print(n, len(ds.classes))\n")
+        with Mount(STORE, self.mnt):
+            p = subprocess.run(["/usr/bin/python3", "-c", script,
+                                os.path.join(self.mnt, "scan3", "imagefolder", "train")],
+                               capture_output=True, text=True, timeout=600)
+        self.assertEqual(p.returncode, 0, p.stderr[-3000:])
+        self.assertEqual(p.stdout.split(), ["18", "3"])
+
+    def test_sigterm_unmounts_cleanly(self):
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            m = Mount(STORE, self.mnt)
+            with m:
+                os.listdir(os.path.join(self.mnt, "scan1"))
+                m.proc.send_signal(sig)
+                m.proc.wait(timeout=20)
+                self.assertEqual(m.proc.returncode, 0, m.log())
+                self.assertFalse(is_mounted(self.mnt))
+
+    def test_fusermount_unmounts_cleanly(self):
+        m = Mount(STORE, self.mnt)
+        with m:
+            m.unmount()
+            m.proc.wait(timeout=20)
+            self.assertEqual(m.proc.returncode, 0)
+        self.assertFalse(is_mounted(self.mnt))
+
+
+class CorruptionTest(unittest.TestCase):
+    def test_flipped_byte_gives_eio_for_that_file_only(self):
+        work = tempfile.mkdtemp(prefix="pcrfs-corrupt-")
+        try:
+            src = os.path.join(work, "src")
+            for i in range(12):
+                save_jpeg(photo(150, 100, 500 + i), os.path.join(src, f"{i:02d}.jpg"), quality=85)
+            store = os.path.join(work, "store")
+            run([PCR, "build", src, store, "--quiet"])
+            # Flip a byte inside the group-3 piece of file 05.jpg: levels 1-2 still read, 3+ fail.
+            l2 = len(pcr_cat(store, "05.jpg", 2)) - 2
+            l3 = len(pcr_cat(store, "05.jpg", 3)) - 2
+            self.assertGreater(l3, l2)
+            rec = os.path.join(store, "records", "00000000.pcr")
+            data = bytearray(open(rec, "rb").read())
+            piece3 = pcr_cat(store, "05.jpg", 3)[l2:l3]
+            pos = data.find(piece3)
+            self.assertGreater(pos, 0)
+            data[pos + len(piece3) // 2] ^= 0x55
+            open(rec, "wb").write(bytes(data))
+            mnt = os.path.join(work, "mnt")
+            with Mount(store, mnt) as m:
+                for k in range(1, 11):
+                    for i in range(12):
+                        p = os.path.join(mnt, f"scan{k}", f"{i:02d}.jpg")
+                        if i == 5 and k >= 3:
+                            with self.assertRaises(OSError) as cm:
+                                open(p, "rb").read()
+                            self.assertEqual(cm.exception.errno, errno.EIO)
+                        else:
+                            got = open(p, "rb").read()
+                            self.assertTrue(got.endswith(EOI))
+                            if k == 10:
+                                self.assertEqual(pil_pixels(got), pil_pixels(
+                                    open(os.path.join(src, f"{i:02d}.jpg"), "rb").read()))
+                self.assertIn("05.jpg", m.log())
+                self.assertEqual(m.log().count("damaged"), 1, "damage is logged once")
+                self.assertIsNone(m.proc.poll(), "the daemon keeps running")
+        finally:
+            shutil.rmtree(work, ignore_errors=True)
+
+
+class BadArgumentsTest(unittest.TestCase):
+    def test_refuses_before_mounting(self):
+        work = tempfile.mkdtemp(prefix="pcrfs-bad-")
+        try:
+            mnt = os.path.join(work, "mnt")
+            os.makedirs(mnt)
+            notstore = os.path.join(work, "notstore")
+            os.makedirs(notstore)
+            future = os.path.join(work, "future")
+            shutil.copytree(STORE, future)
+            man = open(os.path.join(future, "manifest.json")).read()
+            open(os.path.join(future, "manifest.json"), "w").write(
+                man.replace('"format_version": 1', '"format_version": 99'))
+            full = os.path.join(work, "full")
+            os.makedirs(full)
+            open(os.path.join(full, "x"), "w").close()
+            cases = [
+                ([os.path.join(work, "missing"), mnt], "missing"),
+                ([notstore, mnt], "not a pcrfs store"),
+                ([future, mnt], "99"),
+                ([STORE, os.path.join(work, "nomnt")], "does not exist"),
+                ([STORE, full], "not empty"),
+                ([STORE, mnt, "-o", "scans=11"], "scans"),
+                ([STORE, mnt, "-o", "cache_size=lots"], "cache_size"),
+            ]
+            for args, words in cases:
+                with self.subTest(args=args):
+                    p = subprocess.run([PCRFS, *args, "-f"], capture_output=True, text=True,
+                                       timeout=30)
+                    self.assertNotEqual(p.returncode, 0)
+                    self.assertIn(words, p.stderr)
+                    self.assertFalse(is_mounted(mnt))
+        finally:
+            shutil.rmtree(work, ignore_errors=True)
+
+    def test_help_and_version(self):
+        p = subprocess.run([PCRFS, "--help"], capture_output=True, text=True)
+        self.assertEqual(p.returncode, 0)
+        self.assertIn("scans=K", p.stdout)
+        p = subprocess.run([PCRFS, "--version"], capture_output=True, text=True)
+        self.assertEqual(p.returncode, 0)
+        self.assertIn("pcrfs", p.stdout)
+
+
+if __name__ == "__main__":
+    unittest.main(verbosity=2)
