@@ -25,7 +25,8 @@ deps=(
   # run
   fuse3 lmdb-utils
   # tests, sample data and benchmarks
-  python3 python3-pil python3-numpy libjpeg-turbo-progs time
+  python3 python3-pil python3-numpy python3-opencv python3-torch python3-torchvision
+  libjpeg-turbo-progs time util-linux
 )
 
 install_deps() {

@@ -300,6 +300,43 @@ class MountTest(unittest.TestCase):
         self.assertFalse(is_mounted(self.mnt))
 
 
+class MountHelperTest(unittest.TestCase):
+    """mount(8) with -t fuse.pcrfs and an fstab line, through the installed mount.pcrfs."""
+
+    def test_fstab_entry_mounts_at_a_level(self):
+        helper = "/sbin/mount.fuse.pcrfs"
+        if not os.path.exists(helper) or shutil.which("pcrfs") is None:
+            self.fail(f"{helper} or pcrfs is not installed: run ./setup.sh (or cmake --install)")
+        work = tempfile.mkdtemp(prefix="pcrfs-fstab-")
+        mnt = os.path.join(work, "mnt")
+        os.makedirs(mnt)
+        fstab = os.path.join(work, "fstab")
+        with open(fstab, "w") as f:
+            f.write(f"{STORE} {mnt} fuse.pcrfs ro,noauto,scans=5,cache_size=64M 0 0\n")
+        try:
+            for cmd in (["mount", "-T", fstab, mnt],
+                        ["mount", "-t", "fuse.pcrfs", STORE, mnt, "-o", "scans=5"]):
+                with self.subTest(cmd=cmd):
+                    p = subprocess.run(cmd, capture_output=True, text=True, timeout=30)
+                    self.assertEqual(p.returncode, 0, p.stderr)
+                    try:
+                        self.assertTrue(is_mounted(mnt))
+                        got = open(os.path.join(mnt, "top level.jpg"), "rb").read()
+                        self.assertEqual(got, pcr_cat(STORE, "top level.jpg", 5))
+                        self.assertEqual(os.getxattr(os.path.join(mnt, "top level.jpg"),
+                                                     "user.pcrfs.level"), b"5")
+                    finally:
+                        subprocess.run(["umount", mnt], timeout=30)
+                    deadline = time.time() + 10
+                    while is_mounted(mnt) and time.time() < deadline:
+                        time.sleep(0.05)
+                    self.assertFalse(is_mounted(mnt))
+        finally:
+            if is_mounted(mnt):
+                subprocess.run(["fusermount3", "-uz", mnt])
+            shutil.rmtree(work, ignore_errors=True)
+
+
 class CorruptionTest(unittest.TestCase):
     def test_flipped_byte_gives_eio_for_that_file_only(self):
         work = tempfile.mkdtemp(prefix="pcrfs-corrupt-")
