@@ -36,8 +36,8 @@
 # manifest), after a `sync` so an earlier run's dirty pages do not get flushed on this one's
 # clock. Needs: bash, /usr/bin/time (package time), jpegtran (libjpeg-turbo-progs), python3.
 #
-# Expected run time for 5,000 images on 2 cores: roughly 1-2 minutes per timed configuration
-# at --repeat 3, about 10 minutes in all with the sweep; --quick takes 2-3 minutes.
+# Expected run time for 5,000 images on 2 cores: about 1.5 minutes with --quick, 8-10 minutes
+# with the defaults (3 repeats and the sweep).
 set -euo pipefail
 
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
@@ -160,6 +160,11 @@ build_runs() {
   B_WALLS="${walls[*]}"
 }
 
+records_of() {
+  /usr/bin/python3 -c 'import json, sys; print(json.load(open(sys.argv[1]))["num_records"])' \
+    "$1/manifest.json"
+}
+
 results=()
 emit() { results+=("$*"); }
 
@@ -201,7 +206,7 @@ rm -rf "$work/quarter"; mkdir -p "$work/quarter"
 printf '%s\0' "${jpegs[@]:0:$quarter}" | (cd "$data" && xargs -0 cp -l --parents -t "$work/quarter" 2>/dev/null) ||
   (cd "$data" && printf '%s\0' "${jpegs[@]:0:$quarter}" | xargs -0 cp --parents -t "$work/quarter")
 build_runs quarter "$work/quarter" "$repeat" --threads "$threads"
-rss_quarter=$B_RSS; wall_quarter=$B_WALL
+rss_quarter=$B_RSS; wall_quarter=$B_WALL; records_quarter=$(records_of "$B_STORE")
 rm -rf "$B_STORE" "$work/quarter"
 
 # --- 5: images per record ----------------------------------------------------------------------
@@ -209,8 +214,7 @@ sweep_rows=()
 for ipr in $sweep; do
   log "--images-per-record $ipr ($repeat runs)"
   build_runs "ipr$ipr" "$data" "$repeat" --threads "$threads" --images-per-record "$ipr"
-  records=$(/usr/bin/python3 -c 'import json, sys; print(json.load(open(sys.argv[1]))["num_records"])' \
-            "$B_STORE/manifest.json")
+  records=$(records_of "$B_STORE")
   sbytes=$(du -sb --apparent-size "$B_STORE" | cut -f1)
   sweep_rows+=("| $ipr | $B_WALL | $(div "$n_jpeg" "$B_WALL" %.0f) | $((B_RSS / 1024)) | $records | $(div "$((sbytes * 100))" "$src_bytes" %.1f) |")
   rm -rf "$B_STORE"
@@ -245,10 +249,10 @@ emit "- Output size: store $(div "$((store_bytes * 100))" "$src_bytes" %.1f)% of
 emit ""
 emit "## Peak memory of pcr build (--threads $threads)"
 emit ""
-emit "| images | peak RSS MiB (median) | wall s |"
-emit "|---:|---:|---:|"
-emit "| $quarter (1/4) | $((rss_quarter / 1024)) | $wall_quarter |"
-emit "| $n_jpeg (all) | $((rss_full / 1024)) | $wall_tn |"
+emit "| images | records | peak RSS MiB (median) | wall s |"
+emit "|---:|---:|---:|---:|"
+emit "| $quarter (1/4) | $records_quarter | $((rss_quarter / 1024)) | $wall_quarter |"
+emit "| $n_jpeg (all) | $(records_of "$store_main") | $((rss_full / 1024)) | $wall_tn |"
 emit ""
 emit "Peak RSS ratio all / quarter: $(div "$rss_full" "$rss_quarter")x (flat is 1.0; proportional would be 4.0)."
 emit ""
