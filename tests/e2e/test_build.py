@@ -4,6 +4,7 @@
 import io
 import json
 import os
+import shutil
 import signal
 import stat
 import subprocess
@@ -189,6 +190,54 @@ class BuildTest(TempDirTest):
             self.assertIn(words, p.stdout)
         self.assertIn("could not be stored", p.stderr)
         self.assertEqual(pcr_cat(store, "ok.jpg", 10)[:2], b"\xff\xd8")
+
+    def test_unreadable_entries_are_named(self):
+        # Root reads everything, so the build runs as nobody over a file and a folder it may
+        # not read.
+        if shutil.which("setpriv") is None:
+            self.skipTest("setpriv (util-linux) is missing")
+        os.chmod(self.tmp, 0o777)
+        src = self.path("src")
+        save_jpeg(photo(40, 40, 3), os.path.join(src, "ok.jpg"))
+        save_jpeg(photo(40, 40, 4), os.path.join(src, "secret.jpg"))
+        save_jpeg(photo(40, 40, 5), os.path.join(src, "locked", "inside.jpg"))
+        os.chmod(os.path.join(src, "secret.jpg"), 0o000)
+        os.chmod(os.path.join(src, "locked"), 0o000)
+        for dirpath, dirnames, _ in os.walk(src):
+            os.chmod(dirpath, 0o755 if not dirpath.endswith("locked") else 0o000)
+        store = self.path("store")
+        p = run(["setpriv", "--reuid=nobody", "--regid=nogroup", "--clear-groups", PCR, "build",
+                 src, store, "--quiet"], check=False, text=True)
+        self.assertEqual(p.returncode, 3, p.stdout + p.stderr)
+        self.assertIn("secret.jpg: unreadable", p.stdout)
+        self.assertIn("locked: cannot", p.stdout)
+        self.assertEqual(pcr_cat(store, "ok.jpg", 10)[:2], b"\xff\xd8")
+        self.assertNotEqual(run([PCR, "cat", store, "secret.jpg"], check=False).returncode, 0)
+
+    def test_progress_line_on_a_terminal(self):
+        if shutil.which("script") is None:
+            self.skipTest("script (util-linux) is missing")
+        src = self.path("src")
+        for i in range(30):
+            save_jpeg(photo(200, 150, i), os.path.join(src, f"{i}.jpg"))
+        store = self.path("store")
+        p = run(["script", "-qec", f"'{PCR}' build '{src}' '{store}'", "/dev/null"], text=True)
+        self.assertRegex(p.stdout, r"30/30 files +[0-9.]+ files/s +ETA 0:00")
+        self.assertIn("JPEGs transcoded     30", p.stdout)
+
+    def test_non_utf8_names_are_kept_exactly(self):
+        src = self.path("src")
+        os.makedirs(src)
+        name = b"caf\xe9 \xff\xfe.jpg"  # Latin-1, not UTF-8: legal on Linux
+        data = io.BytesIO()
+        photo(50, 40, 8).save(data, "JPEG")
+        with open(os.path.join(os.fsencode(src), name), "wb") as f:
+            f.write(data.getvalue())
+        store = self.path("store")
+        self.build(src, store)
+        got = subprocess.run([os.fsencode(PCR), b"cat", os.fsencode(store), name],
+                             stdout=subprocess.PIPE, check=True).stdout
+        self.assertEqual(pil_pixels(got), pil_pixels(data.getvalue()))
 
     def test_cat_arguments(self):
         src = self.path("src")
