@@ -4,6 +4,9 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <atomic>
+#include <thread>
+
 #include "index/record_writer.h"
 #include "index/test_util.h"
 
@@ -228,6 +231,40 @@ TEST(StoreTest, DamagedRecords) {
     EXPECT_TRUE(s.IsCorruption());
     EXPECT_NE(s.message().find("missing"), std::string::npos) << s.ToString();
   }
+}
+
+}  // namespace
+}  // namespace pcrfs::index
+
+namespace pcrfs::index {
+namespace {
+
+TEST(StoreTest, ConcurrentReads) {
+  TempDir dir;
+  BuildStore(dir.path());
+  auto store = Store::Open(dir.path());
+  ASSERT_TRUE(store.has_value());
+  std::vector<Entry> files;
+  for (const char* path : {"a.jpg", "b.txt", "sub/c.jpg"}) {
+    files.push_back(*(*store)->index().LookupPath(path));
+  }
+  std::atomic<int> failures{0};
+  std::vector<std::thread> threads;
+  for (int t = 0; t < 4; ++t) {
+    threads.emplace_back([&] {
+      Bytes out;
+      for (int i = 0; i < 100; ++i) {
+        for (const Entry& e : files) {
+          const int k = 1 + (i % kNumGroups);
+          if (!(*store)->ReadFile(e, k, &out).ok() || out != Expected(e.ino, e.kind, k)) {
+            ++failures;
+          }
+        }
+      }
+    });
+  }
+  for (auto& t : threads) t.join();
+  EXPECT_EQ(failures.load(), 0);
 }
 
 }  // namespace
