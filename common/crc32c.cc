@@ -1,8 +1,7 @@
 #include "common/crc32c.h"
 
-#include <cstring>
-
 #include <boost/crc.hpp>
+#include <cstring>
 
 #if defined(__x86_64__)
 #include <nmmintrin.h>
@@ -21,8 +20,7 @@ uint32_t ExtendPortable(uint32_t init, const uint8_t* p, size_t n) {
 }
 
 #if defined(__x86_64__)
-__attribute__((target("sse4.2"))) uint32_t ExtendSse42(uint32_t init, const uint8_t* p,
-                                                         size_t n) {
+__attribute__((target("sse4.2"))) uint32_t ExtendSse42(uint32_t init, const uint8_t* p, size_t n) {
   uint64_t c = init ^ 0xFFFFFFFFu;
   while (n >= 8) {
     uint64_t v;

@@ -1,9 +1,9 @@
 #include "common/crc32c.h"
 
+#include <gtest/gtest.h>
+
 #include <string>
 #include <vector>
-
-#include <gtest/gtest.h>
 
 namespace pcrfs::crc32c {
 namespace {

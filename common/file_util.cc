@@ -73,8 +73,8 @@ Result<std::vector<uint8_t>> ReadWholeFile(const std::string& path, uint64_t max
   struct stat st;
   if (::fstat(fd->get(), &st) != 0) return Err(Status::FromErrno(path, errno));
   if (static_cast<uint64_t>(st.st_size) > max_bytes) {
-    return Err(Status::ResourceExhausted(path + ": file larger than " +
-                                         std::to_string(max_bytes) + " bytes"));
+    return Err(Status::ResourceExhausted(path + ": file larger than " + std::to_string(max_bytes) +
+                                         " bytes"));
   }
   std::vector<uint8_t> data;
   // Read until EOF rather than trusting st_size: the file may change under us.

@@ -4,9 +4,8 @@
 
 #include <string>
 #include <string_view>
-#include <utility>
-
 #include <tl/expected.hpp>
+#include <utility>
 
 namespace pcrfs {
 
@@ -36,7 +35,9 @@ class Status {
   static Status InvalidArgument(std::string msg) {
     return Status(Code::kInvalidArgument, std::move(msg));
   }
-  static Status NotSupported(std::string msg) { return Status(Code::kNotSupported, std::move(msg)); }
+  static Status NotSupported(std::string msg) {
+    return Status(Code::kNotSupported, std::move(msg));
+  }
   static Status AlreadyExists(std::string msg) {
     return Status(Code::kAlreadyExists, std::move(msg));
   }
@@ -73,8 +74,8 @@ inline tl::unexpected<Status> Err(Status s) { return tl::unexpected<Status>(std:
 }  // namespace pcrfs
 
 // Propagates a non-ok Status from an expression returning Status.
-#define PCRFS_RETURN_IF_ERROR(expr)         \
-  do {                                      \
-    ::pcrfs::Status pcrfs_status_ = (expr); \
+#define PCRFS_RETURN_IF_ERROR(expr)                \
+  do {                                             \
+    ::pcrfs::Status pcrfs_status_ = (expr);        \
     if (!pcrfs_status_.ok()) return pcrfs_status_; \
   } while (0)

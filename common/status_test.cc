@@ -1,8 +1,8 @@
 #include "common/status.h"
 
-#include <cerrno>
-
 #include <gtest/gtest.h>
+
+#include <cerrno>
 
 namespace pcrfs {
 namespace {

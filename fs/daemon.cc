@@ -40,12 +40,15 @@ struct CliOptions {
   bool help_or_version = false;
 };
 
-#define PCRFS_OPT(t, p) {t, offsetof(CliOptions, p), 1}
-const fuse_opt kOptionSpecs[] = {
-    PCRFS_OPT("scans=%u", scans),       PCRFS_OPT("threads=%u", threads),
-    PCRFS_OPT("cache_size=%s", cache_size), PCRFS_OPT("uid=%d", uid),
-    PCRFS_OPT("gid=%d", gid),           PCRFS_OPT("readahead=%u", readahead),
-    FUSE_OPT_END};
+#define PCRFS_OPT(t, p) \
+  { t, offsetof(CliOptions, p), 1 }
+const fuse_opt kOptionSpecs[] = {PCRFS_OPT("scans=%u", scans),
+                                 PCRFS_OPT("threads=%u", threads),
+                                 PCRFS_OPT("cache_size=%s", cache_size),
+                                 PCRFS_OPT("uid=%d", uid),
+                                 PCRFS_OPT("gid=%d", gid),
+                                 PCRFS_OPT("readahead=%u", readahead),
+                                 FUSE_OPT_END};
 
 // Takes the first non-option argument as the store; leaves the mount point to libfuse.
 int OptProc(void* data, const char* arg, int key, fuse_args*) {
@@ -231,8 +234,7 @@ int RunDaemon(int argc, char** argv) {
   fuse_opt_add_arg(&args, fsname.c_str());
 
   Filesystem* fs_ptr = nullptr;
-  fuse_session* se =
-      fuse_session_new(&args, &FuseOperations(), sizeof(fuse_lowlevel_ops), &fs_ptr);
+  fuse_session* se = fuse_session_new(&args, &FuseOperations(), sizeof(fuse_lowlevel_ops), &fs_ptr);
   if (se == nullptr) return 1;
   int rc = 2;
   if (fuse_set_signal_handlers(se) == 0) {

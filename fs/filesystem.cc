@@ -1,9 +1,10 @@
 #include "fs/filesystem.h"
 
+#include <syslog.h>
+
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
-#include <syslog.h>
 
 #include "codec/transcoder.h"
 #include "common/crc32c.h"
@@ -153,8 +154,7 @@ void Filesystem::ReportDamage(const index::Entry& e, int group, const Status& s)
     if (!damaged_logged_.insert({e.record, e.slot}).second) return;
   }
   std::fprintf(stderr, "pcrfs: damaged data: inode %llu '%s' group %d: %s\n",
-               static_cast<unsigned long long>(e.ino), e.name.c_str(), group,
-               s.message().c_str());
+               static_cast<unsigned long long>(e.ino), e.name.c_str(), group, s.message().c_str());
   ::syslog(LOG_ERR, "pcrfs: damaged data: inode %llu '%s' group %d: %s",
            static_cast<unsigned long long>(e.ino), e.name.c_str(), group, s.message().c_str());
 }

@@ -1,6 +1,7 @@
 // The daemon's logic without a mount: a real store built from generated JPEGs.
 #include "fs/filesystem.h"
 
+#include <gtest/gtest.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -9,8 +10,6 @@
 #include <random>
 #include <string>
 #include <thread>
-
-#include <gtest/gtest.h>
 
 #include "common/file_util.h"
 #include "mount-tools/builder.h"
@@ -139,8 +138,9 @@ TEST_F(FilesystemTest, RandomOffsetReadsAreSlices) {
       ASSERT_TRUE(got.has_value());
       const size_t want = off >= whole.size() ? 0 : std::min<size_t>(n, whole.size() - off);
       ASSERT_EQ(*got, want);
-      EXPECT_TRUE(std::equal(buf.begin(), buf.begin() + static_cast<long>(want),
-                             whole.begin() + static_cast<long>(std::min<uint64_t>(off, whole.size()))));
+      EXPECT_TRUE(
+          std::equal(buf.begin(), buf.begin() + static_cast<long>(want),
+                     whole.begin() + static_cast<long>(std::min<uint64_t>(off, whole.size()))));
     }
   }
 }

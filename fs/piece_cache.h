@@ -56,8 +56,8 @@ class PieceCache {
   mutable std::mutex mu_;
   std::list<Item> lru_;  // GUARDED_BY(mu_); front = most recent
   std::unordered_map<PieceKey, std::list<Item>::iterator, PieceKeyHash> map_;  // GUARDED_BY(mu_)
-  uint64_t used_ = 0;                                                         // GUARDED_BY(mu_)
-  Stats stats_;                                                               // GUARDED_BY(mu_)
+  uint64_t used_ = 0;                                                          // GUARDED_BY(mu_)
+  Stats stats_;                                                                // GUARDED_BY(mu_)
 };
 
 }  // namespace pcrfs::fs

@@ -74,8 +74,8 @@ struct FileResult {
   bool unreadable = false;
   PassthroughReason reason = PassthroughReason::kNone;
   std::string detail;
-  codec::ProgressiveJpeg jpeg;   // reason == kNone
-  std::vector<uint8_t> raw;      // passthrough bytes
+  codec::ProgressiveJpeg jpeg;  // reason == kNone
+  std::vector<uint8_t> raw;     // passthrough bytes
 };
 
 FileResult ProcessFile(const std::string& path, const BuildConfig& config) {
@@ -176,12 +176,12 @@ class OrderedTranscoder {
   const BuildConfig* config_;
   const size_t window_;
   std::mutex mu_;
-  std::condition_variable work_cv_;  // a slot freed, or stop
-  std::condition_variable done_cv_;  // a result arrived
+  std::condition_variable work_cv_;               // a slot freed, or stop
+  std::condition_variable done_cv_;               // a result arrived
   std::vector<std::optional<FileResult>> slots_;  // GUARDED_BY(mu_)
-  size_t next_claim_ = 0;                          // GUARDED_BY(mu_)
-  size_t next_consume_ = 0;                        // GUARDED_BY(mu_)
-  bool stop_ = false;                              // GUARDED_BY(mu_)
+  size_t next_claim_ = 0;                         // GUARDED_BY(mu_)
+  size_t next_consume_ = 0;                       // GUARDED_BY(mu_)
+  bool stop_ = false;                             // GUARDED_BY(mu_)
   std::vector<std::thread> workers_;
 };
 
@@ -232,10 +232,9 @@ class StoreBuilder {
     report_.files_total = tree_.files.size();
 
     locations_.assign(tree_.files.size(), FileLocation());
-    for (Status (StoreBuilder::*step)() : {&StoreBuilder::PreparePartial,
-                                           &StoreBuilder::WriteRecords,
-                                           &StoreBuilder::WriteIndexAndManifest,
-                                           &StoreBuilder::Publish}) {
+    for (Status (StoreBuilder::*step)() :
+         {&StoreBuilder::PreparePartial, &StoreBuilder::WriteRecords,
+          &StoreBuilder::WriteIndexAndManifest, &StoreBuilder::Publish}) {
       Status s = (this->*step)();
       if (!s.ok()) return Err(std::move(s));
     }
@@ -245,9 +244,7 @@ class StoreBuilder {
   }
 
  private:
-  std::string RecordPath(uint32_t id) const {
-    return partial_ + "/" + index::RecordFileName(id);
-  }
+  std::string RecordPath(uint32_t id) const { return partial_ + "/" + index::RecordFileName(id); }
   std::string FingerprintPath(uint32_t id) const {
     char buf[32];
     std::snprintf(buf, sizeof buf, "/%08u.members", id);
@@ -319,8 +316,7 @@ class StoreBuilder {
       loc.kind = img.kind;
       loc.reason = img.passthrough_reason;
       loc.pieces = img.pieces;
-      loc.stored =
-          img.passthrough_reason != static_cast<uint8_t>(PassthroughReason::kUnreadable);
+      loc.stored = img.passthrough_reason != static_cast<uint8_t>(PassthroughReason::kUnreadable);
     }
   }
 
@@ -406,7 +402,8 @@ class StoreBuilder {
     // Inode numbers: breadth-first, so the children of every directory are consecutive and in
     // name order (readdir walks an inode range). Files that could not be stored get none.
     std::vector<int64_t> file_pos(tree_.nodes.size(), -1);
-    for (size_t i = 0; i < tree_.files.size(); ++i) file_pos[tree_.files[i]] = static_cast<int64_t>(i);
+    for (size_t i = 0; i < tree_.files.size(); ++i)
+      file_pos[tree_.files[i]] = static_cast<int64_t>(i);
     auto included = [&](uint32_t node) {
       return tree_.nodes[node].is_dir || locations_[static_cast<size_t>(file_pos[node])].stored;
     };
@@ -560,12 +557,12 @@ Status CheckBuildArguments(const BuildConfig& config) {
   const fs::path src_abs = fs::weakly_canonical(src, ec);
   const fs::path store_abs = fs::weakly_canonical(store, ec);
   if (ec) return Status::InvalidArgument(store + ": " + ec.message());
-  if (store_abs.filename().empty()) return Status::InvalidArgument(store + ": not a valid store name");
+  if (store_abs.filename().empty())
+    return Status::InvalidArgument(store + ": not a valid store name");
   // A store inside its own source would be walked into itself.
   auto [s, t] = std::mismatch(src_abs.begin(), src_abs.end(), store_abs.begin(), store_abs.end());
   if (s == src_abs.end()) {
-    return Status::InvalidArgument(store + ": the store cannot be inside the source folder " +
-                                   src);
+    return Status::InvalidArgument(store + ": the store cannot be inside the source folder " + src);
   }
   const fs::path parent = store_abs.parent_path();
   if (!fs::is_directory(parent, ec)) {

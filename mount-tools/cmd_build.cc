@@ -2,9 +2,9 @@
 #include <unistd.h>
 
 #include <boost/program_options.hpp>
+#include <chrono>
 #include <cinttypes>
 #include <cstdio>
-#include <chrono>
 #include <iostream>
 
 #include "mount-tools/builder.h"
@@ -34,7 +34,8 @@ namespace {
 
 void PrintReport(const BuildReport& r, const std::string& store) {
   const index::Manifest& m = r.manifest;
-  std::printf("pcr build: %s: %" PRIu64 " files, %" PRIu64 " directories in %.1f s (%.1f files/s)\n",
+  std::printf("pcr build: %s: %" PRIu64 " files, %" PRIu64
+              " directories in %.1f s (%.1f files/s)\n",
               store.c_str(), m.num_jpeg + m.num_passthrough, m.num_directories, r.seconds,
               r.seconds > 0 ? static_cast<double>(r.files_total) / r.seconds : 0.0);
   std::printf("  JPEGs transcoded     %" PRIu64 "\n", m.num_jpeg);
@@ -43,7 +44,8 @@ void PrintReport(const BuildReport& r, const std::string& store) {
     std::printf("    %-18s %" PRIu64 "\n", reason.c_str(), count);
   }
   std::printf("  records              %u", m.num_records);
-  if (r.records_reused) std::printf(" (%" PRIu64 " kept from the interrupted build)", r.records_reused);
+  if (r.records_reused)
+    std::printf(" (%" PRIu64 " kept from the interrupted build)", r.records_reused);
   std::printf("\n  source bytes         %" PRIu64 " (%s)\n", m.source_bytes,
               HumanBytes(m.source_bytes).c_str());
   std::printf("\n  level        bytes   %% of source   JPEGs: %% of source JPEG bytes\n");
@@ -80,9 +82,9 @@ int RunBuild(const std::vector<std::string>& args) {
       "re-encoded as a progressive JPEG in 10 scan groups; every other file is kept byte for\n"
       "byte. SRC is never modified.\n\noptions");
   unsigned threads = 0;
-  opts.add_options()("help,h", "show this help")(
-      "threads,j", po::value<unsigned>(&threads)->default_value(0),
-      "transcoding threads (0: all cores)")(
+  opts.add_options()("help,h", "show this help")("threads,j",
+                                                 po::value<unsigned>(&threads)->default_value(0),
+                                                 "transcoding threads (0: all cores)")(
       "images-per-record", po::value<uint32_t>(&config.images_per_record)->default_value(1024),
       "files per record")("force", po::bool_switch(&config.force),
                           "replace STORE if it is an existing store")(
@@ -95,11 +97,11 @@ int RunBuild(const std::vector<std::string>& args) {
       "max-image-memory", po::value<uint64_t>(&config.max_image_memory)->default_value(1ull << 30),
       "libjpeg memory cap per image, bytes")(
       "max-jpeg-bytes", po::value<uint64_t>(&config.max_jpeg_bytes)->default_value(256ull << 20),
-      "store JPEG files larger than this byte for byte")(
-      "quiet,q", "no progress line");
+      "store JPEG files larger than this byte for byte")("quiet,q", "no progress line");
   po::options_description hidden;
   std::string src, store;
-  hidden.add_options()("src", po::value<std::string>(&src))("store", po::value<std::string>(&store));
+  hidden.add_options()("src", po::value<std::string>(&src))("store",
+                                                            po::value<std::string>(&store));
   po::options_description all;
   all.add(opts).add(hidden);
   po::positional_options_description pos;
@@ -113,8 +115,9 @@ int RunBuild(const std::vector<std::string>& args) {
     return kExitUsage;
   }
   if (vm.count("help")) {
-    std::cout << opts << "\nexit codes: 0 done, 1 failed (no store written), 2 bad arguments,\n"
-                         "            3 store written but some source entries could not be read\n";
+    std::cout << opts
+              << "\nexit codes: 0 done, 1 failed (no store written), 2 bad arguments,\n"
+                 "            3 store written but some source entries could not be read\n";
     return kExitOk;
   }
   if (src.empty() || store.empty()) {
@@ -136,8 +139,8 @@ int RunBuild(const std::vector<std::string>& args) {
           std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
       const double rate = secs > 0 ? static_cast<double>(done) / secs : 0;
       const double eta = rate > 0 ? static_cast<double>(total - done) / rate : 0;
-      std::fprintf(stderr, "\r  %" PRIu64 "/%" PRIu64 " files  %.1f files/s  ETA %d:%02d   ",
-                   done, total, rate, static_cast<int>(eta) / 60, static_cast<int>(eta) % 60);
+      std::fprintf(stderr, "\r  %" PRIu64 "/%" PRIu64 " files  %.1f files/s  ETA %d:%02d   ", done,
+                   total, rate, static_cast<int>(eta) / 60, static_cast<int>(eta) % 60);
       std::fflush(stderr);
     };
   }

@@ -21,8 +21,8 @@ int RunCat(const std::vector<std::string>& args) {
       "scans,k", po::value<int>(&scans)->default_value(10), "level: scan groups 1..10");
   po::options_description hidden;
   std::string store_dir, path;
-  hidden.add_options()("store", po::value<std::string>(&store_dir))(
-      "path", po::value<std::string>(&path));
+  hidden.add_options()("store", po::value<std::string>(&store_dir))("path",
+                                                                    po::value<std::string>(&path));
   po::options_description all;
   all.add(opts).add(hidden);
   po::positional_options_description pos;
@@ -54,9 +54,9 @@ int RunCat(const std::vector<std::string>& args) {
   }
   auto entry = (*store)->index().LookupPath(path);
   if (!entry) {
-    std::fprintf(stderr, "pcr cat: %s: %s\n", path.c_str(),
-                 entry.error().IsNotFound() ? "no such file in the store"
-                                            : entry.error().message().c_str());
+    std::fprintf(
+        stderr, "pcr cat: %s: %s\n", path.c_str(),
+        entry.error().IsNotFound() ? "no such file in the store" : entry.error().message().c_str());
     return entry.error().IsNotFound() ? 2 : 1;
   }
   if (entry->is_dir()) {

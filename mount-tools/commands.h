@@ -2,6 +2,7 @@
 // process exit code (documented in the README).
 #pragma once
 
+#include <cstdint>
 #include <string>
 #include <vector>
 
@@ -9,6 +10,8 @@ namespace pcrfs::tools {
 
 int RunBuild(const std::vector<std::string>& args);
 int RunCat(const std::vector<std::string>& args);
+int RunInspect(const std::vector<std::string>& args);
+int RunVerify(const std::vector<std::string>& args);
 
 // "1.5 MiB", "730 B"
 std::string HumanBytes(uint64_t bytes);

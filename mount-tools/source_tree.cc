@@ -62,8 +62,8 @@ class Walker {
         struct stat lst;
         if (err == ELOOP) {
           tree_->problems.push_back({rel, "symlink loop"});
-        } else if (err == ENOENT && ::fstatat(::dirfd(d), name.c_str(), &lst,
-                                              AT_SYMLINK_NOFOLLOW) == 0 &&
+        } else if (err == ENOENT &&
+                   ::fstatat(::dirfd(d), name.c_str(), &lst, AT_SYMLINK_NOFOLLOW) == 0 &&
                    S_ISLNK(lst.st_mode)) {
           tree_->problems.push_back({rel, "dangling symlink"});
         } else {

@@ -29,7 +29,7 @@ struct SourceProblem {
 };
 
 struct SourceTree {
-  std::string root;  // the absolute path that was walked
+  std::string root;               // the absolute path that was walked
   std::vector<SourceNode> nodes;  // nodes[0] is the root
   // Regular files in depth-first order over sorted names: the order records are written in.
   std::vector<uint32_t> files;

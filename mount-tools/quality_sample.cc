@@ -1,0 +1,165 @@
+#include "mount-tools/quality_sample.h"
+
+#include <algorithm>
+#include <atomic>
+#include <cmath>
+#include <limits>
+#include <mutex>
+#include <optional>
+#include <random>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "codec/decoder.h"
+#include "codec/quality.h"
+
+namespace pcrfs::tools {
+namespace {
+
+constexpr int kLevels = codec::kNumGroups;
+
+struct ImageQuality {
+  bool measured = false;
+  std::array<double, kLevels> psnr{};
+  std::array<double, kLevels> msssim{};
+};
+
+// A uniform integer in [0, n) by rejection, so the choice is the same with every standard
+// library (std::uniform_int_distribution's algorithm is not specified).
+uint64_t UniformBelow(std::mt19937_64& rng, uint64_t n) {
+  const uint64_t limit = std::numeric_limits<uint64_t>::max() -
+                         std::numeric_limits<uint64_t>::max() % n;
+  uint64_t r;
+  do {
+    r = rng();
+  } while (r >= limit);
+  return r % n;
+}
+
+// "train/cls/img.JPEG", for error messages.
+std::string EntryPath(const index::IndexReader& idx, const index::Entry& e) {
+  std::string path = e.name;
+  uint64_t parent = e.parent;
+  for (int depth = 0; parent != index::kRootIno && depth < 4096; ++depth) {
+    auto p = idx.Get(parent);
+    if (!p) break;
+    path = p->name + "/" + path;
+    parent = p->parent;
+  }
+  return path;
+}
+
+Result<codec::DecodedImage> DecodeLevel(const index::Store& store, const index::Entry& e, int k) {
+  std::vector<uint8_t> bytes;
+  if (Status s = store.ReadFile(e, k, &bytes); !s.ok()) return Err(s);
+  return codec::DecodeJpeg(bytes);
+}
+
+Result<ImageQuality> MeasureImage(const index::Store& store, const index::Entry& e) {
+  ImageQuality q;
+  auto ref = DecodeLevel(store, e, kLevels);
+  if (!ref) return Err(ref.error());
+  if (codec::MsSsimScales(ref->width, ref->height) == 0) return q;  // too small: not measured
+  for (int k = 1; k <= kLevels; ++k) {
+    if (k == kLevels) {
+      q.psnr[k - 1] = std::numeric_limits<double>::infinity();
+      q.msssim[k - 1] = 1.0;
+      continue;
+    }
+    auto level = DecodeLevel(store, e, k);
+    if (!level) return Err(level.error());
+    q.psnr[k - 1] = codec::Psnr(*level, *ref);
+    auto ms = codec::MsSsim(*level, *ref);
+    if (!ms) return Err(ms.error());
+    q.msssim[k - 1] = *ms;
+  }
+  q.measured = true;
+  return q;
+}
+
+// Mean, nearest-rank 5th percentile and minimum of `v` (sorted in place).
+void Summarize(std::vector<double>& v, double* mean, double* p5, double* min) {
+  std::sort(v.begin(), v.end());
+  double sum = 0;
+  for (double x : v) sum += x;
+  *mean = sum / static_cast<double>(v.size());
+  size_t rank = static_cast<size_t>(std::ceil(0.05 * static_cast<double>(v.size())));
+  *p5 = v[rank == 0 ? 0 : rank - 1];
+  *min = v.front();
+}
+
+}  // namespace
+
+Result<std::array<LevelQuality, codec::kNumGroups>> MeasureStoreQuality(
+    const index::Store& store, uint32_t sample, uint64_t seed, unsigned threads,
+    uint32_t* skipped) {
+  const index::IndexReader& idx = store.index();
+  // Inodes are 1..NumEntries (assigned breadth-first by the builder).
+  std::vector<index::Entry> jpegs;
+  for (uint64_t ino = index::kRootIno; ino <= idx.NumEntries(); ++ino) {
+    auto e = idx.Get(ino);
+    if (!e) return Err(e.error());
+    if (e->kind == index::EntryKind::kJpeg) jpegs.push_back(std::move(*e));
+  }
+  const size_t n = std::min<size_t>(sample, jpegs.size());
+  std::mt19937_64 rng(seed);
+  for (size_t i = 0; i < n; ++i) {
+    std::swap(jpegs[i], jpegs[i + UniformBelow(rng, jpegs.size() - i)]);
+  }
+  jpegs.resize(n);
+  // Read in inode (and so record) order.
+  std::sort(jpegs.begin(), jpegs.end(),
+            [](const index::Entry& a, const index::Entry& b) { return a.ino < b.ino; });
+
+  std::vector<ImageQuality> results(n);
+  std::atomic<size_t> next{0};
+  std::atomic<bool> failed{false};
+  std::mutex mu;
+  std::optional<Status> error;  // GUARDED_BY(mu): the failure of the lowest-numbered image
+  size_t error_index = n;       // GUARDED_BY(mu)
+  auto work = [&] {
+    for (size_t i = next++; i < n && !failed; i = next++) {
+      auto q = MeasureImage(store, jpegs[i]);
+      if (q) {
+        results[i] = *q;
+        continue;
+      }
+      std::lock_guard<std::mutex> lock(mu);
+      if (i < error_index) {
+        error_index = i;
+        std::string msg = EntryPath(idx, jpegs[i]) + ": " + q.error().message();
+        error = q.error().IsCorruption() ? Status::Corruption(msg) : Status::IOError(msg);
+      }
+      failed = true;
+    }
+  };
+  if (threads == 0) threads = std::max(1u, std::thread::hardware_concurrency());
+  threads = static_cast<unsigned>(std::min<size_t>(threads, std::max<size_t>(n, 1)));
+  std::vector<std::thread> pool;
+  for (unsigned t = 1; t < threads; ++t) pool.emplace_back(work);
+  work();
+  for (auto& t : pool) t.join();
+  if (error) return Err(*error);
+
+  std::array<LevelQuality, kLevels> out{};
+  uint32_t measured = 0;
+  for (const auto& r : results) measured += r.measured ? 1 : 0;
+  if (skipped) *skipped = static_cast<uint32_t>(n - measured);
+  if (measured == 0) return out;
+  for (int k = 0; k < kLevels; ++k) {
+    std::vector<double> psnr, ms;
+    for (const auto& r : results) {
+      if (!r.measured) continue;
+      psnr.push_back(r.psnr[k]);
+      ms.push_back(r.msssim[k]);
+    }
+    LevelQuality& lq = out[k];
+    lq.n = measured;
+    Summarize(psnr, &lq.mean_psnr, &lq.p5_psnr, &lq.min_psnr);
+    Summarize(ms, &lq.mean_msssim, &lq.p5_msssim, &lq.min_msssim);
+  }
+  return out;
+}
+
+}  // namespace pcrfs::tools

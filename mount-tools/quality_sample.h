@@ -1,0 +1,34 @@
+// Measuring what each level of a store costs in fidelity: PSNR and MS-SSIM (codec/quality.h)
+// of levels 1..10 against level 10, over a seeded sample of the store's JPEGs.
+#pragma once
+
+#include <array>
+#include <cstdint>
+
+#include "codec/transcoder.h"
+#include "common/status.h"
+#include "index/store.h"
+
+namespace pcrfs::tools {
+
+// Statistics of one level over the measured images. Level 10 is the reference itself: its PSNR
+// is +infinity and its MS-SSIM 1. p5 is the 5th percentile by nearest rank (the value at
+// ascending position ceil(0.05 n)), the quality that 95% of the images reach or beat.
+struct LevelQuality {
+  double mean_psnr = 0, p5_psnr = 0, min_psnr = 0;
+  double mean_msssim = 0, p5_msssim = 0, min_msssim = 0;
+  uint32_t n = 0;  // images measured (0: every field is 0)
+};
+
+// Chooses min(sample, number of JPEG entries) entries of kind kJpeg uniformly at random (a
+// partial Fisher-Yates shuffle of the JPEG inodes in inode order, driven by std::mt19937_64
+// seeded with `seed`, so the choice depends only on the store and the seed), decodes level 10
+// and levels 1..10 of each with codec::DecodeJpeg on up to `threads` threads (0: one per core),
+// and returns the statistics for levels 1..10 (index k-1).
+// Images smaller than the 11x11 SSIM window are left out (counted by *skipped when not null).
+// Errors: the first read or decode failure (a damaged store), naming the entry.
+Result<std::array<LevelQuality, codec::kNumGroups>> MeasureStoreQuality(
+    const index::Store& store, uint32_t sample, uint64_t seed, unsigned threads = 0,
+    uint32_t* skipped = nullptr);
+
+}  // namespace pcrfs::tools

@@ -1,0 +1,293 @@
+#include "mount-tools/verifier.h"
+
+#include <algorithm>
+#include <atomic>
+#include <map>
+#include <mutex>
+#include <thread>
+#include <unordered_map>
+
+#include "codec/decoder.h"
+#include "codec/transcoder.h"
+#include "common/file_util.h"
+#include "common/random_access_file.h"
+#include "index/record_reader.h"
+#include "index/store.h"
+#include "mount-tools/source_tree.h"
+
+namespace pcrfs::tools {
+namespace {
+
+using Kind = VerifyFinding::Kind;
+
+struct FileEntry {
+  std::string path;
+  index::Entry entry;
+};
+
+// Runs fn(i) for i in [0, n) on `jobs` threads.
+template <typename F>
+void ParallelFor(size_t n, unsigned jobs, F fn) {
+  std::atomic<size_t> next{0};
+  std::vector<std::thread> threads;
+  for (unsigned t = 0; t < std::max(1u, jobs); ++t) {
+    threads.emplace_back([&] {
+      for (size_t i; (i = next++) < n;) fn(i);
+    });
+  }
+  for (auto& t : threads) t.join();
+}
+
+class Verifier {
+ public:
+  Verifier(const VerifyConfig& config, std::unique_ptr<index::Store> store)
+      : config_(config),
+        store_(std::move(store)),
+        jobs_(config.jobs ? config.jobs : std::max(1u, std::thread::hardware_concurrency())) {}
+
+  VerifyReport Run() {
+    WalkIndex();
+    CheckRecords();
+    if (!config_.source.empty()) CompareWithSource();
+    std::sort(report_.findings.begin(), report_.findings.end(),
+              [](const VerifyFinding& a, const VerifyFinding& b) {
+                return std::tie(a.path, a.kind) < std::tie(b.path, b.kind);
+              });
+    // One finding per path and kind: the first reason is the one that matters.
+    report_.findings.erase(std::unique(report_.findings.begin(), report_.findings.end(),
+                                       [](const VerifyFinding& a, const VerifyFinding& b) {
+                                         return a.path == b.path && a.kind == b.kind;
+                                       }),
+                           report_.findings.end());
+    return std::move(report_);
+  }
+
+ private:
+  void Add(Kind kind, std::string path, std::string reason) {
+    std::lock_guard<std::mutex> l(mu_);
+    report_.findings.push_back({kind, std::move(path), std::move(reason)});
+  }
+
+  // Depth-first over the index from the root, checking the tree's structure on the way.
+  void WalkIndex() {
+    const index::IndexReader& idx = store_->index();
+    auto root = idx.Get(index::kRootIno);
+    if (!root) {
+      Add(Kind::kDamaged, "/", "index: cannot read the root: " + root.error().message());
+      return;
+    }
+    std::vector<std::pair<std::string, index::Entry>> stack{{"", std::move(*root)}};
+    while (!stack.empty()) {
+      auto [path, dir] = std::move(stack.back());
+      stack.pop_back();
+      ++report_.directories;
+      uint64_t seen = 0, subdirs = 0;
+      Status s = idx.List(dir, 0, [&](const index::Entry& child) {
+        ++seen;
+        std::string child_path = path.empty() ? child.name : path + "/" + child.name;
+        if (child.parent != dir.ino) {
+          Add(Kind::kDamaged, child_path, "index: parent inode does not match its folder");
+        }
+        if (child.is_dir()) {
+          ++subdirs;
+          stack.emplace_back(std::move(child_path), child);
+        } else {
+          files_.push_back({std::move(child_path), child});
+        }
+        return true;
+      });
+      const std::string where = path.empty() ? "/" : path;
+      if (!s.ok()) {
+        Add(Kind::kDamaged, where, "index: cannot list folder: " + s.message());
+      } else if (seen != dir.num_children || subdirs != dir.num_subdirs) {
+        Add(Kind::kDamaged, where,
+            "index: folder lists " + std::to_string(seen) + " children, its entry says " +
+                std::to_string(dir.num_children));
+      }
+    }
+    report_.files = files_.size();
+    const uint64_t entries = report_.files + report_.directories;
+    if (entries != store_->manifest().num_entries) {
+      Add(Kind::kDamaged, "index.lmdb",
+          "the tree holds " + std::to_string(entries) + " entries, the manifest says " +
+              std::to_string(store_->manifest().num_entries));
+    }
+  }
+
+  void CheckRecords() {
+    std::map<uint32_t, std::vector<const FileEntry*>> by_record;
+    for (const FileEntry& f : files_) by_record[f.entry.record].push_back(&f);
+    const uint32_t num_records = store_->manifest().num_records;
+    report_.records = num_records;
+    for (const auto& [id, members] : by_record) {
+      if (id >= num_records) {
+        for (const FileEntry* f : members) {
+          Add(Kind::kDamaged, f->path,
+              "index: names record " + std::to_string(id) + ", but the store has " +
+                  std::to_string(num_records));
+        }
+      }
+    }
+    std::vector<uint32_t> ids(num_records);
+    for (uint32_t i = 0; i < num_records; ++i) ids[i] = i;
+    std::atomic<uint64_t> pieces{0};
+    ParallelFor(ids.size(), jobs_, [&](size_t i) {
+      const uint32_t id = ids[i];
+      auto it = by_record.find(id);
+      static const std::vector<const FileEntry*> kNone;
+      pieces += CheckRecord(id, it == by_record.end() ? kNone : it->second);
+    });
+    report_.pieces = pieces;
+  }
+
+  // Returns the number of pieces checked.
+  uint64_t CheckRecord(uint32_t id, const std::vector<const FileEntry*>& members) {
+    const std::string name = index::RecordFileName(id);
+    auto damage_all = [&](const std::string& why) {
+      Add(Kind::kDamaged, name, why);
+      for (const FileEntry* f : members) Add(Kind::kDamaged, f->path, name + ": " + why);
+    };
+    auto file = PosixRandomAccessFile::Open(store_->dir() + "/" + name);
+    if (!file) {
+      damage_all(file.error().IsNotFound() ? "record file is missing" : file.error().message());
+      return 0;
+    }
+    auto layout = index::ReadRecordLayout(**file);
+    if (!layout) {
+      damage_all(layout.error().message());
+      return 0;
+    }
+    auto info = store_->index().GetRecord(id);
+    if (!info) {
+      damage_all("index: " + info.error().message());
+      return 0;
+    }
+    if (info->file_size != layout->file_size || info->data_offset != layout->data_offset ||
+        info->group_offset != layout->group_offset || info->num_images != layout->images.size()) {
+      damage_all("the index's record description does not match the record header");
+      return 0;
+    }
+    auto damaged = index::VerifyRecord(**file);
+    if (!damaged) {
+      damage_all(damaged.error().message());
+      return 0;
+    }
+    std::unordered_map<uint32_t, std::string> damaged_slots;
+    for (const index::DamagedImage& d : *damaged) damaged_slots[d.slot] = d.reason;
+    uint64_t pieces = 0;
+    for (const FileEntry* f : members) {
+      const index::Entry& e = f->entry;
+      if (e.slot >= layout->images.size()) {
+        Add(Kind::kDamaged, f->path,
+            name + ": index names slot " + std::to_string(e.slot) + " of " +
+                std::to_string(layout->images.size()));
+        continue;
+      }
+      const index::RecordImage& img = layout->images[e.slot];
+      if (img.path != f->path) {
+        Add(Kind::kDamaged, f->path,
+            name + ": slot " + std::to_string(e.slot) + " holds \"" + img.path + "\"");
+      } else if (img.kind != e.kind || img.pieces != e.pieces) {
+        Add(Kind::kDamaged, f->path, name + ": the index entry does not match the record");
+      }
+      if (auto d = damaged_slots.find(e.slot); d != damaged_slots.end()) {
+        Add(Kind::kDamaged, f->path, d->second);
+      }
+      pieces += index::kNumGroups;
+    }
+    return pieces;
+  }
+
+  void CompareWithSource() {
+    auto tree = WalkSource(config_.source);
+    if (!tree) {
+      Add(Kind::kMissing, config_.source, tree.error().message());
+      return;
+    }
+    for (const SourceProblem& p : tree->problems) Add(Kind::kMissing, p.rel_path, p.reason);
+    std::unordered_map<std::string, const FileEntry*> by_path;
+    for (const FileEntry& f : files_) by_path[f.path] = &f;
+    std::vector<std::pair<std::string, const FileEntry*>> pairs;
+    for (uint32_t node : tree->files) {
+      const SourceNode& n = tree->nodes[node];
+      auto it = by_path.find(n.rel_path);
+      if (it == by_path.end()) {
+        Add(Kind::kMissing, n.rel_path, "in the source but not in the store");
+        continue;
+      }
+      pairs.emplace_back(tree->AbsPath(n), it->second);
+      by_path.erase(it);
+    }
+    for (const auto& [path, f] : by_path) {
+      Add(Kind::kExtra, path, "in the store but not in the source");
+    }
+    report_.compared = pairs.size();
+    ParallelFor(pairs.size(), jobs_,
+                [&](size_t i) { CompareFile(pairs[i].first, *pairs[i].second); });
+  }
+
+  void CompareFile(const std::string& source_path, const FileEntry& f) {
+    auto source = ReadWholeFile(source_path, UINT64_MAX);
+    if (!source) {
+      Add(Kind::kDiffers, f.path, "cannot read the source: " + source.error().message());
+      return;
+    }
+    std::vector<uint8_t> stored;
+    Status s = store_->ReadFile(f.entry, index::kNumGroups, &stored);
+    if (!s.ok()) {
+      Add(Kind::kDamaged, f.path, s.message());
+      return;
+    }
+    if (f.entry.kind == index::EntryKind::kPassthrough) {
+      if (stored != *source) Add(Kind::kDiffers, f.path, "bytes differ from the source");
+      return;
+    }
+    auto want = codec::DecodeJpeg(*source);
+    if (!want) {
+      Add(Kind::kDiffers, f.path,
+          "the source no longer decodes cleanly: " + want.error().message());
+      return;
+    }
+    auto got = codec::DecodeJpeg(stored);
+    if (!got) {
+      Add(Kind::kDamaged, f.path, "level 10 does not decode: " + got.error().message());
+      return;
+    }
+    if (got->width != want->width || got->height != want->height ||
+        got->components != want->components || got->pixels != want->pixels) {
+      Add(Kind::kDiffers, f.path, "level 10 pixels differ from the source");
+    }
+  }
+
+  const VerifyConfig& config_;
+  std::unique_ptr<index::Store> store_;
+  const unsigned jobs_;
+  std::vector<FileEntry> files_;
+  std::mutex mu_;
+  VerifyReport report_;  // findings GUARDED_BY(mu_) while threads run
+};
+
+}  // namespace
+
+const char* FindingKindName(VerifyFinding::Kind kind) {
+  switch (kind) {
+    case Kind::kDamaged:
+      return "damaged";
+    case Kind::kDiffers:
+      return "differs";
+    case Kind::kMissing:
+      return "missing";
+    case Kind::kExtra:
+      return "extra";
+  }
+  return "?";
+}
+
+Result<VerifyReport> VerifyStore(const VerifyConfig& config) {
+  auto store = index::Store::Open(config.store);
+  if (!store) return Err(store.error());
+  Verifier verifier(config, std::move(*store));
+  return verifier.Run();
+}
+
+}  // namespace pcrfs::tools

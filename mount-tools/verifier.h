@@ -1,0 +1,43 @@
+// `pcr verify`: checks a store end to end, and optionally against its source folder.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "common/status.h"
+
+namespace pcrfs::tools {
+
+struct VerifyConfig {
+  std::string store;
+  std::string source;  // empty: do not compare with a source
+  unsigned jobs = 0;   // 0: every core
+};
+
+struct VerifyFinding {
+  enum class Kind { kDamaged, kDiffers, kMissing, kExtra };
+  Kind kind;
+  std::string path;  // relative to the dataset root; "records/..." for store-level damage
+  std::string reason;
+};
+
+const char* FindingKindName(VerifyFinding::Kind kind);
+
+struct VerifyReport {
+  uint64_t records = 0;
+  uint64_t files = 0;
+  uint64_t directories = 0;
+  uint64_t pieces = 0;
+  uint64_t compared = 0;                // source files compared
+  std::vector<VerifyFinding> findings;  // sorted by path
+};
+
+// Reads every piece of every record and checks its CRC; checks every record header and table,
+// every index entry against its record (kind, path, piece offsets, lengths and CRCs), every
+// level's bounds, and the tree's structure. With a source: every JPEG at level 10 decodes to
+// the source's pixels, every passthrough file equals its source byte for byte, and no source
+// file is missing. A non-ok result means the store could not be opened at all.
+Result<VerifyReport> VerifyStore(const VerifyConfig& config);
+
+}  // namespace pcrfs::tools

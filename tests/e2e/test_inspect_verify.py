@@ -1,0 +1,133 @@
+#!/usr/bin/python3
+"""`pcr inspect` and `pcr verify` on real stores, damaged on purpose."""
+
+import json
+import os
+import shutil
+import tempfile
+import unittest
+
+from pcrtest import (PCR, Mount, TempDirTest, make_messy_tree, pcr_cat, photo, run, save_jpeg)
+
+
+def build_store(tmp, n=20, per_record=6):
+    src = os.path.join(tmp, "src")
+    for i in range(n):
+        save_jpeg(photo(180 + i, 120 + i, 300 + i), os.path.join(src, f"d{i % 3}", f"{i:02d}.jpg"),
+                  quality=85)
+    with open(os.path.join(src, "notes.txt"), "w") as f:
+        f.write("not an image\n" * 50)
+    store = os.path.join(tmp, "store")
+    run([PCR, "build", src, store, "--quiet", "--images-per-record", str(per_record)])
+    return src, store
+
+
+def verify(store, *extra):
+    return run([PCR, "verify", store, *extra], check=False, text=True)
+
+
+class InspectTest(TempDirTest):
+    def test_totals_equal_sizes_read_through_a_mount(self):
+        src = self.path("src")
+        make_messy_tree(src)
+        store = self.path("store")
+        run([PCR, "build", src, store, "--quiet"])
+        info = json.loads(run([PCR, "inspect", store, "--json"], text=True).stdout)
+        self.assertEqual(info["format_version"], 1)
+        self.assertEqual(info["files"], info["jpeg"] + info["passthrough"])
+        self.assertEqual(sum(info["passthrough_by_reason"].values()), info["passthrough"])
+        mnt = self.path("mnt")
+        with Mount(store, mnt):
+            for level in info["levels"]:
+                k = level["level"]
+                total = 0
+                for dirpath, _, names in os.walk(os.path.join(mnt, f"scan{k}")):
+                    total += sum(len(open(os.path.join(dirpath, n), "rb").read()) for n in names)
+                self.assertEqual(level["bytes"], total, f"level {k}")
+        source_total = sum(os.path.getsize(os.path.join(d, n))
+                           for d, _, ns in os.walk(src) for n in ns)
+        self.assertEqual(info["source_bytes"], source_total)
+        text = run([PCR, "inspect", store], text=True).stdout
+        for words in ("format version   1", "records", "not-jpeg", "% of source"):
+            self.assertIn(words, text)
+
+    def test_bad_store(self):
+        p = run([PCR, "inspect", self.path("nope")], check=False, text=True)
+        self.assertEqual(p.returncode, 2)
+        self.assertIn("nope", p.stderr)
+
+
+class VerifyTest(TempDirTest):
+    def test_clean_store_verifies(self):
+        src, store = build_store(self.tmp)
+        p = verify(store, "--source", src)
+        self.assertEqual(p.returncode, 0, p.stdout + p.stderr)
+        self.assertIn("pcr verify: OK", p.stdout)
+        self.assertIn("21 files compared", p.stdout)
+
+    def test_flipped_byte_names_exactly_the_damaged_file(self):
+        src, store = build_store(self.tmp)
+        # Damage the group-5 piece of one file in record 1.
+        rel = "d1/07.jpg"
+        l4, l5 = len(pcr_cat(store, rel, 4)) - 2, len(pcr_cat(store, rel, 5)) - 2
+        piece = pcr_cat(store, rel, 5)[l4:l5]
+        damaged = None
+        for name in sorted(os.listdir(os.path.join(store, "records"))):
+            path = os.path.join(store, "records", name)
+            data = bytearray(open(path, "rb").read())
+            pos = data.find(piece)
+            if pos >= 0:
+                data[pos + len(piece) // 3] ^= 0x01
+                open(path, "wb").write(bytes(data))
+                damaged = name
+        self.assertIsNotNone(damaged)
+        p = verify(store)
+        self.assertEqual(p.returncode, 1, p.stdout)
+        lines = [l for l in p.stdout.splitlines() if l.startswith("damaged")]
+        self.assertEqual(len(lines), 1, p.stdout)
+        self.assertIn(rel, lines[0])
+        self.assertIn("group 5", lines[0])
+
+    def test_truncated_record_names_its_files(self):
+        src, store = build_store(self.tmp)
+        path = os.path.join(store, "records", "00000002.pcr")
+        size = os.path.getsize(path)
+        os.truncate(path, size - 100)
+        p = verify(store)
+        self.assertEqual(p.returncode, 1)
+        damaged = sorted(l.split()[1].rstrip(":") for l in p.stdout.splitlines()
+                         if l.startswith("damaged") and not l.split()[1].startswith("records/"))
+        # Record 2 holds slots 12..17 of the walk order.
+        walk = sorted(os.path.relpath(os.path.join(d, n), src)
+                      for d, _, ns in os.walk(src) for n in ns)
+        self.assertEqual(len(damaged), 6, p.stdout)
+        self.assertIn("records/00000002.pcr", p.stdout)
+        for rel in damaged:
+            self.assertIn(rel, walk)
+
+    def test_missing_record_file(self):
+        src, store = build_store(self.tmp)
+        os.unlink(os.path.join(store, "records", "00000000.pcr"))
+        p = verify(store)
+        self.assertEqual(p.returncode, 1)
+        self.assertIn("record file is missing", p.stdout)
+
+    def test_source_changed_after_build(self):
+        src, store = build_store(self.tmp)
+        save_jpeg(photo(180 + 4, 120 + 4, 9999), os.path.join(src, "d1", "04.jpg"), quality=85)
+        with open(os.path.join(src, "notes.txt"), "a") as f:
+            f.write("one more line\n")
+        save_jpeg(photo(50, 50, 1), os.path.join(src, "new.jpg"))
+        os.unlink(os.path.join(src, "d2", "05.jpg"))
+        p = verify(store, "--source", src)
+        self.assertEqual(p.returncode, 1)
+        out = p.stdout
+        self.assertIn("differs  d1/04.jpg: level 10 pixels differ", out)
+        self.assertIn("differs  notes.txt: bytes differ", out)
+        self.assertIn("missing  new.jpg", out)
+        self.assertIn("extra    d2/05.jpg", out)
+        self.assertEqual(out.count("\ndiffers") + out.startswith("differs"), 2)
+
+
+if __name__ == "__main__":
+    unittest.main(verbosity=2)
