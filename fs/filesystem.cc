@@ -159,31 +159,28 @@ void Filesystem::ReportDamage(const index::Entry& e, int group, const Status& s)
            static_cast<unsigned long long>(e.ino), e.name.c_str(), group, s.message().c_str());
 }
 
-Result<PieceBytes> Filesystem::GetPiece(const index::Entry& e, int group) const {
+Result<PieceBytes> Filesystem::GetPiece(const RandomAccessFile& file, const index::Entry& e,
+                                        int group, bool keep) const {
   const PieceKey key{e.record, e.slot, static_cast<uint32_t>(group)};
   if (PieceBytes hit = cache_.Get(key)) return hit;
   const index::PieceRef& ref = e.pieces[static_cast<size_t>(group - 1)];
-  auto file = store_->OpenRecord(e.record);
-  if (!file) {
-    ReportDamage(e, group, file.error());
-    return Err(Status::IOError(file.error().message(), EIO));
-  }
   auto bytes = std::make_shared<std::vector<uint8_t>>(ref.length);
-  Status s = (*file)->Read(ref.offset, ref.length, bytes->data());
+  Status s = file.Read(ref.offset, ref.length, bytes->data());
   if (s.ok() && crc32c::Mask(crc32c::Value(bytes->data(), bytes->size())) != ref.masked_crc) {
-    s = Status::Corruption((*file)->name() + ": checksum mismatch in group " +
-                           std::to_string(group) + " of slot " + std::to_string(e.slot));
+    s = Status::Corruption(file.name() + ": checksum mismatch in group " + std::to_string(group) +
+                           " of slot " + std::to_string(e.slot));
   }
   if (!s.ok()) {
     ReportDamage(e, group, s);
     return Err(Status::IOError(s.message(), EIO));
   }
   PieceBytes shared = std::move(bytes);
-  cache_.Put(key, shared);
+  if (keep) cache_.Put(key, shared);
   return shared;
 }
 
-void Filesystem::MaybeReadAhead(const index::Entry& e, int level) const {
+void Filesystem::MaybeReadAhead(const RandomAccessFile& file, const index::Entry& e,
+                                int level) const {
   if (options_.readahead_slots == 0 || e.record >= last_slot_.size()) return;
   bool sequential;
   {
@@ -197,12 +194,10 @@ void Filesystem::MaybeReadAhead(const index::Entry& e, int level) const {
   // Files are stored in walk order, so the next files' pieces of group g follow this file's
   // piece of group g. Ask the kernel to fetch about readahead_slots files' worth of each of
   // the level's groups, asynchronously, in one large read per group.
-  auto file = store_->OpenRecord(e.record);
-  if (!file) return;
   for (int g = 1; g <= PieceCount(e, level); ++g) {
     const index::PieceRef& ref = e.pieces[static_cast<size_t>(g - 1)];
     const uint64_t want = std::max<uint64_t>(ref.length, 4096) * options_.readahead_slots;
-    (*file)->Prefetch(ref.offset + ref.length, want);
+    file.Prefetch(ref.offset + ref.length, want);
   }
 }
 
@@ -214,15 +209,35 @@ Result<size_t> Filesystem::Read(uint64_t ino, uint64_t offset, size_t size, uint
   const uint64_t file_size = e.SizeAtLevel(r->level);
   if (offset >= file_size || size == 0) return size_t{0};
   const uint64_t end = std::min<uint64_t>(file_size, offset + size);
-  MaybeReadAhead(e, r->level);
+
+  const int pieces = PieceCount(e, r->level);
+  const bool whole_file = offset == 0 && end == file_size;
+  // The pieces of one file lie in `pieces` different group regions. Ask for all of them at
+  // once, so a cold read waits for the slowest piece instead of the sum of all.
+  auto file = store_->OpenRecord(e.record);
+  if (!file) {
+    ReportDamage(e, 1, file.error());
+    return Err(Status::IOError(file.error().message(), EIO));
+  }
+  MaybeReadAhead(**file, e, r->level);
+  if (pieces > 1) {
+    uint64_t pos = 0;
+    for (int g = 1; g <= pieces && pos < end; ++g) {
+      const index::PieceRef& ref = e.pieces[static_cast<size_t>(g - 1)];
+      if (ref.length > 0 && pos + ref.length > offset &&
+          !cache_.Contains({e.record, e.slot, static_cast<uint32_t>(g)})) {
+        (*file)->Prefetch(ref.offset, ref.length);
+      }
+      pos += ref.length;
+    }
+  }
 
   uint64_t pos = 0;  // file offset where the current piece starts
   size_t copied = 0;
-  const int pieces = PieceCount(e, r->level);
   for (int g = 1; g <= pieces && pos < end; ++g) {
     const uint64_t len = e.pieces[static_cast<size_t>(g - 1)].length;
     if (len > 0 && pos + len > offset) {
-      auto piece = GetPiece(e, g);
+      auto piece = GetPiece(**file, e, g, !whole_file);
       if (!piece) return Err(piece.error());
       const uint64_t from = std::max(offset, pos) - pos;
       const uint64_t to = std::min(end, pos + len) - pos;

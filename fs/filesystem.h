@@ -75,8 +75,12 @@ class Filesystem {
   Result<Resolved> Resolve(uint64_t ino) const;
   struct stat EntryAttr(const index::Entry& e, int level) const;
   struct stat LadderRootAttr() const;
-  Result<PieceBytes> GetPiece(const index::Entry& e, int group) const;
-  void MaybeReadAhead(const index::Entry& e, int level) const;
+  // The verified bytes of one piece, from the cache or storage. `keep` puts a piece read from
+  // storage into the cache (pointless when this request reads the whole file: the kernel
+  // keeps its pages).
+  Result<PieceBytes> GetPiece(const RandomAccessFile& file, const index::Entry& e, int group,
+                              bool keep) const;
+  void MaybeReadAhead(const RandomAccessFile& file, const index::Entry& e, int level) const;
   void ReportDamage(const index::Entry& e, int group, const Status& s) const;
 
   std::unique_ptr<index::Store> store_;

@@ -31,6 +31,11 @@ void PieceCache::Put(const PieceKey& key, PieceBytes bytes) {
   }
 }
 
+bool PieceCache::Contains(const PieceKey& key) const {
+  std::lock_guard<std::mutex> l(mu_);
+  return map_.count(key) != 0;
+}
+
 uint64_t PieceCache::used() const {
   std::lock_guard<std::mutex> l(mu_);
   return used_;

@@ -37,6 +37,7 @@ class PieceCache {
   PieceCache& operator=(const PieceCache&) = delete;
 
   PieceBytes Get(const PieceKey& key);
+  bool Contains(const PieceKey& key) const;
   // Pieces larger than a quarter of the capacity are not kept.
   void Put(const PieceKey& key, PieceBytes bytes);
 
