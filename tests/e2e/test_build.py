@@ -239,6 +239,30 @@ class BuildTest(TempDirTest):
                              stdout=subprocess.PIPE, check=True).stdout
         self.assertEqual(pil_pixels(got), pil_pixels(data.getvalue()))
 
+    def test_metadata_kept_by_default_and_stripped_on_request(self):
+        src = self.path("src")
+        os.makedirs(src)
+        exif = Image.Exif()
+        exif[0x010F] = "pcrfs test camera"  # Make
+        exif[0x0131] = "pcrfs"  # Software
+        im = photo(120, 80, 11)
+        im.save(os.path.join(src, "exif.jpg"), "JPEG", exif=exif.tobytes(), quality=90,
+                comment=b"a JPEG comment")
+        source = open(os.path.join(src, "exif.jpg"), "rb").read()
+        kept, stripped = self.path("kept"), self.path("stripped")
+        self.build(src, kept)
+        self.build(src, stripped, "--strip-metadata")
+        a = pcr_cat(kept, "exif.jpg", 10)
+        b = pcr_cat(stripped, "exif.jpg", 10)
+        self.assertEqual(Image.open(io.BytesIO(a)).getexif()[0x010F], "pcrfs test camera")
+        self.assertIn(b"a JPEG comment", a)
+        self.assertNotIn(0x010F, Image.open(io.BytesIO(b)).getexif())
+        self.assertNotIn(b"a JPEG comment", b)
+        self.assertNotIn(b"Exif\0\0", b)
+        self.assertEqual(pil_pixels(a), pil_pixels(source))
+        self.assertEqual(pil_pixels(b), pil_pixels(source))
+        self.assertLess(len(b), len(a))
+
     def test_cat_arguments(self):
         src = self.path("src")
         save_jpeg(photo(40, 40, 3), os.path.join(src, "ok.jpg"))
