@@ -21,11 +21,12 @@ deps=(
   # build
   build-essential cmake ninja-build pkg-config git
   libjpeg62-turbo-dev liblmdb-dev libfuse3-dev libboost-dev libboost-program-options-dev
-  libexpected-dev nlohmann-json3-dev libgtest-dev libgmock-dev
+  libexpected-dev nlohmann-json3-dev libgtest-dev libgmock-dev libpng-dev
   # run
   fuse3 lmdb-utils
   # tests, sample data and benchmarks
   python3 python3-pil python3-numpy python3-opencv python3-torch python3-torchvision
+  python3-skimage
   libjpeg-turbo-progs time util-linux
 )
 

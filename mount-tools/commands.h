@@ -10,6 +10,10 @@ namespace pcrfs::tools {
 
 int RunBuild(const std::vector<std::string>& args);
 int RunCat(const std::vector<std::string>& args);
+int RunLadder(const std::vector<std::string>& args);
+// Internal, for the tests (docs/quality.md): not in the usage text.
+int RunQualityPair(const std::vector<std::string>& args);
+int RunQualitySample(const std::vector<std::string>& args);
 int RunInspect(const std::vector<std::string>& args);
 int RunVerify(const std::vector<std::string>& args);
 

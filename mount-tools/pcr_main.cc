@@ -14,6 +14,8 @@ constexpr char kUsage[] =
     "commands:\n"
     "  build SRC STORE   turn an image folder into a pcrfs store\n"
     "  cat STORE PATH    write one file of the store to stdout at a level (--scans K)\n"
+    "  ladder STORE PATH -o OUT.png\n"
+    "                    draw one image at levels 1..10 with bytes, PSNR and MS-SSIM\n"
     "  inspect STORE     describe a store: counts, options, bytes per level\n"
     "  verify STORE      check every checksum and entry (and, with --source, the pixels)\n"
     "\n"
@@ -34,6 +36,9 @@ int main(int argc, char** argv) {
   std::vector<std::string> args(argv + 2, argv + argc);
   if (command == "build") return pcrfs::tools::RunBuild(args);
   if (command == "cat") return pcrfs::tools::RunCat(args);
+  if (command == "ladder") return pcrfs::tools::RunLadder(args);
+  if (command == "quality-pair") return pcrfs::tools::RunQualityPair(args);
+  if (command == "quality-sample") return pcrfs::tools::RunQualitySample(args);
   if (command == "inspect") return pcrfs::tools::RunInspect(args);
   if (command == "verify") return pcrfs::tools::RunVerify(args);
   std::fprintf(stderr, "pcr: unknown command '%s'\n%s", command.c_str(), kUsage);

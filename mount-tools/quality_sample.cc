@@ -28,8 +28,8 @@ struct ImageQuality {
 // A uniform integer in [0, n) by rejection, so the choice is the same with every standard
 // library (std::uniform_int_distribution's algorithm is not specified).
 uint64_t UniformBelow(std::mt19937_64& rng, uint64_t n) {
-  const uint64_t limit = std::numeric_limits<uint64_t>::max() -
-                         std::numeric_limits<uint64_t>::max() % n;
+  const uint64_t limit =
+      std::numeric_limits<uint64_t>::max() - std::numeric_limits<uint64_t>::max() % n;
   uint64_t r;
   do {
     r = rng();
@@ -91,9 +91,11 @@ void Summarize(std::vector<double>& v, double* mean, double* p5, double* min) {
 
 }  // namespace
 
-Result<std::array<LevelQuality, codec::kNumGroups>> MeasureStoreQuality(
-    const index::Store& store, uint32_t sample, uint64_t seed, unsigned threads,
-    uint32_t* skipped) {
+Result<std::array<LevelQuality, codec::kNumGroups>> MeasureStoreQuality(const index::Store& store,
+                                                                        uint32_t sample,
+                                                                        uint64_t seed,
+                                                                        unsigned threads,
+                                                                        uint32_t* skipped) {
   const index::IndexReader& idx = store.index();
   // Inodes are 1..NumEntries (assigned breadth-first by the builder).
   std::vector<index::Entry> jpegs;
