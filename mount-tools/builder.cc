@@ -554,8 +554,9 @@ Status CheckBuildArguments(const BuildConfig& config) {
   if (config.max_input_scans < 1) return Status::InvalidArgument("--max-scans must be >= 1");
 
   std::error_code ec;
-  const fs::path src_abs = fs::weakly_canonical(src, ec);
-  const fs::path store_abs = fs::weakly_canonical(store, ec);
+  // absolute() first: weakly_canonical keeps a bare relative name ("st") relative.
+  const fs::path src_abs = fs::weakly_canonical(fs::absolute(src), ec);
+  const fs::path store_abs = fs::weakly_canonical(fs::absolute(store), ec);
   if (ec) return Status::InvalidArgument(store + ": " + ec.message());
   if (store_abs.filename().empty())
     return Status::InvalidArgument(store + ": not a valid store name");

@@ -174,6 +174,11 @@ class BuildTest(TempDirTest):
         save_jpeg(photo(32, 32, 2), os.path.join(src, "b.jpg"))
         self.build(src, store, "--force")
         self.assertEqual(json.load(open(os.path.join(store, "manifest.json")))["num_jpeg"], 2)
+        # A bare relative STORE name (no slash) is a store in the current folder.
+        p = run([PCR, "build", src, "relative.pcr", "--quiet"], cwd=self.tmp, check=False,
+                text=True)
+        self.assertEqual(p.returncode, 0, p.stderr)
+        self.assertTrue(os.path.isfile(self.path("relative.pcr", "manifest.json")))
 
     def test_unstorable_entries_are_named_and_exit_nonzero(self):
         src = self.path("src")
