@@ -35,8 +35,13 @@ namespace pcrfs {
 void PosixRandomAccessFile::Prefetch(uint64_t offset, uint64_t n) const {
   if (offset >= size_) return;
   n = std::min(n, size_ - offset);
-  ::posix_fadvise(fd_.get(), static_cast<off_t>(offset), static_cast<off_t>(n),
-                  POSIX_FADV_WILLNEED);
+  // The kernel caps one WILLNEED at the device's readahead window (read_ahead_kb), so a
+  // large range goes in window-sized steps.
+  constexpr uint64_t kStep = uint64_t{2} << 20;
+  for (uint64_t done = 0; done < n; done += kStep) {
+    ::posix_fadvise(fd_.get(), static_cast<off_t>(offset + done),
+                    static_cast<off_t>(std::min(kStep, n - done)), POSIX_FADV_WILLNEED);
+  }
 }
 
 }  // namespace pcrfs

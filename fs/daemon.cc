@@ -34,6 +34,7 @@ struct CliOptions {
   int uid = -1;
   int gid = -1;
   unsigned readahead = 64;
+  unsigned prefetch = 3;
   const char* store = nullptr;
   const char* mountpoint = nullptr;  // also left in the arguments for libfuse
   int nonopt_seen = 0;
@@ -48,6 +49,7 @@ const fuse_opt kOptionSpecs[] = {PCRFS_OPT("scans=%u", scans),
                                  PCRFS_OPT("uid=%d", uid),
                                  PCRFS_OPT("gid=%d", gid),
                                  PCRFS_OPT("readahead=%u", readahead),
+                                 PCRFS_OPT("prefetch=%u", prefetch),
                                  FUSE_OPT_END};
 
 // Takes the first non-option argument as the store; leaves the mount point to libfuse.
@@ -79,6 +81,8 @@ void PrintUsage(const char* prog) {
       "    -o cache_size=SIZE     piece cache memory cap, e.g. 256M, 1G (default 256M)\n"
       "    -o readahead=N         files to read ahead in a record on sequential reads\n"
       "                           (default 64; 0 turns it off)\n"
+      "    -o prefetch=P          once P%% of a record's files have been read, fetch the\n"
+      "                           record's whole level prefix at once (default 3; 0: off)\n"
       "    -o uid=N,gid=N         owner of every file (default: the mounting user)\n"
       "    -o allow_other         let other users read (implies default_permissions)\n"
       "\n",
@@ -212,6 +216,11 @@ int RunDaemon(int argc, char** argv) {
   fs_options.uid = cli.uid >= 0 ? static_cast<uid_t>(cli.uid) : ::getuid();
   fs_options.gid = cli.gid >= 0 ? static_cast<gid_t>(cli.gid) : ::getgid();
   fs_options.readahead_slots = cli.readahead;
+  if (cli.prefetch > 100) {
+    std::fprintf(stderr, "%s: -o prefetch must be a percentage, 0..100\n", prog);
+    return 1;
+  }
+  fs_options.prefetch_percent = cli.prefetch;
   if (cli.cache_size != nullptr) {
     auto size = ParseSize(cli.cache_size);
     if (!size || *size < (1u << 20)) {

@@ -37,7 +37,7 @@ Filesystem::Filesystem(std::unique_ptr<index::Store> store, FsOptions options)
     : store_(std::move(store)), options_(options), cache_(options.cache_bytes) {
   auto root = store_->index().Get(index::kRootIno);
   if (root) root_ = std::move(*root);
-  last_slot_.assign(store_->manifest().num_records, UINT32_MAX);
+  access_.resize(store_->manifest().num_records);
 }
 
 Result<Filesystem::Resolved> Filesystem::Resolve(uint64_t ino) const {
@@ -181,16 +181,46 @@ Result<PieceBytes> Filesystem::GetPiece(const RandomAccessFile& file, const inde
 
 void Filesystem::MaybeReadAhead(const RandomAccessFile& file, const index::Entry& e,
                                 int level) const {
-  if (options_.readahead_slots == 0 || e.record >= last_slot_.size()) return;
-  bool sequential;
+  if (e.record >= access_.size()) return;
+  bool sequential = false;
+  bool fetch_prefix = false;
   {
     std::lock_guard<std::mutex> l(mu_);
-    uint32_t& last = last_slot_[e.record];
-    if (last == e.slot + 1) return;  // this file was just read (another request of it)
-    sequential = last == e.slot;     // the previous file read in this record was slot - 1
-    last = e.slot + 1;
+    RecordAccess& a = access_[e.record];
+    if (a.next_slot == e.slot + 1) return;  // this file was just read (another request of it)
+    sequential = a.next_slot == e.slot;     // the previous file read here was slot - 1
+    a.next_slot = e.slot + 1;
+    if (options_.prefetch_percent > 0) {
+      if (a.touched.size() <= e.slot) a.touched.resize(e.slot + 1);
+      if (!a.touched[e.slot]) {
+        a.touched[e.slot] = true;
+        ++a.distinct;
+      }
+      const uint64_t per_record =
+          std::max<uint32_t>(1, store_->manifest().options.images_per_record);
+      const uint16_t bit = static_cast<uint16_t>(1u << (level - 1));
+      if (!(a.prefetched & bit) &&
+          uint64_t{a.distinct} * 100 >=
+              std::max<uint64_t>(2, per_record * options_.prefetch_percent)) {
+        a.prefetched |= bit;
+        fetch_prefix = true;
+      }
+    }
   }
-  if (!sequential) return;
+  if (fetch_prefix) {
+    // Levels 1..k of the whole record are one contiguous range: one large sequential read,
+    // queued on the prefetcher's thread.
+    auto info = store_->index().GetRecord(e.record);
+    auto shared = store_->OpenRecord(e.record);
+    if (info && shared) {
+      const uint64_t begin = info->data_offset;
+      const uint64_t end =
+          e.kind == index::EntryKind::kJpeg ? info->group_offset[level] : info->group_offset[1];
+      if (end > begin) prefetcher_.Submit(std::move(*shared), begin, end - begin);
+    }
+    return;
+  }
+  if (!sequential || options_.readahead_slots == 0) return;
   // Files are stored in walk order, so the next files' pieces of group g follow this file's
   // piece of group g. Ask the kernel to fetch about readahead_slots files' worth of each of
   // the level's groups, asynchronously, in one large read per group.

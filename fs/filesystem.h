@@ -20,6 +20,7 @@
 #include "common/status.h"
 #include "fs/inode.h"
 #include "fs/piece_cache.h"
+#include "fs/prefetcher.h"
 #include "index/store.h"
 
 namespace pcrfs::fs {
@@ -31,6 +32,9 @@ struct FsOptions {
   uint64_t cache_bytes = uint64_t{256} << 20;  // piece cache cap
   // Read ahead this many following slots of a record when reads walk it in order.
   uint32_t readahead_slots = 64;
+  // Once this percentage of a record's files has been read (a shuffled epoch touches every
+  // record evenly), fetch the record's whole level-k prefix in one large read. 0: never.
+  uint32_t prefetch_percent = 3;
 };
 
 inline constexpr uint32_t kBlockSize = 128 * 1024;  // st_blksize: one FUSE read request
@@ -88,9 +92,18 @@ class Filesystem {
   mutable PieceCache cache_;
   index::Entry root_;
 
+  // How reads have touched one record, to decide when reading ahead pays.
+  struct RecordAccess {
+    uint32_t next_slot = UINT32_MAX;  // the slot after the last one read
+    uint32_t distinct = 0;            // slots read at least once
+    uint16_t prefetched = 0;          // bit k-1: the level-k prefix has been fetched
+    std::vector<bool> touched;        // by slot
+  };
+
   mutable std::mutex mu_;
   mutable std::set<std::pair<uint32_t, uint32_t>> damaged_logged_;  // GUARDED_BY(mu_)
-  mutable std::vector<uint32_t> last_slot_;  // GUARDED_BY(mu_); per record, last slot read + 1
+  mutable std::vector<RecordAccess> access_;                        // GUARDED_BY(mu_); by record
+  mutable Prefetcher prefetcher_;
 };
 
 }  // namespace pcrfs::fs
