@@ -35,6 +35,7 @@ struct CliOptions {
   int gid = -1;
   unsigned readahead = 64;
   unsigned prefetch = 3;
+  char* msssim = nullptr;
   const char* store = nullptr;
   const char* mountpoint = nullptr;  // also left in the arguments for libfuse
   int nonopt_seen = 0;
@@ -50,6 +51,7 @@ const fuse_opt kOptionSpecs[] = {PCRFS_OPT("scans=%u", scans),
                                  PCRFS_OPT("gid=%d", gid),
                                  PCRFS_OPT("readahead=%u", readahead),
                                  PCRFS_OPT("prefetch=%u", prefetch),
+                                 PCRFS_OPT("msssim=%s", msssim),
                                  FUSE_OPT_END};
 
 // Takes the first non-option argument as the store; leaves the mount point to libfuse.
@@ -77,6 +79,8 @@ void PrintUsage(const char* prog) {
       "\n"
       "pcrfs options:\n"
       "    -o scans=K             serve the dataset at level K (1..10) at the root\n"
+      "    -o msssim=X            serve, at the root, the lowest level whose 5th-percentile\n"
+      "                           MS-SSIM (measured by pcr build) is at least X\n"
       "    -o threads=N           FUSE worker threads (default: 2 x cores, at least 4)\n"
       "    -o cache_size=SIZE     piece cache memory cap, e.g. 256M, 1G (default 256M)\n"
       "    -o readahead=N         files to read ahead in a record on sequential reads\n"
@@ -150,6 +154,39 @@ bool CheckMountPoint(const char* prog, const char* mnt) {
   return true;
 }
 
+// -o msssim=X: the lowest level whose 5th-percentile MS-SSIM is at least X, from the quality
+// sample pcr build stored in the manifest. Says which level it chose; 0 on error.
+int ChooseLevel(const char* prog, const index::Store& store, const char* text, unsigned scans) {
+  char* end = nullptr;
+  const double x = std::strtod(text, &end);
+  if (end == text || *end != '\0' || !(x > 0 && x <= 1)) {
+    std::fprintf(stderr, "%s: -o msssim=%s: expected a number in (0, 1], e.g. 0.95\n", prog, text);
+    return 0;
+  }
+  if (scans != 0) {
+    std::fprintf(stderr, "%s: -o msssim and -o scans choose the level both; give one\n", prog);
+    return 0;
+  }
+  const index::QualitySample& q = store.manifest().quality;
+  const int level = index::RecommendLevel(q, x);
+  if (level == 0) {
+    std::fprintf(stderr,
+                 "%s: %s has no quality sample (built with --quality-sample 0 or without "
+                 "JPEGs): use -o scans=K\n",
+                 prog, store.dir().c_str());
+    return 0;
+  }
+  const index::Manifest& m = store.manifest();
+  std::fprintf(stderr,
+               "%s: -o msssim=%g: serving level %d (5th-percentile MS-SSIM %.4f over %u sampled "
+               "JPEGs, %.1f%% of the source bytes)\n",
+               prog, x, level, q.levels[static_cast<size_t>(level - 1)].p5_msssim, q.measured,
+               m.source_bytes ? 100.0 * static_cast<double>(m.level_bytes[level - 1]) /
+                                    static_cast<double>(m.source_bytes)
+                              : 0.0);
+  return level;
+}
+
 }  // namespace
 
 int RunDaemon(int argc, char** argv) {
@@ -169,6 +206,14 @@ int RunDaemon(int argc, char** argv) {
       fuse_opt_free_args(&args);
       return 1;
     }
+    if (cli.msssim != nullptr) {
+      const int level = ChooseLevel(prog, **store, cli.msssim, cli.scans);
+      if (level == 0) {
+        fuse_opt_free_args(&args);
+        return 1;
+      }
+      cli.scans = static_cast<unsigned>(level);
+    }
     if (!CheckMountPoint(prog, cli.mountpoint)) {
       fuse_opt_free_args(&args);
       return 1;
@@ -187,6 +232,7 @@ int RunDaemon(int argc, char** argv) {
     ~Cleanup() {
       std::free(opts->mountpoint);
       std::free(cli->cache_size);
+      std::free(cli->msssim);
       fuse_opt_free_args(args);
     }
   } cleanup{&args, &opts, &cli};

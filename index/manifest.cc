@@ -1,5 +1,6 @@
 #include "index/manifest.h"
 
+#include <cmath>
 #include <limits>
 #include <nlohmann/json.hpp>
 
@@ -57,6 +58,46 @@ Status GetLevels(const Json& obj, const char* key, std::array<uint64_t, kNumGrou
   return Status::OK();
 }
 
+// A number, or null for +infinity (PSNR of identical images).
+Status GetStat(const Json& obj, const char* key, double* out) {
+  auto it = obj.find(key);
+  if (it == obj.end()) return Bad(std::string("quality: missing field \"") + key + "\"");
+  if (it->is_null()) {
+    *out = std::numeric_limits<double>::infinity();
+    return Status::OK();
+  }
+  if (!it->is_number()) return Bad(std::string("quality: \"") + key + "\" is not a number");
+  *out = it->get<double>();
+  return Status::OK();
+}
+
+Status ParseQuality(const Json& q, QualitySample* out) {
+  if (!q.is_object()) return Bad("\"quality\" is not an object");
+  PCRFS_RETURN_IF_ERROR(GetUint(q, "measured", &out->measured));
+  PCRFS_RETURN_IF_ERROR(GetUint(q, "seed", &out->seed));
+  auto levels = q.find("levels");
+  if (levels == q.end() || !levels->is_array() || levels->size() != kNumGroups) {
+    return Bad("quality: \"levels\" must be an array of 10");
+  }
+  for (size_t i = 0; i < kNumGroups; ++i) {
+    const Json& l = (*levels)[i];
+    LevelQuality& lq = out->levels[i];
+    if (!l.is_object()) return Bad("quality: a level is not an object");
+    PCRFS_RETURN_IF_ERROR(GetUint(l, "n", &lq.n));
+    for (const char* metric : {"psnr", "msssim"}) {
+      auto m = l.find(metric);
+      if (m == l.end() || !m->is_object()) {
+        return Bad(std::string("quality: missing \"") + metric + "\"");
+      }
+      const bool psnr = metric[0] == 'p';
+      PCRFS_RETURN_IF_ERROR(GetStat(*m, "mean", psnr ? &lq.mean_psnr : &lq.mean_msssim));
+      PCRFS_RETURN_IF_ERROR(GetStat(*m, "p5", psnr ? &lq.p5_psnr : &lq.p5_msssim));
+      PCRFS_RETURN_IF_ERROR(GetStat(*m, "min", psnr ? &lq.min_psnr : &lq.min_msssim));
+    }
+  }
+  return Status::OK();
+}
+
 }  // namespace
 
 std::string Manifest::ToJson() const {
@@ -69,6 +110,8 @@ std::string Manifest::ToJson() const {
   o["max_input_scans"] = options.max_input_scans;
   o["max_image_memory"] = options.max_image_memory;
   o["max_jpeg_bytes"] = options.max_jpeg_bytes;
+  o["quality_sample"] = options.quality_sample;
+  o["quality_seed"] = options.quality_seed;
   j["options"] = std::move(o);
   j["num_entries"] = num_entries;
   j["num_directories"] = num_directories;
@@ -82,6 +125,26 @@ std::string Manifest::ToJson() const {
   j["source_jpeg_bytes"] = source_jpeg_bytes;
   j["level_bytes"] = level_bytes;
   j["jpeg_level_bytes"] = jpeg_level_bytes;
+  if (quality.measured > 0) {
+    Json q;
+    q["measured"] = quality.measured;
+    q["seed"] = quality.seed;
+    Json levels = Json::array();
+    for (int k = 1; k <= kNumGroups; ++k) {
+      const LevelQuality& l = quality.levels[static_cast<size_t>(k - 1)];
+      Json lj;
+      lj["level"] = k;
+      lj["n"] = l.n;
+      // JSON has no infinity: level 10's PSNR (identical pixels) is null.
+      auto num = [](double v) { return std::isfinite(v) ? Json(v) : Json(nullptr); };
+      lj["psnr"] = {{"mean", num(l.mean_psnr)}, {"p5", num(l.p5_psnr)}, {"min", num(l.min_psnr)}};
+      lj["msssim"] = {
+          {"mean", num(l.mean_msssim)}, {"p5", num(l.p5_msssim)}, {"min", num(l.min_msssim)}};
+      levels.push_back(std::move(lj));
+    }
+    q["levels"] = std::move(levels);
+    j["quality"] = std::move(q);
+  }
   // Invalid UTF-8 in the generator string must not throw: replace it.
   return j.dump(2, ' ', false, Json::error_handler_t::replace) + "\n";
 }
@@ -114,6 +177,8 @@ Result<Manifest> Manifest::FromJson(const std::string& text) {
   RETURN_ERR_IF_ERROR(GetUint(*opts, "max_input_scans", &m.options.max_input_scans));
   RETURN_ERR_IF_ERROR(GetUint(*opts, "max_image_memory", &m.options.max_image_memory));
   RETURN_ERR_IF_ERROR(GetUint(*opts, "max_jpeg_bytes", &m.options.max_jpeg_bytes));
+  RETURN_ERR_IF_ERROR(GetUint(*opts, "quality_sample", &m.options.quality_sample));
+  RETURN_ERR_IF_ERROR(GetUint(*opts, "quality_seed", &m.options.quality_seed));
 
   RETURN_ERR_IF_ERROR(GetUint(j, "num_entries", &m.num_entries));
   RETURN_ERR_IF_ERROR(GetUint(j, "num_directories", &m.num_directories));
@@ -134,7 +199,18 @@ Result<Manifest> Manifest::FromJson(const std::string& text) {
   RETURN_ERR_IF_ERROR(GetUint(j, "source_jpeg_bytes", &m.source_jpeg_bytes));
   RETURN_ERR_IF_ERROR(GetLevels(j, "level_bytes", &m.level_bytes));
   RETURN_ERR_IF_ERROR(GetLevels(j, "jpeg_level_bytes", &m.jpeg_level_bytes));
+  if (auto q = j.find("quality"); q != j.end()) {
+    RETURN_ERR_IF_ERROR(ParseQuality(*q, &m.quality));
+  }
   return m;
+}
+
+int RecommendLevel(const QualitySample& q, double min_msssim) {
+  if (q.measured == 0) return 0;
+  for (int k = 1; k <= kNumGroups; ++k) {
+    if (q.levels[static_cast<size_t>(k - 1)].p5_msssim >= min_msssim) return k;
+  }
+  return kNumGroups;
 }
 
 }  // namespace pcrfs::index

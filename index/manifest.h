@@ -20,7 +20,28 @@ struct BuildOptions {
   uint32_t max_input_scans = 0;
   uint64_t max_image_memory = 0;
   uint64_t max_jpeg_bytes = 0;
+  uint32_t quality_sample = 0;  // JPEGs measured for the quality section; 0: none
+  uint64_t quality_seed = 0;
 };
+
+// Fidelity of one level against level 10 over a sample of JPEGs. Level 10 is the reference:
+// PSNR +infinity (null in JSON), MS-SSIM 1. p5 is the 5th percentile by nearest rank: the
+// quality that 95% of the sampled images reach or beat.
+struct LevelQuality {
+  double mean_psnr = 0, p5_psnr = 0, min_psnr = 0;
+  double mean_msssim = 0, p5_msssim = 0, min_msssim = 0;
+  uint32_t n = 0;  // images measured (0: every field is 0)
+};
+
+struct QualitySample {
+  uint32_t measured = 0;  // images measured (0: the store has no quality section)
+  uint64_t seed = 0;
+  std::array<LevelQuality, kNumGroups> levels{};
+};
+
+// The lowest level (1..10) whose 5th-percentile MS-SSIM is at least min_msssim, or 0 if the
+// sample is empty. Level 10 always qualifies for min_msssim <= 1.
+int RecommendLevel(const QualitySample& q, double min_msssim);
 
 struct Manifest {
   uint32_t format_version = kStoreFormatVersion;
@@ -38,6 +59,8 @@ struct Manifest {
   std::array<uint64_t, kNumGroups> level_bytes{};
   // The same for the transcoded JPEGs only.
   std::array<uint64_t, kNumGroups> jpeg_level_bytes{};
+  // Measured by `pcr build` on a seeded sample (options.quality_sample images).
+  QualitySample quality;
 
   std::string ToJson() const;  // pretty-printed, keys in a fixed order, trailing newline
   // Corruption for malformed JSON; NotSupported (naming both versions) for another version.

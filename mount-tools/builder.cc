@@ -20,6 +20,7 @@
 #include "index/record_writer.h"
 #include "index/store.h"
 #include "index/store_index.h"
+#include "mount-tools/quality_sample.h"
 #include "mount-tools/source_tree.h"
 
 namespace pcrfs::tools {
@@ -66,7 +67,9 @@ std::string OptionsText(const BuildConfig& c) {
          " images_per_record=" + std::to_string(c.images_per_record) +
          " max_input_scans=" + std::to_string(c.max_input_scans) +
          " max_image_memory=" + std::to_string(c.max_image_memory) +
-         " max_jpeg_bytes=" + std::to_string(c.max_jpeg_bytes) + "\n";
+         " max_jpeg_bytes=" + std::to_string(c.max_jpeg_bytes) +
+         " quality_sample=" + std::to_string(c.quality_sample) +
+         " quality_seed=" + std::to_string(c.quality_seed) + "\n";
 }
 
 // What became of one source file.
@@ -429,9 +432,13 @@ class StoreBuilder {
 
     index::Manifest& m = report_.manifest;
     m.generator = std::string("pcrfs ") + PCRFS_VERSION;
-    m.options = {config_.strip_metadata, config_.images_per_record,
-                 static_cast<uint32_t>(config_.max_input_scans), config_.max_image_memory,
-                 config_.max_jpeg_bytes};
+    m.options = {config_.strip_metadata,
+                 config_.images_per_record,
+                 static_cast<uint32_t>(config_.max_input_scans),
+                 config_.max_image_memory,
+                 config_.max_jpeg_bytes,
+                 config_.quality_sample,
+                 config_.quality_seed};
     m.num_records = num_records_;
 
     for (uint32_t node_index : order) {
@@ -497,8 +504,24 @@ class StoreBuilder {
     PCRFS_RETURN_IF_ERROR((*writer)->PutMeta("num_records", std::to_string(num_records_)));
     PCRFS_RETURN_IF_ERROR((*writer)->Finish());
 
+    const std::string manifest_path = partial_ + "/" + index::kManifestFile;
     const std::string json = m.ToJson();
-    return WriteFileAtomic(partial_ + "/" + index::kManifestFile, json.data(), json.size());
+    PCRFS_RETURN_IF_ERROR(WriteFileAtomic(manifest_path, json.data(), json.size()));
+    if (config_.quality_sample == 0 || m.num_jpeg == 0) return Status::OK();
+
+    // Measure a sample's fidelity on the finished store, so `pcr inspect` and `pcrfs -o
+    // msssim=X` can answer at once.
+    auto store = index::Store::Open(partial_);
+    if (!store) return store.error();
+    uint32_t skipped = 0;
+    auto quality = MeasureStoreQuality(**store, config_.quality_sample, config_.quality_seed,
+                                       threads_, &skipped);
+    if (!quality) return quality.error();
+    m.quality.measured = (*quality)[0].n;
+    m.quality.seed = config_.quality_seed;
+    m.quality.levels = *quality;
+    const std::string with_quality = m.ToJson();
+    return WriteFileAtomic(manifest_path, with_quality.data(), with_quality.size());
   }
 
   Status Publish() {

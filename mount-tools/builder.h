@@ -31,6 +31,9 @@ struct BuildConfig {
   uint64_t max_image_memory = uint64_t{1} << 30;
   // JPEGs larger than this are not transcoded but stored whole (reason "too-big").
   uint64_t max_jpeg_bytes = uint64_t{256} << 20;
+  // JPEGs whose PSNR and MS-SSIM at every level are measured into the manifest; 0: none.
+  uint32_t quality_sample = 100;
+  uint64_t quality_seed = 0;
   // Called about five times a second with (files done, files total). May be empty.
   std::function<void(uint64_t, uint64_t)> progress;
 };

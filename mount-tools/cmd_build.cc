@@ -56,6 +56,15 @@ void PrintReport(const BuildReport& r, const std::string& store) {
     std::printf("  %5d %12s   %9.1f%%   %9.1f%%\n", k, HumanBytes(m.level_bytes[k - 1]).c_str(),
                 all, jpg);
   }
+  if (m.quality.measured > 0) {
+    std::printf("\n  fidelity against level 10 over %u sampled JPEGs (pcr inspect shows more):\n",
+                m.quality.measured);
+    std::printf("  level   mean PSNR   5th pct MS-SSIM\n");
+    for (int k = 1; k < 10; ++k) {
+      const index::LevelQuality& q = m.quality.levels[k - 1];
+      std::printf("  %5d %9.2f dB %14.4f\n", k, q.mean_psnr, q.p5_msssim);
+    }
+  }
   if (!r.passthrough_notes.empty()) {
     std::printf("\n  JPEG-like files stored byte for byte (served unchanged at every level):\n");
     for (const auto& n : r.passthrough_notes) {
@@ -97,7 +106,11 @@ int RunBuild(const std::vector<std::string>& args) {
       "max-image-memory", po::value<uint64_t>(&config.max_image_memory)->default_value(1ull << 30),
       "libjpeg memory cap per image, bytes")(
       "max-jpeg-bytes", po::value<uint64_t>(&config.max_jpeg_bytes)->default_value(256ull << 20),
-      "store JPEG files larger than this byte for byte")("quiet,q", "no progress line");
+      "store JPEG files larger than this byte for byte")(
+      "quality-sample", po::value<uint32_t>(&config.quality_sample)->default_value(100),
+      "JPEGs whose PSNR and MS-SSIM at every level go into the manifest (0: none)")(
+      "quality-seed", po::value<uint64_t>(&config.quality_seed)->default_value(0),
+      "seed that chooses the quality sample")("quiet,q", "no progress line");
   po::options_description hidden;
   std::string src, store;
   hidden.add_options()("src", po::value<std::string>(&src))("store",

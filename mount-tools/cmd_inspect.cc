@@ -1,12 +1,14 @@
 // pcr inspect STORE [--json]
 #include <boost/program_options.hpp>
 #include <cinttypes>
+#include <cmath>
 #include <cstdio>
 #include <iostream>
 #include <nlohmann/json.hpp>
 
 #include "index/store.h"
 #include "mount-tools/commands.h"
+#include "mount-tools/quality_sample.h"
 
 namespace pcrfs::tools {
 namespace po = boost::program_options;
@@ -15,6 +17,42 @@ namespace {
 
 double Percent(uint64_t part, uint64_t whole) {
   return whole ? 100.0 * static_cast<double>(part) / static_cast<double>(whole) : 0.0;
+}
+
+nlohmann::ordered_json Num(double v) {
+  return std::isfinite(v) ? nlohmann::ordered_json(v) : nlohmann::ordered_json(nullptr);
+}
+
+nlohmann::ordered_json QualityJson(const index::QualitySample& q) {
+  nlohmann::ordered_json j;
+  j["measured"] = q.measured;
+  j["seed"] = q.seed;
+  nlohmann::ordered_json levels = nlohmann::ordered_json::array();
+  for (int k = 1; k <= index::kNumGroups; ++k) {
+    const index::LevelQuality& l = q.levels[k - 1];
+    levels.push_back(
+        {{"level", k},
+         {"psnr", {{"mean", Num(l.mean_psnr)}, {"p5", Num(l.p5_psnr)}, {"min", Num(l.min_psnr)}}},
+         {"msssim",
+          {{"mean", Num(l.mean_msssim)}, {"p5", Num(l.p5_msssim)}, {"min", Num(l.min_msssim)}}}});
+  }
+  j["levels"] = levels;
+  return j;
+}
+
+void PrintQuality(const index::QualitySample& q, const char* origin) {
+  std::printf("\nfidelity against level 10, %u JPEGs sampled with seed %" PRIu64 " (%s)\n",
+              q.measured, q.seed, origin);
+  std::printf("level   PSNR mean     p5    min   MS-SSIM mean      p5     min\n");
+  for (int k = 1; k <= index::kNumGroups; ++k) {
+    const index::LevelQuality& l = q.levels[k - 1];
+    if (k == index::kNumGroups) {
+      std::printf("%5d   identical pixels (the reference)\n", k);
+      continue;
+    }
+    std::printf("%5d   %6.2f dB %6.2f %6.2f   %12.4f %7.4f %7.4f\n", k, l.mean_psnr, l.p5_psnr,
+                l.min_psnr, l.mean_msssim, l.p5_msssim, l.min_msssim);
+  }
 }
 
 nlohmann::ordered_json InspectJson(const index::Store& store) {
@@ -86,11 +124,21 @@ void PrintInspect(const index::Store& store) {
 
 int RunInspect(const std::vector<std::string>& args) {
   po::options_description opts(
-      "usage: pcr inspect STORE [--json]\n\n"
+      "usage: pcr inspect STORE [--json] [--quality [--sample N] [--seed S]]\n"
+      "                         [--recommend --min-msssim X]\n\n"
       "Describes a store: entries, records, passthrough files by reason, format version,\n"
       "build options, and for each level the total bytes, mean bytes per JPEG and % of the\n"
-      "source.\n\noptions");
-  opts.add_options()("help,h", "show this help")("json", "machine-readable output");
+      "source, with the fidelity (PSNR, MS-SSIM against level 10) that pcr build measured on\n"
+      "a sample.\n\noptions");
+  uint32_t sample = 100;
+  uint64_t seed = 0;
+  double min_msssim = 0;
+  opts.add_options()("help,h", "show this help")("json", "machine-readable output")(
+      "quality", "measure PSNR and MS-SSIM now, on a seeded sample of JPEGs")(
+      "sample", po::value<uint32_t>(&sample)->default_value(100), "JPEGs to measure")(
+      "seed", po::value<uint64_t>(&seed)->default_value(0), "sample seed")(
+      "recommend", "print the lowest level whose 5th-percentile MS-SSIM is at least X")(
+      "min-msssim", po::value<double>(&min_msssim), "X, in (0, 1], for --recommend");
   std::string store_dir;
   po::options_description hidden;
   hidden.add_options()("store", po::value<std::string>(&store_dir));
@@ -119,10 +167,65 @@ int RunInspect(const std::vector<std::string>& args) {
     std::fprintf(stderr, "pcr inspect: %s\n", store.error().message().c_str());
     return 2;
   }
+  if (vm.count("recommend") != vm.count("min-msssim")) {
+    std::fprintf(stderr, "pcr inspect: --recommend and --min-msssim go together\n");
+    return 2;
+  }
+  if (vm.count("min-msssim") && !(min_msssim > 0 && min_msssim <= 1)) {
+    std::fprintf(stderr, "pcr inspect: --min-msssim must be in (0, 1]\n");
+    return 2;
+  }
+  index::QualitySample quality = (*store)->manifest().quality;
+  const char* origin = "measured by pcr build";
+  if (vm.count("quality")) {
+    auto measured = MeasureStoreQuality(**store, sample, seed);
+    if (!measured) {
+      std::fprintf(stderr, "pcr inspect: %s\n", measured.error().message().c_str());
+      return 1;
+    }
+    quality.measured = (*measured)[0].n;
+    quality.seed = seed;
+    quality.levels = *measured;
+    origin = "measured now";
+  }
+  if (vm.count("recommend")) {
+    const int level = index::RecommendLevel(quality, min_msssim);
+    if (level == 0) {
+      std::fprintf(stderr,
+                   "pcr inspect: %s has no quality sample (built with --quality-sample 0, or "
+                   "no JPEGs); add --quality to measure one now\n",
+                   store_dir.c_str());
+      return 1;
+    }
+    const index::Manifest& m = (*store)->manifest();
+    const index::LevelQuality& l = quality.levels[level - 1];
+    if (vm.count("json")) {
+      nlohmann::ordered_json j = {
+          {"level", level},
+          {"min_msssim", min_msssim},
+          {"p5_msssim", l.p5_msssim},
+          {"mean_psnr", Num(l.mean_psnr)},
+          {"sampled", quality.measured},
+          {"bytes", m.level_bytes[level - 1]},
+          {"percent_of_source", Percent(m.level_bytes[level - 1], m.source_bytes)}};
+      std::cout << j.dump(2) << "\n";
+    } else {
+      std::printf("%d\n", level);
+      std::fprintf(stderr,
+                   "level %d: 5th-percentile MS-SSIM %.4f >= %g over %u sampled JPEGs; "
+                   "%.1f%% of the source bytes. Mount it with: pcrfs %s MNT -o scans=%d\n",
+                   level, l.p5_msssim, min_msssim, quality.measured,
+                   Percent(m.level_bytes[level - 1], m.source_bytes), store_dir.c_str(), level);
+    }
+    return 0;
+  }
   if (vm.count("json")) {
-    std::cout << InspectJson(**store).dump(2) << "\n";
+    nlohmann::ordered_json j = InspectJson(**store);
+    if (quality.measured > 0) j["quality"] = QualityJson(quality);
+    std::cout << j.dump(2) << "\n";
   } else {
     PrintInspect(**store);
+    if (quality.measured > 0) PrintQuality(quality, origin);
   }
   return 0;
 }

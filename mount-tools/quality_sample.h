@@ -7,18 +7,13 @@
 
 #include "codec/transcoder.h"
 #include "common/status.h"
+#include "index/manifest.h"
 #include "index/store.h"
 
 namespace pcrfs::tools {
 
-// Statistics of one level over the measured images. Level 10 is the reference itself: its PSNR
-// is +infinity and its MS-SSIM 1. p5 is the 5th percentile by nearest rank (the value at
-// ascending position ceil(0.05 n)), the quality that 95% of the images reach or beat.
-struct LevelQuality {
-  double mean_psnr = 0, p5_psnr = 0, min_psnr = 0;
-  double mean_msssim = 0, p5_msssim = 0, min_msssim = 0;
-  uint32_t n = 0;  // images measured (0: every field is 0)
-};
+// Statistics of one level (index/manifest.h, where the build stores them).
+using LevelQuality = index::LevelQuality;
 
 // Chooses min(sample, number of JPEG entries) entries of kind kJpeg uniformly at random (a
 // partial Fisher-Yates shuffle of the JPEG inodes in inode order, driven by std::mt19937_64

@@ -7,7 +7,7 @@ import shutil
 import tempfile
 import unittest
 
-from pcrtest import (PCR, Mount, TempDirTest, make_messy_tree, pcr_cat, photo, run, save_jpeg)
+from pcrtest import (PCR, PCRFS, Mount, TempDirTest, make_messy_tree, pcr_cat, photo, run, save_jpeg)
 
 
 def build_store(tmp, n=20, per_record=6):
@@ -55,6 +55,61 @@ class InspectTest(TempDirTest):
         p = run([PCR, "inspect", self.path("nope")], check=False, text=True)
         self.assertEqual(p.returncode, 2)
         self.assertIn("nope", p.stderr)
+
+
+class RecommendTest(TempDirTest):
+    def test_recommend_is_monotone_and_the_mount_follows_it(self):
+        src, store = build_store(self.tmp, n=30)
+        info = json.loads(run([PCR, "inspect", store, "--json"], text=True).stdout)
+        q = info["quality"]
+        self.assertEqual(q["measured"], 30)
+        self.assertIsNone(q["levels"][9]["psnr"]["mean"])  # identical pixels
+        self.assertEqual(q["levels"][9]["msssim"]["p5"], 1.0)
+        p5 = [lv["msssim"]["p5"] for lv in q["levels"]]
+        levels = []
+        grid = [0.5, 0.8, 0.9, 0.95, 0.97, 0.98, 0.99, 0.995, 0.999, 1.0]
+        for x in grid:
+            out = run([PCR, "inspect", store, "--recommend", "--min-msssim", str(x)], text=True)
+            k = int(out.stdout.strip())
+            # The lowest level that reaches x, by the manifest's own numbers.
+            self.assertGreaterEqual(p5[k - 1], x)
+            self.assertTrue(all(v < x for v in p5[:k - 1]), (x, k, p5))
+            self.assertIn(f"level {k}", out.stderr)
+            levels.append(k)
+        self.assertEqual(levels, sorted(levels), "recommend must be monotone in X")
+        self.assertLess(levels[0], levels[-1])
+
+        x = grid[4]
+        k = levels[4]
+        mnt = self.path("mnt")
+        with Mount(store, mnt, "-o", f"msssim={x}") as m:
+            f = os.path.join(mnt, "d0", "00.jpg")
+            self.assertEqual(os.getxattr(f, "user.pcrfs.level"), str(k).encode())
+            self.assertEqual(open(f, "rb").read(), pcr_cat(store, "d0/00.jpg", k))
+            self.assertIn(f"serving level {k}", m.log())
+
+    def test_quality_sample_is_optional_and_remeasurable(self):
+        src = self.path("src")
+        for i in range(5):
+            save_jpeg(photo(200, 150, i), os.path.join(src, f"{i}.jpg"))
+        store = self.path("store")
+        run([PCR, "build", src, store, "--quiet", "--quality-sample", "0"])
+        info = json.loads(run([PCR, "inspect", store, "--json"], text=True).stdout)
+        self.assertNotIn("quality", info)
+        p = run([PCR, "inspect", store, "--recommend", "--min-msssim", "0.9"], check=False,
+                text=True)
+        self.assertEqual(p.returncode, 1)
+        self.assertIn("no quality sample", p.stderr)
+        p = run([PCR, "inspect", store, "--recommend", "--min-msssim", "0.9", "--quality"],
+                text=True)
+        self.assertIn(p.stdout.strip(), [str(k) for k in range(1, 11)])
+        p = run([PCRFS, store, self.path("mnt"), "-o", "msssim=0.9", "-f"],
+                check=False, text=True)
+        self.assertEqual(p.returncode, 1)
+        self.assertIn("no quality sample", p.stderr)
+        for bad in (["--min-msssim", "0.9"], ["--recommend", "--min-msssim", "1.5"]):
+            p = run([PCR, "inspect", store, *bad], check=False, text=True)
+            self.assertEqual(p.returncode, 2, bad)
 
 
 class VerifyTest(TempDirTest):
