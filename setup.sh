@@ -23,7 +23,7 @@ deps=(
   libjpeg62-turbo-dev liblmdb-dev libfuse3-dev libboost-dev libboost-program-options-dev
   libexpected-dev nlohmann-json3-dev libgtest-dev libgmock-dev libpng-dev
   # run
-  fuse3 lmdb-utils
+  fuse3 lmdb-utils attr
   # tests, sample data and benchmarks
   python3 python3-pil python3-numpy python3-opencv python3-torch python3-torchvision
   python3-skimage
