@@ -14,7 +14,8 @@
 #                  /var/tmp/pcrfs-bench/build_results.md). They are always printed on stdout.
 #   --work DIR     scratch space for stores and jpegtran output (default /var/tmp/pcrfs-bench/work,
 #                  emptied at the end). Needs about 3x the dataset size.
-#   --repeat R     timed runs per configuration; the median is reported (default 3).
+#   --repeat R     rounds: each configuration runs once per round, in an order rotated each round,
+#                  and the median over rounds is reported (default 3).
 #   --threads T    the "all cores" thread count compared with 1 thread (default: nproc).
 #   --sweep LIST   --images-per-record values to sweep (default "64 256 1024 4096").
 #   --no-sweep     skip that sweep.   --quick: --repeat 1 --no-sweep.
@@ -98,7 +99,7 @@ work="$(cd "$work" && pwd)"
 case "$work" in "$data"|"$data"/*) die "--work must not be inside --data" ;; esac
 cleanup() {
   rm -rf "${work:?}"/store* "${work:?}"/jpegtran "${work:?}"/quarter "${work:?}"/*.time \
-         "${work:?}"/*.out "${work:?}"/jpegs.list
+         "${work:?}"/*.out "${work:?}"/*.list
 }
 trap cleanup EXIT
 
@@ -143,82 +144,90 @@ timed() {
   T_CPU=$(awk -F': ' '/User time|System time/ {s += $2} END {printf "%.2f", s}' "$tf")
 }
 
-# build_runs LABEL SRC N_RUNS [pcr build options...]: sets B_WALL, B_RSS (medians) and B_STORE.
-build_runs() {
-  local label="$1" src="$2" runs="$3"; shift 3
-  local walls=() rsss=() cpus=() i
-  B_STORE="$work/store-$label"
-  for ((i = 1; i <= runs; i++)); do
-    rm -rf "$B_STORE" "$B_STORE.partial"
-    timed "$label-$i" "$pcr" build "$src" "$B_STORE" "$@"
-    walls+=("$T_WALL"); rsss+=("$T_RSS"); cpus+=("$T_CPU")
-    log "  $label run $i: $T_WALL s, CPU $T_CPU s, peak RSS $((T_RSS / 1024)) MiB"
-  done
-  B_WALL=$(median "${walls[@]}")
-  B_RSS=$(median -i "${rsss[@]}")
-  B_CPU=$(median "${cpus[@]}")
-  B_WALLS="${walls[*]}"
-}
-
 records_of() {
   /usr/bin/python3 -c 'import json, sys; print(json.load(open(sys.argv[1]))["num_records"])' \
     "$1/manifest.json"
 }
 
-results=()
-emit() { results+=("$*"); }
+# Per configuration: space-separated wall, CPU and RSS values of every round, and store facts.
+declare -A WALLS CPUS RSSS RECORDS STORE_BYTES
 
-# --- 1 and 2: pcr build vs. jpegtran, and thread scaling ---------------------------------------
-log "pcr build --threads $threads ($repeat runs)"
-build_runs "t$threads" "$data" "$repeat" --threads "$threads"
-wall_tn=$B_WALL; rss_full=$B_RSS; walls_tn=$B_WALLS; cpu_tn=$B_CPU; store_main="$B_STORE"
-keep="$work/store-main"
-rm -rf "$keep"; mv "$store_main" "$keep"; store_main="$keep"
+# run_config LABEL: one timed run of a configuration.
+#   tN: pcr build --threads N;  quarter: the same on a quarter of the JPEGs;
+#   iprN: --images-per-record N;  jpegtran: one jpegtran process per image, xargs -P threads.
+run_config() {
+  local label="$1" src="$data" args=()
+  if [ "$label" = jpegtran ]; then
+    rm -rf "$work/jpegtran"
+    (cd "$data" && find . -type d -print0 | sed -z "s|^\.|$work/jpegtran|" | xargs -0 mkdir -p)
+    # shellcheck disable=SC2016  # expanded by the inner bash
+    timed "$label" bash -c 'cd "$1" && xargs -0 -P "$2" -I{} \
+        jpegtran -copy all -progressive -outfile "$3/{}" "{}" <"$4"' \
+        jpegtran "$data" "$threads" "$work/jpegtran" "$work/jpegs.list"
+    STORE_BYTES[$label]=$(du -sb --apparent-size "$work/jpegtran" | cut -f1)
+    rm -rf "$work/jpegtran"
+  else
+    case "$label" in
+      t*) args=(--threads "${label#t}") ;;
+      quarter) src="$work/quarter"; args=(--threads "$threads") ;;
+      ipr*) args=(--threads "$threads" --images-per-record "${label#ipr}") ;;
+    esac
+    local store="$work/store-$label"
+    rm -rf "$store" "$store.partial"
+    timed "$label" "$pcr" build "$src" "$store" "${args[@]}"
+    RECORDS[$label]=$(records_of "$store")
+    STORE_BYTES[$label]=$(du -sb --apparent-size "$store" | cut -f1)
+    [ "$label" = "t$threads" ] || rm -rf "$store"  # keep one store for the manifest
+  fi
+  WALLS[$label]+="$T_WALL "; CPUS[$label]+="$T_CPU "; RSSS[$label]+="$T_RSS "
+  log "  $label: $T_WALL s, CPU $T_CPU s, peak RSS $((T_RSS / 1024)) MiB"
+}
 
-log "jpegtran -copy all -progressive, one process per image, -P $threads ($repeat runs)"
-jt_walls=(); jt_cpus=()
+# med KIND LABEL: the median wall (s), cpu (s) or rss (KiB) of a configuration.
+med() {
+  local -n values="${1^^}S"
+  # shellcheck disable=SC2086  # word splitting wanted
+  if [ "$1" = rss ]; then median -i ${values[$2]}; else median ${values[$2]}; fi
+}
+
 printf '%s\0' "${jpegs[@]}" >"$work/jpegs.list"
-for ((i = 1; i <= repeat; i++)); do
-  rm -rf "$work/jpegtran"
-  (cd "$data" && find . -type d -print0 | sed -z "s|^\.|$work/jpegtran|" | xargs -0 mkdir -p)
-  # shellcheck disable=SC2016  # expanded by the inner bash
-  timed "jpegtran-$i" bash -c 'cd "$1" && xargs -0 -P "$2" -I{} \
-      jpegtran -copy all -progressive -outfile "$3/{}" "{}" <"$4"' \
-      jpegtran "$data" "$threads" "$work/jpegtran" "$work/jpegs.list"
-  jt_walls+=("$T_WALL"); jt_cpus+=("$T_CPU")
-  log "  jpegtran run $i: $T_WALL s, CPU $T_CPU s"
-done
-wall_jt=$(median "${jt_walls[@]}"); cpu_jt=$(median "${jt_cpus[@]}")
-jt_bytes=$(du -sb --apparent-size "$work/jpegtran" | cut -f1)
-rm -rf "$work/jpegtran"
-
-if [ "$threads" -ne 1 ]; then
-  log "pcr build --threads 1 ($repeat runs)"
-  build_runs t1 "$data" "$repeat" --threads 1
-  wall_t1=$B_WALL; walls_t1=$B_WALLS; cpu_t1=$B_CPU
-  rm -rf "$B_STORE"
-fi
-
-# --- 3: peak RSS on a quarter of the dataset ---------------------------------------------------
 quarter=$(( (n_jpeg + 3) / 4 ))
-log "peak RSS on a quarter ($quarter JPEGs, hard links in $work/quarter)"
 rm -rf "$work/quarter"; mkdir -p "$work/quarter"
-printf '%s\0' "${jpegs[@]:0:$quarter}" | (cd "$data" && xargs -0 cp -l --parents -t "$work/quarter" 2>/dev/null) ||
-  (cd "$data" && printf '%s\0' "${jpegs[@]:0:$quarter}" | xargs -0 cp --parents -t "$work/quarter")
-build_runs quarter "$work/quarter" "$repeat" --threads "$threads"
-rss_quarter=$B_RSS; wall_quarter=$B_WALL; records_quarter=$(records_of "$B_STORE")
-rm -rf "$B_STORE" "$work/quarter"
+printf '%s\0' "${jpegs[@]:0:$quarter}" >"$work/quarter.list"
+(cd "$data" && xargs -0 cp -l --parents -t "$work/quarter" <"$work/quarter.list" 2>/dev/null) ||
+  (cd "$data" && xargs -0 cp --parents -t "$work/quarter" <"$work/quarter.list")
 
-# --- 5: images per record ----------------------------------------------------------------------
+configs=("t$threads" jpegtran)
+[ "$threads" -eq 1 ] || configs+=(t1)
+configs+=(quarter)
+for ipr in $sweep; do configs+=("ipr$ipr"); done
+
+# Rounds: every configuration once per round, the order rotated each round, so a burst of load
+# from elsewhere on a shared machine spreads over all configurations instead of hitting one.
+for ((round = 0; round < repeat; round++)); do
+  log "round $((round + 1)) of $repeat: ${#configs[@]} configurations"
+  for ((c = 0; c < ${#configs[@]}; c++)); do
+    run_config "${configs[(c + round) % ${#configs[@]}]}"
+  done
+done
+rm -rf "$work/quarter"
+
+tn="t$threads"
+store_main="$work/store-$tn"
+wall_tn=$(med wall "$tn"); cpu_tn=$(med cpu "$tn"); rss_full=$(med rss "$tn")
+wall_jt=$(med wall jpegtran); cpu_jt=$(med cpu jpegtran); jt_bytes=${STORE_BYTES[jpegtran]}
+if [ "$threads" -ne 1 ]; then wall_t1=$(med wall t1); cpu_t1=$(med cpu t1); fi
+rss_quarter=$(med rss quarter); wall_quarter=$(med wall quarter)
+records_quarter=${RECORDS[quarter]}
 sweep_rows=()
 for ipr in $sweep; do
-  log "--images-per-record $ipr ($repeat runs)"
-  build_runs "ipr$ipr" "$data" "$repeat" --threads "$threads" --images-per-record "$ipr"
-  records=$(records_of "$B_STORE")
-  sbytes=$(du -sb --apparent-size "$B_STORE" | cut -f1)
-  sweep_rows+=("| $ipr | $B_WALL | $(div "$n_jpeg" "$B_WALL" %.0f) | $((B_RSS / 1024)) | $records | $(div "$((sbytes * 100))" "$src_bytes" %.1f) |")
-  rm -rf "$B_STORE"
+  l="ipr$ipr"
+  w=$(med wall "$l")
+  sweep_rows+=("| $ipr | $w | $(div "$n_jpeg" "$w" %.0f) | $(med cpu "$l") | $(( $(med rss "$l") / 1024 )) | ${RECORDS[$l]} | $(div "$((STORE_BYTES[$l] * 100))" "$src_bytes" %.1f) | ${WALLS[$l]% } |")
 done
+
+results=()
+emit() { results+=("$*"); }
 
 # --- report ------------------------------------------------------------------------------------
 cpu=$(awk -F': ' '/model name/ {print $2; exit}' /proc/cpuinfo)
@@ -229,17 +238,17 @@ store_bytes=$(du -sb --apparent-size "$store_main" | cut -f1)
 emit "# pcr build benchmark"
 emit ""
 emit "$(date -u '+%Y-%m-%d %H:%M UTC'), $(nproc) cores ($cpu), $(free -g | awk '/Mem:/ {print $2}') GB RAM, libjpeg-turbo $turbo, pcrfs $rev, pcr: \`$pcr\`, load average before the run: $load0."
-emit "Dataset \`$data\`: $n_files files, $n_jpeg JPEGs, $(div "$src_bytes" 1048576 %.1f) MiB (mean $(div "$src_bytes" "$((n_jpeg * 1024))" %.0f) KiB). Median of $repeat runs; source warm in the page cache."
+emit "Dataset \`$data\`: $n_files files, $n_jpeg JPEGs, $(div "$src_bytes" 1048576 %.1f) MiB (mean $(div "$src_bytes" "$((n_jpeg * 1024))" %.0f) KiB). Median of $repeat interleaved rounds; source warm in the page cache. CPU s (user + system) is the number to trust when the load average is high."
 emit ""
 emit "## Throughput"
 emit ""
 emit "| run | wall s (median) | images/s | CPU s | CPU ms/image | runs (wall s) |"
 emit "|---|---:|---:|---:|---:|---|"
-emit "| \`pcr build --threads $threads\` | $wall_tn | $(div "$n_jpeg" "$wall_tn" %.0f) | $cpu_tn | $(div_ms "$cpu_tn" "$n_jpeg") | $walls_tn |"
+emit "| \`pcr build --threads $threads\` | $wall_tn | $(div "$n_jpeg" "$wall_tn" %.0f) | $cpu_tn | $(div_ms "$cpu_tn" "$n_jpeg") | ${WALLS[$tn]% } |"
 if [ "$threads" -ne 1 ]; then
-  emit "| \`pcr build --threads 1\` | $wall_t1 | $(div "$n_jpeg" "$wall_t1" %.0f) | $cpu_t1 | $(div_ms "$cpu_t1" "$n_jpeg") | $walls_t1 |"
+  emit "| \`pcr build --threads 1\` | $wall_t1 | $(div "$n_jpeg" "$wall_t1" %.0f) | $cpu_t1 | $(div_ms "$cpu_t1" "$n_jpeg") | ${WALLS[t1]% } |"
 fi
-emit "| \`jpegtran -copy all -progressive\`, 1 process/image, \`xargs -P $threads\` | $wall_jt | $(div "$n_jpeg" "$wall_jt" %.0f) | $cpu_jt | $(div_ms "$cpu_jt" "$n_jpeg") | ${jt_walls[*]} |"
+emit "| \`jpegtran -copy all -progressive\`, 1 process/image, \`xargs -P $threads\` | $wall_jt | $(div "$n_jpeg" "$wall_jt" %.0f) | $cpu_jt | $(div_ms "$cpu_jt" "$n_jpeg") | ${WALLS[jpegtran]% } |"
 emit ""
 emit "- pcr build vs. jpegtran subprocesses: **$(div "$wall_jt" "$wall_tn")x** the images/s."
 if [ "$threads" -ne 1 ]; then
@@ -252,7 +261,7 @@ emit ""
 emit "| images | records | peak RSS MiB (median) | wall s |"
 emit "|---:|---:|---:|---:|"
 emit "| $quarter (1/4) | $records_quarter | $((rss_quarter / 1024)) | $wall_quarter |"
-emit "| $n_jpeg (all) | $(records_of "$store_main") | $((rss_full / 1024)) | $wall_tn |"
+emit "| $n_jpeg (all) | ${RECORDS[$tn]} | $((rss_full / 1024)) | $wall_tn |"
 emit ""
 emit "Peak RSS ratio all / quarter: $(div "$rss_full" "$rss_quarter")x (flat is 1.0; proportional would be 4.0)."
 emit ""
@@ -279,8 +288,8 @@ if [ ${#sweep_rows[@]} -gt 0 ]; then
   emit ""
   emit "## --images-per-record sweep (--threads $threads)"
   emit ""
-  emit "| images/record | wall s (median) | images/s | peak RSS MiB | records | store % of source |"
-  emit "|---:|---:|---:|---:|---:|---:|"
+  emit "| images/record | wall s (median) | images/s | CPU s | peak RSS MiB | records | store % of source | runs (wall s) |"
+  emit "|---:|---:|---:|---:|---:|---:|---:|---|"
   for row in "${sweep_rows[@]}"; do emit "$row"; done
 fi
 
