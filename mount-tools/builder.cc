@@ -122,12 +122,15 @@ FileResult ProcessFile(const std::string& path, const BuildConfig& config) {
 }
 
 // Runs ProcessFile over `paths` on `threads` threads and hands the results to the consumer in
-// order, keeping at most `window` results in memory.
+// order. Workers run ahead of the consumer by up to `window` files and kBufferBudget bytes of
+// results, so they keep busy while the consumer writes and fsyncs a finished record.
 class OrderedTranscoder {
  public:
+  static constexpr uint64_t kBufferBudget = uint64_t{128} << 20;
+
   OrderedTranscoder(const std::vector<std::string>* paths, const BuildConfig* config,
                     unsigned threads)
-      : paths_(paths), config_(config), window_(std::max<size_t>(4, threads * 4)) {
+      : paths_(paths), config_(config), window_(std::max<size_t>(16, threads * 64)) {
     slots_.resize(window_);
     for (unsigned i = 0; i < threads; ++i) workers_.emplace_back([this] { WorkerLoop(); });
   }
@@ -148,6 +151,7 @@ class OrderedTranscoder {
     done_cv_.wait(l, [&] { return slots_[i % window_].has_value(); });
     FileResult r = std::move(*slots_[i % window_]);
     slots_[i % window_].reset();
+    buffered_ -= ResultBytes(r);
     ++next_consume_;
     l.unlock();
     work_cv_.notify_all();
@@ -161,7 +165,9 @@ class OrderedTranscoder {
       {
         std::unique_lock<std::mutex> l(mu_);
         work_cv_.wait(l, [&] {
-          return stop_ || next_claim_ >= paths_->size() || next_claim_ < next_consume_ + window_;
+          return stop_ || next_claim_ >= paths_->size() ||
+                 (next_claim_ < next_consume_ + window_ &&
+                  (buffered_ < kBufferBudget || next_claim_ == next_consume_));
         });
         if (stop_ || next_claim_ >= paths_->size()) return;
         i = next_claim_++;
@@ -169,15 +175,19 @@ class OrderedTranscoder {
       FileResult r = ProcessFile((*paths_)[i], *config_);
       {
         std::lock_guard<std::mutex> l(mu_);
+        buffered_ += ResultBytes(r);
         slots_[i % window_] = std::move(r);
       }
       done_cv_.notify_all();
     }
   }
 
+  static uint64_t ResultBytes(const FileResult& r) { return r.jpeg.bytes.size() + r.raw.size(); }
+
   const std::vector<std::string>* paths_;
   const BuildConfig* config_;
   const size_t window_;
+  uint64_t buffered_ = 0;  // GUARDED_BY(mu_): bytes of results not yet taken
   std::mutex mu_;
   std::condition_variable work_cv_;               // a slot freed, or stop
   std::condition_variable done_cv_;               // a result arrived
