@@ -4,6 +4,7 @@
 # usage: tests/bench/build_bench.sh [--data DIR] [--images N] [--pcr PATH] [--out FILE]
 #                                   [--work DIR] [--repeat R] [--threads T]
 #                                   [--sweep "64 256 1024 4096"] [--no-sweep] [--quick]
+#                                   [--pcr-args "ARGS"]
 #
 #   --data DIR     the image folder to build from. Default /var/tmp/pcrfs-bench/imagenet5k,
 #                  generated with tests/data/make_dataset.py (--images N, default 5000) when
@@ -19,6 +20,9 @@
 #   --threads T    the "all cores" thread count compared with 1 thread (default: nproc).
 #   --sweep LIST   --images-per-record values to sweep (default "64 256 1024 4096").
 #   --no-sweep     skip that sweep.   --quick: --repeat 1 --no-sweep.
+#   --pcr-args "ARGS"  extra options for every `pcr build`, e.g. "--quality-sample 0" to time
+#                  the transcoding alone (the default build also measures PSNR/MS-SSIM of a
+#                  fixed-size sample, a fixed cost of several CPU seconds).
 #
 # What it measures, side by side in one run, on the same warm source (read once before timing;
 # the page cache is not dropped because a build reads each source once and the point is the
@@ -52,6 +56,7 @@ work=/var/tmp/pcrfs-bench/work
 repeat=3
 threads="$(nproc)"
 sweep="64 256 1024 4096"
+pcr_args=""
 
 die() { echo "build_bench: $*" >&2; exit 2; }
 log() { echo "build_bench: $*" >&2; }
@@ -68,6 +73,7 @@ while [ $# -gt 0 ]; do
     --sweep) sweep="$2"; shift 2 ;;
     --no-sweep) sweep=""; shift ;;
     --quick) repeat=1; sweep=""; shift ;;
+    --pcr-args) pcr_args="$2"; shift 2 ;;
     -h|--help) sed -n '2,/^set -euo/{/^set -euo/d;s/^# \{0,1\}//;p}' "$0"; exit 0 ;;
     *) die "unknown argument $1 (see --help)" ;;
   esac
@@ -104,6 +110,8 @@ cleanup() {
 trap cleanup EXIT
 
 load0=$(cut -d' ' -f1-3 /proc/loadavg)
+rev=$(git -C "$repo" rev-parse --short HEAD 2>/dev/null || echo '?')
+pcr_version=$("$pcr" --version 2>/dev/null | head -1 || true)
 
 # --- the dataset ------------------------------------------------------------------------------
 mapfile -d '' jpegs < <(cd "$data" && find . -type f \( -iname '*.jpg' -o -iname '*.jpeg' \) \
@@ -174,7 +182,8 @@ run_config() {
     esac
     local store="$work/store-$label"
     rm -rf "$store" "$store.partial"
-    timed "$label" "$pcr" build "$src" "$store" "${args[@]}"
+    # shellcheck disable=SC2086  # --pcr-args is split into words on purpose
+    timed "$label" "$pcr" build "$src" "$store" "${args[@]}" $pcr_args
     RECORDS[$label]=$(records_of "$store")
     STORE_BYTES[$label]=$(du -sb --apparent-size "$store" | cut -f1)
     [ "$label" = "t$threads" ] || rm -rf "$store"  # keep one store for the manifest
@@ -232,12 +241,11 @@ emit() { results+=("$*"); }
 # --- report ------------------------------------------------------------------------------------
 cpu=$(awk -F': ' '/model name/ {print $2; exit}' /proc/cpuinfo)
 turbo=$(dpkg-query -W -f='${Version}' libjpeg62-turbo 2>/dev/null || echo '?')
-rev=$(git -C "$repo" rev-parse --short HEAD 2>/dev/null || echo '?')
 store_bytes=$(du -sb --apparent-size "$store_main" | cut -f1)
 
 emit "# pcr build benchmark"
 emit ""
-emit "$(date -u '+%Y-%m-%d %H:%M UTC'), $(nproc) cores ($cpu), $(free -g | awk '/Mem:/ {print $2}') GB RAM, libjpeg-turbo $turbo, pcrfs $rev, pcr: \`$pcr\`, load average before the run: $load0."
+emit "$(date -u '+%Y-%m-%d %H:%M UTC'), $(nproc) cores ($cpu), $(free -g | awk '/Mem:/ {print $2}') GB RAM, libjpeg-turbo $turbo, checkout $rev at start, pcr: \`$pcr\` ($pcr_version${pcr_args:+, build options \`$pcr_args\`}), load average before the run: $load0."
 emit "Dataset \`$data\`: $n_files files, $n_jpeg JPEGs, $(div "$src_bytes" 1048576 %.1f) MiB (mean $(div "$src_bytes" "$((n_jpeg * 1024))" %.0f) KiB). Median of $repeat interleaved rounds; source warm in the page cache. CPU s (user + system) is the number to trust when the load average is high."
 emit ""
 emit "## Throughput"
