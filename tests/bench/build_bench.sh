@@ -41,7 +41,7 @@
 # manifest), after a `sync` so an earlier run's dirty pages do not get flushed on this one's
 # clock. Needs: bash, /usr/bin/time (package time), jpegtran (libjpeg-turbo-progs), python3.
 #
-# Expected run time for 5,000 images on 2 cores: about 1.5 minutes with --quick, 8-10 minutes
+# Expected run time for 5,000 images on 2 cores: about 1 minute with --quick, about 7 minutes
 # with the defaults (3 repeats and the sweep).
 set -euo pipefail
 
