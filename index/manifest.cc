@@ -177,8 +177,13 @@ Result<Manifest> Manifest::FromJson(const std::string& text) {
   RETURN_ERR_IF_ERROR(GetUint(*opts, "max_input_scans", &m.options.max_input_scans));
   RETURN_ERR_IF_ERROR(GetUint(*opts, "max_image_memory", &m.options.max_image_memory));
   RETURN_ERR_IF_ERROR(GetUint(*opts, "max_jpeg_bytes", &m.options.max_jpeg_bytes));
-  RETURN_ERR_IF_ERROR(GetUint(*opts, "quality_sample", &m.options.quality_sample));
-  RETURN_ERR_IF_ERROR(GetUint(*opts, "quality_seed", &m.options.quality_seed));
+  // Added within version 1: optional, absent in the first stores.
+  if (opts->contains("quality_sample")) {
+    RETURN_ERR_IF_ERROR(GetUint(*opts, "quality_sample", &m.options.quality_sample));
+  }
+  if (opts->contains("quality_seed")) {
+    RETURN_ERR_IF_ERROR(GetUint(*opts, "quality_seed", &m.options.quality_seed));
+  }
 
   RETURN_ERR_IF_ERROR(GetUint(j, "num_entries", &m.num_entries));
   RETURN_ERR_IF_ERROR(GetUint(j, "num_directories", &m.num_directories));
