@@ -65,6 +65,8 @@ PassthroughReason ReasonForJpegMessage(int msg_code) {
   switch (msg_code) {
     case kScanCapMessageCode:
       return PassthroughReason::kTooManyScans;
+    case kIncompleteMessageCode:
+      return PassthroughReason::kIncomplete;
     case JWRN_JPEG_EOF:
     case JERR_INPUT_EOF:
     case JERR_INPUT_EMPTY:

@@ -16,6 +16,8 @@ namespace pcrfs::codec {
 
 // Our message code for "too many input scans"; libjpeg's own codes are all >= 0.
 inline constexpr int kScanCapMessageCode = -2;
+// Ours for "a progressive source without all its scans" (PassthroughReason::kIncomplete).
+inline constexpr int kIncompleteMessageCode = -3;
 
 struct JpegErrorManager {
   jpeg_error_mgr pub;  // first, so that a cinfo->err pointer is also a JpegErrorManager*

@@ -54,6 +54,26 @@ void CopySavedMarkers(j_decompress_ptr src_info, j_compress_ptr dst_info) {
   }
 }
 
+// A progressive source must have sent every bit of every coefficient (coef_bits all 0; -1 is
+// "never sent", > 0 the Al still missing). Otherwise libjpeg decodes it with block smoothing,
+// which a complete transcoded copy would not get: level 10 would not be the source's pixels.
+// Sets err's code and message when the source is incomplete.
+bool ProgressionComplete(j_decompress_ptr src_info, JpegErrorManager* err) {
+  if (!src_info->progressive_mode || src_info->coef_bits == nullptr) return true;
+  for (int ci = 0; ci < src_info->num_components; ci++) {
+    for (int k = 0; k < DCTSIZE2; k++) {
+      const int bits = src_info->coef_bits[ci][k];
+      if (bits == 0) continue;
+      err->msg_code = kIncompleteMessageCode;
+      std::snprintf(err->message, sizeof(err->message),
+                    "progressive JPEG without all its scans: component %d, coefficient %d %s", ci,
+                    k, bits < 0 ? "never sent" : "lacks its last bits");
+      return false;
+    }
+  }
+  return true;
+}
+
 // All libjpeg calls of a transcode. Returns false with job->err.msg_code/message set on failure.
 bool RunTranscode(TranscodeJob* job) {
   j_decompress_ptr src_info = &job->src_info;
@@ -81,6 +101,10 @@ bool RunTranscode(TranscodeJob* job) {
   jpeg_read_header(src_info, TRUE);
   // Reads every scan (this is where the scan cap and the memory cap bite).
   jvirt_barray_ptr* coefficients = jpeg_read_coefficients(src_info);
+  if (!ProgressionComplete(src_info, &job->err)) {
+    jpeg_destroy_decompress(src_info);
+    return false;
+  }
 
   jpeg_create_compress(dst_info);
   dst_info->mem->max_memory_to_use = job->max_memory;
@@ -154,6 +178,8 @@ const char* PassthroughReasonName(PassthroughReason reason) {
       return "unreadable";
     case PassthroughReason::kTooBig:
       return "too-big";
+    case PassthroughReason::kIncomplete:
+      return "incomplete";
   }
   return "unknown";
 }

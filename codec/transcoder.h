@@ -44,8 +44,12 @@ enum class PassthroughReason : uint8_t {
   kTrailingData = 8,  // bytes after EOI, which a transcoded file would lose
   kUnreadable = 9,    // the builder could not read the file (set by the builder, not the codec)
   kTooBig = 10,       // the file is larger than the builder's JPEG input cap (set by the builder)
+  // A progressive JPEG without all of its scans (some coefficient bits never sent). libjpeg
+  // smooths such images when decoding them, and would not smooth a transcoded copy that has
+  // every scan, so the pixels would differ.
+  kIncomplete = 11,
 };
-inline constexpr int kNumPassthroughReasons = 11;
+inline constexpr int kNumPassthroughReasons = 12;
 
 // A stable, short, kebab-case name ("not-jpeg", "corrupt", ...), used in reports and JSON.
 const char* PassthroughReasonName(PassthroughReason reason);

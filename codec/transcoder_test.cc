@@ -378,6 +378,28 @@ TEST(TranscoderHostileTest, CorruptMarkerInEntropyData) {
   EXPECT_EQ(result.reason, PassthroughReason::kCorrupt) << result.detail;
 }
 
+// Found by tests/fuzz/codec_fuzzer: a progressive source that lacks some of its scans (here our
+// own level 3) decodes with libjpeg's block smoothing; a transcoded copy has every scan and would
+// decode without it, so level 10 would not be the source's pixels. It must stay a passthrough.
+TEST(TranscoderHostileTest, IncompleteProgressiveSourceIsPassthrough) {
+  JpegSpec spec;
+  spec.width = 17;
+  spec.height = 9;
+  TranscodeResult full = Transcode(MustMake(spec), TranscodeOptions{});
+  ASSERT_TRUE(full.transcoded()) << full.detail;
+  for (int k = 1; k < kNumGroups; k++) {
+    TranscodeResult partial = Transcode(full.image.Level(k), TranscodeOptions{});
+    EXPECT_EQ(partial.reason, PassthroughReason::kIncomplete) << "level " << k;
+    EXPECT_NE(partial.detail.find("without all its scans"), std::string::npos) << partial.detail;
+  }
+  TranscodeResult again = Transcode(full.image.Level(kNumGroups), TranscodeOptions{});
+  ASSERT_TRUE(again.transcoded()) << again.detail;
+  auto a = DecodeJpeg(full.image.Level(kNumGroups));
+  auto b = DecodeJpeg(again.image.Level(kNumGroups));
+  ASSERT_TRUE(a.has_value() && b.has_value());
+  EXPECT_TRUE(a->pixels == b->pixels);
+}
+
 TEST(TranscoderTest, ReasonNamesAreDistinct) {
   std::vector<std::string> names;
   for (int i = 0; i < kNumPassthroughReasons; i++) {
