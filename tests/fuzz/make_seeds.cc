@@ -1,0 +1,277 @@
+// make_fuzz_seeds OUTDIR: writes the seed corpora of the fuzz targets, made by the code under
+// test rather than committed as binaries:
+//   OUTDIR/codec/     small JPEGs of every variety of tests/testdata/jpeg_factory.h, hostile
+//                     variants (truncated, trailing data, corrupt, huge declared size) and our
+//                     own progressive output
+//   OUTDIR/record/    records written by RecordWriter from transcoded JPEGs and passthrough files
+//   OUTDIR/entry/     8-byte inode + EncodeEntry() of a root, a folder, a JPEG and a passthrough
+//   OUTDIR/manifest/  Manifest::ToJson() with and without a quality section
+// Exit codes: 0 done, 1 something failed, 2 usage.
+
+#include <sys/stat.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "codec/transcoder.h"
+#include "common/coding.h"
+#include "common/file_util.h"
+#include "index/entry.h"
+#include "index/manifest.h"
+#include "index/record_writer.h"
+#include "tests/testdata/jpeg_factory.h"
+
+namespace {
+
+using namespace pcrfs;
+using Bytes = std::vector<uint8_t>;
+
+bool Fail(const std::string& what) {
+  std::fprintf(stderr, "make_fuzz_seeds: %s\n", what.c_str());
+  return false;
+}
+
+bool MakeDir(const std::string& path) {
+  if (mkdir(path.c_str(), 0755) != 0 && errno != EEXIST) {
+    return Fail("mkdir " + path + ": " + std::strerror(errno));
+  }
+  return true;
+}
+
+bool Write(const std::string& path, const void* data, size_t n) {
+  Status s = WriteFileAtomic(path, static_cast<const uint8_t*>(data), n);
+  return s.ok() || Fail(s.ToString());
+}
+bool Write(const std::string& path, const Bytes& b) { return Write(path, b.data(), b.size()); }
+bool Write(const std::string& path, const std::string& s) {
+  return Write(path, s.data(), s.size());
+}
+
+// Sets the height and width of the first SOFn of a JPEG (a huge declared size, no more data).
+void SetDeclaredSize(Bytes* jpeg, uint16_t width, uint16_t height) {
+  for (size_t i = 2; i + 8 < jpeg->size(); ++i) {
+    const uint8_t m = (*jpeg)[i + 1];
+    if ((*jpeg)[i] == 0xFF && m >= 0xC0 && m <= 0xCF && m != 0xC4 && m != 0xC8 && m != 0xCC) {
+      (*jpeg)[i + 5] = static_cast<uint8_t>(height >> 8);
+      (*jpeg)[i + 6] = static_cast<uint8_t>(height);
+      (*jpeg)[i + 7] = static_cast<uint8_t>(width >> 8);
+      (*jpeg)[i + 8] = static_cast<uint8_t>(width);
+      return;
+    }
+  }
+}
+
+struct SeedJpeg {
+  std::string name;
+  Bytes bytes;
+};
+
+// Every factory variety, at most 64 x 64 pixels so that the fuzzer runs fast.
+bool MakeJpegs(std::vector<SeedJpeg>* out) {
+  for (auto named : testdata::StandardTestJpegs()) {
+    named.spec.width = std::min(named.spec.width, 64);
+    named.spec.height = std::min(named.spec.height, 64);
+    auto jpeg = testdata::MakeTestJpeg(named.spec);
+    if (!jpeg) return Fail(named.name + ": " + jpeg.error().ToString());
+    out->push_back({named.name, std::move(*jpeg)});
+  }
+  return true;
+}
+
+bool WriteCodecSeeds(const std::string& dir, const std::vector<SeedJpeg>& jpegs) {
+  if (!MakeDir(dir)) return false;
+  for (const auto& j : jpegs) {
+    if (!Write(dir + "/" + j.name, j.bytes)) return false;
+  }
+  const Bytes& base = jpegs.front().bytes;
+  Bytes truncated(base.begin(), base.begin() + static_cast<long>(base.size() / 2));
+  Bytes trailing = base;
+  trailing.insert(trailing.end(), {'g', 'a', 'r', 'b', 'a', 'g', 'e'});
+  Bytes huge = base;
+  SetDeclaredSize(&huge, 65000, 65000);
+  codec::TranscodeOptions options;
+  for (const auto& j : jpegs) {
+    auto r = codec::Transcode(j.bytes, options);
+    if (r.transcoded()) {
+      if (!Write(dir + "/ours_" + j.name, r.image.Level(10)) ||
+          !Write(dir + "/ours_level3_" + j.name, r.image.Level(3))) {
+        return false;
+      }
+    }
+  }
+  return Write(dir + "/hostile_truncated.jpg", truncated) &&
+         Write(dir + "/hostile_trailing.jpg", trailing) &&
+         Write(dir + "/hostile_huge_declared.jpg", huge);
+}
+
+struct StoredFile {
+  std::string path;
+  index::EntryKind kind;
+  uint8_t reason;
+  std::vector<Bytes> pieces;
+};
+
+std::vector<StoredFile> StoredFiles(const std::vector<SeedJpeg>& jpegs, size_t max_jpegs) {
+  std::vector<StoredFile> files;
+  codec::TranscodeOptions options;
+  for (const auto& j : jpegs) {
+    if (files.size() >= max_jpegs) break;
+    auto r = codec::Transcode(j.bytes, options);
+    StoredFile f{"jpegs/" + j.name, index::EntryKind::kPassthrough,
+                 static_cast<uint8_t>(r.reason), {}};
+    if (r.transcoded()) {
+      f.kind = index::EntryKind::kJpeg;
+      for (int g = 1; g <= codec::kNumGroups; ++g) {
+        auto p = r.image.piece(g);
+        f.pieces.emplace_back(p.begin(), p.end());
+      }
+    } else {
+      f.pieces.push_back(j.bytes);
+    }
+    files.push_back(std::move(f));
+  }
+  return files;
+}
+
+bool WriteRecord(const std::string& path, const std::vector<StoredFile>& files,
+                 index::RecordLayout* layout) {
+  auto w = index::RecordWriter::Create(path);
+  if (!w) return Fail(w.error().ToString());
+  for (const auto& f : files) {
+    std::vector<std::span<const uint8_t>> spans(f.pieces.begin(), f.pieces.end());
+    Status s = (*w)->Add(f.path, f.kind, f.reason, spans);
+    if (!s.ok()) return Fail(s.ToString());
+  }
+  auto l = (*w)->Finish();
+  if (!l) return Fail(l.error().ToString());
+  if (layout != nullptr) *layout = *l;
+  return true;
+}
+
+bool WriteRecordSeeds(const std::string& dir, const std::vector<SeedJpeg>& jpegs,
+                      index::RecordLayout* layout) {
+  if (!MakeDir(dir)) return false;
+  std::vector<StoredFile> mixed = StoredFiles(jpegs, 3);
+  const std::string text = "not a jpeg\n";
+  mixed.push_back({"notes/readme.txt", index::EntryKind::kPassthrough,
+                   static_cast<uint8_t>(codec::PassthroughReason::kNotJpeg),
+                   {Bytes(text.begin(), text.end())}});
+  mixed.push_back({"empty.jpg", index::EntryKind::kPassthrough,
+                   static_cast<uint8_t>(codec::PassthroughReason::kEmpty), {}});
+  std::vector<StoredFile> one = StoredFiles(jpegs, 1);
+  std::vector<StoredFile> none;
+  return WriteRecord(dir + "/mixed.pcr", mixed, layout) &&
+         WriteRecord(dir + "/one_jpeg.pcr", one, nullptr) &&
+         WriteRecord(dir + "/empty.pcr", none, nullptr);
+}
+
+std::string EntrySeed(uint64_t ino, const index::Entry& e) {
+  std::string out(8, '\0');
+  EncodeFixed64(reinterpret_cast<uint8_t*>(out.data()), ino);
+  return out + index::EncodeEntry(e);
+}
+
+bool WriteEntrySeeds(const std::string& dir, const index::RecordLayout& layout) {
+  if (!MakeDir(dir)) return false;
+  index::Entry root;
+  root.ino = index::kRootIno;
+  root.parent = index::kRootIno;
+  root.mode = 0755;
+  root.mtime_sec = 1700000000;
+  root.first_child = 2;
+  root.num_children = 3;
+  root.num_subdirs = 1;
+  index::Entry folder = root;
+  folder.ino = 2;
+  folder.parent = 1;
+  folder.name = "jpegs";
+  folder.first_child = 5;
+  folder.num_children = 3;
+  folder.num_subdirs = 0;
+  folder.mtime_sec = -5;
+  folder.mtime_nsec = 999999999;
+  index::Entry jpeg;
+  jpeg.ino = 5;
+  jpeg.parent = 2;
+  jpeg.name = "img.jpg";
+  jpeg.kind = index::EntryKind::kJpeg;
+  jpeg.mode = 0644;
+  jpeg.mtime_sec = 1700000001;
+  jpeg.mtime_nsec = 12345;
+  jpeg.source_size = 12345;
+  jpeg.record = 7;
+  jpeg.slot = 1;
+  index::Entry passthrough = jpeg;
+  passthrough.ino = 6;
+  passthrough.name = "notes.txt";
+  passthrough.kind = index::EntryKind::kPassthrough;
+  passthrough.passthrough_reason = 1;
+  for (const auto& img : layout.images) {
+    if (img.kind == index::EntryKind::kJpeg) jpeg.pieces = img.pieces;
+    if (img.kind == index::EntryKind::kPassthrough) passthrough.pieces = img.pieces;
+  }
+  return Write(dir + "/root", EntrySeed(1, root)) && Write(dir + "/folder", EntrySeed(2, folder)) &&
+         Write(dir + "/jpeg", EntrySeed(5, jpeg)) &&
+         Write(dir + "/passthrough", EntrySeed(6, passthrough));
+}
+
+bool WriteManifestSeeds(const std::string& dir) {
+  if (!MakeDir(dir)) return false;
+  index::Manifest m;
+  m.generator = "pcrfs 0.1.0";
+  m.options.images_per_record = 1024;
+  m.options.max_input_scans = 1000;
+  m.options.max_image_memory = uint64_t{1} << 30;
+  m.options.max_jpeg_bytes = uint64_t{256} << 20;
+  m.num_entries = 30;
+  m.num_directories = 3;
+  m.num_jpeg = 20;
+  m.num_passthrough = 7;
+  m.passthrough_by_reason = {{"not-jpeg", 3}, {"truncated", 2}, {"too-many-scans", 2}};
+  m.num_records = 1;
+  m.source_bytes = 1000000;
+  m.source_jpeg_bytes = 900000;
+  for (int k = 0; k < index::kNumGroups; ++k) {
+    m.level_bytes[static_cast<size_t>(k)] = 100000 * static_cast<uint64_t>(k + 1);
+    m.jpeg_level_bytes[static_cast<size_t>(k)] = 90000 * static_cast<uint64_t>(k + 1);
+  }
+  if (!Write(dir + "/plain.json", m.ToJson())) return false;
+  m.options.quality_sample = 100;
+  m.options.quality_seed = 3;
+  m.quality.measured = 20;
+  m.quality.seed = 3;
+  for (int k = 0; k < index::kNumGroups; ++k) {
+    index::LevelQuality& q = m.quality.levels[static_cast<size_t>(k)];
+    q.n = 20;
+    q.mean_psnr = 30 + k;
+    q.p5_psnr = 28 + k;
+    q.min_psnr = 25.5 + k;
+    q.mean_msssim = 0.9 + 0.01 * k;
+    q.p5_msssim = 0.88 + 0.01 * k;
+    q.min_msssim = 0.85 + 0.01 * k;
+  }
+  m.quality.levels[9].mean_msssim = m.quality.levels[9].p5_msssim = 1;
+  m.quality.levels[9].min_msssim = 1;
+  return Write(dir + "/quality.json", m.ToJson());
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  if (argc != 2) {
+    std::fprintf(stderr, "usage: make_fuzz_seeds OUTDIR\n");
+    return 2;
+  }
+  const std::string out = argv[1];
+  std::vector<SeedJpeg> jpegs;
+  index::RecordLayout layout;
+  const bool ok = MakeDir(out) && MakeJpegs(&jpegs) && WriteCodecSeeds(out + "/codec", jpegs) &&
+                  WriteRecordSeeds(out + "/record", jpegs, &layout) &&
+                  WriteEntrySeeds(out + "/entry", layout) &&
+                  WriteManifestSeeds(out + "/manifest");
+  return ok ? 0 : 1;
+}
