@@ -8,8 +8,9 @@
 
 namespace pcrfs {
 
-Result<std::unique_ptr<RandomAccessFile>> PosixRandomAccessFile::Open(const std::string& path) {
-  auto fd = OpenFile(path, O_RDONLY);
+Result<std::unique_ptr<RandomAccessFile>> PosixRandomAccessFile::Open(const std::string& path,
+                                                                     int extra_flags) {
+  auto fd = OpenFile(path, O_RDONLY | extra_flags);
   if (!fd) return Err(fd.error());
   struct stat st;
   if (::fstat(fd->get(), &st) != 0) return Err(Status::FromErrno(path, errno));

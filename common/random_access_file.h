@@ -27,7 +27,9 @@ class RandomAccessFile {
 // (POSIX_FADV_RANDOM): reads are exact, and callers that know better call Prefetch().
 class PosixRandomAccessFile final : public RandomAccessFile {
  public:
-  static Result<std::unique_ptr<RandomAccessFile>> Open(const std::string& path);
+  // extra_flags are added to O_RDONLY (e.g. O_NOFOLLOW).
+  static Result<std::unique_ptr<RandomAccessFile>> Open(const std::string& path,
+                                                        int extra_flags = 0);
 
   Status Read(uint64_t offset, size_t n, uint8_t* dst) const override;
   uint64_t Size() const override { return size_; }

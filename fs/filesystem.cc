@@ -148,15 +148,60 @@ Status Filesystem::ReadDir(uint64_t ino, uint64_t offset, const DirFiller& fn) c
   });
 }
 
-void Filesystem::ReportDamage(const index::Entry& e, int group, const Status& s) const {
+std::string Filesystem::PathOf(const index::Entry& e) const {
+  std::vector<std::string> parts{e.name};
+  uint64_t parent = e.parent;
+  // Bounded: a damaged index cannot make this loop forever.
+  for (int depth = 0; parent != index::kRootIno && depth < 4096; ++depth) {
+    auto p = store_->index().Get(parent);
+    if (!p) {
+      parts.push_back("<inode " + std::to_string(parent) + ">");
+      break;
+    }
+    parts.push_back(p->name);
+    parent = p->parent;
+  }
+  std::string path;
+  for (auto it = parts.rbegin(); it != parts.rend(); ++it) {
+    if (!path.empty()) path.push_back('/');
+    path += *it;
+  }
+  return path;
+}
+
+void Filesystem::ReportDamage(const index::Entry& e, int level, const Status& s) const {
   {
     std::lock_guard<std::mutex> l(mu_);
     if (!damaged_logged_.insert({e.record, e.slot}).second) return;
   }
-  std::fprintf(stderr, "pcrfs: damaged data: inode %llu '%s' group %d: %s\n",
-               static_cast<unsigned long long>(e.ino), e.name.c_str(), group, s.message().c_str());
-  ::syslog(LOG_ERR, "pcrfs: damaged data: inode %llu '%s' group %d: %s",
-           static_cast<unsigned long long>(e.ino), e.name.c_str(), group, s.message().c_str());
+  const std::string record = store_->dir() + "/" + index::RecordFileName(e.record);
+  const std::string path = PathOf(e);
+  std::fprintf(stderr, "pcrfs: damaged data: %s: \"%s\" (level %d): %s\n", record.c_str(),
+               path.c_str(), level, s.message().c_str());
+  ::syslog(LOG_ERR, "pcrfs: damaged data: %s: \"%s\" (level %d): %s", record.c_str(),
+           path.c_str(), level, s.message().c_str());
+}
+
+void Filesystem::ReportRecordProblem(uint32_t record, const Status& s) const {
+  {
+    std::lock_guard<std::mutex> l(mu_);
+    if (!record_problem_logged_.insert(record).second) return;
+  }
+  std::fprintf(stderr,
+               "pcrfs: damaged record: %s (serving only pieces whose checksums match the "
+               "index; run pcr verify)\n",
+               s.message().c_str());
+  ::syslog(LOG_WARNING,
+           "pcrfs: damaged record: %s (serving only pieces whose checksums match the index; "
+           "run pcr verify)",
+           s.message().c_str());
+}
+
+Result<std::shared_ptr<RandomAccessFile>> Filesystem::OpenRecord(uint32_t record) const {
+  Status header;
+  auto file = store_->OpenRecord(record, &header);
+  if (file && !header.ok()) ReportRecordProblem(record, header);
+  return file;
 }
 
 Result<PieceBytes> Filesystem::GetPiece(const RandomAccessFile& file, const index::Entry& e,
@@ -170,10 +215,7 @@ Result<PieceBytes> Filesystem::GetPiece(const RandomAccessFile& file, const inde
     s = Status::Corruption(file.name() + ": checksum mismatch in group " + std::to_string(group) +
                            " of slot " + std::to_string(e.slot));
   }
-  if (!s.ok()) {
-    ReportDamage(e, group, s);
-    return Err(Status::IOError(s.message(), EIO));
-  }
+  if (!s.ok()) return Err(Status::IOError(s.message(), EIO));
   PieceBytes shared = std::move(bytes);
   if (keep) cache_.Put(key, shared);
   return shared;
@@ -211,7 +253,7 @@ void Filesystem::MaybeReadAhead(const RandomAccessFile& file, const index::Entry
     // Levels 1..k of the whole record are one contiguous range: one large sequential read,
     // queued on the prefetcher's thread.
     auto info = store_->index().GetRecord(e.record);
-    auto shared = store_->OpenRecord(e.record);
+    auto shared = OpenRecord(e.record);
     if (info && shared) {
       const uint64_t begin = info->data_offset;
       const uint64_t end =
@@ -244,9 +286,9 @@ Result<size_t> Filesystem::Read(uint64_t ino, uint64_t offset, size_t size, uint
   const bool whole_file = offset == 0 && end == file_size;
   // The pieces of one file lie in `pieces` different group regions. Ask for all of them at
   // once, so a cold read waits for the slowest piece instead of the sum of all.
-  auto file = store_->OpenRecord(e.record);
+  auto file = OpenRecord(e.record);
   if (!file) {
-    ReportDamage(e, 1, file.error());
+    ReportDamage(e, r->level, file.error());
     return Err(Status::IOError(file.error().message(), EIO));
   }
   MaybeReadAhead(**file, e, r->level);
@@ -268,7 +310,10 @@ Result<size_t> Filesystem::Read(uint64_t ino, uint64_t offset, size_t size, uint
     const uint64_t len = e.pieces[static_cast<size_t>(g - 1)].length;
     if (len > 0 && pos + len > offset) {
       auto piece = GetPiece(**file, e, g, !whole_file);
-      if (!piece) return Err(piece.error());
+      if (!piece) {
+        ReportDamage(e, r->level, piece.error());
+        return Err(piece.error());
+      }
       const uint64_t from = std::max(offset, pos) - pos;
       const uint64_t to = std::min(end, pos + len) - pos;
       std::memcpy(dst + copied, (*piece)->data() + from, to - from);

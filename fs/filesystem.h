@@ -85,7 +85,14 @@ class Filesystem {
   Result<PieceBytes> GetPiece(const RandomAccessFile& file, const index::Entry& e, int group,
                               bool keep) const;
   void MaybeReadAhead(const RandomAccessFile& file, const index::Entry& e, int level) const;
-  void ReportDamage(const index::Entry& e, int group, const Status& s) const;
+  // Logs a damaged file once (stderr and syslog), naming the record file and the file's path
+  // in the dataset.
+  void ReportDamage(const index::Entry& e, int level, const Status& s) const;
+  // Logs once per record that its header, footer or size disagree with the index.
+  void ReportRecordProblem(uint32_t record, const Status& s) const;
+  // The path of an entry relative to the dataset root ("train/cat/img.jpg").
+  std::string PathOf(const index::Entry& e) const;
+  Result<std::shared_ptr<RandomAccessFile>> OpenRecord(uint32_t record) const;
 
   std::unique_ptr<index::Store> store_;
   const FsOptions options_;
@@ -102,6 +109,7 @@ class Filesystem {
 
   mutable std::mutex mu_;
   mutable std::set<std::pair<uint32_t, uint32_t>> damaged_logged_;  // GUARDED_BY(mu_)
+  mutable std::set<uint32_t> record_problem_logged_;                // GUARDED_BY(mu_)
   mutable std::vector<RecordAccess> access_;                        // GUARDED_BY(mu_); by record
   mutable Prefetcher prefetcher_;
 };

@@ -243,5 +243,133 @@ TEST_F(FilesystemTest, ConcurrentReadersWithATinyCache) {
   EXPECT_LE(fs->cache().used(), 64u * 1024);
 }
 
+// A record file whose reads fail with EIO wherever they overlap [bad_begin, bad_end): storage
+// with bad sectors, injected through the Store's record-file opener.
+class FailingRangeFile final : public RandomAccessFile {
+ public:
+  FailingRangeFile(std::unique_ptr<RandomAccessFile> base, uint64_t bad_begin, uint64_t bad_end)
+      : base_(std::move(base)), bad_begin_(bad_begin), bad_end_(bad_end) {}
+  Status Read(uint64_t offset, size_t n, uint8_t* dst) const override {
+    if (offset < bad_end_ && offset + n > bad_begin_) {
+      return Status::FromErrno(base_->name() + ": injected read error", EIO);
+    }
+    return base_->Read(offset, n, dst);
+  }
+  uint64_t Size() const override { return base_->Size(); }
+  const std::string& name() const override { return base_->name(); }
+
+ private:
+  std::unique_ptr<RandomAccessFile> base_;
+  uint64_t bad_begin_, bad_end_;
+};
+
+struct StoreFile {
+  std::string path;
+  index::Entry entry;
+};
+
+void CollectFiles(const index::IndexReader& idx, const index::Entry& dir, const std::string& prefix,
+                  std::vector<StoreFile>* out) {
+  ASSERT_TRUE(idx.List(dir, 0, [&](const index::Entry& e) {
+                   const std::string p = prefix.empty() ? e.name : prefix + "/" + e.name;
+                   if (e.is_dir()) {
+                     CollectFiles(idx, e, p, out);
+                   } else {
+                     out->push_back({p, e});
+                   }
+                   return true;
+                 }).ok());
+}
+
+TEST_F(FilesystemTest, ReadErrorsFailExactlyTheFilesWhosePiecesOverlapThem) {
+  auto probe = Make();
+  std::vector<StoreFile> files;
+  CollectFiles(probe->store().index(), *probe->store().index().Get(index::kRootIno), "", &files);
+  ASSERT_EQ(files.size(), 5u);
+  const uint32_t bad_record = files[0].entry.record;
+  const index::Entry& victim = files[0].entry;
+  std::vector<std::pair<uint64_t, uint64_t>> ranges = {
+      {0, index::kRecordHeaderSize},  // the header only: no file needs it
+      {victim.pieces[2].offset + 1, victim.pieces[2].offset + 2},  // inside one group-3 piece
+      {victim.pieces[0].offset, victim.pieces[0].offset + 1},      // the first byte of a piece 1
+      {victim.pieces[4].offset, UINT64_MAX},                       // region 5 onwards
+      {0, UINT64_MAX},                                             // the whole record
+  };
+  for (const auto& [begin, end] : ranges) {
+    SCOPED_TRACE("bad range [" + std::to_string(begin) + ", " + std::to_string(end) + ")");
+    index::StoreOptions options;
+    options.open_record =
+        [&, begin = begin, end = end](
+            const std::string& path) -> Result<std::unique_ptr<RandomAccessFile>> {
+      auto file = index::OpenRecordFileNoFollow(path);
+      if (!file || path.find(index::RecordFileName(bad_record)) == std::string::npos) return file;
+      return std::unique_ptr<RandomAccessFile>(
+          new FailingRangeFile(std::move(*file), begin, end));
+    };
+    auto store = index::Store::Open(*dir_ + "/store", options);
+    ASSERT_TRUE(store.has_value());
+    Filesystem fs(std::move(*store), FsOptions{});
+    int failed = 0;
+    for (const StoreFile& f : files) {
+      for (int k = 1; k <= 10; ++k) {
+        bool overlaps = false;
+        const int pieces = f.entry.kind == index::EntryKind::kJpeg ? k : 1;
+        for (int g = 0; g < pieces; ++g) {
+          const index::PieceRef& p = f.entry.pieces[static_cast<size_t>(g)];
+          overlaps |= f.entry.record == bad_record && p.length > 0 && p.offset < end &&
+                      p.offset + p.length > begin;
+        }
+        const uint64_t ino = Walk(fs, "scan" + std::to_string(k) + "/" + f.path);
+        ASSERT_NE(ino, 0u) << f.path;
+        const uint64_t size = static_cast<uint64_t>(fs.GetAttr(ino)->st_size);
+        std::vector<uint8_t> buf(size);
+        auto n = fs.Read(ino, 0, buf.size(), buf.data());
+        if (overlaps) {
+          ++failed;
+          ASSERT_FALSE(n.has_value()) << f.path << " level " << k;
+          EXPECT_EQ(n.error().ToErrno(), EIO) << f.path << " level " << k;
+        } else {
+          ASSERT_TRUE(n.has_value()) << f.path << " level " << k << ": " << n.error().ToString();
+          std::vector<uint8_t> expected;
+          ASSERT_TRUE(fs.store().ReadFile(f.entry, k, &expected).ok());
+          EXPECT_EQ(buf, expected) << f.path << " level " << k;
+        }
+      }
+    }
+    if (begin == 0 && end == index::kRecordHeaderSize) {
+      EXPECT_EQ(failed, 0);
+    } else {
+      EXPECT_GT(failed, 0);
+    }
+  }
+}
+
+TEST_F(FilesystemTest, PathOfDamagedFileIsLogged) {
+  // A missing record: every file in it is EIO, named by its full path in the log.
+  const std::string copy = *dir_ + "/copy";
+  stdfs::remove_all(copy);
+  stdfs::copy(*dir_ + "/store", copy, stdfs::copy_options::recursive);
+  auto probe = index::Store::Open(copy);
+  ASSERT_TRUE(probe.has_value());
+  auto three = (*probe)->index().LookupPath("a/b/three.jpg");
+  ASSERT_TRUE(three.has_value());
+  stdfs::remove(copy + "/" + index::RecordFileName(three->record));
+  Filesystem fs(std::move(*probe), FsOptions{});
+  const uint64_t ino = Walk(fs, "scan4/a/b/three.jpg");
+  ASSERT_NE(ino, 0u);
+  std::vector<uint8_t> buf(100);
+  ::testing::internal::CaptureStderr();
+  auto n = fs.Read(ino, 0, buf.size(), buf.data());
+  auto again = fs.Read(ino, 0, buf.size(), buf.data());
+  const std::string log = ::testing::internal::GetCapturedStderr();
+  ASSERT_FALSE(n.has_value());
+  EXPECT_EQ(n.error().ToErrno(), EIO);
+  ASSERT_FALSE(again.has_value());
+  EXPECT_NE(log.find("\"a/b/three.jpg\""), std::string::npos) << log;
+  EXPECT_NE(log.find(index::RecordFileName(three->record)), std::string::npos) << log;
+  EXPECT_EQ(log.find("damaged"), log.rfind("damaged")) << "logged once: " << log;
+  stdfs::remove_all(copy);
+}
+
 }  // namespace
 }  // namespace pcrfs::fs

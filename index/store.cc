@@ -1,5 +1,6 @@
 #include "index/store.h"
 
+#include <fcntl.h>
 #include <sys/stat.h>
 
 #include <cerrno>
@@ -45,9 +46,35 @@ Status CheckRecordHeader(const RandomAccessFile& f, const RecordInfo& info) {
   return Status::OK();
 }
 
+// Checks that `path` inside a store is a regular file reached without a symlink (O_NOFOLLOW):
+// the store must not make pcrfs read files outside it.
+Status CheckNoFollow(const std::string& path, const std::string& what) {
+  auto fd = OpenFile(path, O_RDONLY | O_NOFOLLOW);
+  if (!fd) {
+    if (fd.error().ToErrno() == ELOOP) {
+      return Status::Corruption(path + ": " + what + " is a symbolic link (pcrfs follows no " +
+                                "links inside a store)");
+    }
+    return fd.error();
+  }
+  struct stat st;
+  if (::fstat(fd->get(), &st) != 0) return Status::FromErrno(path, errno);
+  if (!S_ISREG(st.st_mode)) return Status::Corruption(path + ": " + what + " is not a regular file");
+  return Status::OK();
+}
+
 }  // namespace
 
-Result<std::unique_ptr<Store>> Store::Open(const std::string& dir) {
+Result<std::unique_ptr<RandomAccessFile>> OpenRecordFileNoFollow(const std::string& path) {
+  auto file = PosixRandomAccessFile::Open(path, O_NOFOLLOW);
+  if (!file && file.error().ToErrno() == ELOOP) {
+    return Err(Status::Corruption(path + ": record file is a symbolic link (pcrfs follows no " +
+                                  "links inside a store)"));
+  }
+  return file;
+}
+
+Result<std::unique_ptr<Store>> Store::Open(const std::string& dir, StoreOptions options) {
   struct stat st;
   if (::stat(dir.c_str(), &st) != 0) {
     if (errno == ENOENT) return Err(Status::NotFound(dir + ": no such directory"));
@@ -56,12 +83,13 @@ Result<std::unique_ptr<Store>> Store::Open(const std::string& dir) {
   if (!S_ISDIR(st.st_mode)) return Err(Status::InvalidArgument(dir + ": not a directory"));
 
   const std::string manifest_path = dir + "/" + kManifestFile;
-  if (::stat(manifest_path.c_str(), &st) != 0) {
+  if (::lstat(manifest_path.c_str(), &st) != 0) {
     if (errno == ENOENT) {
       return Err(Status::InvalidArgument(dir + ": not a pcrfs store (no " + kManifestFile + ")"));
     }
     return Err(Status::FromErrno(manifest_path, errno));
   }
+  if (Status s = CheckNoFollow(manifest_path, "the manifest"); !s.ok()) return Err(s);
   auto text = ReadWholeFile(manifest_path, kMaxManifestBytes);
   if (!text) return Err(text.error());
   auto manifest =
@@ -74,7 +102,19 @@ Result<std::unique_ptr<Store>> Store::Open(const std::string& dir) {
     return Err(Status::Corruption(manifest_path + ": " + e.message()));
   }
 
-  auto index = IndexReader::Open(dir + "/" + kIndexFile);
+  const std::string index_path = dir + "/" + kIndexFile;
+  if (::lstat(index_path.c_str(), &st) == 0) {
+    if (Status s = CheckNoFollow(index_path, "the index"); !s.ok()) return Err(s);
+  }
+  const std::string records_path = dir + "/" + kRecordsDir;
+  if (::lstat(records_path.c_str(), &st) == 0 && !S_ISDIR(st.st_mode)) {
+    return Err(Status::Corruption(records_path + (S_ISLNK(st.st_mode)
+                                                      ? ": is a symbolic link (pcrfs follows no "
+                                                        "links inside a store)"
+                                                      : ": not a directory")));
+  }
+
+  auto index = IndexReader::Open(index_path);
   if (!index) {
     const Status& e = index.error();
     if (e.IsNotFound()) {
@@ -85,6 +125,8 @@ Result<std::unique_ptr<Store>> Store::Open(const std::string& dir) {
 
   std::unique_ptr<Store> store(new Store());
   store->dir_ = dir;
+  store->options_ = std::move(options);
+  if (!store->options_.open_record) store->options_.open_record = OpenRecordFileNoFollow;
   store->manifest_ = std::move(*manifest);
   store->index_ = std::move(*index);
   return store;
@@ -104,24 +146,29 @@ Result<Store::OpenRecordFile> Store::GetRecordFile(uint32_t id) const {
     }
     return Err(info.error());
   }
-  auto file = PosixRandomAccessFile::Open(dir_ + "/" + RecordFileName(id));
+  auto file = options_.open_record(dir_ + "/" + RecordFileName(id));
   if (!file) {
     if (file.error().IsNotFound()) {
       return Err(Status::Corruption(dir_ + "/" + RecordFileName(id) + ": record file is missing"));
     }
     return Err(file.error());
   }
-  Status s = CheckRecordHeader(**file, *info);
-  if (!s.ok()) return Err(s);
-  OpenRecordFile opened{std::shared_ptr<RandomAccessFile>(std::move(*file)), *info};
+  // A mismatch is remembered, not fatal: reads use only the index's piece offsets and check
+  // each piece's CRC, so a damaged header or footer costs no file, and a truncated record
+  // costs only the files whose pieces lie past its new end.
+  Status header = CheckRecordHeader(**file, *info);
+  OpenRecordFile opened{std::shared_ptr<RandomAccessFile>(std::move(*file)), *info,
+                        std::move(header)};
   std::lock_guard<std::mutex> lock(mu_);
   auto [it, inserted] = records_.emplace(id, std::move(opened));
   return it->second;  // if another thread won the race, share its file
 }
 
-Result<std::shared_ptr<RandomAccessFile>> Store::OpenRecord(uint32_t id) const {
+Result<std::shared_ptr<RandomAccessFile>> Store::OpenRecord(uint32_t id,
+                                                          Status* header_problem) const {
   auto r = GetRecordFile(id);
   if (!r) return Err(r.error());
+  if (header_problem != nullptr) *header_problem = r->header_status;
   return r->file;
 }
 

@@ -212,14 +212,48 @@ TEST(StoreTest, DamagedRecords) {
     EXPECT_NE(s.message().find("group 2"), std::string::npos) << s.ToString();
   }
   {
-    WriteAll(rec, Bytes(good.begin(), good.end() - 1));
+    // Truncation: the footer is gone, so the record no longer matches the index, but only the
+    // pieces past the new end are lost (docs/semantics.md): a.jpg still reads, and the file
+    // whose group-10 piece is last fails at level 10 only.
+    auto store = Store::Open(dir.path());
+    ASSERT_TRUE(store.has_value());
+    auto a = *(*store)->index().LookupPath("a.jpg");
+    Entry last;
+    for (const char* p : {"a.jpg", "b.txt", "sub/c.jpg"}) {
+      auto e = (*store)->index().LookupPath(p);
+      if (!e || e->is_dir() || e->record != 0) continue;
+      const PieceRef& g10 = e->pieces[9];
+      if (g10.length > 0 && g10.offset + g10.length + kRecordFooterSize == good.size()) last = *e;
+    }
+    ASSERT_GT(last.pieces[9].length, 0u);
+    store = {};
+    WriteAll(rec, Bytes(good.begin(), good.end() - kRecordFooterSize - 1));
+    store = Store::Open(dir.path());
+    ASSERT_TRUE(store.has_value());
+    Bytes out;
+    Status header;
+    ASSERT_TRUE((*store)->OpenRecord(0, &header).has_value());
+    EXPECT_TRUE(header.IsCorruption()) << header.ToString();
+    EXPECT_NE(header.message().find(rec), std::string::npos) << header.ToString();
+    EXPECT_TRUE((*store)->ReadFile(a, 1, &out).ok());
+    EXPECT_TRUE((*store)->ReadFile(last, 9, &out).ok());
+    Status s = (*store)->ReadFile(last, 10, &out);
+    EXPECT_TRUE(s.IsCorruption()) << s.ToString();
+    EXPECT_NE(s.message().find(rec), std::string::npos) << s.ToString();
+  }
+  {
+    // A record file that is a symlink is never followed, even to a good copy.
+    const std::string outside = dir.Join("outside.pcr");
+    WriteAll(outside, good);
+    ASSERT_EQ(unlink(rec.c_str()), 0);
+    ASSERT_EQ(symlink(outside.c_str(), rec.c_str()), 0);
     auto store = Store::Open(dir.path());
     ASSERT_TRUE(store.has_value());
     auto a = *(*store)->index().LookupPath("a.jpg");
     Bytes out;
     Status s = (*store)->ReadFile(a, 1, &out);
-    EXPECT_TRUE(s.IsCorruption());
-    EXPECT_NE(s.message().find(rec), std::string::npos) << s.ToString();
+    EXPECT_TRUE(s.IsCorruption()) << s.ToString();
+    EXPECT_NE(s.message().find("symbolic link"), std::string::npos) << s.ToString();
   }
   {
     ASSERT_EQ(unlink(rec.c_str()), 0);
