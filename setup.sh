@@ -28,6 +28,8 @@ deps=(
   python3 python3-pil python3-numpy python3-opencv python3-torch python3-torchvision
   python3-skimage
   libjpeg-turbo-progs time util-linux
+  # fuzzing (tests/fuzz/run): clang with libFuzzer
+  clang-14 libclang-rt-14-dev
 )
 
 install_deps() {

@@ -29,16 +29,46 @@ void EmitMessage(j_common_ptr cinfo, int msg_level) {
 // Nothing is ever printed: messages travel back in JpegErrorManager::message.
 void OutputMessage(j_common_ptr) {}
 
+[[noreturn]] void StopScanCap(j_common_ptr cinfo) {
+  auto* err = reinterpret_cast<JpegErrorManager*>(cinfo->err);
+  err->msg_code = kScanCapMessageCode;
+  std::longjmp(err->jump, 1);
+}
+
+// Blocks the current scan decodes: a non-interleaved scan covers its component's blocks, an
+// interleaved one every block of its MCUs.
+uint64_t BlocksInScan(j_decompress_ptr dinfo) {
+  if (dinfo->comps_in_scan == 1 && dinfo->cur_comp_info[0] != nullptr) {
+    return uint64_t{dinfo->cur_comp_info[0]->width_in_blocks} *
+           dinfo->cur_comp_info[0]->height_in_blocks;
+  }
+  return uint64_t{dinfo->MCUs_per_row} * dinfo->MCU_rows_in_scan *
+         static_cast<uint64_t>(dinfo->blocks_in_MCU);
+}
+
+// Called by libjpeg before each unit of input work (an iMCU row, or a marker); a new scan has
+// already started (input_scan_number counted up, the scan's components set) when it sees it.
 void ScanCapMonitor(j_common_ptr cinfo) {
   if (!cinfo->is_decompressor) return;
   auto* progress = reinterpret_cast<ScanCapProgress*>(cinfo->progress);
   auto* dinfo = reinterpret_cast<j_decompress_ptr>(cinfo);
+  auto* err = reinterpret_cast<JpegErrorManager*>(cinfo->err);
   if (dinfo->input_scan_number > progress->max_scans) {
-    auto* err = reinterpret_cast<JpegErrorManager*>(cinfo->err);
-    err->msg_code = kScanCapMessageCode;
     std::snprintf(err->message, sizeof(err->message), "more than %d scans in the source",
                   progress->max_scans);
-    std::longjmp(err->jump, 1);
+    StopScanCap(cinfo);
+  }
+  if (dinfo->input_scan_number != progress->counted_scan && dinfo->global_state >= 201) {
+    // 201 = DSTATE_INHEADER: past it, a scan header has been read.
+    progress->counted_scan = dinfo->input_scan_number;
+    progress->blocks += BlocksInScan(dinfo);
+    if (progress->blocks > progress->max_blocks) {
+      std::snprintf(err->message, sizeof(err->message),
+                    "scans cover more than %llu blocks in %d scans (a scan bomb)",
+                    static_cast<unsigned long long>(progress->max_blocks),
+                    dinfo->input_scan_number);
+      StopScanCap(cinfo);
+    }
   }
 }
 
@@ -59,6 +89,10 @@ void InitScanCapProgress(ScanCapProgress* progress, int max_scans) {
   std::memset(progress, 0, sizeof(*progress));
   progress->pub.progress_monitor = ScanCapMonitor;
   progress->max_scans = max_scans;
+  progress->max_blocks =
+      static_cast<uint64_t>(max_scans < 0 ? 0 : max_scans) * kScanBlocksPerAllowedScan;
+  progress->blocks = 0;
+  progress->counted_scan = 0;
 }
 
 PassthroughReason ReasonForJpegMessage(int msg_code) {

@@ -8,6 +8,7 @@
 #pragma once
 
 #include <csetjmp>
+#include <cstdint>
 
 #include "codec/libjpeg.h"
 #include "codec/transcoder.h"
@@ -31,13 +32,25 @@ struct JpegErrorManager {
 // With warnings_fatal, any warning (emit_message with level < 0) longjmps like an error.
 jpeg_error_mgr* InitJpegErrorManager(JpegErrorManager* err, bool warnings_fatal);
 
+// Blocks of scan work allowed per allowed scan: with the default 1000 scans, 5 * 10^7 blocks,
+// about half a second of decoding. A scan costs time in proportion to the blocks it covers,
+// however little data it has (one EOB run can cover 32767 blocks), so a cap on scans alone lets
+// a large image with a few hundred empty scans take minutes. Legitimate files stay far below:
+// libjpeg's standard progression passes over each block about 6 times, so 5 * 10^7 blocks is
+// over 350 megapixels of YCbCr 4:2:0.
+inline constexpr uint64_t kScanBlocksPerAllowedScan = 50000;
+
 struct ScanCapProgress {
   jpeg_progress_mgr pub;  // first, so that cinfo->progress is also a ScanCapProgress*
   int max_scans;
+  uint64_t max_blocks;    // max_scans * kScanBlocksPerAllowedScan
+  uint64_t blocks;        // blocks covered by the scans started so far
+  int counted_scan;       // input_scan_number last added to `blocks`
 };
 
-// Fills in `progress` for a decompressor: once the decompressor reaches scan max_scans + 1, it
-// stops with msg_code kScanCapMessageCode (as djpeg -maxscans does). Store &progress->pub in
+// Fills in `progress` for a decompressor: once the decompressor reaches scan max_scans + 1, or
+// its scans together cover more than max_scans * kScanBlocksPerAllowedScan blocks, it stops
+// with msg_code kScanCapMessageCode (as djpeg -maxscans does). Store &progress->pub in
 // cinfo.progress; REQUIRES: cinfo.err is a JpegErrorManager.
 void InitScanCapProgress(ScanCapProgress* progress, int max_scans);
 
