@@ -38,6 +38,20 @@ Status CheckRecordHeader(const RandomAccessFile& f, const RecordInfo& info) {
   if (DecodeFixed32(h + 16) != info.num_images) return bad("number of images");
   if (DecodeFixed64(h + 24) != info.data_offset) return bad("data offset");
   if (DecodeFixed64(h + 32) != info.file_size) return bad("file size in header");
+  // The tables are not needed to read (the index holds every piece's place and CRC), but a
+  // damaged table means a damaged record: check its CRC so the damage is reported at once.
+  const uint64_t table_size = DecodeFixed64(h + 40);
+  if (info.data_offset < kRecordHeaderSize || table_size < 4 ||
+      table_size > info.data_offset - kRecordHeaderSize ||
+      info.data_offset > f.Size()) {
+    return bad("table size");
+  }
+  std::vector<uint8_t> tables(static_cast<size_t>(table_size));
+  PCRFS_RETURN_IF_ERROR(f.Read(kRecordHeaderSize, tables.size(), tables.data()));
+  if (crc32c::Unmask(DecodeFixed32(tables.data() + table_size - 4)) !=
+      crc32c::Value(tables.data(), table_size - 4)) {
+    return bad("table checksum mismatch");
+  }
   uint8_t footer[kRecordFooterSize];
   PCRFS_RETURN_IF_ERROR(f.Read(f.Size() - kRecordFooterSize, sizeof(footer), footer));
   if (std::memcmp(footer, kRecordEndMagic, 8) != 0 || DecodeFixed64(footer + 8) != f.Size()) {
