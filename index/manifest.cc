@@ -4,12 +4,6 @@
 #include <limits>
 #include <nlohmann/json.hpp>
 
-#define RETURN_ERR_IF_ERROR(expr) \
-  do {                            \
-    ::pcrfs::Status s_ = (expr);  \
-    if (!s_.ok()) return Err(s_); \
-  } while (0)
-
 namespace pcrfs::index {
 namespace {
 
@@ -125,26 +119,7 @@ std::string Manifest::ToJson() const {
   j["source_jpeg_bytes"] = source_jpeg_bytes;
   j["level_bytes"] = level_bytes;
   j["jpeg_level_bytes"] = jpeg_level_bytes;
-  if (quality.measured > 0) {
-    Json q;
-    q["measured"] = quality.measured;
-    q["seed"] = quality.seed;
-    Json levels = Json::array();
-    for (int k = 1; k <= kNumGroups; ++k) {
-      const LevelQuality& l = quality.levels[static_cast<size_t>(k - 1)];
-      Json lj;
-      lj["level"] = k;
-      lj["n"] = l.n;
-      // JSON has no infinity: level 10's PSNR (identical pixels) is null.
-      auto num = [](double v) { return std::isfinite(v) ? Json(v) : Json(nullptr); };
-      lj["psnr"] = {{"mean", num(l.mean_psnr)}, {"p5", num(l.p5_psnr)}, {"min", num(l.min_psnr)}};
-      lj["msssim"] = {
-          {"mean", num(l.mean_msssim)}, {"p5", num(l.p5_msssim)}, {"min", num(l.min_msssim)}};
-      levels.push_back(std::move(lj));
-    }
-    q["levels"] = std::move(levels);
-    j["quality"] = std::move(q);
-  }
+  if (quality.measured > 0) j["quality"] = QualityToJson(quality);
   // Invalid UTF-8 in the generator string must not throw: replace it.
   return j.dump(2, ' ', false, Json::error_handler_t::replace) + "\n";
 }
@@ -172,23 +147,23 @@ Result<Manifest> Manifest::FromJson(const std::string& text) {
 
   auto opts = j.find("options");
   if (opts == j.end() || !opts->is_object()) return Err(Bad("missing or non-object \"options\""));
-  RETURN_ERR_IF_ERROR(GetBool(*opts, "strip_metadata", &m.options.strip_metadata));
-  RETURN_ERR_IF_ERROR(GetUint(*opts, "images_per_record", &m.options.images_per_record));
-  RETURN_ERR_IF_ERROR(GetUint(*opts, "max_input_scans", &m.options.max_input_scans));
-  RETURN_ERR_IF_ERROR(GetUint(*opts, "max_image_memory", &m.options.max_image_memory));
-  RETURN_ERR_IF_ERROR(GetUint(*opts, "max_jpeg_bytes", &m.options.max_jpeg_bytes));
+  PCRFS_RETURN_ERR_IF_ERROR(GetBool(*opts, "strip_metadata", &m.options.strip_metadata));
+  PCRFS_RETURN_ERR_IF_ERROR(GetUint(*opts, "images_per_record", &m.options.images_per_record));
+  PCRFS_RETURN_ERR_IF_ERROR(GetUint(*opts, "max_input_scans", &m.options.max_input_scans));
+  PCRFS_RETURN_ERR_IF_ERROR(GetUint(*opts, "max_image_memory", &m.options.max_image_memory));
+  PCRFS_RETURN_ERR_IF_ERROR(GetUint(*opts, "max_jpeg_bytes", &m.options.max_jpeg_bytes));
   // Added within version 1: optional, absent in the first stores.
   if (opts->contains("quality_sample")) {
-    RETURN_ERR_IF_ERROR(GetUint(*opts, "quality_sample", &m.options.quality_sample));
+    PCRFS_RETURN_ERR_IF_ERROR(GetUint(*opts, "quality_sample", &m.options.quality_sample));
   }
   if (opts->contains("quality_seed")) {
-    RETURN_ERR_IF_ERROR(GetUint(*opts, "quality_seed", &m.options.quality_seed));
+    PCRFS_RETURN_ERR_IF_ERROR(GetUint(*opts, "quality_seed", &m.options.quality_seed));
   }
 
-  RETURN_ERR_IF_ERROR(GetUint(j, "num_entries", &m.num_entries));
-  RETURN_ERR_IF_ERROR(GetUint(j, "num_directories", &m.num_directories));
-  RETURN_ERR_IF_ERROR(GetUint(j, "num_jpeg", &m.num_jpeg));
-  RETURN_ERR_IF_ERROR(GetUint(j, "num_passthrough", &m.num_passthrough));
+  PCRFS_RETURN_ERR_IF_ERROR(GetUint(j, "num_entries", &m.num_entries));
+  PCRFS_RETURN_ERR_IF_ERROR(GetUint(j, "num_directories", &m.num_directories));
+  PCRFS_RETURN_ERR_IF_ERROR(GetUint(j, "num_jpeg", &m.num_jpeg));
+  PCRFS_RETURN_ERR_IF_ERROR(GetUint(j, "num_passthrough", &m.num_passthrough));
   auto reasons = j.find("passthrough_by_reason");
   if (reasons == j.end() || !reasons->is_object()) {
     return Err(Bad("missing or non-object \"passthrough_by_reason\""));
@@ -199,15 +174,36 @@ Result<Manifest> Manifest::FromJson(const std::string& text) {
     }
     m.passthrough_by_reason[it.key()] = it->get<uint64_t>();
   }
-  RETURN_ERR_IF_ERROR(GetUint(j, "num_records", &m.num_records));
-  RETURN_ERR_IF_ERROR(GetUint(j, "source_bytes", &m.source_bytes));
-  RETURN_ERR_IF_ERROR(GetUint(j, "source_jpeg_bytes", &m.source_jpeg_bytes));
-  RETURN_ERR_IF_ERROR(GetLevels(j, "level_bytes", &m.level_bytes));
-  RETURN_ERR_IF_ERROR(GetLevels(j, "jpeg_level_bytes", &m.jpeg_level_bytes));
+  PCRFS_RETURN_ERR_IF_ERROR(GetUint(j, "num_records", &m.num_records));
+  PCRFS_RETURN_ERR_IF_ERROR(GetUint(j, "source_bytes", &m.source_bytes));
+  PCRFS_RETURN_ERR_IF_ERROR(GetUint(j, "source_jpeg_bytes", &m.source_jpeg_bytes));
+  PCRFS_RETURN_ERR_IF_ERROR(GetLevels(j, "level_bytes", &m.level_bytes));
+  PCRFS_RETURN_ERR_IF_ERROR(GetLevels(j, "jpeg_level_bytes", &m.jpeg_level_bytes));
   if (auto q = j.find("quality"); q != j.end()) {
-    RETURN_ERR_IF_ERROR(ParseQuality(*q, &m.quality));
+    PCRFS_RETURN_ERR_IF_ERROR(ParseQuality(*q, &m.quality));
   }
   return m;
+}
+
+Json QualityToJson(const QualitySample& quality) {
+  // JSON has no infinity: level 10's PSNR (identical pixels) is null.
+  auto num = [](double v) { return std::isfinite(v) ? Json(v) : Json(nullptr); };
+  Json q;
+  q["measured"] = quality.measured;
+  q["seed"] = quality.seed;
+  Json levels = Json::array();
+  for (int k = 1; k <= kNumGroups; ++k) {
+    const LevelQuality& l = quality.levels[static_cast<size_t>(k - 1)];
+    Json lj;
+    lj["level"] = k;
+    lj["n"] = l.n;
+    lj["psnr"] = {{"mean", num(l.mean_psnr)}, {"p5", num(l.p5_psnr)}, {"min", num(l.min_psnr)}};
+    lj["msssim"] = {
+        {"mean", num(l.mean_msssim)}, {"p5", num(l.p5_msssim)}, {"min", num(l.min_msssim)}};
+    levels.push_back(std::move(lj));
+  }
+  q["levels"] = std::move(levels);
+  return q;
 }
 
 int RecommendLevel(const QualitySample& q, double min_msssim) {

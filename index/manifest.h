@@ -7,6 +7,8 @@
 #include <map>
 #include <string>
 
+#include <nlohmann/json.hpp>
+
 #include "common/status.h"
 #include "index/record_format.h"
 
@@ -38,6 +40,9 @@ struct QualitySample {
   uint64_t seed = 0;
   std::array<LevelQuality, kNumGroups> levels{};
 };
+
+// The manifest's "quality" object for q (PSNR +infinity as null).
+nlohmann::ordered_json QualityToJson(const QualitySample& q);
 
 // The lowest level (1..10) whose 5th-percentile MS-SSIM is at least min_msssim, or 0 if the
 // sample is empty. Level 10 always qualifies for min_msssim <= 1.

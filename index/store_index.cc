@@ -16,12 +16,6 @@
 #include "common/crc32c.h"
 #include "common/file_util.h"
 
-#define RETURN_ERR_IF_ERROR(expr) \
-  do {                            \
-    ::pcrfs::Status s_ = (expr);  \
-    if (!s_.ok()) return Err(s_); \
-  } while (0)
-
 namespace pcrfs::index {
 namespace {
 
@@ -140,7 +134,7 @@ Result<uint32_t> CrcOfFileRange(int fd, uint64_t n, const std::string& what) {
   uint32_t crc = 0;
   for (uint64_t pos = 0; pos < n;) {
     size_t chunk = static_cast<size_t>(std::min<uint64_t>(buf.size(), n - pos));
-    RETURN_ERR_IF_ERROR(PreadFull(fd, buf.data(), chunk, pos, what));
+    PCRFS_RETURN_ERR_IF_ERROR(PreadFull(fd, buf.data(), chunk, pos, what));
     crc = crc32c::Extend(crc, buf.data(), chunk);
     pos += chunk;
   }
@@ -224,7 +218,7 @@ Result<std::unique_ptr<IndexWriter>> IndexWriter::Create(const std::string& path
     rc = mdb_dbi_open(impl->txn, name, MDB_CREATE, dbi);
     if (rc != 0) return Err(LmdbError(impl->build_path + ": open db " + name, rc));
   }
-  RETURN_ERR_IF_ERROR(
+  PCRFS_RETURN_ERR_IF_ERROR(
       impl->Put(impl->meta, kIndexFormatKey, kIndexFormatValue, 0, "put meta index_format"));
   return std::unique_ptr<IndexWriter>(new IndexWriter(std::move(impl)));
 }
@@ -404,7 +398,7 @@ struct IndexReader::Impl {
 
   Result<Entry> GetEntry(const Lease& lease, uint64_t ino) const {
     std::string_view v;
-    RETURN_ERR_IF_ERROR(Get(lease, entries, InoKey(ino), &v, "inode " + std::to_string(ino)));
+    PCRFS_RETURN_ERR_IF_ERROR(Get(lease, entries, InoKey(ino), &v, "inode " + std::to_string(ino)));
     auto e = DecodeEntry(ino, v);
     if (!e) return Err(Status::Corruption(path + ": " + e.error().message()));
     return e;
@@ -446,7 +440,7 @@ Result<std::unique_ptr<IndexReader>> IndexReader::Open(const std::string& path) 
     const auto size = static_cast<uint64_t>(st.st_size);
     if (size < kIndexTrailerSize) return bad("file too small (" + std::to_string(size) + " bytes)");
     uint8_t trailer[kIndexTrailerSize];
-    RETURN_ERR_IF_ERROR(
+    PCRFS_RETURN_ERR_IF_ERROR(
         PreadFull(fd->get(), trailer, sizeof(trailer), size - kIndexTrailerSize, path));
     if (std::memcmp(trailer, kIndexTrailerMagic, 8) != 0) {
       return bad("no pcrfs trailer (truncated, or not written by pcrfs)");
@@ -514,7 +508,7 @@ Result<std::unique_ptr<IndexReader>> IndexReader::Open(const std::string& path) 
   }
   {
     Impl::Lease lease(impl.get());
-    RETURN_ERR_IF_ERROR(lease.Begin());
+    PCRFS_RETURN_ERR_IF_ERROR(lease.Begin());
     std::string_view format;
     Status s = impl->Get(lease, impl->meta, kIndexFormatKey, &format, "meta index_format");
     if (!s.ok()) return bad("no index_format in meta");
@@ -533,19 +527,19 @@ Result<std::unique_ptr<IndexReader>> IndexReader::Open(const std::string& path) 
 
 Result<Entry> IndexReader::Get(uint64_t ino) const {
   Impl::Lease lease(impl_.get());
-  RETURN_ERR_IF_ERROR(lease.Begin());
+  PCRFS_RETURN_ERR_IF_ERROR(lease.Begin());
   return impl_->GetEntry(lease, ino);
 }
 
 Result<uint64_t> IndexReader::Lookup(uint64_t parent, std::string_view name) const {
   Impl::Lease lease(impl_.get());
-  RETURN_ERR_IF_ERROR(lease.Begin());
+  PCRFS_RETURN_ERR_IF_ERROR(lease.Begin());
   return impl_->LookupChild(lease, parent, name);
 }
 
 Result<Entry> IndexReader::LookupPath(std::string_view path) const {
   Impl::Lease lease(impl_.get());
-  RETURN_ERR_IF_ERROR(lease.Begin());
+  PCRFS_RETURN_ERR_IF_ERROR(lease.Begin());
   auto cur = impl_->GetEntry(lease, kRootIno);
   if (!cur) return cur;
   size_t pos = 0;
@@ -602,9 +596,9 @@ Status IndexReader::List(const Entry& dir, uint64_t start,
 
 Result<RecordInfo> IndexReader::GetRecord(uint32_t id) const {
   Impl::Lease lease(impl_.get());
-  RETURN_ERR_IF_ERROR(lease.Begin());
+  PCRFS_RETURN_ERR_IF_ERROR(lease.Begin());
   std::string_view v;
-  RETURN_ERR_IF_ERROR(
+  PCRFS_RETURN_ERR_IF_ERROR(
       impl_->Get(lease, impl_->records, RecordKey(id), &v, "record " + std::to_string(id)));
   auto r = DecodeRecordInfo(id, v);
   if (!r) return Err(Status::Corruption(impl_->path + ": " + r.error().message()));
@@ -616,9 +610,9 @@ Result<std::string> IndexReader::GetMeta(std::string_view key) const {
     return Err(Status::NotFound(impl_->path + ": no meta key \"" + std::string(key) + "\""));
   }
   Impl::Lease lease(impl_.get());
-  RETURN_ERR_IF_ERROR(lease.Begin());
+  PCRFS_RETURN_ERR_IF_ERROR(lease.Begin());
   std::string_view v;
-  RETURN_ERR_IF_ERROR(impl_->Get(lease, impl_->meta, key, &v, "meta \"" + std::string(key) + "\""));
+  PCRFS_RETURN_ERR_IF_ERROR(impl_->Get(lease, impl_->meta, key, &v, "meta \"" + std::string(key) + "\""));
   return std::string(v);
 }
 

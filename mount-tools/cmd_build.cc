@@ -5,9 +5,9 @@
 #include <chrono>
 #include <cinttypes>
 #include <cstdio>
-#include <iostream>
 
 #include "mount-tools/builder.h"
+#include "mount-tools/cli.h"
 #include "mount-tools/commands.h"
 
 namespace pcrfs::tools {
@@ -111,27 +111,14 @@ int RunBuild(const std::vector<std::string>& args) {
       "JPEGs whose PSNR and MS-SSIM at every level go into the manifest (0: none)")(
       "quality-seed", po::value<uint64_t>(&config.quality_seed)->default_value(0),
       "seed that chooses the quality sample")("quiet,q", "no progress line");
-  po::options_description hidden;
   std::string src, store;
-  hidden.add_options()("src", po::value<std::string>(&src))("store",
-                                                            po::value<std::string>(&store));
-  po::options_description all;
-  all.add(opts).add(hidden);
-  po::positional_options_description pos;
-  pos.add("src", 1).add("store", 1);
   po::variables_map vm;
-  try {
-    po::store(po::command_line_parser(args).options(all).positional(pos).run(), vm);
-    po::notify(vm);
-  } catch (const po::error& e) {
-    std::fprintf(stderr, "pcr build: %s\n", e.what());
-    return kExitUsage;
-  }
-  if (vm.count("help")) {
-    std::cout << opts
-              << "\nexit codes: 0 done, 1 failed (no store written), 2 bad arguments,\n"
-                 "            3 store written but some source entries could not be read\n";
-    return kExitOk;
+  if (auto exit =
+          ParseCommandLine("build", args, opts, {{"src", &src}, {"store", &store}},
+                           "0 done, 1 failed (no store written), 2 bad arguments,\n"
+                           "            3 store written but some source entries could not be read",
+                           &vm)) {
+    return *exit;
   }
   if (src.empty() || store.empty()) {
     std::fprintf(stderr, "pcr build: SRC and STORE are required (see pcr build --help)\n");

@@ -3,10 +3,10 @@
 
 #include <boost/program_options.hpp>
 #include <cstdio>
-#include <iostream>
 
 #include "common/file_util.h"
 #include "index/store.h"
+#include "mount-tools/cli.h"
 #include "mount-tools/commands.h"
 
 namespace pcrfs::tools {
@@ -19,27 +19,13 @@ int RunCat(const std::vector<std::string>& args) {
   int scans = 10;
   opts.add_options()("help,h", "show this help")(
       "scans,k", po::value<int>(&scans)->default_value(10), "level: scan groups 1..10");
-  po::options_description hidden;
   std::string store_dir, path;
-  hidden.add_options()("store", po::value<std::string>(&store_dir))("path",
-                                                                    po::value<std::string>(&path));
-  po::options_description all;
-  all.add(opts).add(hidden);
-  po::positional_options_description pos;
-  pos.add("store", 1).add("path", 1);
   po::variables_map vm;
-  try {
-    po::store(po::command_line_parser(args).options(all).positional(pos).run(), vm);
-    po::notify(vm);
-  } catch (const po::error& e) {
-    std::fprintf(stderr, "pcr cat: %s\n", e.what());
-    return 2;
+  if (auto exit = ParseCommandLine("cat", args, opts, {{"store", &store_dir}, {"path", &path}},
+                                   "0 done, 1 read failed (damaged store), 2 bad arguments", &vm)) {
+    return *exit;
   }
-  if (vm.count("help")) {
-    std::cout << opts << "\nexit codes: 0 done, 1 read failed (damaged store), 2 bad arguments\n";
-    return 0;
-  }
-  if (store_dir.empty() || !vm.count("path")) {
+  if (store_dir.empty() || path.empty()) {
     std::fprintf(stderr, "pcr cat: STORE and PATH are required (see pcr cat --help)\n");
     return 2;
   }
@@ -47,24 +33,10 @@ int RunCat(const std::vector<std::string>& args) {
     std::fprintf(stderr, "pcr cat: --scans must be between 1 and 10\n");
     return 2;
   }
-  auto store = index::Store::Open(store_dir);
-  if (!store) {
-    std::fprintf(stderr, "pcr cat: %s\n", store.error().message().c_str());
-    return 2;
-  }
-  auto entry = (*store)->index().LookupPath(path);
-  if (!entry) {
-    std::fprintf(
-        stderr, "pcr cat: %s: %s\n", path.c_str(),
-        entry.error().IsNotFound() ? "no such file in the store" : entry.error().message().c_str());
-    return entry.error().IsNotFound() ? 2 : 1;
-  }
-  if (entry->is_dir()) {
-    std::fprintf(stderr, "pcr cat: %s: is a directory\n", path.c_str());
-    return 2;
-  }
+  auto file = OpenStoreFile("cat", store_dir, path);
+  if (!file) return file.error();
   std::vector<uint8_t> bytes;
-  if (Status s = (*store)->ReadFile(*entry, scans, &bytes); !s.ok()) {
+  if (Status s = file->store->ReadFile(file->entry, scans, &bytes); !s.ok()) {
     std::fprintf(stderr, "pcr cat: %s: %s\n", path.c_str(), s.message().c_str());
     return 1;
   }

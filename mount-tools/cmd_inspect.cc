@@ -7,6 +7,7 @@
 #include <nlohmann/json.hpp>
 
 #include "index/store.h"
+#include "mount-tools/cli.h"
 #include "mount-tools/commands.h"
 #include "mount-tools/quality_sample.h"
 
@@ -21,23 +22,6 @@ double Percent(uint64_t part, uint64_t whole) {
 
 nlohmann::ordered_json Num(double v) {
   return std::isfinite(v) ? nlohmann::ordered_json(v) : nlohmann::ordered_json(nullptr);
-}
-
-nlohmann::ordered_json QualityJson(const index::QualitySample& q) {
-  nlohmann::ordered_json j;
-  j["measured"] = q.measured;
-  j["seed"] = q.seed;
-  nlohmann::ordered_json levels = nlohmann::ordered_json::array();
-  for (int k = 1; k <= index::kNumGroups; ++k) {
-    const index::LevelQuality& l = q.levels[k - 1];
-    levels.push_back(
-        {{"level", k},
-         {"psnr", {{"mean", Num(l.mean_psnr)}, {"p5", Num(l.p5_psnr)}, {"min", Num(l.min_psnr)}}},
-         {"msssim",
-          {{"mean", Num(l.mean_msssim)}, {"p5", Num(l.p5_msssim)}, {"min", Num(l.min_msssim)}}}});
-  }
-  j["levels"] = levels;
-  return j;
 }
 
 void PrintQuality(const index::QualitySample& q, const char* origin) {
@@ -140,23 +124,12 @@ int RunInspect(const std::vector<std::string>& args) {
       "recommend", "print the lowest level whose 5th-percentile MS-SSIM is at least X")(
       "min-msssim", po::value<double>(&min_msssim), "X, in (0, 1], for --recommend");
   std::string store_dir;
-  po::options_description hidden;
-  hidden.add_options()("store", po::value<std::string>(&store_dir));
-  po::options_description all;
-  all.add(opts).add(hidden);
-  po::positional_options_description pos;
-  pos.add("store", 1);
   po::variables_map vm;
-  try {
-    po::store(po::command_line_parser(args).options(all).positional(pos).run(), vm);
-    po::notify(vm);
-  } catch (const po::error& e) {
-    std::fprintf(stderr, "pcr inspect: %s\n", e.what());
-    return 2;
-  }
-  if (vm.count("help")) {
-    std::cout << opts << "\nexit codes: 0 done, 2 bad arguments or no store\n";
-    return 0;
+  if (auto exit = ParseCommandLine("inspect", args, opts, {{"store", &store_dir}},
+                                   "0 done, 1 the quality sample could not be measured, 2 bad "
+                                   "arguments or no store",
+                                   &vm)) {
+    return *exit;
   }
   if (store_dir.empty()) {
     std::fprintf(stderr, "pcr inspect: STORE is required (see pcr inspect --help)\n");
@@ -221,7 +194,7 @@ int RunInspect(const std::vector<std::string>& args) {
   }
   if (vm.count("json")) {
     nlohmann::ordered_json j = InspectJson(**store);
-    if (quality.measured > 0) j["quality"] = QualityJson(quality);
+    if (quality.measured > 0) j["quality"] = index::QualityToJson(quality);
     std::cout << j.dump(2) << "\n";
   } else {
     PrintInspect(**store);

@@ -10,13 +10,13 @@
 #include <boost/program_options.hpp>
 #include <cmath>
 #include <cstdio>
-#include <iostream>
 
 #include "codec/decoder.h"
 #include "codec/quality.h"
 #include "codec/transcoder.h"
 #include "index/store.h"
 #include "mount-tools/bitmap_font.h"
+#include "mount-tools/cli.h"
 #include "mount-tools/commands.h"
 #include "mount-tools/raster.h"
 
@@ -76,27 +76,14 @@ int RunLadder(const std::vector<std::string>& args) {
       "columns", po::value<int>(&columns)->default_value(5), "panels per row (1..10)")(
       "width", po::value<int>(&width)->default_value(256),
       "panel width in pixels (96..4096); images are only shrunk, never enlarged");
-  po::options_description hidden;
   std::string store_dir, path;
-  hidden.add_options()("store", po::value<std::string>(&store_dir))("path",
-                                                                    po::value<std::string>(&path));
-  po::options_description all;
-  all.add(opts).add(hidden);
-  po::positional_options_description pos;
-  pos.add("store", 1).add("path", 1);
   po::variables_map vm;
-  try {
-    po::store(po::command_line_parser(args).options(all).positional(pos).run(), vm);
-    po::notify(vm);
-  } catch (const po::error& e) {
-    std::fprintf(stderr, "pcr ladder: %s\n", e.what());
-    return 2;
+  if (auto exit =
+          ParseCommandLine("ladder", args, opts, {{"store", &store_dir}, {"path", &path}},
+                           "0 done, 1 read, decode or write failed, 2 bad arguments", &vm)) {
+    return *exit;
   }
-  if (vm.count("help")) {
-    std::cout << opts << "\nexit codes: 0 done, 1 read, decode or write failed, 2 bad arguments\n";
-    return 0;
-  }
-  if (store_dir.empty() || !vm.count("path") || output.empty()) {
+  if (store_dir.empty() || path.empty() || output.empty()) {
     std::fprintf(stderr, "pcr ladder: STORE, PATH and -o OUT.png are required (see --help)\n");
     return 2;
   }
@@ -108,22 +95,10 @@ int RunLadder(const std::vector<std::string>& args) {
     std::fprintf(stderr, "pcr ladder: --width must be between 96 and 4096\n");
     return 2;
   }
-  auto store = index::Store::Open(store_dir);
-  if (!store) {
-    std::fprintf(stderr, "pcr ladder: %s\n", store.error().message().c_str());
-    return 2;
-  }
-  auto entry = (*store)->index().LookupPath(path);
-  if (!entry) {
-    std::fprintf(
-        stderr, "pcr ladder: %s: %s\n", path.c_str(),
-        entry.error().IsNotFound() ? "no such file in the store" : entry.error().message().c_str());
-    return entry.error().IsNotFound() ? 2 : 1;
-  }
-  if (entry->is_dir()) {
-    std::fprintf(stderr, "pcr ladder: %s: is a directory\n", path.c_str());
-    return 2;
-  }
+  auto file = OpenStoreFile("ladder", store_dir, path);
+  if (!file) return file.error();
+  const index::Store& store = *file->store;
+  const index::Entry* entry = &file->entry;
   if (entry->kind != index::EntryKind::kJpeg) {
     std::fprintf(stderr,
                  "pcr ladder: %s: stored byte for byte (%s), so every level is the same file\n",
@@ -137,7 +112,7 @@ int RunLadder(const std::vector<std::string>& args) {
   std::vector<codec::DecodedImage> decoded;
   for (int k = 1; k <= codec::kNumGroups; ++k) {
     std::vector<uint8_t> bytes;
-    if (Status s = (*store)->ReadFile(*entry, k, &bytes); !s.ok()) {
+    if (Status s = store.ReadFile(*entry, k, &bytes); !s.ok()) {
       std::fprintf(stderr, "pcr ladder: %s: level %d: %s\n", path.c_str(), k, s.message().c_str());
       return 1;
     }

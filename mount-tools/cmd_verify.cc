@@ -2,8 +2,8 @@
 #include <boost/program_options.hpp>
 #include <cinttypes>
 #include <cstdio>
-#include <iostream>
 
+#include "mount-tools/cli.h"
 #include "mount-tools/commands.h"
 #include "mount-tools/verifier.h"
 
@@ -21,25 +21,12 @@ int RunVerify(const std::vector<std::string>& args) {
   opts.add_options()("help,h", "show this help")("source,s", po::value<std::string>(&config.source),
                                                  "compare with this source folder")(
       "jobs,j", po::value<unsigned>(&config.jobs)->default_value(0), "threads (0: all cores)");
-  po::options_description hidden;
-  hidden.add_options()("store", po::value<std::string>(&config.store));
-  po::options_description all;
-  all.add(opts).add(hidden);
-  po::positional_options_description pos;
-  pos.add("store", 1);
   po::variables_map vm;
-  try {
-    po::store(po::command_line_parser(args).options(all).positional(pos).run(), vm);
-    po::notify(vm);
-  } catch (const po::error& e) {
-    std::fprintf(stderr, "pcr verify: %s\n", e.what());
-    return 2;
-  }
-  if (vm.count("help")) {
-    std::cout << opts
-              << "\nexit codes: 0 all good, 1 damaged or differing files (listed), 2 bad "
-                 "arguments or no store\n";
-    return 0;
+  if (auto exit = ParseCommandLine("verify", args, opts, {{"store", &config.store}},
+                                   "0 all good, 1 damaged or differing files (listed), 2 bad "
+                                   "arguments or no store",
+                                   &vm)) {
+    return *exit;
   }
   if (config.store.empty()) {
     std::fprintf(stderr, "pcr verify: STORE is required (see pcr verify --help)\n");

@@ -1,0 +1,38 @@
+// What every `pcr` subcommand does the same way: parse its arguments, open a store and find
+// a file in it, with one-line errors and the documented exit codes.
+#pragma once
+
+#include <boost/program_options.hpp>
+#include <memory>
+#include <optional>
+#include <string>
+#include <tl/expected.hpp>
+#include <utility>
+#include <vector>
+
+#include "index/entry.h"
+#include "index/store.h"
+
+namespace pcrfs::tools {
+
+// Parses `pcr <command>` arguments: the options in `visible`, then the positional arguments
+// in order into *positionals[i].second. Returns an exit code to return at once (0 after
+// --help, which prints `visible` and `exit_codes`; 2 after a usage error, one line on stderr),
+// or nullopt to go on.
+std::optional<int> ParseCommandLine(
+    const char* command, const std::vector<std::string>& args,
+    const boost::program_options::options_description& visible,
+    const std::vector<std::pair<const char*, std::string*>>& positionals, const char* exit_codes,
+    boost::program_options::variables_map* vm);
+
+struct StoreFile {
+  std::unique_ptr<index::Store> store;
+  index::Entry entry;
+};
+
+// Opens STORE and finds the file PATH in it. On failure prints "pcr <command>: ..." and returns
+// the exit code: 2 for a bad store, no such file or a folder, 1 for a damaged index.
+tl::expected<StoreFile, int> OpenStoreFile(const char* command, const std::string& store_dir,
+                                           const std::string& path);
+
+}  // namespace pcrfs::tools
