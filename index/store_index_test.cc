@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <thread>
 
@@ -284,6 +285,49 @@ TEST(StoreIndexTest, ConcurrentReaders) {
   }
   for (auto& t : threads) t.join();
   EXPECT_EQ(failures.load(), 0);
+}
+
+}  // namespace
+}  // namespace pcrfs::index
+
+namespace pcrfs::index {
+namespace {
+
+// Names that Linux cannot hold in one path component never reach the index; every other byte
+// string (non-UTF-8, control bytes, 255 bytes) is kept exactly.
+TEST(StoreIndexTest, WriterRefusesNamesLinuxCannotHoldAndKeepsTheRest) {
+  TempDir dir;
+  const std::vector<std::string> bad = {"a/b", "/", std::string("nul\0byte", 8),
+                                        std::string(256, 'x'), "", ".", ".."};
+  for (const std::string& name : bad) {
+    auto w = IndexWriter::Create(dir.Join("bad.lmdb"));
+    ASSERT_TRUE(w.has_value());
+    ASSERT_TRUE((*w)->AddEntry(Dir(1, 1, "", 2, 1, 0)).ok());
+    Status s = (*w)->AddEntry(File(2, 1, name, EntryKind::kJpeg));
+    EXPECT_FALSE(s.ok()) << "name of " << name.size() << " bytes accepted";
+    EXPECT_EQ(s.code(), Status::Code::kInvalidArgument) << s.ToString();
+  }
+  const std::vector<std::string> good = {std::string(255, 'y'), "\xff\xfe latin-1 \xe9",
+                                         "tab\there", "new\nline", "..." , " lead", "\x01"};
+  std::vector<std::string> sorted = good;
+  std::sort(sorted.begin(), sorted.end());
+  {
+    auto w = IndexWriter::Create(dir.Join("good.lmdb"));
+    ASSERT_TRUE(w.has_value());
+    ASSERT_TRUE((*w)->AddEntry(Dir(1, 1, "", 2, sorted.size(), 0)).ok());
+    for (size_t i = 0; i < sorted.size(); ++i) {
+      Status s = (*w)->AddEntry(File(2 + i, 1, sorted[i], EntryKind::kJpeg));
+      ASSERT_TRUE(s.ok()) << s.ToString();
+    }
+    ASSERT_TRUE((*w)->Finish().ok());
+  }
+  auto r = IndexReader::Open(dir.Join("good.lmdb"));
+  ASSERT_TRUE(r.has_value()) << r.error().ToString();
+  for (size_t i = 0; i < sorted.size(); ++i) {
+    auto ino = (*r)->Lookup(1, sorted[i]);
+    ASSERT_TRUE(ino.has_value()) << i;
+    EXPECT_EQ((*r)->Get(*ino)->name, sorted[i]);
+  }
 }
 
 }  // namespace

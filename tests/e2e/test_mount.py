@@ -239,6 +239,21 @@ class MountTest(unittest.TestCase):
             for o in ("ro", "nosuid", "nodev"):
                 self.assertIn(o, opts)
 
+    def test_allow_other_implies_default_permissions(self):
+        # /proc/self/mountinfo: "... mount point, per-mount options ... - type source super options"
+        for opts in ((), ("-o", "allow_other")):
+            with self.subTest(opts=opts), Mount(STORE, self.mnt, *opts):
+                with open("/proc/self/mountinfo") as mi:
+                    line = next(l for l in mi if l.split()[4] == os.path.realpath(self.mnt))
+                per_mount = line.split()[5].split(",")
+                fstype, _, super_opts = line.split(" - ")[1].split()
+                self.assertEqual(fstype, "fuse.pcrfs")
+                super_opts = super_opts.split(",")
+                for o in ("ro", "nosuid", "nodev"):
+                    self.assertIn(o, per_mount)
+                self.assertIn("default_permissions", super_opts)
+                self.assertEqual("allow_other" in super_opts, bool(opts), super_opts)
+
     def test_eight_threads_random_reads(self):
         files = source_files()
         expected = {}
