@@ -53,7 +53,7 @@ class KilledBuildTest(TempDirTest):
                 if os.path.exists(store):
                     break  # it finished (or was killed after the rename): it must be complete
             if not os.path.exists(store):
-                self.assertTrue(os.path.isdir(partial), f"trial {trial}: nothing to resume")
+                # A kill before STORE.partial was made leaves nothing; --resume then builds.
                 p = run(args + ["--resume"], check=False, text=True)
                 self.assertEqual(p.returncode, 0, f"trial {trial}: {p.stderr}")
             self.assertFalse(os.path.exists(partial), f"trial {trial}")
