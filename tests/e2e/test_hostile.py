@@ -196,11 +196,15 @@ class HostileBuildTest(TempDirTest):
                 os.makedirs(one)
                 shutil.copy(os.path.join(self.src, rel), one)
                 store = one + ".store"
-                p = run([TIME, "-f", "TIME %e %M", PCR, "build", one, store, "--quiet",
+                p = run([TIME, "-f", "TIME %e %U %S %M", PCR, "build", one, store, "--quiet",
                          "--threads", "1", "--quality-sample", "0"], text=True)
-                seconds, rss_kib = re.search(r"^TIME (\S+) (\d+)$", p.stderr, re.M).groups()
-                print(f"{rel}: {seconds} s, {int(rss_kib) // 1024} MiB peak RSS")
-                self.assertLessEqual(float(seconds), MAX_SECONDS, rel)
+                wall, user, sys_, rss_kib = re.search(r"^TIME (\S+) (\S+) (\S+) (\d+)$",
+                                                      p.stderr, re.M).groups()
+                # The bound is on the work done (CPU seconds): wall time on a shared 2-core
+                # machine running other tests in parallel says more about the neighbours.
+                cpu = float(user) + float(sys_)
+                print(f"{rel}: {cpu:.2f} CPU s ({wall} s wall), {int(rss_kib) // 1024} MiB peak RSS")
+                self.assertLessEqual(cpu, MAX_SECONDS, rel)
                 self.assertLessEqual(int(rss_kib), MAX_RSS_KIB, rel)
                 self.assertIn(os.path.basename(rel) + ": ", p.stdout)
 
