@@ -7,6 +7,7 @@
 //   height = 8 + title + R * (PH + caption + 8),  R = ceil(10 / C)
 // and panel i (level i+1) at x = 8 + (i % C) * (CW + 8), y = 8 + title + (i / C) * (PH +
 // caption + 8).
+#include <algorithm>
 #include <boost/program_options.hpp>
 #include <cmath>
 #include <cstdio>
@@ -48,6 +49,15 @@ struct Panel {
   RgbImage image;
 };
 
+// The w x h region of src whose top-left corner is (x, y). REQUIRES: it lies inside src.
+RgbImage Crop(const RgbImage& src, int x, int y, int w, int h) {
+  RgbImage out(w, h, kBackground);
+  for (int row = 0; row < h; ++row) {
+    std::copy(src.at(x, y + row), src.at(x, y + row) + 3 * w, out.at(0, row));
+  }
+  return out;
+}
+
 std::string Format(const char* fmt, double v) {
   char buf[64];
   std::snprintf(buf, sizeof buf, fmt, v);
@@ -66,7 +76,7 @@ std::vector<std::string> Caption(const Panel& p, uint64_t full_bytes) {
 
 int RunLadder(const std::vector<std::string>& args) {
   po::options_description opts(
-      "usage: pcr ladder STORE PATH -o OUT.png [--columns C] [--width W]\n\n"
+      "usage: pcr ladder STORE PATH -o OUT.png [--columns C] [--width W] [--crop]\n\n"
       "Draws the JPEG PATH of the store at levels 1..10 side by side, each panel captioned\n"
       "with its size, % of level 10, and PSNR and MS-SSIM against level 10.\n\noptions");
   std::string output;
@@ -75,7 +85,10 @@ int RunLadder(const std::vector<std::string>& args) {
                                                  "the PNG to write (required)")(
       "columns", po::value<int>(&columns)->default_value(5), "panels per row (1..10)")(
       "width", po::value<int>(&width)->default_value(256),
-      "panel width in pixels (96..4096); images are only shrunk, never enlarged");
+      "panel width in pixels (96..4096); images are only shrunk, never enlarged")(
+      "crop",
+      "show the centre of the image at 1:1 (W x 3W/4 pixels) instead of all of it "
+      "shrunk: the differences between levels are visible");
   std::string store_dir, path;
   po::variables_map vm;
   if (auto exit =
@@ -125,9 +138,11 @@ int RunLadder(const std::vector<std::string>& args) {
     decoded.push_back(std::move(*image));
   }
   const codec::DecodedImage& ref = decoded.back();
+  const bool crop = vm.count("crop") > 0;
   const int pw = std::min(width, ref.width);
-  const int ph =
-      std::max(1, static_cast<int>(std::lround(static_cast<double>(ref.height) * pw / ref.width)));
+  const int ph = crop ? std::min(ref.height, std::max(1, pw * 3 / 4))
+                      : std::max(1, static_cast<int>(std::lround(static_cast<double>(ref.height) *
+                                                                 pw / ref.width)));
   std::vector<Panel> panels;
   for (int k = 1; k <= codec::kNumGroups; ++k) {
     Panel p;
@@ -137,7 +152,11 @@ int RunLadder(const std::vector<std::string>& args) {
     auto ms = codec::MsSsim(decoded[k - 1], ref);
     p.msssim = ms ? *ms : std::nan("");  // NaN (printed "nan") for images below 11x11
     RgbImage rgb = ToRgbImage(decoded[k - 1]);
-    p.image = pw == rgb.width ? std::move(rgb) : AreaDownscale(rgb, pw, ph);
+    if (crop) {
+      p.image = Crop(rgb, (rgb.width - pw) / 2, (rgb.height - ph) / 2, pw, ph);
+    } else {
+      p.image = pw == rgb.width ? std::move(rgb) : AreaDownscale(rgb, pw, ph);
+    }
     panels.push_back(std::move(p));
   }
 
@@ -151,8 +170,9 @@ int RunLadder(const std::vector<std::string>& args) {
   const int sheet_h = kGap + title_h + rows * (ph + caption_h + kGap);
   RgbImage sheet(sheet_w, sheet_h, kBackground);
   DrawText(&sheet, kGap, kGap,
-           path + "  " + std::to_string(ref.width) + "x" + std::to_string(ref.height), scale, kInk,
-           sheet_w - kGap);
+           path + "  " + std::to_string(ref.width) + "x" + std::to_string(ref.height) +
+               (crop ? "  centre 1:1" : ""),
+           scale, kInk, sheet_w - kGap);
   for (int i = 0; i < codec::kNumGroups; ++i) {
     const int x = kGap + (i % columns) * (cell_w + kGap);
     const int y = kGap + title_h + (i / columns) * (ph + caption_h + kGap);

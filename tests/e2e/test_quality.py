@@ -128,10 +128,13 @@ def quality_pair(a_path, b_path):
     return float(out[0]), float(out[1])
 
 
-def ladder_geometry(img_w, img_h, width, columns):
+def ladder_geometry(img_w, img_h, width, columns, crop=False):
     """The layout docs/quality.md specifies: (sheet size, panel size, panel origin function)."""
     pw = min(width, img_w)
-    ph = max(1, int(math.floor(img_h * pw / img_w + 0.5)))
+    if crop:  # the centre at 1:1, 3/4 as high as wide
+        ph = min(img_h, max(1, pw * 3 // 4))
+    else:
+        ph = max(1, int(math.floor(img_h * pw / img_w + 0.5)))
     cw = max(pw, 96)
     s = 2 if pw >= 190 else 1
     line = 9 * s
@@ -302,6 +305,21 @@ class QualityTest(TempDirTest):
         self.assertGreater(np.abs(panel(0) - panel(9)).mean(), 0.0)
         for i in range(10):
             self.assertGreater(panel(i).std(), 10, f"panel {i + 1} looks empty")
+
+        # --crop: the panels are the centre of each level at 1:1.
+        out_crop = self.path("ladder_crop.png")
+        run([PCR, "ladder", store, "cls/img.jpg", "-o", out_crop, "--width", "200", "--crop"])
+        (sw, sh), (pw, ph), origin = ladder_geometry(400, 300, 200, 5, crop=True)
+        crop_sheet = np.asarray(decode(read(out_crop)), dtype=np.int16)
+        self.assertEqual(crop_sheet.shape[:2], (sh, sw))
+        x0, y0 = (400 - pw) // 2, (300 - ph) // 2
+        for i in (0, 4, 9):
+            level = np.asarray(decode(pcr_cat(store, "cls/img.jpg", i + 1)).convert("RGB"),
+                               dtype=np.int16)
+            x, y = origin(i)
+            self.assertTrue(np.array_equal(crop_sheet[y:y + ph, x:x + pw],
+                                           level[y0:y0 + ph, x0:x0 + pw]), f"panel {i + 1}")
+        (sw, sh), (pw, ph), origin = ladder_geometry(400, 300, 200, 5)
 
         # Other layouts; a grey image smaller than the panel width is not enlarged.
         out2 = self.path("ladder2.png")
