@@ -45,11 +45,8 @@ nlohmann::ordered_json InspectJson(const index::Store& store) {
   j["store"] = store.dir();
   j["format_version"] = m.format_version;
   j["generator"] = m.generator;
-  j["options"] = {{"strip_metadata", m.options.strip_metadata},
-                  {"images_per_record", m.options.images_per_record},
-                  {"max_input_scans", m.options.max_input_scans},
-                  {"max_image_memory", m.options.max_image_memory},
-                  {"max_jpeg_bytes", m.options.max_jpeg_bytes}};
+  // The build options exactly as the manifest writes them.
+  j["options"] = nlohmann::ordered_json::parse(m.ToJson())["options"];
   j["entries"] = m.num_entries;
   j["directories"] = m.num_directories;
   j["files"] = m.num_jpeg + m.num_passthrough;
