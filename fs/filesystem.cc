@@ -178,8 +178,8 @@ void Filesystem::ReportDamage(const index::Entry& e, int level, const Status& s)
   const std::string path = PathOf(e);
   std::fprintf(stderr, "pcrfs: damaged data: %s: \"%s\" (level %d): %s\n", record.c_str(),
                path.c_str(), level, s.message().c_str());
-  ::syslog(LOG_ERR, "pcrfs: damaged data: %s: \"%s\" (level %d): %s", record.c_str(),
-           path.c_str(), level, s.message().c_str());
+  ::syslog(LOG_ERR, "pcrfs: damaged data: %s: \"%s\" (level %d): %s", record.c_str(), path.c_str(),
+           level, s.message().c_str());
 }
 
 void Filesystem::ReportRecordProblem(uint32_t record, const Status& s) const {
@@ -221,8 +221,8 @@ Result<PieceBytes> Filesystem::GetPiece(const RandomAccessFile& file, const inde
   return shared;
 }
 
-void Filesystem::MaybeReadAhead(const RandomAccessFile& file, const index::Entry& e,
-                                int level) const {
+void Filesystem::MaybeReadAhead(const std::shared_ptr<RandomAccessFile>& file,
+                                const index::Entry& e, int level) const {
   if (e.record >= access_.size()) return;
   bool sequential = false;
   bool fetch_prefix = false;
@@ -253,12 +253,11 @@ void Filesystem::MaybeReadAhead(const RandomAccessFile& file, const index::Entry
     // Levels 1..k of the whole record are one contiguous range: one large sequential read,
     // queued on the prefetcher's thread.
     auto info = store_->index().GetRecord(e.record);
-    auto shared = OpenRecord(e.record);
-    if (info && shared) {
+    if (info) {
       const uint64_t begin = info->data_offset;
       const uint64_t end =
           e.kind == index::EntryKind::kJpeg ? info->group_offset[level] : info->group_offset[1];
-      if (end > begin) prefetcher_.Submit(std::move(*shared), begin, end - begin);
+      if (end > begin) prefetcher_.Submit(file, begin, end - begin);
     }
     return;
   }
@@ -269,7 +268,7 @@ void Filesystem::MaybeReadAhead(const RandomAccessFile& file, const index::Entry
   for (int g = 1; g <= PieceCount(e, level); ++g) {
     const index::PieceRef& ref = e.pieces[static_cast<size_t>(g - 1)];
     const uint64_t want = std::max<uint64_t>(ref.length, 4096) * options_.readahead_slots;
-    file.Prefetch(ref.offset + ref.length, want);
+    file->Prefetch(ref.offset + ref.length, want);
   }
 }
 
@@ -291,7 +290,7 @@ Result<size_t> Filesystem::Read(uint64_t ino, uint64_t offset, size_t size, uint
     ReportDamage(e, r->level, file.error());
     return Err(Status::IOError(file.error().message(), EIO));
   }
-  MaybeReadAhead(**file, e, r->level);
+  MaybeReadAhead(*file, e, r->level);
   if (pieces > 1) {
     uint64_t pos = 0;
     for (int g = 1; g <= pieces && pos < end; ++g) {

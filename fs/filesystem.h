@@ -84,7 +84,8 @@ class Filesystem {
   // keeps its pages).
   Result<PieceBytes> GetPiece(const RandomAccessFile& file, const index::Entry& e, int group,
                               bool keep) const;
-  void MaybeReadAhead(const RandomAccessFile& file, const index::Entry& e, int level) const;
+  void MaybeReadAhead(const std::shared_ptr<RandomAccessFile>& file, const index::Entry& e,
+                      int level) const;
   // Logs a damaged file once (stderr and syslog), naming the record file and the file's path
   // in the dataset.
   void ReportDamage(const index::Entry& e, int level, const Status& s) const;
