@@ -22,6 +22,7 @@
 
 #include "fs/filesystem.h"
 #include "fs/fuse_ops.h"
+#include "fs/map_trimmer.h"
 #include "index/store.h"
 
 namespace pcrfs::fs {
@@ -36,6 +37,8 @@ struct CliOptions {
   unsigned readahead = 64;
   unsigned prefetch = 3;
   char* msssim = nullptr;
+  char* readdirplus = nullptr;
+  char* index_rss = nullptr;
   const char* store = nullptr;
   const char* mountpoint = nullptr;  // also left in the arguments for libfuse
   int nonopt_seen = 0;
@@ -52,6 +55,8 @@ const fuse_opt kOptionSpecs[] = {PCRFS_OPT("scans=%u", scans),
                                  PCRFS_OPT("readahead=%u", readahead),
                                  PCRFS_OPT("prefetch=%u", prefetch),
                                  PCRFS_OPT("msssim=%s", msssim),
+                                 PCRFS_OPT("readdirplus=%s", readdirplus),
+                                 PCRFS_OPT("index_rss=%s", index_rss),
                                  FUSE_OPT_END};
 
 // Takes the first non-option argument as the store; leaves the mount point to libfuse.
@@ -87,6 +92,13 @@ void PrintUsage(const char* prog) {
       "                           (default 64; 0 turns it off)\n"
       "    -o prefetch=P          once P%% of a record's files have been read, fetch the\n"
       "                           record's whole level prefix at once (default 3; 0: off)\n"
+      "    -o readdirplus=MODE    yes: listings carry every entry's attributes, so opening\n"
+      "                           the listed files costs no lookup (default); no: plain\n"
+      "                           listings, cheapest for find/ls of huge trees; auto: the\n"
+      "                           kernel decides per directory\n"
+      "    -o index_rss=SIZE      unmap index pages once the daemon's file-backed resident\n"
+      "                           memory passes SIZE (default 64M; 0: never). They stay in\n"
+      "                           the page cache.\n"
       "    -o uid=N,gid=N         owner of every file (default: the mounting user)\n"
       "    -o allow_other         let other users read (implies default_permissions)\n"
       "\n",
@@ -199,6 +211,7 @@ int RunDaemon(int argc, char** argv) {
   }
   // Check the store and the mount point before anything else: a bad one never leaves a mount
   // behind, and the messages are ours (libfuse's for a bad mount point is less clear).
+  std::optional<index::FileIdentity> verified_index;
   if (!cli.help_or_version && cli.store != nullptr && cli.mountpoint != nullptr) {
     auto store = index::Store::Open(cli.store);
     if (!store) {
@@ -206,6 +219,7 @@ int RunDaemon(int argc, char** argv) {
       fuse_opt_free_args(&args);
       return 1;
     }
+    verified_index = (*store)->index().identity();
     if (cli.msssim != nullptr) {
       const int level = ChooseLevel(prog, **store, cli.msssim, cli.scans);
       if (level == 0) {
@@ -233,6 +247,8 @@ int RunDaemon(int argc, char** argv) {
       std::free(opts->mountpoint);
       std::free(cli->cache_size);
       std::free(cli->msssim);
+      std::free(cli->readdirplus);
+      std::free(cli->index_rss);
       fuse_opt_free_args(args);
     }
   } cleanup{&args, &opts, &cli};
@@ -267,6 +283,31 @@ int RunDaemon(int argc, char** argv) {
     return 1;
   }
   fs_options.prefetch_percent = cli.prefetch;
+  if (cli.readdirplus != nullptr) {
+    const std::string_view mode(cli.readdirplus);
+    if (mode == "yes") {
+      fs_options.readdirplus = ReaddirPlus::kAlways;
+    } else if (mode == "no") {
+      fs_options.readdirplus = ReaddirPlus::kNever;
+    } else if (mode == "auto") {
+      fs_options.readdirplus = ReaddirPlus::kAuto;
+    } else {
+      std::fprintf(stderr, "%s: -o readdirplus=%s: expected yes, no or auto\n", prog,
+                   cli.readdirplus);
+      return 1;
+    }
+  }
+  uint64_t index_rss = uint64_t{64} << 20;
+  if (cli.index_rss != nullptr) {
+    auto size = std::string_view(cli.index_rss) == "0" ? std::optional<uint64_t>(0)
+                                                         : ParseSize(cli.index_rss);
+    if (!size) {
+      std::fprintf(stderr, "%s: -o index_rss=%s: expected a size, e.g. 64M, or 0\n", prog,
+                   cli.index_rss);
+      return 1;
+    }
+    index_rss = *size;
+  }
   if (cli.cache_size != nullptr) {
     auto size = ParseSize(cli.cache_size);
     if (!size || *size < (1u << 20)) {
@@ -295,13 +336,22 @@ int RunDaemon(int argc, char** argv) {
   if (fuse_set_signal_handlers(se) == 0) {
     if (fuse_session_mount(se, opts.mountpoint) == 0) {
       fuse_daemonize(opts.foreground);
-      // The store is opened after daemonizing: LMDB environments must not cross a fork.
-      auto store = index::Store::Open(store_dir);
+      // The store is opened after daemonizing: LMDB environments must not cross a fork. The
+      // index was verified before mounting; unchanged since, it is not read whole again.
+      index::StoreOptions store_options;
+      store_options.verified_index = verified_index;
+      auto store = index::Store::Open(store_dir, std::move(store_options));
       if (!store) {
         std::fprintf(stderr, "%s: %s\n", prog, store.error().message().c_str());
       } else {
         Filesystem fs(std::move(*store), fs_options);
         fs_ptr = &fs;
+        std::optional<MapTrimmer> trimmer;
+        if (index_rss > 0) {
+          const index::IndexReader* reader = &fs.store().index();
+          trimmer.emplace(index_rss, std::chrono::milliseconds(200),
+                          [reader] { reader->ReleaseMappedPages(); });
+        }
         if (opts.singlethread) {
           rc = fuse_session_loop(se);
         } else {

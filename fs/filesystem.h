@@ -25,6 +25,12 @@
 
 namespace pcrfs::fs {
 
+// How directory listings answer: with every entry's attributes (READDIRPLUS), so the kernel
+// knows the files without a LOOKUP each, or plain (names and types), which is cheaper when
+// nothing is opened afterwards (find, ls of a huge tree): the kernel then creates no inode per
+// entry. kAuto lets the kernel choose per directory.
+enum class ReaddirPlus { kAlways, kAuto, kNever };
+
 struct FsOptions {
   int fixed_level = 0;  // 0: the root holds scan1..scan10; K: the tree at level K is the root
   uid_t uid = 0;
@@ -35,6 +41,7 @@ struct FsOptions {
   // Once this percentage of a record's files has been read (a shuffled epoch touches every
   // record evenly), fetch the record's whole level-k prefix in one large read. 0: never.
   uint32_t prefetch_percent = 3;
+  ReaddirPlus readdirplus = ReaddirPlus::kAlways;
 };
 
 inline constexpr uint32_t kBlockSize = 128 * 1024;  // st_blksize: one FUSE read request
@@ -69,6 +76,7 @@ class Filesystem {
 
   const index::Store& store() const { return *store_; }
   const PieceCache& cache() const { return cache_; }
+  const FsOptions& options() const { return options_; }
 
  private:
   struct Resolved {

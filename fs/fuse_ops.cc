@@ -53,10 +53,20 @@ fuse_entry_param EntryParam(const struct stat& st) {
   return e;
 }
 
-void OpInit(void* /*userdata*/, fuse_conn_info* conn) {
+void OpInit(void* userdata, fuse_conn_info* conn) {
   // The store is immutable: let the kernel cache everything and skip per-open round trips.
-  if (conn->capable & FUSE_CAP_READDIRPLUS) conn->want |= FUSE_CAP_READDIRPLUS;
-  conn->want &= ~FUSE_CAP_READDIRPLUS_AUTO;
+  const Filesystem* fs = *static_cast<Filesystem**>(userdata);
+  const ReaddirPlus plus = fs ? fs->options().readdirplus : ReaddirPlus::kAlways;
+  if (plus != ReaddirPlus::kNever && (conn->capable & FUSE_CAP_READDIRPLUS)) {
+    conn->want |= FUSE_CAP_READDIRPLUS;
+  } else {
+    conn->want &= ~FUSE_CAP_READDIRPLUS;
+  }
+  if (plus == ReaddirPlus::kAuto && (conn->capable & FUSE_CAP_READDIRPLUS_AUTO)) {
+    conn->want |= FUSE_CAP_READDIRPLUS_AUTO;
+  } else {
+    conn->want &= ~FUSE_CAP_READDIRPLUS_AUTO;
+  }
   if (conn->capable & FUSE_CAP_NO_OPEN_SUPPORT) {
     conn->want |= FUSE_CAP_NO_OPEN_SUPPORT;
     g_no_open = true;

@@ -128,7 +128,8 @@ Result<std::unique_ptr<Store>> Store::Open(const std::string& dir, StoreOptions 
                                                       : ": not a directory")));
   }
 
-  auto index = IndexReader::Open(index_path);
+  auto index = IndexReader::Open(
+      index_path, options.verified_index ? &*options.verified_index : nullptr);
   if (!index) {
     const Status& e = index.error();
     if (e.IsNotFound()) {

@@ -5,6 +5,7 @@
 #include <functional>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <unordered_map>
 #include <vector>
@@ -28,6 +29,8 @@ using RecordFileOpener =
 
 struct StoreOptions {
   RecordFileOpener open_record;  // empty: OpenRecordFileNoFollow
+  // The identity of an index.lmdb this process verified already (IndexReader::Open).
+  std::optional<FileIdentity> verified_index;
 };
 
 // open(path, O_RDONLY | O_NOFOLLOW), a regular file: a symlink is Corruption ("is a symbolic

@@ -2,6 +2,7 @@
 
 #include <fcntl.h>
 #include <lmdb.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -141,6 +142,23 @@ Result<uint32_t> CrcOfFileRange(int fd, uint64_t n, const std::string& what) {
   return crc;
 }
 
+// The mapping (from /proc/self/maps) that holds address p; leaves *start null if none does.
+void FindMapping(const void* p, void** start, size_t* size) {
+  const auto addr = reinterpret_cast<uintptr_t>(p);
+  std::FILE* maps = std::fopen("/proc/self/maps", "re");
+  if (maps == nullptr) return;
+  char line[512];
+  while (std::fgets(line, sizeof line, maps) != nullptr) {
+    unsigned long long lo, hi;
+    if (std::sscanf(line, "%llx-%llx", &lo, &hi) == 2 && lo <= addr && addr < hi) {
+      *start = reinterpret_cast<void*>(static_cast<uintptr_t>(lo));
+      *size = static_cast<size_t>(hi - lo);
+      break;
+    }
+  }
+  std::fclose(maps);
+}
+
 }  // namespace
 
 std::string RecordFileName(uint32_t id) {
@@ -159,6 +177,7 @@ struct IndexWriter::Impl {
   MDB_txn* txn = nullptr;
   MDB_dbi entries = 0, dirents = 0, records = 0, meta = 0;
   uint64_t last_ino = 0;
+  uint64_t puts_in_txn = 0;
   bool finished = false;
   Status failed;
 
@@ -179,6 +198,25 @@ struct IndexWriter::Impl {
       if (rc != MDB_KEYEXIST) failed = s;  // the write transaction is dead
       return s;
     }
+    ++puts_in_txn;
+    return Status::OK();
+  }
+
+  // A write transaction keeps every page it dirties in memory, so one transaction for a
+  // million entries would cost hundreds of MB. Committing every kPutsPerTxn puts bounds that
+  // (the scratch env is NOSYNC: a commit is a write to the page cache, no fsync).
+  static constexpr uint64_t kPutsPerTxn = 32768;
+  Status MaybeCommit() {
+    if (puts_in_txn < kPutsPerTxn) return Status::OK();
+    int rc = mdb_txn_commit(txn);
+    txn = nullptr;
+    if (rc == 0) rc = mdb_txn_begin(env, nullptr, 0, &txn);
+    if (rc != 0) {
+      txn = nullptr;
+      failed = LmdbError(build_path + ": intermediate commit", rc);
+      return failed;
+    }
+    puts_in_txn = 0;
     return Status::OK();
   }
 
@@ -241,7 +279,14 @@ Status IndexWriter::AddEntry(const Entry& e) {
   const std::string key = InoKey(e.ino);
   PCRFS_RETURN_IF_ERROR(w.Put(w.entries, key, value, MDB_APPEND, "put entry"));
   if (e.ino != kRootIno) {
-    Status s = w.Put(w.dirents, DirentKey(e.parent, e.name), key, MDB_NOOVERWRITE, "put dirent");
+    // Breadth-first inode numbers with children in name order make the dirent keys (parent,
+    // name) increase too, so they append (full pages, no search). Anything else still works:
+    // MDB_APPEND refuses a key that is not the largest, and a normal put decides.
+    const std::string dirent = DirentKey(e.parent, e.name);
+    Status s = w.Put(w.dirents, dirent, key, MDB_APPEND, "put dirent");
+    if (s.code() == Status::Code::kAlreadyExists) {
+      s = w.Put(w.dirents, dirent, key, MDB_NOOVERWRITE, "put dirent");
+    }
     if (!s.ok()) {
       if (s.code() == Status::Code::kAlreadyExists) {
         s = Status::AlreadyExists(what + ": directory " + std::to_string(e.parent) +
@@ -252,7 +297,7 @@ Status IndexWriter::AddEntry(const Entry& e) {
     }
   }
   w.last_ino = e.ino;
-  return Status::OK();
+  return w.MaybeCommit();
 }
 
 Status IndexWriter::AddRecord(const RecordInfo& r) {
@@ -333,6 +378,9 @@ struct IndexReader::Impl {
   MDB_env* env = nullptr;
   MDB_dbi entries = 0, dirents = 0, records = 0, meta = 0;
   uint64_t num_entries = 0;
+  FileIdentity identity;
+  void* map_addr = nullptr;
+  size_t map_size = 0;
 
   std::mutex mu;
   std::vector<MDB_txn*> idle_txns;  // GUARDED_BY(mu); reset, ready for mdb_txn_renew
@@ -424,11 +472,13 @@ struct IndexReader::Impl {
 IndexReader::IndexReader(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
 IndexReader::~IndexReader() = default;
 
-Result<std::unique_ptr<IndexReader>> IndexReader::Open(const std::string& path) {
+Result<std::unique_ptr<IndexReader>> IndexReader::Open(const std::string& path,
+                                                       const FileIdentity* verified) {
   auto bad = [&path](const std::string& what) {
     return Err(Status::Corruption(path + ": damaged or not a pcrfs index: " + what));
   };
   uint64_t lmdb_size;
+  FileIdentity identity;
   {
     // Verify the whole file before LMDB maps it: LMDB trusts its pages and may crash on a
     // damaged file, so it only ever sees bytes whose checksum matched.
@@ -438,6 +488,9 @@ Result<std::unique_ptr<IndexReader>> IndexReader::Open(const std::string& path) 
     if (::fstat(fd->get(), &st) != 0) return Err(Status::FromErrno(path, errno));
     if (!S_ISREG(st.st_mode)) return bad("not a regular file");
     const auto size = static_cast<uint64_t>(st.st_size);
+    identity = {static_cast<uint64_t>(st.st_dev), static_cast<uint64_t>(st.st_ino), size,
+                st.st_mtim.tv_sec * 1000000000LL + st.st_mtim.tv_nsec,
+                st.st_ctim.tv_sec * 1000000000LL + st.st_ctim.tv_nsec};
     if (size < kIndexTrailerSize) return bad("file too small (" + std::to_string(size) + " bytes)");
     uint8_t trailer[kIndexTrailerSize];
     PCRFS_RETURN_ERR_IF_ERROR(
@@ -458,9 +511,11 @@ Result<std::unique_ptr<IndexReader>> IndexReader::Open(const std::string& path) 
     if (DecodeFixed32(trailer + 12) != 0 || lmdb_size != size - kIndexTrailerSize) {
       return bad("trailer does not match the file size (truncated or extended)");
     }
-    auto crc = CrcOfFileRange(fd->get(), lmdb_size, path);
-    if (!crc) return Err(crc.error());
-    if (crc32c::Mask(*crc) != DecodeFixed32(trailer + 24)) return bad("checksum mismatch");
+    if (verified == nullptr || !(*verified == identity)) {
+      auto crc = CrcOfFileRange(fd->get(), lmdb_size, path);
+      if (!crc) return Err(crc.error());
+      if (crc32c::Mask(*crc) != DecodeFixed32(trailer + 24)) return bad("checksum mismatch");
+    }
   }
 
   auto impl = std::make_unique<Impl>();
@@ -488,6 +543,7 @@ Result<std::unique_ptr<IndexReader>> IndexReader::Open(const std::string& path) 
   if (stat.ms_psize == 0 || (info.me_last_pgno + 1) > lmdb_size / stat.ms_psize) {
     return bad("LMDB pages extend past the end of the file");
   }
+  impl->identity = identity;
   {
     // DBI handles opened in a transaction only outlive it if it commits (a reset closes them).
     MDB_txn* txn;
@@ -512,6 +568,9 @@ Result<std::unique_ptr<IndexReader>> IndexReader::Open(const std::string& path) 
     std::string_view format;
     Status s = impl->Get(lease, impl->meta, kIndexFormatKey, &format, "meta index_format");
     if (!s.ok()) return bad("no index_format in meta");
+    // LMDB does not say where it mapped the file (me_mapaddr is only set for MDB_FIXEDMAP),
+    // but a value read in a read-only transaction points into the map.
+    FindMapping(format.data(), &impl->map_addr, &impl->map_size);
     if (format != kIndexFormatValue) {
       return Err(Status::NotSupported(path + ": index format \"" + std::string(format) +
                                       "\" is not supported (this pcrfs reads " + kIndexFormatValue +
@@ -572,24 +631,42 @@ Status IndexReader::List(const Entry& dir, uint64_t start,
     return Status::InvalidArgument(impl_->path + ": inode " + std::to_string(dir.ino) +
                                    " is not a directory");
   }
+  if (start >= dir.num_children) return Status::OK();
   Impl::Lease lease(impl_.get());
   PCRFS_RETURN_IF_ERROR(lease.Begin());
+  // The children are the consecutive keys [first_child, first_child + num_children): one seek,
+  // then a cursor step per child instead of a tree search.
+  MDB_cursor* cursor;
+  int rc = mdb_cursor_open(lease.txn(), impl_->entries, &cursor);
+  if (rc != 0) return LmdbError(impl_->path + ": open cursor", rc);
+  struct CloseCursor {
+    MDB_cursor* c;
+    ~CloseCursor() { mdb_cursor_close(c); }
+  } close_cursor{cursor};
+  std::string key = InoKey(dir.first_child + start);
+  MDB_val k = Val(key.data(), key.size());
+  MDB_val v;
+  rc = mdb_cursor_get(cursor, &k, &v, MDB_SET_KEY);
   for (uint64_t i = start; i < dir.num_children; ++i) {
-    auto e = impl_->GetEntry(lease, dir.first_child + i);
-    if (!e) {
-      if (e.error().IsNotFound()) {
-        return Status::Corruption(impl_->path + ": directory " + std::to_string(dir.ino) +
-                                  " lists missing child inode " +
-                                  std::to_string(dir.first_child + i));
-      }
-      return e.error();
+    const uint64_t want = dir.first_child + i;
+    if (rc == 0 && (k.mv_size != 8 || DecodeBigEndian64(static_cast<const uint8_t*>(
+                                          k.mv_data)) != want)) {
+      rc = MDB_NOTFOUND;
     }
+    if (rc == MDB_NOTFOUND) {
+      return Status::Corruption(impl_->path + ": directory " + std::to_string(dir.ino) +
+                                " lists missing child inode " + std::to_string(want));
+    }
+    if (rc != 0) return LmdbError(impl_->path + ": list directory " + std::to_string(dir.ino), rc);
+    auto e = DecodeEntry(want, std::string_view(static_cast<const char*>(v.mv_data), v.mv_size));
+    if (!e) return Status::Corruption(impl_->path + ": " + e.error().message());
     if (e->parent != dir.ino) {
       return Status::Corruption(impl_->path + ": inode " + std::to_string(e->ino) +
                                 " is in the child range of " + std::to_string(dir.ino) +
                                 " but its parent is " + std::to_string(e->parent));
     }
     if (!fn(*e)) break;
+    if (i + 1 < dir.num_children) rc = mdb_cursor_get(cursor, &k, &v, MDB_NEXT);
   }
   return Status::OK();
 }
@@ -617,5 +694,15 @@ Result<std::string> IndexReader::GetMeta(std::string_view key) const {
 }
 
 uint64_t IndexReader::NumEntries() const { return impl_->num_entries; }
+
+const FileIdentity& IndexReader::identity() const { return impl_->identity; }
+
+void IndexReader::ReleaseMappedPages() const {
+  // A read-only shared file mapping: dropping its page table entries loses nothing, and a
+  // concurrent reader just faults the page in again from the page cache.
+  if (impl_->map_addr != nullptr && impl_->map_size > 0) {
+    ::madvise(impl_->map_addr, impl_->map_size, MADV_DONTNEED);
+  }
+}
 
 }  // namespace pcrfs::index

@@ -50,11 +50,24 @@ class IndexWriter {
   std::unique_ptr<Impl> impl_;
 };
 
+// What identifies one version of a file: a file rewritten, replaced or touched in any way gets
+// a new ctime (or a new inode).
+struct FileIdentity {
+  uint64_t dev = 0, ino = 0, size = 0;
+  int64_t mtime_ns = 0, ctime_ns = 0;
+  bool operator==(const FileIdentity&) const = default;
+};
+
 // Read-only, lock-free access for many threads at once (MDB_RDONLY | MDB_NOLOCK: the store is
 // immutable). Each call uses a short read transaction that is reset and renewed per thread.
 class IndexReader {
  public:
-  static Result<std::unique_ptr<IndexReader>> Open(const std::string& path);
+  // Checks the whole file against its CRC trailer before LMDB sees it (LMDB trusts its pages),
+  // unless `verified` is given and the file still has that identity: a process that verified
+  // it moments ago (the daemon checks the store before mounting, then reopens it after
+  // forking) need not read it all again.
+  static Result<std::unique_ptr<IndexReader>> Open(const std::string& path,
+                                                   const FileIdentity* verified = nullptr);
   ~IndexReader();
   IndexReader(const IndexReader&) = delete;
   IndexReader& operator=(const IndexReader&) = delete;
@@ -70,6 +83,12 @@ class IndexReader {
   Result<RecordInfo> GetRecord(uint32_t id) const;
   Result<std::string> GetMeta(std::string_view key) const;
   uint64_t NumEntries() const;
+  // The identity of the file that was opened (and verified).
+  const FileIdentity& identity() const;
+  // The index is memory-mapped, so every page a lookup touched counts in the process's RSS
+  // although it is only page cache. This unmaps them all (the page cache keeps them; the next
+  // access maps a page again, a minor fault). Safe while other threads read.
+  void ReleaseMappedPages() const;
 
  private:
   struct Impl;
