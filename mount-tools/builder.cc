@@ -7,6 +7,7 @@
 #include <cerrno>
 #include <chrono>
 #include <condition_variable>
+#include <functional>
 #include <cstdio>
 #include <deque>
 #include <filesystem>
@@ -128,9 +129,10 @@ class OrderedTranscoder {
  public:
   static constexpr uint64_t kBufferBudget = uint64_t{128} << 20;
 
-  OrderedTranscoder(const std::vector<std::string>* paths, const BuildConfig* config,
-                    unsigned threads)
-      : paths_(paths), config_(config), window_(std::max<size_t>(16, threads * 64)) {
+  // path_of(i) names file i of count; it is called from the worker threads.
+  OrderedTranscoder(size_t count, std::function<std::string(size_t)> path_of,
+                    const BuildConfig* config, unsigned threads)
+      : count_(count), path_of_(std::move(path_of)), config_(config), window_(std::max<size_t>(16, threads * 64)) {
     slots_.resize(window_);
     for (unsigned i = 0; i < threads; ++i) workers_.emplace_back([this] { WorkerLoop(); });
   }
@@ -165,14 +167,14 @@ class OrderedTranscoder {
       {
         std::unique_lock<std::mutex> l(mu_);
         work_cv_.wait(l, [&] {
-          return stop_ || next_claim_ >= paths_->size() ||
+          return stop_ || next_claim_ >= count_ ||
                  (next_claim_ < next_consume_ + window_ &&
                   (buffered_ < kBufferBudget || next_claim_ == next_consume_));
         });
-        if (stop_ || next_claim_ >= paths_->size()) return;
+        if (stop_ || next_claim_ >= count_) return;
         i = next_claim_++;
       }
-      FileResult r = ProcessFile((*paths_)[i], *config_);
+      FileResult r = ProcessFile(path_of_(i), *config_);
       {
         std::lock_guard<std::mutex> l(mu_);
         buffered_ += ResultBytes(r);
@@ -184,7 +186,8 @@ class OrderedTranscoder {
 
   static uint64_t ResultBytes(const FileResult& r) { return r.jpeg.bytes.size() + r.raw.size(); }
 
-  const std::vector<std::string>* paths_;
+  const size_t count_;
+  const std::function<std::string(size_t)> path_of_;
   const BuildConfig* config_;
   const size_t window_;
   uint64_t buffered_ = 0;  // GUARDED_BY(mu_): bytes of results not yet taken
@@ -294,7 +297,7 @@ class StoreBuilder {
     fp.Add(OptionsText(config_));
     for (size_t i = begin; i < end; ++i) {
       const SourceNode& n = tree_.nodes[tree_.files[i]];
-      fp.Add(n.rel_path);
+      fp.Add(tree_.RelPath(n));
       fp.Add64(n.size);
       fp.Add64(static_cast<uint64_t>(n.mtime_sec));
       fp.Add64(n.mtime_nsec);
@@ -313,7 +316,7 @@ class StoreBuilder {
     auto layout = index::ReadRecordLayout(**file);
     if (!layout || layout->images.size() != end - begin) return std::nullopt;
     for (size_t i = begin; i < end; ++i) {
-      if (layout->images[i - begin].path != tree_.nodes[tree_.files[i]].rel_path) {
+      if (layout->images[i - begin].path != tree_.RelPath(tree_.nodes[tree_.files[i]])) {
         return std::nullopt;
       }
     }
@@ -342,14 +345,14 @@ class StoreBuilder {
     // Decide which records survive from an interrupted build; transcode only the rest.
     std::vector<std::optional<index::RecordLayout>> reused(num_records);
     std::vector<std::string> fps(num_records);
-    std::vector<std::string> todo_paths;
+    std::vector<uint32_t> todo;  // nodes to transcode
     for (uint32_t r = 0; r < num_records; ++r) {
       const size_t begin = r * per, end = std::min(n, begin + per);
       fps[r] = MembersFingerprint(begin, end);
       reused[r] = ReusableRecord(r, begin, end, fps[r]);
       if (reused[r]) continue;
       for (size_t i = begin; i < end; ++i) {
-        todo_paths.push_back(tree_.AbsPath(tree_.nodes[tree_.files[i]]));
+        todo.push_back(tree_.files[i]);
       }
     }
 
@@ -365,8 +368,10 @@ class StoreBuilder {
       }
     };
 
-    OrderedTranscoder pool(&todo_paths, &config_, threads_);
-    size_t next = 0;  // index into todo_paths
+    OrderedTranscoder pool(
+        todo.size(), [&](size_t i) { return tree_.AbsPath(tree_.nodes[todo[i]]); }, &config_,
+        threads_);
+    size_t next = 0;  // index into todo
     for (uint32_t r = 0; r < num_records; ++r) {
       const size_t begin = r * per, end = std::min(n, begin + per);
       if (reused[r]) {
@@ -379,7 +384,7 @@ class StoreBuilder {
       if (!writer) return writer.error();
       for (size_t i = begin; i < end; ++i) {
         FileResult res = pool.Take(next++);
-        const std::string& rel = tree_.nodes[tree_.files[i]].rel_path;
+        const std::string rel = tree_.RelPath(tree_.nodes[tree_.files[i]]);
         PCRFS_RETURN_IF_ERROR(AddToRecord(writer->get(), rel, &res));
         tick(1);
       }

@@ -51,7 +51,7 @@ class Walker {
     std::sort(names.begin(), names.end());
 
     for (const std::string& name : names) {
-      const std::string rel = Join(tree_->nodes[dir_index].rel_path, name);
+      const std::string rel = Join(tree_->RelPath(tree_->nodes[dir_index]), name);
       if (!index::IsValidName(name)) {
         tree_->problems.push_back({rel, "not a valid file name"});
         continue;
@@ -78,7 +78,6 @@ class Walker {
       const auto child = static_cast<uint32_t>(tree_->nodes.size());
       SourceNode node;
       node.name = name;
-      node.rel_path = rel;
       node.parent = dir_index;
       Fill(&node, st);
       tree_->nodes.push_back(std::move(node));
@@ -121,7 +120,7 @@ class Walker {
     return dir.empty() ? name : dir + "/" + name;
   }
   void Problem(uint32_t node, std::string reason) {
-    const std::string& rel = tree_->nodes[node].rel_path;
+    const std::string rel = tree_->RelPath(tree_->nodes[node]);
     tree_->problems.push_back({rel.empty() ? "." : rel, std::move(reason)});
   }
 

@@ -13,7 +13,6 @@ namespace pcrfs::tools {
 
 struct SourceNode {
   std::string name;      // empty for the root
-  std::string rel_path;  // '/'-separated, relative to the root; empty for the root
   uint32_t parent = 0;   // index of the parent node; the root is its own parent
   bool is_dir = false;
   uint32_t mode = 0;  // permission bits (07777)
@@ -35,8 +34,16 @@ struct SourceTree {
   std::vector<uint32_t> files;
   std::vector<SourceProblem> problems;
 
+  // '/'-separated, relative to the root; empty for the root. Computed from the parent chain,
+  // not stored: a million stored paths would cost ~100 MB.
+  std::string RelPath(const SourceNode& n) const {
+    if (n.parent == 0 && n.name.empty()) return {};
+    std::string parent = RelPath(nodes[n.parent]);
+    return parent.empty() ? n.name : parent + "/" + n.name;
+  }
   std::string AbsPath(const SourceNode& n) const {
-    return n.rel_path.empty() ? root : root + "/" + n.rel_path;
+    const std::string rel = RelPath(n);
+    return rel.empty() ? root : root + "/" + rel;
   }
 };
 

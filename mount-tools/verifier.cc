@@ -210,9 +210,10 @@ class Verifier {
     std::vector<std::pair<std::string, const FileEntry*>> pairs;
     for (uint32_t node : tree->files) {
       const SourceNode& n = tree->nodes[node];
-      auto it = by_path.find(n.rel_path);
+      const std::string rel = tree->RelPath(n);
+      auto it = by_path.find(rel);
       if (it == by_path.end()) {
-        Add(Kind::kMissing, n.rel_path, "in the source but not in the store");
+        Add(Kind::kMissing, rel, "in the source but not in the store");
         continue;
       }
       pairs.emplace_back(tree->AbsPath(n), it->second);
