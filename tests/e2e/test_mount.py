@@ -197,6 +197,33 @@ class MountTest(unittest.TestCase):
             for f in files:
                 self.assertEqual(fixed[f], open(os.path.join(self.mnt, "scan3", f), "rb").read(), f)
 
+    def test_listing_modes(self):
+        # readdirplus=yes answers listings with attributes (READDIRPLUS requests), no with plain
+        # READDIR; auto leaves it to the kernel. The tree and the bytes are the same in all.
+        files = source_files()
+        for mode, plus in (("yes", True), ("no", False), ("auto", None)):
+            with self.subTest(mode=mode), Mount(STORE, self.mnt, "-d", "-o",
+                                                f"readdirplus={mode}") as m:
+                self.assertEqual(walk_tree(os.path.join(self.mnt, "scan7")), walk_tree(SRC))
+                for f in files[:20]:
+                    self.assertEqual(open(os.path.join(self.mnt, "scan10", f), "rb").read(),
+                                     pcr_cat(STORE, f, 10), f)
+                log = m.log()
+                self.assertIn("opcode: READDIR", log)
+                if plus is not None:
+                    self.assertEqual("opcode: READDIRPLUS" in log, plus, mode)
+
+    def test_index_pages_released_constantly(self):
+        # index_rss=1: the daemon unmaps its index pages every 200 ms, whatever it is doing.
+        files = source_files()
+        with Mount(STORE, self.mnt, "-o", "index_rss=1,scans=4"):
+            for round in range(3):
+                self.assertEqual(walk_tree(self.mnt), walk_tree(SRC))
+                for f in files:
+                    self.assertEqual(open(os.path.join(self.mnt, f), "rb").read(),
+                                     pcr_cat(STORE, f, 4), f)
+                time.sleep(0.25)
+
     def test_read_only(self):
         with Mount(STORE, self.mnt):
             root = os.path.join(self.mnt, "scan5")
@@ -418,6 +445,8 @@ class BadArgumentsTest(unittest.TestCase):
                 ([STORE, full], "not empty"),
                 ([STORE, mnt, "-o", "scans=11"], "scans"),
                 ([STORE, mnt, "-o", "cache_size=lots"], "cache_size"),
+                ([STORE, mnt, "-o", "readdirplus=maybe"], "readdirplus"),
+                ([STORE, mnt, "-o", "index_rss=lots"], "index_rss"),
             ]
             for args, words in cases:
                 with self.subTest(args=args):
