@@ -15,6 +15,7 @@
 #include <optional>
 #include <thread>
 
+#include "common/coding.h"
 #include "common/file_util.h"
 #include "index/entry.h"
 #include "index/record_reader.h"
@@ -201,14 +202,16 @@ class OrderedTranscoder {
   std::vector<std::thread> workers_;
 };
 
-// Where one source file ended up.
+// Where one source file ended up. Its 10 piece references are kept varint-encoded in an
+// arena (~90 bytes instead of 240), since the builder holds one per file until the index is
+// written: 150 MB less at a million files.
 struct FileLocation {
   bool stored = false;
-  uint32_t record = 0;
-  uint32_t slot = 0;
   index::EntryKind kind = index::EntryKind::kPassthrough;
   uint8_t reason = 0;
-  index::PieceRefs pieces;
+  uint32_t record = 0;
+  uint32_t slot = 0;
+  uint64_t pieces_at = 0;  // offset in StoreBuilder::piece_arena_
 };
 
 bool IsDirectoryEmpty(const std::string& path) {
@@ -331,7 +334,12 @@ class StoreBuilder {
       loc.slot = static_cast<uint32_t>(s);
       loc.kind = img.kind;
       loc.reason = img.passthrough_reason;
-      loc.pieces = img.pieces;
+      loc.pieces_at = piece_arena_.size();
+      for (const index::PieceRef& p : img.pieces) {
+        PutVarint64(&piece_arena_, p.offset);
+        PutVarint64(&piece_arena_, p.length);
+        PutFixed32(&piece_arena_, p.masked_crc);
+      }
       loc.stored = img.passthrough_reason != static_cast<uint8_t>(PassthroughReason::kUnreadable);
     }
   }
@@ -481,7 +489,7 @@ class StoreBuilder {
         e.source_size = n.size;
         e.record = loc.record;
         e.slot = loc.slot;
-        e.pieces = loc.pieces;
+        e.pieces = PiecesOf(loc);
         m.source_bytes += n.size;
         if (loc.kind == index::EntryKind::kJpeg) {
           ++m.num_jpeg;
@@ -492,7 +500,7 @@ class StoreBuilder {
               static_cast<PassthroughReason>(loc.reason))];
         }
         for (int k = 1; k <= index::kNumGroups; ++k) {
-          const uint64_t size = index::LevelSize(loc.kind, loc.pieces, k);
+          const uint64_t size = index::LevelSize(loc.kind, e.pieces, k);
           m.level_bytes[k - 1] += size;
           if (loc.kind == index::EntryKind::kJpeg) m.jpeg_level_bytes[k - 1] += size;
         }
@@ -567,6 +575,17 @@ class StoreBuilder {
   std::string partial_;
   SourceTree tree_;
   std::vector<FileLocation> locations_;  // by position in tree_.files
+  std::string piece_arena_;              // FileLocation::pieces_at points here
+
+  index::PieceRefs PiecesOf(const FileLocation& loc) const {
+    index::PieceRefs pieces;
+    Decoder d(std::string_view(piece_arena_).substr(loc.pieces_at));
+    for (index::PieceRef& p : pieces) {
+      // Written by Place() above; cannot fail.
+      (void)(d.GetVarint64(&p.offset) && d.GetVarint64(&p.length) && d.GetFixed32(&p.masked_crc));
+    }
+    return pieces;
+  }
   uint32_t num_records_ = 0;
   BuildReport report_;
 };
