@@ -92,10 +92,11 @@ void PrintUsage(const char* prog) {
       "                           (default 64; 0 turns it off)\n"
       "    -o prefetch=P          once P%% of a record's files have been read, fetch the\n"
       "                           record's whole level prefix at once (default 3; 0: off)\n"
-      "    -o readdirplus=MODE    yes: listings carry every entry's attributes, so opening\n"
-      "                           the listed files costs no lookup (default); no: plain\n"
-      "                           listings, cheapest for find/ls of huge trees; auto: the\n"
-      "                           kernel decides per directory\n"
+      "    -o readdirplus=MODE    no: plain listings (default), cheapest for find or a\n"
+      "                           framework's walk of a huge tree; yes: listings carry every\n"
+      "                           entry's attributes, so stat/open of listed files costs no\n"
+      "                           lookup, but the kernel builds an inode per entry listed\n"
+      "                           (~1 KiB each); auto: the kernel decides per directory\n"
       "    -o index_rss=SIZE      unmap index pages once the daemon's file-backed resident\n"
       "                           memory passes SIZE (default 64M; 0: never). They stay in\n"
       "                           the page cache.\n"
@@ -349,7 +350,7 @@ int RunDaemon(int argc, char** argv) {
         std::optional<MapTrimmer> trimmer;
         if (index_rss > 0) {
           const index::IndexReader* reader = &fs.store().index();
-          trimmer.emplace(index_rss, std::chrono::milliseconds(200),
+          trimmer.emplace(index_rss, std::chrono::milliseconds(50),
                           [reader] { reader->ReleaseMappedPages(); });
         }
         if (opts.singlethread) {

@@ -56,7 +56,7 @@ fuse_entry_param EntryParam(const struct stat& st) {
 void OpInit(void* userdata, fuse_conn_info* conn) {
   // The store is immutable: let the kernel cache everything and skip per-open round trips.
   const Filesystem* fs = *static_cast<Filesystem**>(userdata);
-  const ReaddirPlus plus = fs ? fs->options().readdirplus : ReaddirPlus::kAlways;
+  const ReaddirPlus plus = fs ? fs->options().readdirplus : ReaddirPlus::kNever;
   if (plus != ReaddirPlus::kNever && (conn->capable & FUSE_CAP_READDIRPLUS)) {
     conn->want |= FUSE_CAP_READDIRPLUS;
   } else {

@@ -214,7 +214,7 @@ class MountTest(unittest.TestCase):
                     self.assertEqual("opcode: READDIRPLUS" in log, plus, mode)
 
     def test_index_pages_released_constantly(self):
-        # index_rss=1: the daemon unmaps its index pages every 200 ms, whatever it is doing.
+        # index_rss=1: the daemon unmaps its index pages every 50 ms, whatever it is doing.
         files = source_files()
         with Mount(STORE, self.mnt, "-o", "index_rss=1,scans=4"):
             for round in range(3):
