@@ -47,8 +47,9 @@ class ReadStressTest(unittest.TestCase):
         seconds = float(os.environ.get("PCRFS_STRESS_SECONDS", "8"))
         mnt = os.path.join(self.tmp, "mnt")
         errors, reads = [], [0] * 16
-        # A tiny cache: pieces are evicted while other threads use them.
-        m = Mount(store, mnt, "-o", "cache_size=1M,threads=16", timeout=60)
+        # A tiny cache: pieces are evicted while other threads use them. index_rss=1: the index
+        # pages are unmapped every 50 ms while 16 threads look things up in it.
+        m = Mount(store, mnt, "-o", "cache_size=1M,threads=16,index_rss=1", timeout=60)
         with m:
             deadline = time.monotonic() + seconds
 
