@@ -51,9 +51,10 @@ over the mount + listing apart; achieved device MB/s = cgroup read bytes / epoch
 the cap; CPU seconds (utime + stime) of the daemon (/proc/PID/stat) and of the readers
 (getrusage), the daemon's utilisation (CPU s / wall s; 100% = one core, the machine has 200%),
 and the whole machine's busy CPU from /proc/stat (other users' work included, niced work
-apart); progress: when 10/50/90/100% of the files had been read, and the share of 200 ms
-windows in which the device read at >= 80% of the cap (a sampler thread reads the cgroup's
-counter every 10 ms; --timeline keeps every sample with the files done in the JSON).
+apart); progress: when 10/50/90/100% of the files had been read (--timeline also keeps, in the JSON,
+the cgroup's read bytes and the files done every 10 ms; the JSON's busy_share, the share of
+200 ms windows with the device at >= 80% of the cap, is coarse: the counter moves in bunches,
+up to a record's whole prefix when the prefetcher queues it).
 
 --variant OPT (repeatable) adds pcrfs at every level with an extra -o option as a setup of its
 own, side by side (e.g. --variant prefetch=0, the record-prefix prefetcher off).
@@ -276,7 +277,8 @@ def freeze_tools(args):
         ver = subprocess.run([dst, "--version"], capture_output=True, text=True)
         out[name] = {"src": src, "path": dst, "mtime": os.path.getmtime(src),
                      "sha256": sha256(dst)[:12],
-                     "version": (ver.stdout or ver.stderr).strip().splitlines()[0:1]}
+                     "version": [l for l in (ver.stdout + ver.stderr).splitlines()
+                                 if l.startswith(name + " ")][:1]}
     args.pcr, args.pcrfs = out["pcr"]["path"], out["pcrfs"]["path"]
     return out
 
@@ -474,7 +476,7 @@ def bottleneck(r):
         return "daemon CPU"
     if r["machine_busy_cores"] >= MACHINE_CPU_BUSY * os.cpu_count():
         return "machine CPU"
-    return "latency" if not r["cap"] else "below cap, CPU idle"
+    return "latency" if not r["cap"] else "below cap"
 
 
 # ---------------------------------------------------------------- the rounds
@@ -679,14 +681,15 @@ def report(args, facts, caps, setups, summ, tg, probes, discarded, started, elap
              "one core of 2); machine busy cores = /proc/stat, everyone's work, niced work (a "
              "background dataset generation) apart; limit = `cap` when the device rate reached "
              f"{CAP_REACHED:.0%} of the cap, else `daemon CPU` (daemon >= {DAEMON_CPU_BUSY} core), "
-             f"`machine CPU` (>= {MACHINE_CPU_BUSY:.0%} of the cores busy), or `latency`.")
+             f"`machine CPU` (>= {MACHINE_CPU_BUSY:.0%} of the cores busy), else `below cap` "
+             "(capped) or `latency` (uncapped).")
     L.append("")
     L.append("Progress within the epoch (medians): seconds until 10/50/90/100% of the files were "
-             "read, against the ideal epoch time (device bytes / cap), and the share of the "
-             "epoch's 200 ms windows in which the device read at >= 80% of the cap (shorter epochs: 0).")
+             "read, against the epoch time an exact throttle would take for the device bytes "
+             "(device bytes / cap).")
     L.append("")
-    L.append("| cap | setup | t10 | t50 | t90 | t100 | device bytes / cap | device busy |")
-    L.append("|---|---|--:|--:|--:|--:|--:|--:|")
+    L.append("| cap | setup | t10 | t50 | t90 | t100 | device bytes / cap |")
+    L.append("|---|---|--:|--:|--:|--:|--:|")
     for cap in caps:
         if not cap:
             continue
@@ -695,7 +698,7 @@ def report(args, facts, caps, setups, summ, tg, probes, discarded, started, elap
             pr = s["progress"]
             L.append(f"| {cap_name(cap)} | {setup_name(setup)} | {pr['t10']:.2f} | "
                      f"{pr['t50']:.2f} | {pr['t90']:.2f} | {pr['t100']:.2f} | "
-                     f"{s['device_bytes'] / cap:.2f} | {s.get('busy_share', 0):.0%} |")
+                     f"{s['device_bytes'] / cap:.2f} |")
     L.append("")
     if discarded:
         L.append(f"Epochs run again because another process wrote to drop_caches during them "
