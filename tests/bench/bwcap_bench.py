@@ -284,36 +284,46 @@ def freeze_tools(args):
 
 
 def prepare_disk(args, disk, src_files, src_bytes):
-    """Copies --data into DISK/<name> and builds DISK/<name>.pcrstore, unless DISK/<name>.ready
-    says this exact dataset is there already."""
+    """Copies --data into DISK/<name> and builds DISK/<name>.pcrstore with the run's pcr, unless
+    DISK/<name>.ready.json says they are there already: the same dataset is reused; the store
+    is rebuilt when pcr changed (its sha256), so that store and daemon come from one checkout."""
     name = os.path.basename(os.path.normpath(args.data))
     data = os.path.join(disk.mountpoint, name)
     store = os.path.join(disk.mountpoint, name + ".pcrstore")
     ready = os.path.join(disk.mountpoint, name + ".ready.json")
-    want = {"source": args.data, "files": len(src_files), "bytes": src_bytes,
-            "pcr_sha256": args.tools["pcr"]["sha256"]}
+    want = {"source": args.data, "files": len(src_files), "bytes": src_bytes}
+    pcr_sha = args.tools["pcr"]["sha256"]
     facts = {"data": data, "store": store}
+    have = {}
     if not args.rebuild and os.path.exists(ready):
         with open(ready) as f:
             have = json.load(f)
-        if all(have.get(k) == v for k, v in want.items() if k != "pcr_sha256"):
-            log(f"reusing {data} and {store}")
-            facts.update({k: v for k, v in have.items() if k.endswith("_seconds")})
-            return facts
-    for p in (ready, data, store):
+        if any(have.get(k) != v for k, v in want.items()):
+            have = {}
+    if have and have.get("pcr_sha256") == pcr_sha:
+        log(f"reusing {data} and {store}")
+        facts.update({k: v for k, v in have.items() if k.endswith("_seconds")})
+        return facts
+    paths = (ready, store) if have else (ready, data, store)
+    for p in paths:
         if os.path.isdir(p):
             shutil.rmtree(p)
         elif os.path.exists(p):
             os.unlink(p)
-    log(f"copying {len(src_files)} files to {data}")
-    t0 = time.monotonic()
-    for rel in src_files:
-        d = os.path.join(data, rel)
-        os.makedirs(os.path.dirname(d), exist_ok=True)
-        shutil.copyfile(os.path.join(args.data, rel), d)
-    os.sync()
-    want["copy_seconds"] = time.monotonic() - t0
+    if have:
+        log(f"reusing {data}; pcr changed ({have.get('pcr_sha256')} -> {pcr_sha}): new store")
+        want["copy_seconds"] = have.get("copy_seconds")
+    else:
+        log(f"copying {len(src_files)} files to {data}")
+        t0 = time.monotonic()
+        for rel in src_files:
+            d = os.path.join(data, rel)
+            os.makedirs(os.path.dirname(d), exist_ok=True)
+            shutil.copyfile(os.path.join(args.data, rel), d)
+        os.sync()
+        want["copy_seconds"] = time.monotonic() - t0
     want["store_seconds"] = rb.timed([args.pcr, "build", data, store, "-q"], "pcr build")
+    want["pcr_sha256"] = pcr_sha
     os.sync()
     with open(ready, "w") as f:
         json.dump(want, f)
@@ -596,7 +606,9 @@ def report(args, facts, caps, setups, summ, tg, probes, discarded, started, elap
     L.append(f"- Dataset: `{args.data}` copied to `{facts['data']}`: {len(facts['files']):,} files, "
              f"{fmt_mb(facts['src_bytes'])} MB, mean {facts['src_bytes'] / len(facts['files']) / 1024:.1f}"
              f" KiB; store `{facts['store']}` (`pcr build`, defaults), {fmt_mb(facts['store_bytes'])}"
-             f" MB, {m['num_records']} records")
+             f" MB, {m['num_records']} records, built by `{args.tools['pcr']['src']}` (sha256 "
+             f"{args.tools['pcr']['sha256']}, {' '.join(args.tools['pcr']['version'])})"
+             + (f" in {facts['store_seconds']:.1f} s" if facts.get("store_seconds") else ""))
     L.append(f"- Storage: {facts['disk_desc']}")
     L.append(f"- Readers: {args.readers} forked processes; {args.repeat} round(s), caps and setups "
              f"in rotated order each round; medians shown. pcrfs options: "
