@@ -98,7 +98,7 @@ void PrintUsage(const char* prog) {
       "                           lookup, but the kernel builds an inode per entry listed\n"
       "                           (~1 KiB each); auto: the kernel decides per directory\n"
       "    -o index_rss=SIZE      unmap index pages once the daemon's file-backed resident\n"
-      "                           memory passes SIZE (default 64M; 0: never). They stay in\n"
+      "                           memory passes SIZE (default 16M; 0: never). They stay in\n"
       "                           the page cache.\n"
       "    -o uid=N,gid=N         owner of every file (default: the mounting user)\n"
       "    -o allow_other         let other users read (implies default_permissions)\n"
@@ -298,12 +298,12 @@ int RunDaemon(int argc, char** argv) {
       return 1;
     }
   }
-  uint64_t index_rss = uint64_t{64} << 20;
+  uint64_t index_rss = uint64_t{16} << 20;
   if (cli.index_rss != nullptr) {
     auto size = std::string_view(cli.index_rss) == "0" ? std::optional<uint64_t>(0)
                                                          : ParseSize(cli.index_rss);
     if (!size) {
-      std::fprintf(stderr, "%s: -o index_rss=%s: expected a size, e.g. 64M, or 0\n", prog,
+      std::fprintf(stderr, "%s: -o index_rss=%s: expected a size, e.g. 16M, or 0\n", prog,
                    cli.index_rss);
       return 1;
     }
