@@ -8,8 +8,8 @@ Usage (as root, holding the shared benchmark lock):
       [--levels 1,5,10] [--rebuild] [--out FILE] [--json FILE] [--work DIR]
   /usr/bin/python3 tests/bench/scale_bench.py --plot-only RESULTS.json --plot docs/scale.png
 
-Run time (2 cores): 10k + 100k about 2.5 minutes with their builds; the first run with 1M adds
-its builds (about 10 minutes) and about 6 minutes of measurements (the dataset itself, if it
+Run time (2 cores): 10k + 100k about 1.5 minutes with their builds; the first run with 1M adds
+its builds (about 8 minutes) and about 4 minutes of measurements (the dataset itself, if it
 must be generated, takes about 25 minutes more).
 
 Data: one ImageNet-shaped tree of 1,000,000 small JPEGs (1,000 classes,
@@ -417,6 +417,16 @@ def find_pids(argv):
     return pids
 
 
+def pid_alive(pid):
+    """False once pid has exited, zombie included: a background daemon is reparented to init,
+    which may take a second or two to reap it."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] not in ("Z", "X")
+    except OSError:
+        return False
+
+
 def unmount_bg(mnt, pid, timeout=60):
     """Unmounts a background daemon's mount and waits for that daemon (pid) to exit."""
     for _ in range(40):
@@ -431,10 +441,10 @@ def unmount_bg(mnt, pid, timeout=60):
     if pid is None:
         return
     deadline = time.monotonic() + timeout
-    while os.path.exists(f"/proc/{pid}") and time.monotonic() < deadline:
+    while pid_alive(pid) and time.monotonic() < deadline:
         time.sleep(0.02)
     for sig in (signal.SIGTERM, signal.SIGKILL):
-        if not os.path.exists(f"/proc/{pid}"):
+        if not pid_alive(pid):
             return
         log(f"daemon {pid} still alive after unmount: {sig.name}")
         os.kill(pid, sig)
