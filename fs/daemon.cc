@@ -22,7 +22,6 @@
 
 #include "fs/filesystem.h"
 #include "fs/fuse_ops.h"
-#include "fs/map_trimmer.h"
 #include "index/store.h"
 
 namespace pcrfs::fs {
@@ -347,12 +346,7 @@ int RunDaemon(int argc, char** argv) {
       } else {
         Filesystem fs(std::move(*store), fs_options);
         fs_ptr = &fs;
-        std::optional<MapTrimmer> trimmer;
-        if (index_rss > 0) {
-          const index::IndexReader* reader = &fs.store().index();
-          trimmer.emplace(index_rss, std::chrono::milliseconds(50),
-                          [reader] { reader->ReleaseMappedPages(); });
-        }
+        fs.store().index().SetMappedBudget(index_rss);
         if (opts.singlethread) {
           rc = fuse_session_loop(se);
         } else {

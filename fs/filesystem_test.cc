@@ -1,6 +1,5 @@
 // The daemon's logic without a mount: a real store built from generated JPEGs.
 #include "fs/filesystem.h"
-#include "fs/map_trimmer.h"
 
 #include <gtest/gtest.h>
 #include <unistd.h>
@@ -373,31 +372,6 @@ TEST_F(FilesystemTest, PathOfDamagedFileIsLogged) {
   EXPECT_NE(log.find(index::RecordFileName(three->record)), std::string::npos) << log;
   EXPECT_EQ(log.find("damaged"), log.rfind("damaged")) << "logged once: " << log;
   stdfs::remove_all(copy);
-}
-
-}  // namespace
-}  // namespace pcrfs::fs
-
-namespace pcrfs::fs {
-namespace {
-
-TEST(MapTrimmerTest, ReleasesOnlyAboveTheBudget) {
-  std::atomic<int> calls{0};
-  {
-    MapTrimmer never(UINT64_MAX, std::chrono::milliseconds(2), [&] { ++calls; });
-    std::this_thread::sleep_for(std::chrono::milliseconds(30));
-    EXPECT_EQ(never.releases(), 0u);
-  }
-  EXPECT_EQ(calls, 0);
-  // Any process has some file-backed memory (its own executable), so a budget of 0 is always
-  // exceeded.
-  ASSERT_GT(ResidentFileBytes(), 0u);
-  MapTrimmer always(0, std::chrono::milliseconds(2), [&] { ++calls; });
-  for (int i = 0; i < 2000 && always.releases() < 3; ++i) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(5));
-  }
-  EXPECT_GE(always.releases(), 3u);
-  EXPECT_GE(calls, 3);
 }
 
 }  // namespace

@@ -7,6 +7,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cerrno>
 #include <chrono>
 #include <condition_variable>
@@ -416,6 +417,25 @@ struct IndexReader::Impl {
   FileIdentity identity;
   void* map_addr = nullptr;
   size_t map_size = 0;
+  std::atomic<uint64_t> mapped_budget{0};  // 0: never release
+  std::atomic<uint32_t> uses{0};
+
+  // Every kCheckEvery calls, if the process's file-backed resident memory is over the budget,
+  // unmaps the index. Inline, not on a timer: the kernel maps index pages 64 KiB around each
+  // fault (a whole large folio when the page cache holds one), so a burst of random lookups
+  // maps 100 KB or more each and fills a million-entry index
+  // 200 MB within a fraction of a second.
+  static constexpr uint32_t kCheckEvery = 16;
+  void MaybeRelease() {
+    const uint64_t budget = mapped_budget.load(std::memory_order_relaxed);
+    if (budget == 0 || uses.fetch_add(1, std::memory_order_relaxed) % kCheckEvery != 0) return;
+    if (ResidentFileBytes() > budget) Release();
+  }
+  void Release() const {
+    // A read-only shared file mapping: dropping its page table entries loses nothing, and a
+    // concurrent reader just faults the page in again from the page cache.
+    if (map_addr != nullptr && map_size > 0) ::madvise(map_addr, map_size, MADV_DONTNEED);
+  }
 
   std::mutex mu;
   std::vector<MDB_txn*> idle_txns;  // GUARDED_BY(mu); reset, ready for mdb_txn_renew
@@ -433,8 +453,11 @@ struct IndexReader::Impl {
     ~Lease() {
       if (!txn_) return;
       mdb_txn_reset(txn_);
-      std::lock_guard<std::mutex> lock(impl_->mu);
-      impl_->idle_txns.push_back(txn_);
+      {
+        std::lock_guard<std::mutex> lock(impl_->mu);
+        impl_->idle_txns.push_back(txn_);
+      }
+      impl_->MaybeRelease();
     }
     Lease(const Lease&) = delete;
     Lease& operator=(const Lease&) = delete;
@@ -561,7 +584,8 @@ Result<std::unique_ptr<IndexReader>> IndexReader::Open(const std::string& path,
       (rc = mdb_env_set_mapsize(impl->env, static_cast<size_t>(lmdb_size))) != 0) {
     return Err(LmdbError(path, rc));
   }
-  rc = mdb_env_open(impl->env, path.c_str(), MDB_RDONLY | MDB_NOSUBDIR | MDB_NOLOCK | MDB_NOTLS,
+  rc = mdb_env_open(impl->env, path.c_str(),
+                    MDB_RDONLY | MDB_NOSUBDIR | MDB_NOLOCK | MDB_NOTLS | MDB_NORDAHEAD,
                     0444);
   if (rc != 0) {
     Status s = LmdbError(path, rc);
@@ -732,12 +756,24 @@ uint64_t IndexReader::NumEntries() const { return impl_->num_entries; }
 
 const FileIdentity& IndexReader::identity() const { return impl_->identity; }
 
-void IndexReader::ReleaseMappedPages() const {
-  // A read-only shared file mapping: dropping its page table entries loses nothing, and a
-  // concurrent reader just faults the page in again from the page cache.
-  if (impl_->map_addr != nullptr && impl_->map_size > 0) {
-    ::madvise(impl_->map_addr, impl_->map_size, MADV_DONTNEED);
-  }
+void IndexReader::ReleaseMappedPages() const { impl_->Release(); }
+
+void IndexReader::SetMappedBudget(uint64_t bytes) const {
+  impl_->mapped_budget.store(bytes, std::memory_order_relaxed);
+}
+
+uint64_t ResidentFileBytes() {
+  // statm: size resident shared text lib data dt, in pages. One read of a tiny file.
+  const int fd = ::open("/proc/self/statm", O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return 0;
+  char buf[128];
+  const ssize_t n = ::read(fd, buf, sizeof(buf) - 1);
+  ::close(fd);
+  if (n <= 0) return 0;
+  buf[n] = '\0';
+  unsigned long long size = 0, resident = 0, shared = 0;
+  if (std::sscanf(buf, "%llu %llu %llu", &size, &resident, &shared) != 3) return 0;
+  return static_cast<uint64_t>(shared) * static_cast<uint64_t>(::sysconf(_SC_PAGESIZE));
 }
 
 }  // namespace pcrfs::index

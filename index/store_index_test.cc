@@ -9,6 +9,7 @@
 #include <atomic>
 #include <cstdio>
 #include <fstream>
+#include <random>
 #include <thread>
 
 #include "index/test_util.h"
@@ -431,6 +432,42 @@ TEST(StoreIndexTest, ReleaseMappedPagesKeepsEverythingReadable) {
   stop = true;
   releaser.join();
   EXPECT_EQ(count_all(), 10000u);
+}
+
+TEST(StoreIndexTest, MappedBudgetBoundsTheResidentIndex) {
+  // 500 x 1,000 entries: a ~90 MB index. Random lookups map it a page cache folio at a time (64
+  // KiB around each fault, or a whole large folio); with a budget the reader unmaps it every
+  // 16 calls once over the budget, so what stays mapped is the budget plus at most 16 lookups'
+  // worth, whatever the index size.
+  TempDir dir;
+  const std::string path = dir.Join("big.lmdb");
+  BuildWideIndex(path, 500, 1000);
+  auto r = IndexReader::Open(path);
+  ASSERT_TRUE(r.has_value());
+  const IndexReader& idx = **r;
+  const uint64_t file_size = ReadAll(path).size();
+  ASSERT_GT(file_size, uint64_t{70} << 20);
+  auto random_gets = [&](uint64_t seed) {
+    std::mt19937_64 rng(seed);
+    for (int i = 0; i < 50000; ++i) {
+      ASSERT_TRUE(idx.Get(1 + rng() % idx.NumEntries()).has_value());
+    }
+  };
+  auto grown = [](uint64_t base) {
+    const uint64_t now = ResidentFileBytes();
+    return now > base ? now - base : 0;
+  };
+  idx.ReleaseMappedPages();
+  const uint64_t base = ResidentFileBytes();
+  random_gets(1);
+  const uint64_t unbounded = grown(base);
+  EXPECT_GT(unbounded, file_size * 2 / 3);
+  idx.ReleaseMappedPages();
+  idx.SetMappedBudget(base + (uint64_t{2} << 20));
+  random_gets(2);
+  const uint64_t bounded = grown(base);
+  EXPECT_LT(bounded, file_size / 3) << "unbounded " << unbounded;
+  idx.SetMappedBudget(0);
 }
 
 TEST(StoreIndexTest, ConcurrentReaders) {
