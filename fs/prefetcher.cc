@@ -1,5 +1,7 @@
 #include "fs/prefetcher.h"
 
+#include <algorithm>
+
 namespace pcrfs::fs {
 
 Prefetcher::Prefetcher() : thread_([this] { Loop(); }) {}
@@ -32,7 +34,17 @@ void Prefetcher::Loop() {
       r = std::move(queue_.front());
       queue_.pop_front();
     }
-    r.file->Prefetch(r.offset, r.n);
+    constexpr uint64_t kChunk = uint64_t{1} << 20;
+    if (buffer_.size() < kChunk) buffer_.resize(kChunk);
+    const uint64_t end = std::min(r.offset + r.n, r.file->Size());
+    for (uint64_t pos = r.offset; pos < end; pos += kChunk) {
+      {
+        std::lock_guard<std::mutex> l(mu_);
+        if (stop_) return;
+      }
+      const auto n = static_cast<size_t>(std::min(kChunk, end - pos));
+      if (!r.file->Read(pos, n, buffer_.data()).ok()) break;
+    }
   }
 }
 
