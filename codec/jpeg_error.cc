@@ -115,6 +115,7 @@ PassthroughReason ReasonForJpegMessage(int msg_code) {
     case JERR_NOT_COMPILED:
     case JERR_ARITH_NOTIMPL:
     case JERR_COMPONENT_COUNT:
+    case JERR_FRACT_SAMPLE_NOTIMPL:
       return PassthroughReason::kUnsupported;
     case JERR_NO_SOI:
       return PassthroughReason::kNotJpeg;

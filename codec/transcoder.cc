@@ -99,6 +99,18 @@ bool RunTranscode(TranscodeJob* job) {
   }
   jpeg_mem_src(src_info, job->src, static_cast<unsigned long>(job->src_size));
   jpeg_read_header(src_info, TRUE);
+  // Sampling factors that are not integer multiples of each other (say 3x2 luma with 2x1
+  // chroma) transcode fine, but libjpeg cannot decode them ("Fractional sampling not
+  // implemented yet"), so nothing could check that the result decodes to the source's pixels,
+  // and no reader could show either: keep such a file byte for byte. Found by the fuzzer.
+  for (int ci = 0; ci < src_info->num_components; ci++) {
+    const jpeg_component_info& c = src_info->comp_info[ci];
+    if (c.h_samp_factor <= 0 || c.v_samp_factor <= 0 ||
+        src_info->max_h_samp_factor % c.h_samp_factor != 0 ||
+        src_info->max_v_samp_factor % c.v_samp_factor != 0) {
+      ERREXIT(src_info, JERR_FRACT_SAMPLE_NOTIMPL);
+    }
+  }
   // Reads every scan (this is where the scan cap and the memory cap bite).
   jvirt_barray_ptr* coefficients = jpeg_read_coefficients(src_info);
   if (!ProgressionComplete(src_info, &job->err)) {
