@@ -122,7 +122,8 @@ Result<struct stat> Filesystem::Lookup(uint64_t parent, std::string_view name) c
   return EntryAttr(*e, r->level);
 }
 
-Status Filesystem::ReadDir(uint64_t ino, uint64_t offset, const DirFiller& fn) const {
+Status Filesystem::ReadDir(uint64_t ino, uint64_t offset, const DirFiller& fn,
+                           bool attrs) const {
   auto r = Resolve(ino);
   if (!r) return r.error();
   if (!r->ladder_root && !r->entry.is_dir()) return Errno(ENOTDIR, "readdir");
@@ -143,9 +144,32 @@ Status Filesystem::ReadDir(uint64_t ino, uint64_t offset, const DirFiller& fn) c
   }
   uint64_t i = start;
   const int level = r->level;
-  return store_->index().List(r->entry, start, [&](const index::Entry& child) {
-    return fn(child.name, EntryAttr(child, level), 2 + ++i);
-  });
+  if (attrs) {
+    return store_->index().List(r->entry, start, [&](const index::Entry& child) {
+      return fn(child.name, EntryAttr(child, level), 2 + ++i);
+    });
+  }
+  ReaddirResume& slot = resume_[r->entry.ino % kResumeSlots];
+  std::string hint;
+  if (start > 0) {
+    std::lock_guard<std::mutex> l(mu_);
+    if (slot.dir == r->entry.ino && slot.start == start) hint = slot.name;
+  }
+  struct stat st;
+  std::memset(&st, 0, sizeof st);
+  Status s = store_->index().ListNames(
+      r->entry, start, hint, [&](const index::IndexReader::DirEntry& child) {
+        st.st_ino = ToFuseIno(child.ino, level);
+        st.st_mode = child.kind == index::EntryKind::kDirectory ? S_IFDIR : S_IFREG;
+        if (fn(child.name, st, 3 + i)) {
+          ++i;
+          return true;
+        }
+        std::lock_guard<std::mutex> l(mu_);
+        slot = {r->entry.ino, i, std::string(child.name)};
+        return false;
+      });
+  return s;
 }
 
 std::string Filesystem::PathOf(const index::Entry& e) const {

@@ -62,10 +62,12 @@ class Filesystem {
 
   // Lists a directory from `offset` (0: the start; "." and ".." come first). fn gets each
   // entry's name, attributes and the offset of the entry after it; it returns false to stop
-  // (the reply buffer is full) and that entry is then not consumed.
+  // (the reply buffer is full) and that entry is then not consumed. With `attrs` false (a
+  // plain readdir) st holds only st_ino and the file type in st_mode, and the listing is read
+  // from the index's dirents alone, a quarter of the bytes of whole entries.
   using DirFiller =
       std::function<bool(std::string_view name, const struct stat& st, uint64_t next_offset)>;
-  Status ReadDir(uint64_t ino, uint64_t offset, const DirFiller& fn) const;
+  Status ReadDir(uint64_t ino, uint64_t offset, const DirFiller& fn, bool attrs = true) const;
 
   // Reads up to size bytes at offset into dst; returns the count (0 at or past EOF).
   Result<size_t> Read(uint64_t ino, uint64_t offset, size_t size, uint8_t* dst) const;
@@ -120,6 +122,14 @@ class Filesystem {
   };
 
   mutable std::mutex mu_;
+  // A plain readdir stops when the kernel's 4 KiB buffer is full and resumes at the next child
+  // in the next call. Remembering that child's name saves an entry lookup per resume.
+  struct ReaddirResume {
+    uint64_t dir = 0, start = 0;
+    std::string name;
+  };
+  static constexpr size_t kResumeSlots = 64;
+  mutable std::vector<ReaddirResume> resume_{kResumeSlots};  // GUARDED_BY(mu_); by dir % slots
   mutable std::set<std::pair<uint32_t, uint32_t>> damaged_logged_;  // GUARDED_BY(mu_)
   mutable std::set<uint32_t> record_problem_logged_;                // GUARDED_BY(mu_)
   mutable std::vector<RecordAccess> access_;                        // GUARDED_BY(mu_); by record

@@ -166,21 +166,64 @@ TEST_F(FilesystemTest, ErrorsFollowTheSyscalls) {
 TEST_F(FilesystemTest, ReadDirResumesAtEveryOffset) {
   auto fs = Make();
   const uint64_t dir = Walk(*fs, "scan5/a");
-  std::vector<std::string> all;
-  std::vector<uint64_t> nexts;
-  ASSERT_TRUE(fs->ReadDir(dir, 0, [&](std::string_view n, const struct stat&, uint64_t next) {
-                  all.emplace_back(n);
-                  nexts.push_back(next);
-                  return true;
-                }).ok());
-  EXPECT_EQ(all, (std::vector<std::string>{".", "..", "b", "one.jpg", "two.jpg"}));
-  for (size_t i = 0; i < nexts.size(); ++i) {
-    std::vector<std::string> rest;
-    ASSERT_TRUE(fs->ReadDir(dir, nexts[i], [&](std::string_view n, const struct stat&, uint64_t) {
-                    rest.emplace_back(n);
-                    return true;
-                  }).ok());
-    EXPECT_EQ(rest, std::vector<std::string>(all.begin() + static_cast<long>(i) + 1, all.end()));
+  for (bool attrs : {true, false}) {
+    SCOPED_TRACE(attrs ? "readdirplus" : "plain readdir");
+    std::vector<std::string> all;
+    std::vector<uint64_t> nexts;
+    std::vector<struct stat> stats;
+    ASSERT_TRUE(fs->ReadDir(
+                      dir, 0,
+                      [&](std::string_view n, const struct stat& st, uint64_t next) {
+                        all.emplace_back(n);
+                        nexts.push_back(next);
+                        stats.push_back(st);
+                        return true;
+                      },
+                      attrs)
+                    .ok());
+    EXPECT_EQ(all, (std::vector<std::string>{".", "..", "b", "one.jpg", "two.jpg"}));
+    // Both kinds of listing give the inode and type a lookup gives.
+    for (size_t i = 2; i < all.size(); ++i) {
+      auto st = fs->Lookup(dir, all[i]);
+      ASSERT_TRUE(st.has_value());
+      EXPECT_EQ(stats[i].st_ino, st->st_ino) << all[i];
+      EXPECT_EQ(stats[i].st_mode & S_IFMT, st->st_mode & S_IFMT) << all[i];
+      if (attrs) {
+        EXPECT_EQ(stats[i].st_size, st->st_size) << all[i];
+      }
+    }
+    for (size_t i = 0; i < nexts.size(); ++i) {
+      std::vector<std::string> rest;
+      ASSERT_TRUE(fs->ReadDir(
+                        dir, nexts[i],
+                        [&](std::string_view n, const struct stat&, uint64_t) {
+                          rest.emplace_back(n);
+                          return true;
+                        },
+                        attrs)
+                      .ok());
+      EXPECT_EQ(rest, std::vector<std::string>(all.begin() + static_cast<long>(i) + 1, all.end()));
+    }
+    // A listing that stops (a full reply buffer) and resumes where it stopped, one entry per
+    // call: the resumed calls start from the remembered name.
+    std::vector<std::string> paged;
+    uint64_t off = 0;
+    for (int calls = 0; calls < 10; ++calls) {
+      bool took = false;
+      ASSERT_TRUE(fs->ReadDir(
+                        dir, off,
+                        [&](std::string_view n, const struct stat&, uint64_t next) {
+                          if (took) return false;
+                          took = true;
+                          paged.emplace_back(n);
+                          off = next;
+                          return true;
+                        },
+                        attrs)
+                      .ok());
+      if (!took) break;
+    }
+    EXPECT_EQ(paged, all);
   }
 }
 

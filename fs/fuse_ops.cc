@@ -202,7 +202,8 @@ void DoReaddir(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off, bool plus
                           if (need > size - used) return false;
                           used += need;
                           return true;
-                        });
+                        },
+                        /*attrs=*/plus);
     if (!s.ok() && used == 0) {
       fuse_reply_err(req, s.ToErrno());
       return;

@@ -29,7 +29,10 @@ constexpr char kDirentsDb[] = "dirents";
 constexpr char kRecordsDb[] = "records";
 constexpr char kMetaDb[] = "meta";
 constexpr char kIndexFormatKey[] = "index_format";
-constexpr char kIndexFormatValue[] = "1";
+constexpr char kIndexFormatValue[] = "2";
+// A dirent value: the child's inode (u64 BE) and its kind (u8), so a plain readdir is served
+// from the dirents alone.
+constexpr size_t kDirentValueSize = 9;
 
 // The build env may grow to this; LMDB only reserves address space, the file grows as needed.
 constexpr size_t kBuildMapSize = size_t{64} << 30;
@@ -287,9 +290,11 @@ Status IndexWriter::AddEntry(const Entry& e) {
     // name) increase too, so they append (full pages, no search). Anything else still works:
     // MDB_APPEND refuses a key that is not the largest, and a normal put decides.
     const std::string dirent = DirentKey(e.parent, e.name);
-    Status s = w.Put(w.dirents, dirent, key, MDB_APPEND, "put dirent");
+    std::string dirent_value = key;
+    dirent_value.push_back(static_cast<char>(e.kind));
+    Status s = w.Put(w.dirents, dirent, dirent_value, MDB_APPEND, "put dirent");
     if (s.code() == Status::Code::kAlreadyExists) {
-      s = w.Put(w.dirents, dirent, key, MDB_NOOVERWRITE, "put dirent");
+      s = w.Put(w.dirents, dirent, dirent_value, MDB_NOOVERWRITE, "put dirent");
     }
     if (!s.ok()) {
       if (s.code() == Status::Code::kAlreadyExists) {
@@ -522,7 +527,9 @@ struct IndexReader::Impl {
                                   std::to_string(parent)));
     }
     if (!s.ok()) return Err(s);
-    if (v.size() != 8) return Err(Status::Corruption(path + ": malformed dirent value"));
+    if (v.size() != kDirentValueSize) {
+      return Err(Status::Corruption(path + ": malformed dirent value"));
+    }
     return DecodeBigEndian64(reinterpret_cast<const uint8_t*>(v.data()));
   }
 };
@@ -631,9 +638,13 @@ Result<std::unique_ptr<IndexReader>> IndexReader::Open(const std::string& path,
     // but a value read in a read-only transaction points into the map.
     FindMapping(format.data(), &impl->map_addr, &impl->map_size);
     if (format != kIndexFormatValue) {
-      return Err(Status::NotSupported(path + ": index format \"" + std::string(format) +
-                                      "\" is not supported (this pcrfs reads " + kIndexFormatValue +
-                                      ")"));
+      const bool older = format.size() < std::strlen(kIndexFormatValue) ||
+                         (format.size() == std::strlen(kIndexFormatValue) &&
+                          format < kIndexFormatValue);
+      return Err(Status::NotSupported(
+          path + ": index format \"" + std::string(format) + "\" is not supported (this pcrfs reads " +
+          kIndexFormatValue + "; " +
+          (older ? "rebuild the store with this pcr build" : "use a newer pcrfs") + ")"));
     }
     MDB_stat es;
     rc = mdb_stat(lease.txn(), impl->entries, &es);
@@ -725,6 +736,78 @@ Status IndexReader::List(const Entry& dir, uint64_t start,
                                 " but its parent is " + std::to_string(e->parent));
     }
     if (!fn(*e)) break;
+    if (i + 1 < dir.num_children) rc = mdb_cursor_get(cursor, &k, &v, MDB_NEXT);
+  }
+  return Status::OK();
+}
+
+Status IndexReader::ListNames(const Entry& dir, uint64_t start, std::string_view start_name,
+                              const std::function<bool(const DirEntry&)>& fn) const {
+  const std::string& path = impl_->path;
+  if (!dir.is_dir()) {
+    return Status::InvalidArgument(path + ": inode " + std::to_string(dir.ino) +
+                                   " is not a directory");
+  }
+  if (start >= dir.num_children) return Status::OK();
+  Impl::Lease lease(impl_.get());
+  PCRFS_RETURN_IF_ERROR(lease.Begin());
+  MDB_cursor* cursor;
+  int rc = mdb_cursor_open(lease.txn(), impl_->dirents, &cursor);
+  if (rc != 0) return LmdbError(path + ": open cursor", rc);
+  struct CloseCursor {
+    MDB_cursor* c;
+    ~CloseCursor() { mdb_cursor_close(c); }
+  } close_cursor{cursor};
+  const std::string prefix = InoKey(dir.ino);
+  MDB_val k, v;
+  // Positions the cursor on child `start` by its name.
+  auto seek = [&](std::string_view name) {
+    const std::string key = DirentKey(dir.ino, name);
+    k = Val(key.data(), key.size());
+    return mdb_cursor_get(cursor, &k, &v, MDB_SET_KEY);
+  };
+  auto child_ino = [&] {
+    return v.mv_size == kDirentValueSize
+               ? DecodeBigEndian64(static_cast<const uint8_t*>(v.mv_data))
+               : 0;
+  };
+  rc = start_name.empty() || !IsValidName(start_name) ? MDB_NOTFOUND : seek(start_name);
+  if (start_name.empty() || rc != 0 || child_ino() != dir.first_child + start) {
+    // No usable hint: the name of child `start` is in its entry.
+    if (start == 0) {
+      k = Val(prefix.data(), prefix.size());
+      rc = mdb_cursor_get(cursor, &k, &v, MDB_SET_RANGE);
+    } else {
+      auto first = impl_->GetEntry(lease, dir.first_child + start);
+      if (!first) {
+        return first.error().IsNotFound()
+                   ? Status::Corruption(path + ": directory " + std::to_string(dir.ino) +
+                                        " lists missing child inode " +
+                                        std::to_string(dir.first_child + start))
+                   : first.error();
+      }
+      rc = seek(first->name);
+    }
+  }
+  for (uint64_t i = start; i < dir.num_children; ++i) {
+    const uint64_t want = dir.first_child + i;
+    if (rc != 0 && rc != MDB_NOTFOUND) {
+      return LmdbError(path + ": list directory " + std::to_string(dir.ino), rc);
+    }
+    const auto* key = static_cast<const char*>(k.mv_data);
+    const bool ours = rc == 0 && k.mv_size > 8 && std::memcmp(key, prefix.data(), 8) == 0;
+    if (!ours || child_ino() != want) {
+      return Status::Corruption(path + ": directory " + std::to_string(dir.ino) +
+                                " has no dirent for its child inode " + std::to_string(want));
+    }
+    const auto kind = static_cast<EntryKind>(static_cast<const uint8_t*>(v.mv_data)[8]);
+    const std::string_view name(key + 8, k.mv_size - 8);
+    if ((kind != EntryKind::kDirectory && kind != EntryKind::kJpeg &&
+         kind != EntryKind::kPassthrough) ||
+        !IsValidName(name)) {
+      return Status::Corruption(path + ": malformed dirent for inode " + std::to_string(want));
+    }
+    if (!fn(DirEntry{name, want, kind})) break;
     if (i + 1 < dir.num_children) rc = mdb_cursor_get(cursor, &k, &v, MDB_NEXT);
   }
   return Status::OK();

@@ -12,6 +12,8 @@
 #include <random>
 #include <thread>
 
+#include "common/coding.h"
+#include "common/crc32c.h"
 #include "index/test_util.h"
 
 namespace pcrfs::index {
@@ -175,7 +177,7 @@ TEST(StoreIndexTest, LookupsAndListings) {
   EXPECT_EQ(rec->num_images, 6u);
   EXPECT_TRUE(idx.GetRecord(1).error().IsNotFound());
   EXPECT_EQ(*idx.GetMeta("generator"), "pcrfs test");
-  EXPECT_EQ(*idx.GetMeta("index_format"), "1");
+  EXPECT_EQ(*idx.GetMeta("index_format"), "2");
   EXPECT_TRUE(idx.GetMeta("nope").error().IsNotFound());
   EXPECT_TRUE(idx.GetMeta("").error().IsNotFound());
 }
@@ -220,6 +222,34 @@ TEST(StoreIndexTest, WriterRejectsBadInput) {
   // Abandoned: nothing left behind.
   EXPECT_EQ(access(path.c_str(), F_OK), -1);
   EXPECT_EQ(access((path + ".build").c_str(), F_OK), -1);
+}
+
+// An index whose meta says another format (checksums made to match): refused with a message
+// that says what to do.
+TEST(StoreIndexTest, OtherIndexFormatsAreRefused) {
+  TempDir dir;
+  const std::string path = dir.Join("index.lmdb");
+  BuildIndex(path);
+  const auto good = ReadAll(path);
+  const std::string needle = "index_format2";
+  auto at = std::search(good.begin(), good.end(), needle.begin(), needle.end());
+  ASSERT_NE(at, good.end());
+  for (auto [format, advice] : {std::pair{'1', "rebuild the store"}, {'3', "use a newer pcrfs"}}) {
+    auto other = good;
+    other[static_cast<size_t>(at - good.begin()) + needle.size() - 1] = static_cast<uint8_t>(format);
+    const size_t lmdb_size = other.size() - 32;
+    uint8_t* trailer = other.data() + lmdb_size;
+    EncodeFixed32(trailer + 24, crc32c::Mask(crc32c::Value(other.data(), lmdb_size)));
+    EncodeFixed32(trailer + 28, crc32c::Mask(crc32c::Value(trailer, 28)));
+    WriteAll(path, other);
+    auto r = IndexReader::Open(path);
+    ASSERT_FALSE(r.has_value());
+    EXPECT_EQ(r.error().code(), Status::Code::kNotSupported) << r.error().ToString();
+    EXPECT_NE(r.error().message().find(std::string("index format \"") + format +
+                                       "\" is not supported (this pcrfs reads 2; " + advice),
+              std::string::npos)
+        << r.error().ToString();
+  }
 }
 
 TEST(StoreIndexTest, DamagedFilesFailCleanly) {
@@ -328,6 +358,61 @@ TEST(StoreIndexTest, ManyEntriesAcrossTransactions) {
     EXPECT_EQ(f->ino, dir_entry->first_child + 500);
     EXPECT_EQ(f->pieces[3].offset, File(f->ino, 0, "", EntryKind::kJpeg).pieces[3].offset);
   }
+}
+
+// ListNames gives exactly what List gives (name, inode, kind), from the dirents alone, from any
+// start, with a right, a wrong or no hint for the name of the first child.
+void ExpectListNamesMatchesList(const IndexReader& idx, const Entry& dir) {
+  std::vector<Entry> want;
+  ASSERT_TRUE(idx.List(dir, 0, [&](const Entry& e) { return want.push_back(e), true; }).ok());
+  ASSERT_EQ(want.size(), dir.num_children);
+  for (uint64_t start = 0; start <= want.size(); ++start) {
+    const std::string right = start < want.size() ? want[start].name : "";
+    for (std::string hint : {right, std::string(), std::string("not-a-child"),
+                             want.empty() ? std::string("x") : want.front().name,
+                             std::string("bad/name")}) {
+      std::vector<std::pair<std::string, uint64_t>> got;
+      std::vector<EntryKind> kinds;
+      Status s = idx.ListNames(dir, start, hint, [&](const IndexReader::DirEntry& d) {
+        got.emplace_back(std::string(d.name), d.ino);
+        kinds.push_back(d.kind);
+        return true;
+      });
+      ASSERT_TRUE(s.ok()) << s.ToString();
+      ASSERT_EQ(got.size(), want.size() - start) << "start " << start << " hint " << hint;
+      for (size_t i = 0; i < got.size(); ++i) {
+        EXPECT_EQ(got[i].first, want[start + i].name);
+        EXPECT_EQ(got[i].second, want[start + i].ino);
+        EXPECT_EQ(kinds[i], want[start + i].kind);
+      }
+    }
+  }
+  // fn returning false stops the walk.
+  size_t calls = 0;
+  ASSERT_TRUE(idx.ListNames(dir, 0, "", [&](const IndexReader::DirEntry&) {
+                   return ++calls < 2;
+                 }).ok());
+  EXPECT_EQ(calls, std::min<size_t>(2, want.size()));
+}
+
+TEST(StoreIndexTest, ListNamesMatchesList) {
+  TempDir dir;
+  const std::string path = dir.Join("index.lmdb");
+  BuildIndex(path);
+  auto r = IndexReader::Open(path);
+  ASSERT_TRUE(r.has_value()) << r.error().ToString();
+  for (uint64_t ino : {1, 2, 4, 6}) {
+    SCOPED_TRACE(ino);
+    ExpectListNamesMatchesList(**r, *(*r)->Get(ino));
+  }
+  EXPECT_EQ((*r)->ListNames(*(*r)->Get(3), 0, "", [](auto&) { return true; }).code(),
+            Status::Code::kInvalidArgument);
+
+  const std::string wide = dir.Join("wide.lmdb");
+  BuildWideIndex(wide, 3, 300);
+  auto w = IndexReader::Open(wide);
+  ASSERT_TRUE(w.has_value()) << w.error().ToString();
+  ExpectListNamesMatchesList(**w, *(*w)->LookupPath("d0001"));
 }
 
 TEST(StoreIndexTest, DirentsOutOfOrderStillWork) {
