@@ -445,6 +445,29 @@ struct IndexReader::Impl {
   std::mutex mu;
   std::vector<MDB_txn*> idle_txns;  // GUARDED_BY(mu); reset, ready for mdb_txn_renew
 
+  // The env is opened MDB_NORDAHEAD (random lookups must not read 128 KiB each), so a cold
+  // listing would fault the dirents in one page at a time. The dirents of a directory, and of
+  // the directories after it, lie in adjacent leaf pages of the compacted file, so a listing
+  // asks for the next kListReadahead bytes whenever it steps past what it asked for last.
+  static constexpr uintptr_t kListReadahead = 256 << 10;
+  std::atomic<uintptr_t> list_advised_begin{0}, list_advised_end{0};
+  void AdviseListing(const void* at) {
+    if (map_addr == nullptr) return;
+    const auto p = reinterpret_cast<uintptr_t>(at);
+    const auto map_begin = reinterpret_cast<uintptr_t>(map_addr);
+    const uintptr_t map_end = map_begin + map_size;
+    if (p < map_begin || p >= map_end) return;
+    if (p >= list_advised_begin.load(std::memory_order_relaxed) &&
+        p < list_advised_end.load(std::memory_order_relaxed)) {
+      return;
+    }
+    const uintptr_t begin = p & ~uintptr_t{4095};
+    const uintptr_t end = std::min(begin + kListReadahead, map_end);
+    list_advised_begin.store(begin, std::memory_order_relaxed);
+    list_advised_end.store(end, std::memory_order_relaxed);
+    ::madvise(reinterpret_cast<void*>(begin), end - begin, MADV_WILLNEED);
+  }
+
   ~Impl() {
     for (MDB_txn* t : idle_txns) mdb_txn_abort(t);
     if (env) mdb_env_close(env);
@@ -807,6 +830,7 @@ Status IndexReader::ListNames(const Entry& dir, uint64_t start, std::string_view
         !IsValidName(name)) {
       return Status::Corruption(path + ": malformed dirent for inode " + std::to_string(want));
     }
+    impl_->AdviseListing(k.mv_data);
     if (!fn(DirEntry{name, want, kind})) break;
     if (i + 1 < dir.num_children) rc = mdb_cursor_get(cursor, &k, &v, MDB_NEXT);
   }
