@@ -300,8 +300,11 @@ def prepare_disk_contents(args, disk, subset):
     root = disk.mountpoint
     data, store = os.path.join(root, "data"), os.path.join(root, "data.pcrstore")
     ready = os.path.join(root, "READY.json")
+    # A store made by another pcr (perhaps of another index format) is built again.
+    pcr_st = os.stat(args.pcr)
     want = {"source": args.source, "images": args.images, "seed": args.seed,
-            "files": [d for _, d in subset]}
+            "files": [d for _, d in subset],
+            "pcr": [os.path.realpath(args.pcr), pcr_st.st_size, pcr_st.st_mtime]}
     facts = {"data": data, "store": store}
     if not args.rebuild and os.path.exists(ready):
         with open(ready) as f:
