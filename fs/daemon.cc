@@ -38,6 +38,7 @@ struct CliOptions {
   char* msssim = nullptr;
   char* readdirplus = nullptr;
   char* index_rss = nullptr;
+  char* prefetch_chunk = nullptr;
   const char* store = nullptr;
   const char* mountpoint = nullptr;  // also left in the arguments for libfuse
   int nonopt_seen = 0;
@@ -56,6 +57,7 @@ const fuse_opt kOptionSpecs[] = {PCRFS_OPT("scans=%u", scans),
                                  PCRFS_OPT("msssim=%s", msssim),
                                  PCRFS_OPT("readdirplus=%s", readdirplus),
                                  PCRFS_OPT("index_rss=%s", index_rss),
+                                 PCRFS_OPT("prefetch_chunk=%s", prefetch_chunk),
                                  FUSE_OPT_END};
 
 // Takes the first non-option argument as the store; leaves the mount point to libfuse.
@@ -91,6 +93,8 @@ void PrintUsage(const char* prog) {
       "                           (default 64; 0 turns it off)\n"
       "    -o prefetch=P          once P%% of a record's files have been read, fetch the\n"
       "                           record's whole level prefix at once (default 3; 0: off)\n"
+      "    -o prefetch_chunk=SIZE the prefetcher's read size, 4K..16M (default auto: 64K..1M,\n"
+      "                           adapted so one read takes a few ms on this device)\n"
       "    -o readdirplus=MODE    no: plain listings (default), cheapest for find or a\n"
       "                           framework's walk of a huge tree; yes: listings carry every\n"
       "                           entry's attributes, so stat/open of listed files costs no\n"
@@ -249,6 +253,7 @@ int RunDaemon(int argc, char** argv) {
       std::free(cli->msssim);
       std::free(cli->readdirplus);
       std::free(cli->index_rss);
+      std::free(cli->prefetch_chunk);
       fuse_opt_free_args(args);
     }
   } cleanup{&args, &opts, &cli};
@@ -307,6 +312,15 @@ int RunDaemon(int argc, char** argv) {
       return 1;
     }
     index_rss = *size;
+  }
+  if (cli.prefetch_chunk != nullptr && std::string_view(cli.prefetch_chunk) != "auto") {
+    auto size = ParseSize(cli.prefetch_chunk);
+    if (!size || *size < (4u << 10) || *size > (16u << 20)) {
+      std::fprintf(stderr, "%s: -o prefetch_chunk=%s: expected auto or a size, 4K..16M\n", prog,
+                   cli.prefetch_chunk);
+      return 1;
+    }
+    fs_options.prefetch_chunk = *size;
   }
   if (cli.cache_size != nullptr) {
     auto size = ParseSize(cli.cache_size);

@@ -1,10 +1,12 @@
 #include "fs/prefetcher.h"
 
 #include <algorithm>
+#include <chrono>
 
 namespace pcrfs::fs {
 
-Prefetcher::Prefetcher() : thread_([this] { Loop(); }) {}
+Prefetcher::Prefetcher(uint64_t fixed_chunk)
+    : fixed_chunk_(fixed_chunk), thread_([this] { Loop(); }) {}
 
 Prefetcher::~Prefetcher() {
   {
@@ -34,16 +36,30 @@ void Prefetcher::Loop() {
       r = std::move(queue_.front());
       queue_.pop_front();
     }
-    constexpr uint64_t kChunk = uint64_t{1} << 20;
-    if (buffer_.size() < kChunk) buffer_.resize(kChunk);
-    const uint64_t end = std::min(r.offset + r.n, r.file->Size());
-    for (uint64_t pos = r.offset; pos < end; pos += kChunk) {
-      {
-        std::lock_guard<std::mutex> l(mu_);
-        if (stop_) return;
-      }
-      const auto n = static_cast<size_t>(std::min(kChunk, end - pos));
-      if (!r.file->Read(pos, n, buffer_.data()).ok()) break;
+    Fetch(r);
+  }
+}
+
+void Prefetcher::Fetch(const Request& r) {
+  using Clock = std::chrono::steady_clock;
+  constexpr auto kSlow = std::chrono::milliseconds(8);
+  constexpr auto kFast = std::chrono::milliseconds(2);
+  const uint64_t end = std::min(r.offset + r.n, r.file->Size());
+  for (uint64_t pos = r.offset; pos < end;) {
+    {
+      std::lock_guard<std::mutex> l(mu_);
+      if (stop_) return;
+    }
+    const uint64_t chunk = fixed_chunk_ > 0 ? fixed_chunk_ : chunk_;
+    const auto n = static_cast<size_t>(std::min(chunk, end - pos));
+    if (buffer_.size() < n) buffer_.resize(n);
+    const auto start = Clock::now();
+    if (!r.file->Read(pos, n, buffer_.data()).ok()) return;
+    const auto took = Clock::now() - start;
+    pos += n;
+    if (fixed_chunk_ == 0 && n == chunk) {
+      if (took > kSlow && chunk_ > kMinChunk) chunk_ /= 2;
+      if (took < kFast && chunk_ < kMaxChunk) chunk_ *= 2;
     }
   }
 }

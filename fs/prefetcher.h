@@ -1,10 +1,15 @@
 // Reads large ranges into the page cache on a thread of its own, so the FUSE thread that
-// noticed the pattern is not held up. The range is read with plain reads of 1 MiB, one at a
-// time, not handed to the kernel as one WILLNEED: on bandwidth-limited storage an async
-// request for a whole record prefix (tens of MB) queues ahead of every demand read, and
-// readers then wait until nearly all of it has arrived (bandwidth-capped benchmark:
-// 4 of 12 targets met that way). One 1 MiB read in flight lets demand reads through between
-// chunks while the prefix still streams in sequentially.
+// noticed the pattern is not held up. The range is read with plain reads, one at a time, not
+// handed to the kernel as one WILLNEED: on bandwidth-limited storage an async request for a
+// whole record prefix (tens of MB) queues ahead of every demand read, and readers then wait
+// until nearly all of it has arrived (bandwidth-capped benchmark: 4 of 12 targets met that
+// way). One read in flight lets demand reads through between chunks while the prefix still
+// streams in sequentially.
+//
+// The chunk adapts to the device: a demand read that arrives behind a chunk waits for it, so
+// a chunk should take a few milliseconds, whatever the bandwidth. A chunk that took more than
+// 8 ms halves the next (down to 64 KiB); one that took under 2 ms doubles it (up to 1 MiB). A
+// fast disk keeps 1 MiB reads; a 10 MB/s link gets 64 KiB ones (6.5 ms each).
 #pragma once
 
 #include <condition_variable>
@@ -21,7 +26,11 @@ namespace pcrfs::fs {
 
 class Prefetcher {
  public:
-  Prefetcher();
+  static constexpr uint64_t kMinChunk = uint64_t{64} << 10;
+  static constexpr uint64_t kMaxChunk = uint64_t{1} << 20;
+
+  // fixed_chunk > 0: always read that many bytes at a time (no adaptation).
+  explicit Prefetcher(uint64_t fixed_chunk = 0);
   ~Prefetcher();  // drops pending requests and joins the thread
   Prefetcher(const Prefetcher&) = delete;
   Prefetcher& operator=(const Prefetcher&) = delete;
@@ -37,11 +46,14 @@ class Prefetcher {
     uint64_t n;
   };
   void Loop();
+  void Fetch(const Request& r);
 
   std::mutex mu_;
   std::condition_variable cv_;
   std::deque<Request> queue_;  // GUARDED_BY(mu_)
   bool stop_ = false;          // GUARDED_BY(mu_)
+  const uint64_t fixed_chunk_;
+  uint64_t chunk_ = kMaxChunk;   // the thread's; the next read's size
   std::vector<uint8_t> buffer_;  // the thread's scratch space
   std::thread thread_;
 };

@@ -214,7 +214,8 @@ class MountTest(unittest.TestCase):
                     self.assertEqual("opcode: READDIRPLUS" in log, plus, mode)
 
     def test_index_pages_released_constantly(self):
-        # index_rss=1: the daemon unmaps its index pages every 50 ms, whatever it is doing.
+        # index_rss=1: the daemon unmaps its index pages every 16 index calls, whatever it is
+        # doing.
         files = source_files()
         with Mount(STORE, self.mnt, "-o", "index_rss=1,scans=4"):
             for round in range(3):
@@ -223,6 +224,17 @@ class MountTest(unittest.TestCase):
                     self.assertEqual(open(os.path.join(self.mnt, f), "rb").read(),
                                      pcr_cat(STORE, f, 4), f)
                 time.sleep(0.25)
+
+    def test_prefetch_chunk_sizes_serve_the_same_bytes(self):
+        # prefetch=1: the record prefetcher starts after the first file of a record; every
+        # chunk size (fixed, tiny; fixed, large; adaptive) must leave reads exact.
+        files = source_files()
+        for chunk in ("4K", "16M", "auto"):
+            with self.subTest(chunk=chunk), Mount(STORE, self.mnt, "-o",
+                                                  f"prefetch=1,prefetch_chunk={chunk},scans=3"):
+                for f in files:
+                    self.assertEqual(open(os.path.join(self.mnt, f), "rb").read(),
+                                     pcr_cat(STORE, f, 3), f)
 
     def test_read_only(self):
         with Mount(STORE, self.mnt):
@@ -447,6 +459,8 @@ class BadArgumentsTest(unittest.TestCase):
                 ([STORE, mnt, "-o", "cache_size=lots"], "cache_size"),
                 ([STORE, mnt, "-o", "readdirplus=maybe"], "readdirplus"),
                 ([STORE, mnt, "-o", "index_rss=lots"], "index_rss"),
+                ([STORE, mnt, "-o", "prefetch_chunk=1K"], "prefetch_chunk"),
+                ([STORE, mnt, "-o", "prefetch_chunk=lots"], "prefetch_chunk"),
             ]
             for args, words in cases:
                 with self.subTest(args=args):
