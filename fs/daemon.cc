@@ -93,8 +93,8 @@ void PrintUsage(const char* prog) {
       "                           (default 64; 0 turns it off)\n"
       "    -o prefetch=P          once P%% of a record's files have been read, fetch the\n"
       "                           record's whole level prefix at once (default 3; 0: off)\n"
-      "    -o prefetch_chunk=SIZE the prefetcher's read size, 4K..16M (default auto: 64K..1M,\n"
-      "                           adapted so one read takes a few ms on this device)\n"
+      "    -o prefetch_chunk=SIZE the prefetcher's read size, 4K..16M (default 1M), or auto:\n"
+      "                           64K..1M, adapted so that one read takes a few ms\n"
       "    -o readdirplus=MODE    no: plain listings (default), cheapest for find or a\n"
       "                           framework's walk of a huge tree; yes: listings carry every\n"
       "                           entry's attributes, so stat/open of listed files costs no\n"
@@ -313,7 +313,9 @@ int RunDaemon(int argc, char** argv) {
     }
     index_rss = *size;
   }
-  if (cli.prefetch_chunk != nullptr && std::string_view(cli.prefetch_chunk) != "auto") {
+  if (cli.prefetch_chunk != nullptr && std::string_view(cli.prefetch_chunk) == "auto") {
+    fs_options.prefetch_chunk = 0;
+  } else if (cli.prefetch_chunk != nullptr) {
     auto size = ParseSize(cli.prefetch_chunk);
     if (!size || *size < (4u << 10) || *size > (16u << 20)) {
       std::fprintf(stderr, "%s: -o prefetch_chunk=%s: expected auto or a size, 4K..16M\n", prog,

@@ -41,8 +41,8 @@ struct FsOptions {
   // Once this percentage of a record's files has been read (a shuffled epoch touches every
   // record evenly), fetch the record's whole level-k prefix in one large read. 0: never.
   uint32_t prefetch_percent = 3;
-  // The prefetcher's read size: 0 adapts it to the device (64 KiB..1 MiB, a few ms per read).
-  uint64_t prefetch_chunk = 0;
+  // The prefetcher's read size; 0 adapts it to the device (64 KiB..1 MiB, a few ms per read).
+  uint64_t prefetch_chunk = uint64_t{1} << 20;
   // Plain by default: with attributes, a listing makes the kernel build an inode per entry,
   // and `find` over a million files took 3.9x native and 1.2 GB of kernel memory (plain:
   // 0.6x, nothing). Opening a file then costs one LOOKUP, once per mount.

@@ -5,8 +5,7 @@
 
 namespace pcrfs::fs {
 
-Prefetcher::Prefetcher(uint64_t fixed_chunk)
-    : fixed_chunk_(fixed_chunk), thread_([this] { Loop(); }) {}
+Prefetcher::Prefetcher(uint64_t chunk) : fixed_chunk_(chunk), thread_([this] { Loop(); }) {}
 
 Prefetcher::~Prefetcher() {
   {

@@ -62,7 +62,7 @@ void ExpectCovers(const std::vector<std::pair<uint64_t, size_t>>& reads, uint64_
 
 TEST(PrefetcherTest, FastDeviceKeepsLargeReads) {
   auto dev = std::make_shared<SimulatedDevice>(uint64_t{64} << 20, 0);
-  Prefetcher p;
+  Prefetcher p(0);
   p.Submit(dev, 4096, (uint64_t{16} << 20) - 4096);
   auto reads = dev->WaitFor(4096, uint64_t{16} << 20);
   ExpectCovers(reads, 4096, uint64_t{16} << 20);
@@ -79,7 +79,7 @@ TEST(PrefetcherTest, SlowDeviceGetsSmallReads) {
   // long. The chunk halves until a read takes under 8 ms: 64 KiB (6.6 ms).
   const uint64_t end = uint64_t{3} << 20;
   auto dev = std::make_shared<SimulatedDevice>(end, 10e6);
-  Prefetcher p;
+  Prefetcher p(0);
   p.Submit(dev, 0, end);
   auto reads = dev->WaitFor(0, end);
   ExpectCovers(reads, 0, end);
@@ -88,6 +88,16 @@ TEST(PrefetcherTest, SlowDeviceGetsSmallReads) {
   EXPECT_EQ(reads[1].second, Prefetcher::kMaxChunk / 2);
   EXPECT_EQ(reads.back().second, Prefetcher::kMinChunk);
   for (size_t i = 1; i < reads.size(); ++i) EXPECT_LE(reads[i].second, reads[i - 1].second);
+}
+
+TEST(PrefetcherTest, DefaultIsOneMebibyteReads) {
+  auto dev = std::make_shared<SimulatedDevice>(uint64_t{3} << 20, 10e6);
+  Prefetcher p;
+  p.Submit(dev, 0, uint64_t{3} << 20);
+  auto reads = dev->WaitFor(0, uint64_t{3} << 20);
+  ExpectCovers(reads, 0, uint64_t{3} << 20);
+  ASSERT_EQ(reads.size(), 3u);
+  for (auto [off, n] : reads) EXPECT_EQ(n, Prefetcher::kMaxChunk);
 }
 
 TEST(PrefetcherTest, FixedChunk) {
