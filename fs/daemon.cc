@@ -35,6 +35,7 @@ struct CliOptions {
   int gid = -1;
   unsigned readahead = 64;
   unsigned prefetch = 3;
+  unsigned prefetch_probe = 1;
   char* msssim = nullptr;
   char* readdirplus = nullptr;
   char* index_rss = nullptr;
@@ -54,6 +55,7 @@ const fuse_opt kOptionSpecs[] = {PCRFS_OPT("scans=%u", scans),
                                  PCRFS_OPT("gid=%d", gid),
                                  PCRFS_OPT("readahead=%u", readahead),
                                  PCRFS_OPT("prefetch=%u", prefetch),
+                                 PCRFS_OPT("prefetch_probe=%u", prefetch_probe),
                                  PCRFS_OPT("msssim=%s", msssim),
                                  PCRFS_OPT("readdirplus=%s", readdirplus),
                                  PCRFS_OPT("index_rss=%s", index_rss),
@@ -93,6 +95,8 @@ void PrintUsage(const char* prog) {
       "                           (default 64; 0 turns it off)\n"
       "    -o prefetch=P          once P%% of a record's files have been read, fetch the\n"
       "                           record's whole level prefix at once (default 3; 0: off)\n"
+      "    -o prefetch_probe=0|1  1 (default): pause the prefetcher while the device moves\n"
+      "                           as many bytes without it (bandwidth-bound storage)\n"
       "    -o prefetch_chunk=SIZE the prefetcher's read size, 4K..16M (default 1M), or auto:\n"
       "                           64K..1M, adapted so that one read takes a few ms\n"
       "    -o readdirplus=MODE    no: plain listings (default), cheapest for find or a\n"
@@ -288,6 +292,11 @@ int RunDaemon(int argc, char** argv) {
     return 1;
   }
   fs_options.prefetch_percent = cli.prefetch;
+  if (cli.prefetch_probe > 1) {
+    std::fprintf(stderr, "%s: -o prefetch_probe must be 0 or 1\n", prog);
+    return 1;
+  }
+  fs_options.prefetch_probe = cli.prefetch_probe == 1;
   if (cli.readdirplus != nullptr) {
     const std::string_view mode(cli.readdirplus);
     if (mode == "yes") {

@@ -43,6 +43,9 @@ struct FsOptions {
   uint32_t prefetch_percent = 3;
   // The prefetcher's read size; 0 adapts it to the device (64 KiB..1 MiB, a few ms per read).
   uint64_t prefetch_chunk = uint64_t{1} << 20;
+  // Measure whether prefetching raises the storage's throughput, and pause it while it does
+  // not (see Prefetcher). false: always prefetch.
+  bool prefetch_probe = true;
   // Plain by default: with attributes, a listing makes the kernel build an inode per entry,
   // and `find` over a million files took 3.9x native and 1.2 GB of kernel memory (plain:
   // 0.6x, nothing). Opening a file then costs one LOOKUP, once per mount.
@@ -135,7 +138,13 @@ class Filesystem {
   mutable std::set<std::pair<uint32_t, uint32_t>> damaged_logged_;  // GUARDED_BY(mu_)
   mutable std::set<uint32_t> record_problem_logged_;                // GUARDED_BY(mu_)
   mutable std::vector<RecordAccess> access_;                        // GUARDED_BY(mu_); by record
-  mutable Prefetcher prefetcher_{options_.prefetch_chunk};
+  mutable Prefetcher prefetcher_{PrefetcherOptions(options_)};
+  static Prefetcher::Options PrefetcherOptions(const FsOptions& o) {
+    Prefetcher::Options p;
+    p.chunk = o.prefetch_chunk;
+    p.probe = o.prefetch_probe;
+    return p;
+  }
 };
 
 }  // namespace pcrfs::fs

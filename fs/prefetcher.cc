@@ -1,11 +1,30 @@
 #include "fs/prefetcher.h"
 
+#include <fcntl.h>
+#include <unistd.h>
+
 #include <algorithm>
-#include <chrono>
+#include <cstdio>
+#include <cstring>
 
 namespace pcrfs::fs {
 
-Prefetcher::Prefetcher(uint64_t chunk) : fixed_chunk_(chunk), thread_([this] { Loop(); }) {}
+uint64_t ProcessStorageReadBytes() {
+  const int fd = ::open("/proc/self/io", O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return 0;
+  char buf[512];
+  const ssize_t n = ::read(fd, buf, sizeof(buf) - 1);
+  ::close(fd);
+  if (n <= 0) return 0;
+  buf[n] = '\0';
+  const char* p = std::strstr(buf, "\nread_bytes:");
+  unsigned long long v = 0;
+  if (p == nullptr || std::sscanf(p + 1, "read_bytes: %llu", &v) != 1) return 0;
+  return v;
+}
+
+Prefetcher::Prefetcher(Options options)
+    : options_(std::move(options)), thread_([this] { Loop(); }) {}
 
 Prefetcher::~Prefetcher() {
   {
@@ -22,7 +41,17 @@ void Prefetcher::Submit(std::shared_ptr<RandomAccessFile> file, uint64_t offset,
     std::lock_guard<std::mutex> l(mu_);
     queue_.push_back({std::move(file), offset, n});
   }
-  cv_.notify_one();
+  cv_.notify_all();
+}
+
+uint64_t Prefetcher::pauses() const {
+  std::lock_guard<std::mutex> l(mu_);
+  return pauses_;
+}
+
+uint64_t Prefetcher::resumes() const {
+  std::lock_guard<std::mutex> l(mu_);
+  return resumes_;
 }
 
 void Prefetcher::Loop() {
@@ -30,8 +59,11 @@ void Prefetcher::Loop() {
     Request r;
     {
       std::unique_lock<std::mutex> l(mu_);
+      const auto idle_since = Clock::now();
       cv_.wait(l, [&] { return stop_ || !queue_.empty(); });
       if (stop_) return;
+      // After an idle spell longer than a hold, what was measured is stale: measure afresh.
+      if (Clock::now() - idle_since > kHoldWindows * options_.window) gate_started_ = false;
       r = std::move(queue_.front());
       queue_.pop_front();
     }
@@ -39,8 +71,59 @@ void Prefetcher::Loop() {
   }
 }
 
+bool Prefetcher::SleepUntil(Clock::time_point t) {
+  std::unique_lock<std::mutex> l(mu_);
+  cv_.wait_until(l, t, [&] { return stop_; });
+  return !stop_;
+}
+
+bool Prefetcher::Gate() {
+  if (!options_.probe) return true;
+  const auto now = Clock::now();
+  const auto window = options_.window;
+  if (!gate_started_) {
+    gate_started_ = true;
+    phase_ = Phase::kMeasureOn;
+    phase_start_ = now;
+    phase_end_ = now + window;
+    phase_bytes0_ = options_.storage_read_bytes();
+  }
+  while (now >= phase_end_) {
+    const uint64_t bytes = options_.storage_read_bytes();
+    const double seconds = std::chrono::duration<double>(now - phase_start_).count();
+    const double rate = seconds > 0 ? static_cast<double>(bytes - phase_bytes0_) / seconds : 0;
+    switch (phase_) {
+      case Phase::kMeasureOn:  // read for a window; now pause for one
+        rate_on_ = rate;
+        phase_ = Phase::kMeasureOff;
+        phase_end_ = now + window;
+        break;
+      case Phase::kMeasureOff: {
+        // Nearly as many bytes came from storage without the prefetcher: the readers keep
+        // the device busy by themselves. (If it moved almost nothing while prefetching, the
+        // prefix was already cached and prefetching costs nothing: keep going.)
+        const bool paused = rate_on_ > 1e6 && rate >= 0.8 * rate_on_;
+        {
+          std::lock_guard<std::mutex> l(mu_);
+          ++(paused ? pauses_ : resumes_);
+        }
+        phase_ = paused ? Phase::kHoldOff : Phase::kHoldOn;
+        phase_end_ = now + kHoldWindows * window;
+        break;
+      }
+      case Phase::kHoldOn:
+      case Phase::kHoldOff:
+        phase_ = Phase::kMeasureOn;
+        phase_end_ = now + window;
+        break;
+    }
+    phase_start_ = now;
+    phase_bytes0_ = bytes;
+  }
+  return phase_ == Phase::kMeasureOn || phase_ == Phase::kHoldOn;
+}
+
 void Prefetcher::Fetch(const Request& r) {
-  using Clock = std::chrono::steady_clock;
   constexpr auto kSlow = std::chrono::milliseconds(8);
   constexpr auto kFast = std::chrono::milliseconds(2);
   const uint64_t end = std::min(r.offset + r.n, r.file->Size());
@@ -49,14 +132,18 @@ void Prefetcher::Fetch(const Request& r) {
       std::lock_guard<std::mutex> l(mu_);
       if (stop_) return;
     }
-    const uint64_t chunk = fixed_chunk_ > 0 ? fixed_chunk_ : chunk_;
+    if (!Gate()) {
+      if (!SleepUntil(phase_end_)) return;
+      continue;
+    }
+    const uint64_t chunk = options_.chunk > 0 ? options_.chunk : chunk_;
     const auto n = static_cast<size_t>(std::min(chunk, end - pos));
     if (buffer_.size() < n) buffer_.resize(n);
     const auto start = Clock::now();
     if (!r.file->Read(pos, n, buffer_.data()).ok()) return;
     const auto took = Clock::now() - start;
     pos += n;
-    if (fixed_chunk_ == 0 && n == chunk) {
+    if (options_.chunk == 0 && n == chunk) {
       if (took > kSlow && chunk_ > kMinChunk) chunk_ /= 2;
       if (took < kFast && chunk_ < kMaxChunk) chunk_ *= 2;
     }

@@ -229,9 +229,10 @@ class MountTest(unittest.TestCase):
         # prefetch=1: the record prefetcher starts after the first file of a record; every
         # chunk size (fixed, tiny; fixed, large; adaptive) must leave reads exact.
         files = source_files()
-        for chunk in ("4K", "16M", "auto"):
-            with self.subTest(chunk=chunk), Mount(STORE, self.mnt, "-o",
-                                                  f"prefetch=1,prefetch_chunk={chunk},scans=3"):
+        for chunk, probe in (("4K", 0), ("16M", 1), ("auto", 1), ("1M", 0)):
+            with self.subTest(chunk=chunk, probe=probe), Mount(
+                    STORE, self.mnt, "-o",
+                    f"prefetch=1,prefetch_chunk={chunk},prefetch_probe={probe},scans=3"):
                 for f in files:
                     self.assertEqual(open(os.path.join(self.mnt, f), "rb").read(),
                                      pcr_cat(STORE, f, 3), f)
@@ -461,6 +462,7 @@ class BadArgumentsTest(unittest.TestCase):
                 ([STORE, mnt, "-o", "index_rss=lots"], "index_rss"),
                 ([STORE, mnt, "-o", "prefetch_chunk=1K"], "prefetch_chunk"),
                 ([STORE, mnt, "-o", "prefetch_chunk=lots"], "prefetch_chunk"),
+                ([STORE, mnt, "-o", "prefetch_probe=2"], "prefetch_probe"),
             ]
             for args, words in cases:
                 with self.subTest(args=args):
