@@ -360,6 +360,7 @@ Result<std::string> Filesystem::GetXattr(uint64_t ino, std::string_view name) co
   }
   const std::string_view key = name.substr(sizeof(kXattrPrefix) - 1);
   const int level = r->ladder_root ? 0 : r->level;
+  if (key == "prefetch" && ino == kFuseRootIno) return prefetcher_.Describe();
   if (key == "level") {
     if (level == 0) return Err(Errno(ENODATA, name));
     return std::to_string(level);
@@ -381,6 +382,7 @@ Result<std::vector<std::string>> Filesystem::ListXattr(uint64_t ino) const {
   auto r = Resolve(ino);
   if (!r) return Err(r.error());
   std::vector<std::string> names;
+  if (ino == kFuseRootIno) names.push_back(std::string(kXattrPrefix) + "prefetch");
   if (r->ladder_root) return names;
   if (r->entry.is_dir()) {
     names.push_back(std::string(kXattrPrefix) + "level");

@@ -54,6 +54,13 @@ uint64_t Prefetcher::resumes() const {
   return resumes_;
 }
 
+std::string Prefetcher::Describe() const {
+  std::lock_guard<std::mutex> l(mu_);
+  return std::string(paused_ ? "paused" : "prefetching") +
+         (options_.probe ? "" : " (probe off)") + "; probe paused it " + std::to_string(pauses_) +
+         " times, resumed it " + std::to_string(resumes_) + " times";
+}
+
 void Prefetcher::Loop() {
   for (;;) {
     Request r;
@@ -106,6 +113,7 @@ bool Prefetcher::Gate() {
         {
           std::lock_guard<std::mutex> l(mu_);
           ++(paused ? pauses_ : resumes_);
+          paused_ = paused;
         }
         phase_ = paused ? Phase::kHoldOff : Phase::kHoldOn;
         phase_end_ = now + kHoldWindows * window;

@@ -30,6 +30,7 @@
 #include <functional>
 #include <memory>
 #include <mutex>
+#include <string>
 #include <thread>
 #include <vector>
 
@@ -66,6 +67,9 @@ class Prefetcher {
   // How many times a measurement paused / resumed prefetching (for tests and logs).
   uint64_t pauses() const;
   uint64_t resumes() const;
+  // "prefetching" or "paused" (the probe found that the readers alone fill the device), and
+  // the counts: what user.pcrfs.prefetch on the mount's root shows.
+  std::string Describe() const;
 
  private:
   using Clock = std::chrono::steady_clock;
@@ -91,6 +95,7 @@ class Prefetcher {
   std::deque<Request> queue_;  // GUARDED_BY(mu_)
   bool stop_ = false;          // GUARDED_BY(mu_)
   uint64_t pauses_ = 0, resumes_ = 0;  // GUARDED_BY(mu_)
+  bool paused_ = false;                // GUARDED_BY(mu_)
 
   // The thread's own state.
   uint64_t chunk_ = kMaxChunk;  // the next read's size when adapting

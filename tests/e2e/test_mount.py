@@ -130,6 +130,7 @@ class MountTest(unittest.TestCase):
             self.assertEqual(os.getxattr(q, "user.pcrfs.passthrough"), b"1")
             self.assertEqual(os.getxattr(q, "user.pcrfs.passthrough_reason"), b"not-jpeg")
             self.assertIn("user.pcrfs.level", os.listxattr(p))
+            self.assertTrue(os.getxattr(self.mnt, "user.pcrfs.prefetch").startswith(b"prefetching"))
             with self.assertRaises(OSError) as cm:
                 os.getxattr(p, "user.pcrfs.nonsense")
             self.assertEqual(cm.exception.errno, errno.ENODATA)
