@@ -98,7 +98,9 @@ bool Prefetcher::Gate() {
   while (now >= phase_end_) {
     const uint64_t bytes = options_.storage_read_bytes();
     const double seconds = std::chrono::duration<double>(now - phase_start_).count();
-    const double rate = seconds > 0 ? static_cast<double>(bytes - phase_bytes0_) / seconds : 0;
+    // (The counter cannot go back, but a failed read of it gives 0.)
+    const uint64_t moved = bytes >= phase_bytes0_ ? bytes - phase_bytes0_ : 0;
+    const double rate = seconds > 0 ? static_cast<double>(moved) / seconds : 0;
     switch (phase_) {
       case Phase::kMeasureOn:  // read for a window; now pause for one
         rate_on_ = rate;
