@@ -360,7 +360,10 @@ Result<std::string> Filesystem::GetXattr(uint64_t ino, std::string_view name) co
   }
   const std::string_view key = name.substr(sizeof(kXattrPrefix) - 1);
   const int level = r->ladder_root ? 0 : r->level;
-  if (key == "prefetch" && ino == kFuseRootIno) return prefetcher_.Describe();
+  if (key == "prefetch" && ino == kFuseRootIno) {
+    if (options_.prefetch_percent == 0) return std::string("off (-o prefetch=0)");
+    return prefetcher_.Describe();
+  }
   if (key == "level") {
     if (level == 0) return Err(Errno(ENODATA, name));
     return std::to_string(level);

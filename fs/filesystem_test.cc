@@ -260,6 +260,10 @@ TEST_F(FilesystemTest, XattrsDescribeTheFile) {
             "prefetching; probe paused it 0 times, resumed it 0 times");
   EXPECT_EQ(fs->GetXattr(Walk(*fs, "scan3"), "user.pcrfs.prefetch").error().ToErrno(), ENODATA);
   EXPECT_EQ(fs->GetXattr(jpg, "user.pcrfs.prefetch").error().ToErrno(), ENODATA);
+  FsOptions off;
+  off.prefetch_percent = 0;
+  EXPECT_EQ(Make(off)->GetXattr(kFuseRootIno, "user.pcrfs.prefetch").value(),
+            "off (-o prefetch=0)");
   FsOptions no_probe;
   no_probe.prefetch_probe = false;
   EXPECT_EQ(Make(no_probe)->GetXattr(kFuseRootIno, "user.pcrfs.prefetch").value(),

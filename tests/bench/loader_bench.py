@@ -376,6 +376,10 @@ def measured_epoch(args, facts, disk, level, root, mount, seed, drops0=None):
     if mount:
         r["daemon_cpu_s"] = proc_cpu_seconds(mount.pid) - d0
         r["daemon_hwm"] = proc_status_kib(mount.pid, "VmHWM") * 1024
+        try:  # what the record prefetcher did (its probe pauses it on bandwidth-bound storage)
+            r["prefetch"] = os.getxattr(mount.mnt, "user.pcrfs.prefetch").decode()
+        except OSError:
+            r["prefetch"] = None
     else:
         r["daemon_cpu_s"] = 0.0
     ours = r["worker_cpu_s"] + r["main_cpu_s"] + r["daemon_cpu_s"]
@@ -469,7 +473,8 @@ def log_epoch(cond, level, r):
         + (f"[{r['foreign_drops']} FOREIGN CACHE DROPS] " if r["foreign_drops"] else "") +
         f"({r['wall']:.1f} s), read {r['read_ms']:.2f} decode {r['decode_ms']:.2f} transform "
         f"{r['transform_ms']:.2f} ms/image, I/O wait {r['io_wait_frac'] * 100:.0f}%, device "
-        f"{r['device_bytes'] / MB:.1f} MB, daemon CPU {r['daemon_cpu_s']:.2f} s")
+        f"{r['device_bytes'] / MB:.1f} MB, daemon CPU {r['daemon_cpu_s']:.2f} s"
+        + (f", prefetcher: {r['prefetch']}" if r.get("prefetch") else ""))
 
 
 def summarize(epochs):
