@@ -67,6 +67,23 @@ Status PwriteFull(int fd, const void* buf, size_t n, uint64_t offset, const std:
   return Status::OK();
 }
 
+std::string ReadSmallFile(const char* path, size_t max) {
+  std::string out;
+  const int fd = ::open(path, O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return out;
+  out.resize(max);
+  size_t used = 0;
+  while (used < max) {
+    const ssize_t r = ::read(fd, out.data() + used, max - used);
+    if (r < 0 && errno == EINTR) continue;
+    if (r <= 0) break;
+    used += static_cast<size_t>(r);
+  }
+  ::close(fd);
+  out.resize(used);
+  return out;
+}
+
 Result<std::vector<uint8_t>> ReadWholeFile(const std::string& path, uint64_t max_bytes) {
   auto fd = OpenFile(path, O_RDONLY);
   if (!fd) return Err(fd.error());

@@ -53,6 +53,11 @@ Status PwriteFull(int fd, const void* buf, size_t n, uint64_t offset, const std:
 // Reads a whole file. Fails with ResourceExhausted if it is larger than max_bytes.
 Result<std::vector<uint8_t>> ReadWholeFile(const std::string& path, uint64_t max_bytes);
 
+// Reads at most `max` bytes of a small file (a /proc file, whose st_size is 0) with as few
+// read(2) calls as it takes, into a reused buffer; an empty string if it cannot be opened or
+// read. For numbers polled on a hot path (/proc/self/statm, /proc/self/io).
+std::string ReadSmallFile(const char* path, size_t max = 4096);
+
 // Writes `data` to path via path.tmp + fsync + rename, so readers see old or new, never half.
 Status WriteFileAtomic(const std::string& path, const void* data, size_t n);
 

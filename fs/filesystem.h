@@ -39,7 +39,7 @@ struct FsOptions {
   // Read ahead this many following slots of a record when reads walk it in order.
   uint32_t readahead_slots = 64;
   // Once this percentage of a record's files has been read (a shuffled epoch touches every
-  // record evenly), fetch the record's whole level-k prefix in one large read. 0: never.
+  // record evenly), fetch the record's whole level-k prefix (Prefetcher). 0: never.
   uint32_t prefetch_percent = 3;
   // The prefetcher's read size; 0 adapts it to the device (64 KiB..1 MiB, a few ms per read).
   uint64_t prefetch_chunk = uint64_t{1} << 20;

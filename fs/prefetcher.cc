@@ -1,26 +1,18 @@
 #include "fs/prefetcher.h"
 
-#include <fcntl.h>
-#include <unistd.h>
-
 #include <algorithm>
-#include <cstdio>
-#include <cstring>
+#include <cstdlib>
+
+#include "common/file_util.h"
 
 namespace pcrfs::fs {
 
 uint64_t ProcessStorageReadBytes() {
-  const int fd = ::open("/proc/self/io", O_RDONLY | O_CLOEXEC);
-  if (fd < 0) return 0;
-  char buf[512];
-  const ssize_t n = ::read(fd, buf, sizeof(buf) - 1);
-  ::close(fd);
-  if (n <= 0) return 0;
-  buf[n] = '\0';
-  const char* p = std::strstr(buf, "\nread_bytes:");
-  unsigned long long v = 0;
-  if (p == nullptr || std::sscanf(p + 1, "read_bytes: %llu", &v) != 1) return 0;
-  return v;
+  constexpr char kKey[] = "\nread_bytes: ";
+  const std::string io = ReadSmallFile("/proc/self/io", 512);
+  const size_t at = io.find(kKey);
+  return at == std::string::npos ? 0
+                                 : std::strtoull(io.c_str() + at + sizeof(kKey) - 1, nullptr, 10);
 }
 
 Prefetcher::Prefetcher(Options options)

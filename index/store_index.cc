@@ -150,6 +150,12 @@ Result<uint32_t> CrcOfFileRange(int fd, uint64_t n, const std::string& what) {
 }
 
 // The mapping (from /proc/self/maps) that holds address p; leaves *start null if none does.
+// Closes a cursor when the call that opened it returns.
+struct CursorCloser {
+  MDB_cursor* c;
+  ~CursorCloser() { mdb_cursor_close(c); }
+};
+
 void FindMapping(const void* p, void** start, size_t* size) {
   const auto addr = reinterpret_cast<uintptr_t>(p);
   std::FILE* maps = std::fopen("/proc/self/maps", "re");
@@ -732,10 +738,7 @@ Status IndexReader::List(const Entry& dir, uint64_t start,
   MDB_cursor* cursor;
   int rc = mdb_cursor_open(lease.txn(), impl_->entries, &cursor);
   if (rc != 0) return LmdbError(impl_->path + ": open cursor", rc);
-  struct CloseCursor {
-    MDB_cursor* c;
-    ~CloseCursor() { mdb_cursor_close(c); }
-  } close_cursor{cursor};
+  const CursorCloser close_cursor{cursor};
   std::string key = InoKey(dir.first_child + start);
   MDB_val k = Val(key.data(), key.size());
   MDB_val v;
@@ -777,10 +780,7 @@ Status IndexReader::ListNames(const Entry& dir, uint64_t start, std::string_view
   MDB_cursor* cursor;
   int rc = mdb_cursor_open(lease.txn(), impl_->dirents, &cursor);
   if (rc != 0) return LmdbError(path + ": open cursor", rc);
-  struct CloseCursor {
-    MDB_cursor* c;
-    ~CloseCursor() { mdb_cursor_close(c); }
-  } close_cursor{cursor};
+  const CursorCloser close_cursor{cursor};
   const std::string prefix = InoKey(dir.ino);
   MDB_val k, v;
   // Positions the cursor on child `start` by its name.
@@ -794,8 +794,8 @@ Status IndexReader::ListNames(const Entry& dir, uint64_t start, std::string_view
                ? DecodeBigEndian64(static_cast<const uint8_t*>(v.mv_data))
                : 0;
   };
-  rc = start_name.empty() || !IsValidName(start_name) ? MDB_NOTFOUND : seek(start_name);
-  if (start_name.empty() || rc != 0 || child_ino() != dir.first_child + start) {
+  rc = IsValidName(start_name) ? seek(start_name) : MDB_NOTFOUND;
+  if (rc != 0 || child_ino() != dir.first_child + start) {
     // No usable hint: the name of child `start` is in its entry.
     if (start == 0) {
       k = Val(prefix.data(), prefix.size());
@@ -870,16 +870,12 @@ void IndexReader::SetMappedBudget(uint64_t bytes) const {
 }
 
 uint64_t ResidentFileBytes() {
-  // statm: size resident shared text lib data dt, in pages. One read of a tiny file.
-  const int fd = ::open("/proc/self/statm", O_RDONLY | O_CLOEXEC);
-  if (fd < 0) return 0;
-  char buf[128];
-  const ssize_t n = ::read(fd, buf, sizeof(buf) - 1);
-  ::close(fd);
-  if (n <= 0) return 0;
-  buf[n] = '\0';
+  // statm: size resident shared text lib data dt, in pages.
   unsigned long long size = 0, resident = 0, shared = 0;
-  if (std::sscanf(buf, "%llu %llu %llu", &size, &resident, &shared) != 3) return 0;
+  if (std::sscanf(ReadSmallFile("/proc/self/statm", 128).c_str(), "%llu %llu %llu", &size,
+                  &resident, &shared) != 3) {
+    return 0;
+  }
   return static_cast<uint64_t>(shared) * static_cast<uint64_t>(::sysconf(_SC_PAGESIZE));
 }
 

@@ -271,15 +271,6 @@ def machine_busy_seconds():
     return (sum(v[:8]) - v[3] - v[4]) / os.sysconf("SC_CLK_TCK")
 
 
-def blkio_cgroup(pid):
-    with open(f"/proc/{pid}/cgroup") as f:
-        for line in f:
-            _, ctrl, path = line.rstrip("\n").split(":", 2)
-            if "blkio" in ctrl.split(","):
-                return path
-    return None
-
-
 def choose_subset(args):
     rel, _ = walk_files(args.source)
     rel = [p for p in rel if p.lower().endswith((".jpeg", ".jpg"))]
@@ -354,10 +345,11 @@ def mount_level(args, facts, level, disk):
     log_path = os.path.join(BENCH_ROOT, f"loader-daemon-L{level}.log")
     opts = [f"scans={level}"] + args.pcrfs_opts
     m = Mount([args.pcrfs, facts["store"], mnt, "-f", "-o", ",".join(opts)], mnt, log_path)
-    cg = blkio_cgroup(m.pid)
-    if disk.majmin and cg != blkio_cgroup("self"):
+    from throttle import cgroup_of
+    cg = cgroup_of(m.pid)
+    if disk.majmin and cg != cgroup_of("self"):
         m.close()
-        raise RuntimeError(f"pcrfs daemon in blkio cgroup {cg}, not ours ({blkio_cgroup('self')})")
+        raise RuntimeError(f"pcrfs daemon in blkio cgroup {cg}, not ours ({cgroup_of('self')})")
     return m
 
 
