@@ -29,7 +29,7 @@ deps=(
   python3-skimage
   libjpeg-turbo-progs time util-linux
   # fuzzing (tests/fuzz/run): clang with libFuzzer
-  clang-14 libclang-rt-14-dev
+  clang-14 libclang-rt-14-dev clang-format
 )
 
 install_deps() {

@@ -43,9 +43,9 @@ inline constexpr uint64_t kScanBlocksPerAllowedScan = 50000;
 struct ScanCapProgress {
   jpeg_progress_mgr pub;  // first, so that cinfo->progress is also a ScanCapProgress*
   int max_scans;
-  uint64_t max_blocks;    // max_scans * kScanBlocksPerAllowedScan
-  uint64_t blocks;        // blocks covered by the scans started so far
-  int counted_scan;       // input_scan_number last added to `blocks`
+  uint64_t max_blocks;  // max_scans * kScanBlocksPerAllowedScan
+  uint64_t blocks;      // blocks covered by the scans started so far
+  int counted_scan;     // input_scan_number last added to `blocks`
 };
 
 // Fills in `progress` for a decompressor: once the decompressor reaches scan max_scans + 1, or

@@ -1,5 +1,6 @@
 // Our progressive scan script: for any component count and colour space, the scans to write and
-// the group (1..10) each scan belongs to. The mapping is documented in docs/format.md ("Scan groups").
+// the group (1..10) each scan belongs to. The mapping is documented in docs/format.md ("Scan
+// groups").
 //
 // Components are "chroma" if they are Cb or Cr of a YCbCr or YCCK image; every other component
 // is "luma-like" and follows the Y schedule of libjpeg's standard YCbCr progression:

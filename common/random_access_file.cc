@@ -9,7 +9,7 @@
 namespace pcrfs {
 
 Result<std::unique_ptr<RandomAccessFile>> PosixRandomAccessFile::Open(const std::string& path,
-                                                                     int extra_flags) {
+                                                                      int extra_flags) {
   auto fd = OpenFile(path, O_RDONLY | extra_flags);
   if (!fd) return Err(fd.error());
   struct stat st;

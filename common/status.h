@@ -81,8 +81,8 @@ inline tl::unexpected<Status> Err(Status s) { return tl::unexpected<Status>(std:
   } while (0)
 
 // The same, in a function returning Result<T>.
-#define PCRFS_RETURN_ERR_IF_ERROR(expr)            \
-  do {                                             \
-    ::pcrfs::Status pcrfs_status_ = (expr);        \
+#define PCRFS_RETURN_ERR_IF_ERROR(expr)                          \
+  do {                                                           \
+    ::pcrfs::Status pcrfs_status_ = (expr);                      \
     if (!pcrfs_status_.ok()) return ::pcrfs::Err(pcrfs_status_); \
   } while (0)

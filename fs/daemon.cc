@@ -94,7 +94,8 @@ void PrintUsage(const char* prog) {
       "    -o readahead=N         files to read ahead in a record on sequential reads\n"
       "                           (default 64; 0 turns it off)\n"
       "    -o prefetch=P          once P%% of a record's files have been read, fetch the\n"
-      "                           record's whole level prefix at once (default 3; 0: off)\n"
+      "                           record's whole level prefix in 1 MiB reads (default 3;\n"
+      "                           0: off)\n"
       "    -o prefetch_probe=0|1  1 (default): pause the prefetcher while the device moves\n"
       "                           as many bytes without it (bandwidth-bound storage)\n"
       "    -o prefetch_chunk=SIZE the prefetcher's read size, 4K..16M (default 1M), or auto:\n"
@@ -314,7 +315,7 @@ int RunDaemon(int argc, char** argv) {
   uint64_t index_rss = uint64_t{16} << 20;
   if (cli.index_rss != nullptr) {
     auto size = std::string_view(cli.index_rss) == "0" ? std::optional<uint64_t>(0)
-                                                         : ParseSize(cli.index_rss);
+                                                       : ParseSize(cli.index_rss);
     if (!size) {
       std::fprintf(stderr, "%s: -o index_rss=%s: expected a size, e.g. 16M, or 0\n", prog,
                    cli.index_rss);

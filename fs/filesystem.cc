@@ -122,8 +122,7 @@ Result<struct stat> Filesystem::Lookup(uint64_t parent, std::string_view name) c
   return EntryAttr(*e, r->level);
 }
 
-Status Filesystem::ReadDir(uint64_t ino, uint64_t offset, const DirFiller& fn,
-                           bool attrs) const {
+Status Filesystem::ReadDir(uint64_t ino, uint64_t offset, const DirFiller& fn, bool attrs) const {
   auto r = Resolve(ino);
   if (!r) return r.error();
   if (!r->ladder_root && !r->entry.is_dir()) return Errno(ENOTDIR, "readdir");

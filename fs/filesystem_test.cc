@@ -330,15 +330,17 @@ struct StoreFile {
 
 void CollectFiles(const index::IndexReader& idx, const index::Entry& dir, const std::string& prefix,
                   std::vector<StoreFile>* out) {
-  ASSERT_TRUE(idx.List(dir, 0, [&](const index::Entry& e) {
-                   const std::string p = prefix.empty() ? e.name : prefix + "/" + e.name;
-                   if (e.is_dir()) {
-                     CollectFiles(idx, e, p, out);
-                   } else {
-                     out->push_back({p, e});
-                   }
-                   return true;
-                 }).ok());
+  ASSERT_TRUE(idx.List(dir, 0,
+                       [&](const index::Entry& e) {
+                         const std::string p = prefix.empty() ? e.name : prefix + "/" + e.name;
+                         if (e.is_dir()) {
+                           CollectFiles(idx, e, p, out);
+                         } else {
+                           out->push_back({p, e});
+                         }
+                         return true;
+                       })
+                  .ok());
 }
 
 TEST_F(FilesystemTest, ReadErrorsFailExactlyTheFilesWhosePiecesOverlapThem) {
@@ -359,12 +361,11 @@ TEST_F(FilesystemTest, ReadErrorsFailExactlyTheFilesWhosePiecesOverlapThem) {
     SCOPED_TRACE("bad range [" + std::to_string(begin) + ", " + std::to_string(end) + ")");
     index::StoreOptions options;
     options.open_record =
-        [&, begin = begin, end = end](
-            const std::string& path) -> Result<std::unique_ptr<RandomAccessFile>> {
+        [&, begin = begin,
+         end = end](const std::string& path) -> Result<std::unique_ptr<RandomAccessFile>> {
       auto file = index::OpenRecordFileNoFollow(path);
       if (!file || path.find(index::RecordFileName(bad_record)) == std::string::npos) return file;
-      return std::unique_ptr<RandomAccessFile>(
-          new FailingRangeFile(std::move(*file), begin, end));
+      return std::unique_ptr<RandomAccessFile>(new FailingRangeFile(std::move(*file), begin, end));
     };
     auto store = index::Store::Open(*dir_ + "/store", options);
     ASSERT_TRUE(store.has_value());

@@ -184,26 +184,26 @@ void DoReaddir(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off, bool plus
   Guard(req, plus ? "readdirplus" : "readdir", [&] {
     std::vector<char> buf(size);
     size_t used = 0;
-    Status s =
-        Fs(req).ReadDir(ino, static_cast<uint64_t>(off),
-                        [&](std::string_view name, const struct stat& st, uint64_t next) {
-                          const std::string n(name);
-                          size_t need;
-                          if (plus) {
-                            fuse_entry_param e = EntryParam(st);
-                            // "." and "..": no lookup count is taken for them (ino 0).
-                            if (n == "." || n == "..") e.ino = 0;
-                            need = fuse_add_direntry_plus(req, buf.data() + used, size - used,
-                                                          n.c_str(), &e, static_cast<off_t>(next));
-                          } else {
-                            need = fuse_add_direntry(req, buf.data() + used, size - used, n.c_str(),
-                                                     &st, static_cast<off_t>(next));
-                          }
-                          if (need > size - used) return false;
-                          used += need;
-                          return true;
-                        },
-                        /*attrs=*/plus);
+    Status s = Fs(req).ReadDir(
+        ino, static_cast<uint64_t>(off),
+        [&](std::string_view name, const struct stat& st, uint64_t next) {
+          const std::string n(name);
+          size_t need;
+          if (plus) {
+            fuse_entry_param e = EntryParam(st);
+            // "." and "..": no lookup count is taken for them (ino 0).
+            if (n == "." || n == "..") e.ino = 0;
+            need = fuse_add_direntry_plus(req, buf.data() + used, size - used, n.c_str(), &e,
+                                          static_cast<off_t>(next));
+          } else {
+            need = fuse_add_direntry(req, buf.data() + used, size - used, n.c_str(), &st,
+                                     static_cast<off_t>(next));
+          }
+          if (need > size - used) return false;
+          used += need;
+          return true;
+        },
+        /*attrs=*/plus);
     if (!s.ok() && used == 0) {
       fuse_reply_err(req, s.ToErrno());
       return;

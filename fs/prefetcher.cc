@@ -48,9 +48,9 @@ uint64_t Prefetcher::resumes() const {
 
 std::string Prefetcher::Describe() const {
   std::lock_guard<std::mutex> l(mu_);
-  return std::string(paused_ ? "paused" : "prefetching") +
-         (options_.probe ? "" : " (probe off)") + "; probe paused it " + std::to_string(pauses_) +
-         " times, resumed it " + std::to_string(resumes_) + " times";
+  return std::string(paused_ ? "paused" : "prefetching") + (options_.probe ? "" : " (probe off)") +
+         "; probe paused it " + std::to_string(pauses_) + " times, resumed it " +
+         std::to_string(resumes_) + " times";
 }
 
 void Prefetcher::Loop() {

@@ -92,8 +92,8 @@ class Prefetcher {
   const Options options_;
   mutable std::mutex mu_;
   std::condition_variable cv_;
-  std::deque<Request> queue_;  // GUARDED_BY(mu_)
-  bool stop_ = false;          // GUARDED_BY(mu_)
+  std::deque<Request> queue_;          // GUARDED_BY(mu_)
+  bool stop_ = false;                  // GUARDED_BY(mu_)
   uint64_t pauses_ = 0, resumes_ = 0;  // GUARDED_BY(mu_)
   bool paused_ = false;                // GUARDED_BY(mu_)
 

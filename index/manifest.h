@@ -5,9 +5,8 @@
 #include <array>
 #include <cstdint>
 #include <map>
-#include <string>
-
 #include <nlohmann/json.hpp>
+#include <string>
 
 #include "common/status.h"
 #include "index/record_format.h"

@@ -42,8 +42,7 @@ Status CheckRecordHeader(const RandomAccessFile& f, const RecordInfo& info) {
   // damaged table means a damaged record: check its CRC so the damage is reported at once.
   const uint64_t table_size = DecodeFixed64(h + 40);
   if (info.data_offset < kRecordHeaderSize || table_size < 4 ||
-      table_size > info.data_offset - kRecordHeaderSize ||
-      info.data_offset > f.Size()) {
+      table_size > info.data_offset - kRecordHeaderSize || info.data_offset > f.Size()) {
     return bad("table size");
   }
   std::vector<uint8_t> tables(static_cast<size_t>(table_size));
@@ -73,7 +72,8 @@ Status CheckNoFollow(const std::string& path, const std::string& what) {
   }
   struct stat st;
   if (::fstat(fd->get(), &st) != 0) return Status::FromErrno(path, errno);
-  if (!S_ISREG(st.st_mode)) return Status::Corruption(path + ": " + what + " is not a regular file");
+  if (!S_ISREG(st.st_mode))
+    return Status::Corruption(path + ": " + what + " is not a regular file");
   return Status::OK();
 }
 
@@ -128,8 +128,8 @@ Result<std::unique_ptr<Store>> Store::Open(const std::string& dir, StoreOptions 
                                                       : ": not a directory")));
   }
 
-  auto index = IndexReader::Open(
-      index_path, options.verified_index ? &*options.verified_index : nullptr);
+  auto index =
+      IndexReader::Open(index_path, options.verified_index ? &*options.verified_index : nullptr);
   if (!index) {
     const Status& e = index.error();
     if (e.IsNotFound()) {
@@ -180,7 +180,7 @@ Result<Store::OpenRecordFile> Store::GetRecordFile(uint32_t id) const {
 }
 
 Result<std::shared_ptr<RandomAccessFile>> Store::OpenRecord(uint32_t id,
-                                                          Status* header_problem) const {
+                                                            Status* header_problem) const {
   auto r = GetRecordFile(id);
   if (!r) return Err(r.error());
   if (header_problem != nullptr) *header_problem = r->header_status;

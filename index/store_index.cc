@@ -621,8 +621,7 @@ Result<std::unique_ptr<IndexReader>> IndexReader::Open(const std::string& path,
     return Err(LmdbError(path, rc));
   }
   rc = mdb_env_open(impl->env, path.c_str(),
-                    MDB_RDONLY | MDB_NOSUBDIR | MDB_NOLOCK | MDB_NOTLS | MDB_NORDAHEAD,
-                    0444);
+                    MDB_RDONLY | MDB_NOSUBDIR | MDB_NOLOCK | MDB_NOTLS | MDB_NORDAHEAD, 0444);
   if (rc != 0) {
     Status s = LmdbError(path, rc);
     if (rc == EINVAL || rc == MDB_INVALID || rc == MDB_VERSION_MISMATCH) {
@@ -667,12 +666,12 @@ Result<std::unique_ptr<IndexReader>> IndexReader::Open(const std::string& path,
     // but a value read in a read-only transaction points into the map.
     FindMapping(format.data(), &impl->map_addr, &impl->map_size);
     if (format != kIndexFormatValue) {
-      const bool older = format.size() < std::strlen(kIndexFormatValue) ||
-                         (format.size() == std::strlen(kIndexFormatValue) &&
-                          format < kIndexFormatValue);
+      const bool older =
+          format.size() < std::strlen(kIndexFormatValue) ||
+          (format.size() == std::strlen(kIndexFormatValue) && format < kIndexFormatValue);
       return Err(Status::NotSupported(
-          path + ": index format \"" + std::string(format) + "\" is not supported (this pcrfs reads " +
-          kIndexFormatValue + "; " +
+          path + ": index format \"" + std::string(format) +
+          "\" is not supported (this pcrfs reads " + kIndexFormatValue + "; " +
           (older ? "rebuild the store with this pcr build" : "use a newer pcrfs") + ")"));
     }
     MDB_stat es;
@@ -745,8 +744,8 @@ Status IndexReader::List(const Entry& dir, uint64_t start,
   rc = mdb_cursor_get(cursor, &k, &v, MDB_SET_KEY);
   for (uint64_t i = start; i < dir.num_children; ++i) {
     const uint64_t want = dir.first_child + i;
-    if (rc == 0 && (k.mv_size != 8 || DecodeBigEndian64(static_cast<const uint8_t*>(
-                                          k.mv_data)) != want)) {
+    if (rc == 0 &&
+        (k.mv_size != 8 || DecodeBigEndian64(static_cast<const uint8_t*>(k.mv_data)) != want)) {
       rc = MDB_NOTFOUND;
     }
     if (rc == MDB_NOTFOUND) {
@@ -790,9 +789,8 @@ Status IndexReader::ListNames(const Entry& dir, uint64_t start, std::string_view
     return mdb_cursor_get(cursor, &k, &v, MDB_SET_KEY);
   };
   auto child_ino = [&] {
-    return v.mv_size == kDirentValueSize
-               ? DecodeBigEndian64(static_cast<const uint8_t*>(v.mv_data))
-               : 0;
+    return v.mv_size == kDirentValueSize ? DecodeBigEndian64(static_cast<const uint8_t*>(v.mv_data))
+                                         : 0;
   };
   rc = IsValidName(start_name) ? seek(start_name) : MDB_NOTFOUND;
   if (rc != 0 || child_ino() != dir.first_child + start) {
@@ -855,7 +853,8 @@ Result<std::string> IndexReader::GetMeta(std::string_view key) const {
   Impl::Lease lease(impl_.get());
   PCRFS_RETURN_ERR_IF_ERROR(lease.Begin());
   std::string_view v;
-  PCRFS_RETURN_ERR_IF_ERROR(impl_->Get(lease, impl_->meta, key, &v, "meta \"" + std::string(key) + "\""));
+  PCRFS_RETURN_ERR_IF_ERROR(
+      impl_->Get(lease, impl_->meta, key, &v, "meta \"" + std::string(key) + "\""));
   return std::string(v);
 }
 

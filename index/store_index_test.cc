@@ -1,8 +1,8 @@
 #include "index/store_index.h"
 
 #include <fcntl.h>
-#include <sys/stat.h>
 #include <gtest/gtest.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -236,7 +236,8 @@ TEST(StoreIndexTest, OtherIndexFormatsAreRefused) {
   ASSERT_NE(at, good.end());
   for (auto [format, advice] : {std::pair{'1', "rebuild the store"}, {'3', "use a newer pcrfs"}}) {
     auto other = good;
-    other[static_cast<size_t>(at - good.begin()) + needle.size() - 1] = static_cast<uint8_t>(format);
+    other[static_cast<size_t>(at - good.begin()) + needle.size() - 1] =
+        static_cast<uint8_t>(format);
     const size_t lmdb_size = other.size() - 32;
     uint8_t* trailer = other.data() + lmdb_size;
     EncodeFixed32(trailer + 24, crc32c::Mask(crc32c::Value(other.data(), lmdb_size)));
@@ -339,20 +340,24 @@ TEST(StoreIndexTest, ManyEntriesAcrossTransactions) {
     ASSERT_TRUE(dir_entry.has_value()) << dname;
     // The whole listing, and one resumed in the middle, walk the children in order.
     std::vector<std::string> names;
-    ASSERT_TRUE(idx.List(*dir_entry, 0, [&](const Entry& e) {
-                     names.push_back(e.name);
-                     return true;
-                   }).ok());
+    ASSERT_TRUE(idx.List(*dir_entry, 0,
+                         [&](const Entry& e) {
+                           names.push_back(e.name);
+                           return true;
+                         })
+                    .ok());
     ASSERT_EQ(names.size(), 1000u);
     EXPECT_TRUE(std::is_sorted(names.begin(), names.end()));
     EXPECT_EQ(names[999], "img_000999.jpg");
     std::vector<uint64_t> inos;
-    ASSERT_TRUE(idx.List(*dir_entry, 998, [&](const Entry& e) {
-                     inos.push_back(e.ino);
-                     return true;
-                   }).ok());
-    EXPECT_EQ(inos, (std::vector<uint64_t>{dir_entry->first_child + 998,
-                                           dir_entry->first_child + 999}));
+    ASSERT_TRUE(idx.List(*dir_entry, 998,
+                         [&](const Entry& e) {
+                           inos.push_back(e.ino);
+                           return true;
+                         })
+                    .ok());
+    EXPECT_EQ(inos,
+              (std::vector<uint64_t>{dir_entry->first_child + 998, dir_entry->first_child + 999}));
     auto f = idx.LookupPath(std::string(dname) + "/img_000500.jpg");
     ASSERT_TRUE(f.has_value());
     EXPECT_EQ(f->ino, dir_entry->first_child + 500);
@@ -368,9 +373,9 @@ void ExpectListNamesMatchesList(const IndexReader& idx, const Entry& dir) {
   ASSERT_EQ(want.size(), dir.num_children);
   for (uint64_t start = 0; start <= want.size(); ++start) {
     const std::string right = start < want.size() ? want[start].name : "";
-    for (std::string hint : {right, std::string(), std::string("not-a-child"),
-                             want.empty() ? std::string("x") : want.front().name,
-                             std::string("bad/name")}) {
+    for (std::string hint :
+         {right, std::string(), std::string("not-a-child"),
+          want.empty() ? std::string("x") : want.front().name, std::string("bad/name")}) {
       std::vector<std::pair<std::string, uint64_t>> got;
       std::vector<EntryKind> kinds;
       Status s = idx.ListNames(dir, start, hint, [&](const IndexReader::DirEntry& d) {
@@ -389,9 +394,8 @@ void ExpectListNamesMatchesList(const IndexReader& idx, const Entry& dir) {
   }
   // fn returning false stops the walk.
   size_t calls = 0;
-  ASSERT_TRUE(idx.ListNames(dir, 0, "", [&](const IndexReader::DirEntry&) {
-                   return ++calls < 2;
-                 }).ok());
+  ASSERT_TRUE(
+      idx.ListNames(dir, 0, "", [&](const IndexReader::DirEntry&) { return ++calls < 2; }).ok());
   EXPECT_EQ(calls, std::min<size_t>(2, want.size()));
 }
 
@@ -471,8 +475,7 @@ TEST(StoreIndexTest, VerifiedIdentitySkipsTheWholeFileCheckOnlyForThatFile) {
     struct stat st;
     ASSERT_EQ(::stat(path.c_str(), &st), 0);
     now = {static_cast<uint64_t>(st.st_dev), static_cast<uint64_t>(st.st_ino),
-           static_cast<uint64_t>(st.st_size),
-           st.st_mtim.tv_sec * 1000000000LL + st.st_mtim.tv_nsec,
+           static_cast<uint64_t>(st.st_size), st.st_mtim.tv_sec * 1000000000LL + st.st_mtim.tv_nsec,
            st.st_ctim.tv_sec * 1000000000LL + st.st_ctim.tv_nsec};
   }
   EXPECT_TRUE(IndexReader::Open(path, &now).has_value());
@@ -489,10 +492,13 @@ TEST(StoreIndexTest, ReleaseMappedPagesKeepsEverythingReadable) {
     uint64_t n = 0;
     auto root = idx.Get(kRootIno);
     EXPECT_TRUE(root.has_value());
-    EXPECT_TRUE(idx.List(*root, 0, [&](const Entry& d) {
-                     EXPECT_TRUE(idx.List(d, 0, [&](const Entry&) { return ++n, true; }).ok());
-                     return true;
-                   }).ok());
+    EXPECT_TRUE(idx.List(*root, 0,
+                         [&](const Entry& d) {
+                           EXPECT_TRUE(
+                               idx.List(d, 0, [&](const Entry&) { return ++n, true; }).ok());
+                           return true;
+                         })
+                    .ok());
     return n;
   };
   EXPECT_EQ(count_all(), 10000u);
@@ -587,8 +593,8 @@ namespace {
 // string (non-UTF-8, control bytes, 255 bytes) is kept exactly.
 TEST(StoreIndexTest, WriterRefusesNamesLinuxCannotHoldAndKeepsTheRest) {
   TempDir dir;
-  const std::vector<std::string> bad = {"a/b", "/", std::string("nul\0byte", 8),
-                                        std::string(256, 'x'), "", ".", ".."};
+  const std::vector<std::string> bad = {
+      "a/b", "/", std::string("nul\0byte", 8), std::string(256, 'x'), "", ".", ".."};
   for (const std::string& name : bad) {
     auto w = IndexWriter::Create(dir.Join("bad.lmdb"));
     ASSERT_TRUE(w.has_value());
@@ -597,8 +603,13 @@ TEST(StoreIndexTest, WriterRefusesNamesLinuxCannotHoldAndKeepsTheRest) {
     EXPECT_FALSE(s.ok()) << "name of " << name.size() << " bytes accepted";
     EXPECT_EQ(s.code(), Status::Code::kInvalidArgument) << s.ToString();
   }
-  const std::vector<std::string> good = {std::string(255, 'y'), "\xff\xfe latin-1 \xe9",
-                                         "tab\there", "new\nline", "..." , " lead", "\x01"};
+  const std::vector<std::string> good = {std::string(255, 'y'),
+                                         "\xff\xfe latin-1 \xe9",
+                                         "tab\there",
+                                         "new\nline",
+                                         "...",
+                                         " lead",
+                                         "\x01"};
   std::vector<std::string> sorted = good;
   std::sort(sorted.begin(), sorted.end());
   {

@@ -7,10 +7,10 @@
 #include <cerrno>
 #include <chrono>
 #include <condition_variable>
-#include <functional>
 #include <cstdio>
 #include <deque>
 #include <filesystem>
+#include <functional>
 #include <mutex>
 #include <optional>
 #include <thread>
@@ -133,7 +133,10 @@ class OrderedTranscoder {
   // path_of(i) names file i of count; it is called from the worker threads.
   OrderedTranscoder(size_t count, std::function<std::string(size_t)> path_of,
                     const BuildConfig* config, unsigned threads)
-      : count_(count), path_of_(std::move(path_of)), config_(config), window_(std::max<size_t>(16, threads * 64)) {
+      : count_(count),
+        path_of_(std::move(path_of)),
+        config_(config),
+        window_(std::max<size_t>(16, threads * 64)) {
     slots_.resize(window_);
     for (unsigned i = 0; i < threads; ++i) workers_.emplace_back([this] { WorkerLoop(); });
   }

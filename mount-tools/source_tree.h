@@ -12,8 +12,8 @@
 namespace pcrfs::tools {
 
 struct SourceNode {
-  std::string name;      // empty for the root
-  uint32_t parent = 0;   // index of the parent node; the root is its own parent
+  std::string name;     // empty for the root
+  uint32_t parent = 0;  // index of the parent node; the root is its own parent
   bool is_dir = false;
   uint32_t mode = 0;  // permission bits (07777)
   int64_t mtime_sec = 0;

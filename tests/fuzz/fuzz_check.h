@@ -12,14 +12,14 @@
 #include "common/random_access_file.h"
 #include "common/status.h"
 
-#define FUZZ_CHECK(cond, ...)                                                           \
-  do {                                                                                  \
-    if (!(cond)) {                                                                      \
+#define FUZZ_CHECK(cond, ...)                                                            \
+  do {                                                                                   \
+    if (!(cond)) {                                                                       \
       std::fprintf(stderr, "%s:%d: FUZZ_CHECK(%s) failed: ", __FILE__, __LINE__, #cond); \
-      std::fprintf(stderr, __VA_ARGS__);                                                \
-      std::fprintf(stderr, "\n");                                                       \
-      std::abort();                                                                     \
-    }                                                                                   \
+      std::fprintf(stderr, __VA_ARGS__);                                                 \
+      std::fprintf(stderr, "\n");                                                        \
+      std::abort();                                                                      \
+    }                                                                                    \
   } while (0)
 
 namespace pcrfs::fuzz {

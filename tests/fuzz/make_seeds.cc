@@ -121,8 +121,8 @@ std::vector<StoredFile> StoredFiles(const std::vector<SeedJpeg>& jpegs, size_t m
   for (const auto& j : jpegs) {
     if (files.size() >= max_jpegs) break;
     auto r = codec::Transcode(j.bytes, options);
-    StoredFile f{"jpegs/" + j.name, index::EntryKind::kPassthrough,
-                 static_cast<uint8_t>(r.reason), {}};
+    StoredFile f{
+        "jpegs/" + j.name, index::EntryKind::kPassthrough, static_cast<uint8_t>(r.reason), {}};
     if (r.transcoded()) {
       f.kind = index::EntryKind::kJpeg;
       for (int g = 1; g <= codec::kNumGroups; ++g) {
@@ -157,11 +157,14 @@ bool WriteRecordSeeds(const std::string& dir, const std::vector<SeedJpeg>& jpegs
   if (!MakeDir(dir)) return false;
   std::vector<StoredFile> mixed = StoredFiles(jpegs, 3);
   const std::string text = "not a jpeg\n";
-  mixed.push_back({"notes/readme.txt", index::EntryKind::kPassthrough,
+  mixed.push_back({"notes/readme.txt",
+                   index::EntryKind::kPassthrough,
                    static_cast<uint8_t>(codec::PassthroughReason::kNotJpeg),
                    {Bytes(text.begin(), text.end())}});
-  mixed.push_back({"empty.jpg", index::EntryKind::kPassthrough,
-                   static_cast<uint8_t>(codec::PassthroughReason::kEmpty), {}});
+  mixed.push_back({"empty.jpg",
+                   index::EntryKind::kPassthrough,
+                   static_cast<uint8_t>(codec::PassthroughReason::kEmpty),
+                   {}});
   std::vector<StoredFile> one = StoredFiles(jpegs, 1);
   std::vector<StoredFile> none;
   return WriteRecord(dir + "/mixed.pcr", mixed, layout) &&
@@ -271,7 +274,6 @@ int main(int argc, char** argv) {
   index::RecordLayout layout;
   const bool ok = MakeDir(out) && MakeJpegs(&jpegs) && WriteCodecSeeds(out + "/codec", jpegs) &&
                   WriteRecordSeeds(out + "/record", jpegs, &layout) &&
-                  WriteEntrySeeds(out + "/entry", layout) &&
-                  WriteManifestSeeds(out + "/manifest");
+                  WriteEntrySeeds(out + "/entry", layout) && WriteManifestSeeds(out + "/manifest");
   return ok ? 0 : 1;
 }

@@ -14,8 +14,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   const std::string text(reinterpret_cast<const char*>(data), size);
   auto m = index::Manifest::FromJson(text);
   if (!m) {
-    FUZZ_CHECK(m.error().IsCorruption() || m.error().code() == Status::Code::kNotSupported,
-               "%s", m.error().ToString().c_str());
+    FUZZ_CHECK(m.error().IsCorruption() || m.error().code() == Status::Code::kNotSupported, "%s",
+               m.error().ToString().c_str());
     return 0;
   }
   const std::string json = m->ToJson();

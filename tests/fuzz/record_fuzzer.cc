@@ -30,8 +30,8 @@ void CheckRecord(const uint8_t* data, size_t size) {
   SpanFile file(data, size);
   auto layout = index::ReadRecordLayout(file);
   auto verified = index::VerifyRecord(file);
-  FUZZ_CHECK(layout.has_value() == verified.has_value(), "layout %d, verify %d",
-             layout.has_value(), verified.has_value());
+  FUZZ_CHECK(layout.has_value() == verified.has_value(), "layout %d, verify %d", layout.has_value(),
+             verified.has_value());
   if (!layout) return;
   FUZZ_CHECK(layout->file_size == size, "file_size");
 
@@ -82,8 +82,8 @@ bool FixChecksums(std::vector<uint8_t>* bytes) {
   const uint64_t table_size = DecodeFixed64(b.data() + 40);
   if (table_size >= 4 && table_size <= b.size() - index::kRecordHeaderSize) {
     const size_t crc_pos = static_cast<size_t>(index::kRecordHeaderSize + table_size - 4);
-    const uint32_t crc = crc32c::Value(b.data() + index::kRecordHeaderSize,
-                                       crc_pos - index::kRecordHeaderSize);
+    const uint32_t crc =
+        crc32c::Value(b.data() + index::kRecordHeaderSize, crc_pos - index::kRecordHeaderSize);
     EncodeFixed32(b.data() + crc_pos, crc32c::Mask(crc));
   }
   EncodeFixed32(b.data() + 60, crc32c::Mask(crc32c::Value(b.data(), 60)));
