@@ -91,15 +91,11 @@ void PrintUsage(const char* prog) {
       "                           MS-SSIM (measured by pcr build) is at least X\n"
       "    -o threads=N           FUSE worker threads (default: 2 x cores, at least 4)\n"
       "    -o cache_size=SIZE     piece cache memory cap, e.g. 256M, 1G (default 256M)\n"
-      "    -o readahead=N         files to read ahead in a record on sequential reads\n"
-      "                           (default 64; 0 turns it off)\n"
-      "    -o prefetch=P          once P%% of a record's files have been read, fetch the\n"
-      "                           record's whole level prefix in 1 MiB reads (default 3;\n"
+      "    -o readahead=N         when a folder is read in order, fetch its next N files\n"
+      "                           while the device is idle (default 64; 0 turns it off)\n"
+      "    -o prefetch=P          once P%% of a folder's files have been read, fetch the\n"
+      "                           rest of the folder while the device is idle (default 3;\n"
       "                           0: off)\n"
-      "    -o prefetch_probe=0|1  1 (default): pause the prefetcher while the device moves\n"
-      "                           as many bytes without it (bandwidth-bound storage)\n"
-      "    -o prefetch_chunk=SIZE the prefetcher's read size, 4K..16M (default 1M), or auto:\n"
-      "                           64K..1M, adapted so that one read takes a few ms\n"
       "    -o readdirplus=MODE    no: plain listings (default), cheapest for find or a\n"
       "                           framework's walk of a huge tree; yes: listings carry every\n"
       "                           entry's attributes, so stat/open of listed files costs no\n"
@@ -293,11 +289,12 @@ int RunDaemon(int argc, char** argv) {
     return 1;
   }
   fs_options.prefetch_percent = cli.prefetch;
-  if (cli.prefetch_probe > 1) {
-    std::fprintf(stderr, "%s: -o prefetch_probe must be 0 or 1\n", prog);
-    return 1;
+  if (cli.prefetch_probe != 1 || cli.prefetch_chunk != nullptr) {
+    std::fprintf(stderr,
+                 "%s: note: -o prefetch_probe and -o prefetch_chunk are no longer used (the "
+                 "daemon sizes its reads from the storage's measured speed); ignored\n",
+                 prog);
   }
-  fs_options.prefetch_probe = cli.prefetch_probe == 1;
   if (cli.readdirplus != nullptr) {
     const std::string_view mode(cli.readdirplus);
     if (mode == "yes") {
@@ -322,17 +319,6 @@ int RunDaemon(int argc, char** argv) {
       return 1;
     }
     index_rss = *size;
-  }
-  if (cli.prefetch_chunk != nullptr && std::string_view(cli.prefetch_chunk) == "auto") {
-    fs_options.prefetch_chunk = 0;
-  } else if (cli.prefetch_chunk != nullptr) {
-    auto size = ParseSize(cli.prefetch_chunk);
-    if (!size || *size < (4u << 10) || *size > (16u << 20)) {
-      std::fprintf(stderr, "%s: -o prefetch_chunk=%s: expected auto or a size, 4K..16M\n", prog,
-                   cli.prefetch_chunk);
-      return 1;
-    }
-    fs_options.prefetch_chunk = *size;
   }
   if (cli.cache_size != nullptr) {
     auto size = ParseSize(cli.cache_size);
