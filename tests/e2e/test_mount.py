@@ -2,6 +2,7 @@
 """End-to-end checks of the pcrfs daemon through real FUSE mounts."""
 
 import errno
+import fcntl
 import hashlib
 import io
 import os
@@ -10,6 +11,7 @@ import shutil
 import signal
 import stat
 import subprocess
+import termios
 import threading
 import time
 import unittest
@@ -240,6 +242,27 @@ class MountTest(unittest.TestCase):
                                      pcr_cat(STORE, f, 3), f)
                 if "probe" in opts:
                     self.assertIn("no longer used", m.log())
+
+    def test_ioctl_is_enotty(self):
+        # isatty() (which Python's open() calls) and any other ioctl get ENOTTY, on files and
+        # folders; the bytes read afterwards are unaffected.
+        with Mount(STORE, self.mnt, "-o", "scans=2"):
+            f = os.path.join(self.mnt, "top level.jpg")
+            fd = os.open(f, os.O_RDONLY)
+            try:
+                self.assertFalse(os.isatty(fd))
+                for req in (termios.TCGETS, termios.FIONREAD):
+                    with self.assertRaises(OSError) as cm:
+                        fcntl.ioctl(fd, req, b"\0" * 64)
+                    self.assertEqual(cm.exception.errno, errno.ENOTTY)
+            finally:
+                os.close(fd)
+            dfd = os.open(self.mnt, os.O_RDONLY | os.O_DIRECTORY)
+            try:
+                self.assertFalse(os.isatty(dfd))
+            finally:
+                os.close(dfd)
+            self.assertEqual(open(f, "rb").read(), pcr_cat(STORE, "top level.jpg", 2))
 
     def test_read_only(self):
         with Mount(STORE, self.mnt):
