@@ -251,7 +251,7 @@ class MountTest(unittest.TestCase):
             fd = os.open(f, os.O_RDONLY)
             try:
                 self.assertFalse(os.isatty(fd))
-                for req in (termios.TCGETS, termios.FIONREAD):
+                for req in (termios.TCGETS, termios.TIOCGWINSZ):
                     with self.assertRaises(OSError) as cm:
                         fcntl.ioctl(fd, req, b"\0" * 64)
                     self.assertEqual(cm.exception.errno, errno.ENOTTY)
