@@ -128,11 +128,13 @@ void RecordScheduler::Worker() {
     uint64_t offset = 0, n = 0;
     {
       std::unique_lock<std::mutex> l(mu_);
-      // The timeout covers a demand read that ended between the check and the wait.
-      while (!stop_ && (queue_.empty() || in_flight_ >= MaxInFlightLocked() ||
-                        demand_active_.load(std::memory_order_acquire) > 0)) {
-        cv_.wait_for(l, std::chrono::milliseconds(1));
-      }
+      // Woken by Speculate, by a finished speculative read, and by the last demand read in
+      // progress ending while work is queued (Read decrements under mu_, so no wake-up is
+      // lost). No timeout: an idle daemon does not wake up.
+      cv_.wait(l, [&] {
+        return stop_ || (!queue_.empty() && in_flight_ < MaxInFlightLocked() &&
+                         demand_active_.load(std::memory_order_acquire) == 0);
+      });
       if (stop_) return;
       Pending& p = queue_.front();
       file = p.file;
