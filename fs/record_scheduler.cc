@@ -57,9 +57,12 @@ Status RecordScheduler::Read(const RandomAccessFile& file, uint64_t offset, size
   {
     std::lock_guard<std::mutex> l(mu_);
     NoteDemandLocked(n, seconds);
-    wake = demand_active_.fetch_sub(1, std::memory_order_acq_rel) == 1 && !queue_.empty();
+    // Wake a worker only if one is waiting and could start now: a page-cache hit per piece
+    // must not cost two thread wake-ups.
+    wake = demand_active_.fetch_sub(1, std::memory_order_acq_rel) == 1 && !queue_.empty() &&
+           idle_workers_ > 0 && in_flight_ < MaxInFlightLocked();
   }
-  if (wake) cv_.notify_all();
+  if (wake) cv_.notify_one();
   return s;
 }
 
@@ -85,7 +88,7 @@ void RecordScheduler::Speculate(const std::shared_ptr<RandomAccessFile>& file,
       stats_.queued_bytes += r.length;
     }
   }
-  if (!added.empty()) cv_.notify_all();
+  if (!added.empty()) cv_.notify_one();
 }
 
 void RecordScheduler::NoteDemandLocked(uint64_t n, double seconds) {
@@ -131,10 +134,12 @@ void RecordScheduler::Worker() {
       // Woken by Speculate, by a finished speculative read, and by the last demand read in
       // progress ending while work is queued (Read decrements under mu_, so no wake-up is
       // lost). No timeout: an idle daemon does not wake up.
+      ++idle_workers_;
       cv_.wait(l, [&] {
         return stop_ || (!queue_.empty() && in_flight_ < MaxInFlightLocked() &&
                          demand_active_.load(std::memory_order_acquire) == 0);
       });
+      --idle_workers_;
       if (stop_) return;
       Pending& p = queue_.front();
       file = p.file;
@@ -155,7 +160,7 @@ void RecordScheduler::Worker() {
       --in_flight_;
       NoteSpeculativeLocked(n, seconds);
     }
-    cv_.notify_all();
+    cv_.notify_one();  // the other worker may start (the limit may have changed)
   }
 }
 

@@ -112,7 +112,8 @@ class RecordScheduler {
   std::unordered_map<const RandomAccessFile*, RangeSet> seen_;  // GUARDED_BY(mu_)
   uint64_t chunk_ = kFirstChunk;                                // GUARDED_BY(mu_)
   int in_flight_ = 0;                                           // GUARDED_BY(mu_)
-  Stats stats_;                                                 // GUARDED_BY(mu_)
+  int idle_workers_ = 0;  // GUARDED_BY(mu_); workers waiting in Worker()
+  Stats stats_;           // GUARDED_BY(mu_)
   // Recent speculative reads: bytes and seconds, summed over a window that decays.
   double window_bytes_ = 0, window_seconds_ = 0;  // GUARDED_BY(mu_)
   // Shortest demand read of the current and the previous 256 reads.
