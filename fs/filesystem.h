@@ -97,11 +97,14 @@ class Filesystem {
   Result<Resolved> Resolve(uint64_t ino) const;
   struct stat EntryAttr(const index::Entry& e, int level) const;
   struct stat LadderRootAttr() const;
-  // The verified bytes of one piece, from the cache or storage. `keep` puts a piece read from
-  // storage into the cache (pointless when this request reads the whole file: the kernel
-  // keeps its pages).
-  Result<PieceBytes> GetPiece(const RandomAccessFile& file, const index::Entry& e, int group,
-                              bool keep) const;
+  // The verified bytes of checksum block `block` of piece `group` (a piece of one block is
+  // block 0), from the cache or storage; concurrent requests for one block read it once. `keep`
+  // puts a block read from storage into the cache (pointless when this request reads the whole
+  // file: the kernel keeps its pages).
+  Result<PieceBytes> GetBlock(const RandomAccessFile& file, const index::Entry& e, int group,
+                              uint64_t block, bool keep) const;
+  // How many checksum blocks to ask for ahead of a large file read in order.
+  static constexpr uint64_t kSequentialBlocksAhead = 4;
   void MaybeReadAhead(const std::shared_ptr<RandomAccessFile>& file, const index::Entry& e,
                       int level) const;
   // Logs a damaged file once (stderr and syslog), naming the record file and the file's path

@@ -5,6 +5,7 @@
 // single byte range [data_offset, group_end(k)).
 #pragma once
 
+#include <algorithm>
 #include <array>
 #include <cstdint>
 #include <string>
@@ -32,8 +33,35 @@ struct PieceRef {
 
 using PieceRefs = std::array<PieceRef, kNumGroups>;
 
+// Pieces are checked in blocks of this size, so a read of a few KiB of a large file checks about
+// one block instead of the whole piece. A piece of at most one block is checked by its own
+// masked_crc; a longer piece has a masked CRC32C per block in the index (index format 3,
+// docs/format.md "Block checksums"). The last block of a piece may be shorter.
+inline constexpr uint64_t kChecksumBlockSize = uint64_t{1} << 20;
+
+// Number of checksum blocks of a piece of `length` bytes (1 for an empty piece).
+inline constexpr uint64_t NumChecksumBlocks(uint64_t length) {
+  return length <= kChecksumBlockSize ? 1 : (length + kChecksumBlockSize - 1) / kChecksumBlockSize;
+}
+// Length of block b (0-based) of a piece of `length` bytes.
+inline constexpr uint64_t ChecksumBlockLength(uint64_t length, uint64_t b) {
+  const uint64_t begin = b * kChecksumBlockSize;
+  return begin >= length ? 0 : std::min(kChecksumBlockSize, length - begin);
+}
+// True when a piece carries per-block CRCs in the index.
+inline constexpr bool HasBlockCrcs(uint64_t length) { return length > kChecksumBlockSize; }
+
 // Size in bytes of a file of `kind` at level k (1..10).
 uint64_t LevelSize(EntryKind kind, const PieceRefs& pieces, int k);
+
+// The block CRCs of one piece longer than a checksum block: what the index stores for it.
+struct PieceBlockCrcs {
+  uint32_t slot = 0;
+  int group = 0;                 // 1..10
+  std::vector<uint32_t> masked;  // masked CRC32C of block 0, 1, ...
+
+  bool operator==(const PieceBlockCrcs&) const = default;
+};
 
 inline constexpr uint8_t kEoi[2] = {0xFF, 0xD9};
 

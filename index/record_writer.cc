@@ -55,6 +55,7 @@ struct RecordWriter::Impl {
 
   std::array<uint64_t, kNumGroups> region_length{};
   std::vector<RecordImage> images;  // pieces[g].offset holds the offset inside region g for now
+  std::vector<PieceBlockCrcs> block_crcs;
   std::string names;
 
   bool tmp_created = false;
@@ -99,6 +100,45 @@ struct RecordWriter::Impl {
     return Status::OK();
   }
 
+  // Drops the bytes of group g past `length` (an AddStream that failed half way).
+  Status TruncateGroup(int g, uint64_t length) {
+    auto gi = static_cast<size_t>(g);
+    auto& buf = buffer[gi];
+    if (spill_size[gi] >= length) {
+      buffered -= buf.size();
+      buf.clear();
+      if (spill[gi].valid() && spill_size[gi] > length) {
+        if (::ftruncate(spill[gi].get(), static_cast<off_t>(length)) != 0 ||
+            ::lseek(spill[gi].get(), static_cast<off_t>(length), SEEK_SET) < 0) {
+          return Status::FromErrno("spill file of " + path, errno);
+        }
+      }
+      spill_size[gi] = length;
+    } else {
+      const uint64_t keep = length - spill_size[gi];
+      buffered -= buf.size() - keep;
+      buf.resize(static_cast<size_t>(keep));
+    }
+    return Status::OK();
+  }
+
+  Status CheckSlot(std::string_view image_path) const {
+    if (!failed.ok()) return failed;
+    if (finished) return Status::InvalidArgument(path + ": Add after Finish");
+    if (image_path.empty() || image_path.find('\0') != std::string_view::npos) {
+      return Status::InvalidArgument(path + ": image \"" + std::string(image_path) +
+                                     "\": path is empty or contains NUL");
+    }
+    if (images.size() >= kMaxRecordImages) {
+      return Status::InvalidArgument(path + ": more than " + std::to_string(kMaxRecordImages) +
+                                     " images in one record");
+    }
+    if (names.size() + image_path.size() > UINT32_MAX) {
+      return Status::InvalidArgument(path + ": names blob would exceed 4 GiB");
+    }
+    return Status::OK();
+  }
+
   Status WriteAll(int fd, uint64_t* offset, const void* data, size_t n) {
     PCRFS_RETURN_IF_ERROR(PwriteFull(fd, data, n, *offset, tmp_path));
     *offset += n;
@@ -135,12 +175,8 @@ Result<std::unique_ptr<RecordWriter>> RecordWriter::Create(std::string path,
 Status RecordWriter::Add(std::string_view path, EntryKind kind, uint8_t passthrough_reason,
                          std::span<const std::span<const uint8_t>> pieces) {
   Impl& w = *impl_;
-  if (!w.failed.ok()) return w.failed;
-  if (w.finished) return Status::InvalidArgument(w.path + ": Add after Finish");
+  PCRFS_RETURN_IF_ERROR(w.CheckSlot(path));
   const std::string what = w.path + ": image \"" + std::string(path) + "\"";
-  if (path.empty() || path.find('\0') != std::string_view::npos) {
-    return Status::InvalidArgument(what + ": path is empty or contains NUL");
-  }
   if (kind == EntryKind::kJpeg) {
     if (pieces.size() != kNumGroups) {
       return Status::InvalidArgument(what + ": a JPEG takes " + std::to_string(kNumGroups) +
@@ -157,13 +193,6 @@ Status RecordWriter::Add(std::string_view path, EntryKind kind, uint8_t passthro
   } else {
     return Status::InvalidArgument(what + ": only JPEG and passthrough files go in records");
   }
-  if (w.images.size() >= kMaxRecordImages) {
-    return Status::InvalidArgument(w.path + ": more than " + std::to_string(kMaxRecordImages) +
-                                   " images in one record");
-  }
-  if (w.names.size() + path.size() > UINT32_MAX) {
-    return Status::InvalidArgument(w.path + ": names blob would exceed 4 GiB");
-  }
 
   RecordImage img;
   img.path = std::string(path);
@@ -177,6 +206,15 @@ Status RecordWriter::Add(std::string_view path, EntryKind kind, uint8_t passthro
     ref.offset = w.region_length[gi];
     ref.length = piece.size();
     ref.masked_crc = crc32c::Mask(crc32c::Value(piece.data(), piece.size()));
+    if (HasBlockCrcs(piece.size())) {
+      PieceBlockCrcs blocks{static_cast<uint32_t>(w.images.size()), g + 1, {}};
+      for (uint64_t b = 0; b < NumChecksumBlocks(piece.size()); ++b) {
+        auto block = piece.subspan(static_cast<size_t>(b * kChecksumBlockSize),
+                                   static_cast<size_t>(ChecksumBlockLength(piece.size(), b)));
+        blocks.masked.push_back(crc32c::Mask(crc32c::Value(block.data(), block.size())));
+      }
+      w.block_crcs.push_back(std::move(blocks));
+    }
     Status s = w.AppendPiece(g, piece);
     if (!s.ok()) {
       w.failed = s;
@@ -188,6 +226,53 @@ Status RecordWriter::Add(std::string_view path, EntryKind kind, uint8_t passthro
   w.images.push_back(std::move(img));
   return Status::OK();
 }
+
+Status RecordWriter::AddStream(std::string_view path, uint8_t passthrough_reason, uint64_t size,
+                               const ChunkReader& read) {
+  Impl& w = *impl_;
+  PCRFS_RETURN_IF_ERROR(w.CheckSlot(path));
+  const uint64_t start = w.region_length[0];
+  PieceBlockCrcs blocks{static_cast<uint32_t>(w.images.size()), 1, {}};
+  uint32_t crc = 0;
+  std::vector<uint8_t> chunk(static_cast<size_t>(std::min(size, kChecksumBlockSize)));
+  for (uint64_t b = 0; b < NumChecksumBlocks(size) && size > 0; ++b) {
+    const auto n = static_cast<size_t>(ChecksumBlockLength(size, b));
+    std::span<uint8_t> dst(chunk.data(), n);
+    Status s = read(b * kChecksumBlockSize, dst);
+    if (s.ok()) {
+      s = w.AppendPiece(0, dst);
+      if (!s.ok()) w.failed = s;  // the writer's own files failed: it is unusable
+    }
+    if (!s.ok()) {
+      if (w.failed.ok()) {
+        Status undo = w.TruncateGroup(0, start);
+        if (!undo.ok()) w.failed = undo;
+      }
+      return s;
+    }
+    const uint32_t block_crc = crc32c::Value(dst.data(), n);
+    blocks.masked.push_back(crc32c::Mask(block_crc));
+    crc = crc32c::Extend(crc, dst.data(), n);
+  }
+  RecordImage img;
+  img.path = std::string(path);
+  img.kind = EntryKind::kPassthrough;
+  img.passthrough_reason = passthrough_reason;
+  for (int g = 0; g < kNumGroups; ++g) {
+    img.pieces[static_cast<size_t>(g)].offset = w.region_length[static_cast<size_t>(g)];
+  }
+  img.pieces[0].length = size;
+  // Empty pieces carry the CRC of zero bytes, as Add() gives them.
+  for (PieceRef& p : img.pieces) p.masked_crc = crc32c::Mask(0);
+  img.pieces[0].masked_crc = crc32c::Mask(crc);
+  w.region_length[0] += size;
+  if (HasBlockCrcs(size)) w.block_crcs.push_back(std::move(blocks));
+  w.names.append(path);
+  w.images.push_back(std::move(img));
+  return Status::OK();
+}
+
+const std::vector<PieceBlockCrcs>& RecordWriter::block_crcs() const { return impl_->block_crcs; }
 
 Result<RecordLayout> RecordWriter::Finish() {
   Impl& w = *impl_;

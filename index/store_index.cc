@@ -28,8 +28,8 @@ constexpr char kEntriesDb[] = "entries";
 constexpr char kDirentsDb[] = "dirents";
 constexpr char kRecordsDb[] = "records";
 constexpr char kMetaDb[] = "meta";
+constexpr char kBlocksDb[] = "blocks";
 constexpr char kIndexFormatKey[] = "index_format";
-constexpr char kIndexFormatValue[] = "2";
 // A dirent value: the child's inode (u64 BE) and its kind (u8), so a plain readdir is served
 // from the dirents alone.
 constexpr size_t kDirentValueSize = 9;
@@ -73,6 +73,12 @@ std::string InoKey(uint64_t ino) {
 std::string DirentKey(uint64_t parent, std::string_view name) {
   std::string k = InoKey(parent);
   k.append(name);
+  return k;
+}
+
+std::string BlocksKey(uint64_t ino, int group) {
+  std::string k = InoKey(ino);
+  k.push_back(static_cast<char>(group));
   return k;
 }
 
@@ -188,7 +194,8 @@ struct IndexWriter::Impl {
   std::string build_path;
   MDB_env* env = nullptr;
   MDB_txn* txn = nullptr;
-  MDB_dbi entries = 0, dirents = 0, records = 0, meta = 0;
+  MDB_dbi entries = 0, dirents = 0, records = 0, meta = 0, blocks = 0;
+  int format = kIndexFormat;
   uint64_t last_ino = 0;
   uint64_t puts_in_txn = 0;
   bool finished = false;
@@ -245,14 +252,19 @@ struct IndexWriter::Impl {
 IndexWriter::IndexWriter(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
 IndexWriter::~IndexWriter() = default;
 
-Result<std::unique_ptr<IndexWriter>> IndexWriter::Create(const std::string& path) {
+Result<std::unique_ptr<IndexWriter>> IndexWriter::Create(const std::string& path, int format) {
+  if (format != kIndexFormat && format != kOldestIndexFormat) {
+    return Err(
+        Status::InvalidArgument(path + ": cannot write index format " + std::to_string(format)));
+  }
   auto impl = std::make_unique<Impl>();
   impl->path = path;
+  impl->format = format;
   impl->build_path = path + ".build";
   RemoveBuildFiles(impl->build_path);
   int rc = mdb_env_create(&impl->env);
   if (rc != 0) return Err(LmdbError("mdb_env_create", rc));
-  if ((rc = mdb_env_set_maxdbs(impl->env, 4)) != 0 ||
+  if ((rc = mdb_env_set_maxdbs(impl->env, 5)) != 0 ||
       (rc = mdb_env_set_mapsize(impl->env, kBuildMapSize)) != 0) {
     return Err(LmdbError(impl->build_path, rc));
   }
@@ -269,8 +281,12 @@ Result<std::unique_ptr<IndexWriter>> IndexWriter::Create(const std::string& path
     rc = mdb_dbi_open(impl->txn, name, MDB_CREATE, dbi);
     if (rc != 0) return Err(LmdbError(impl->build_path + ": open db " + name, rc));
   }
+  if (format >= 3) {
+    rc = mdb_dbi_open(impl->txn, kBlocksDb, MDB_CREATE, &impl->blocks);
+    if (rc != 0) return Err(LmdbError(impl->build_path + ": open db " + kBlocksDb, rc));
+  }
   PCRFS_RETURN_ERR_IF_ERROR(
-      impl->Put(impl->meta, kIndexFormatKey, kIndexFormatValue, 0, "put meta index_format"));
+      impl->Put(impl->meta, kIndexFormatKey, std::to_string(format), 0, "put meta index_format"));
   return std::unique_ptr<IndexWriter>(new IndexWriter(std::move(impl)));
 }
 
@@ -312,6 +328,27 @@ Status IndexWriter::AddEntry(const Entry& e) {
     }
   }
   w.last_ino = e.ino;
+  return w.MaybeCommit();
+}
+
+Status IndexWriter::AddBlockCrcs(uint64_t ino, int group, std::span<const uint32_t> masked) {
+  Impl& w = *impl_;
+  PCRFS_RETURN_IF_ERROR(w.Usable());
+  const std::string what = w.path + ": block CRCs of inode " + std::to_string(ino);
+  if (w.format < 3) return Status::InvalidArgument(what + ": index format 2 has none");
+  if (ino != w.last_ino || group < 1 || group > kNumGroups || masked.size() < 2) {
+    return Status::InvalidArgument(what + ", group " + std::to_string(group) +
+                                   ": must follow their entry, for a piece of 2 or more blocks");
+  }
+  std::string value;
+  value.reserve(masked.size() * 4);
+  for (uint32_t crc : masked) PutFixed32(&value, crc);
+  const std::string key = BlocksKey(ino, group);
+  Status s = w.Put(w.blocks, key, value, MDB_APPEND, "put block CRCs");
+  if (s.code() == Status::Code::kAlreadyExists) {
+    s = w.Put(w.blocks, key, value, MDB_NOOVERWRITE, "put block CRCs");
+  }
+  if (!s.ok()) return s;
   return w.MaybeCommit();
 }
 
@@ -423,7 +460,8 @@ Status IndexWriter::Impl::DoFinish() {
 struct IndexReader::Impl {
   std::string path;
   MDB_env* env = nullptr;
-  MDB_dbi entries = 0, dirents = 0, records = 0, meta = 0;
+  MDB_dbi entries = 0, dirents = 0, records = 0, meta = 0, blocks = 0;
+  int format = kIndexFormat;
   uint64_t num_entries = 0;
   FileIdentity identity;
   void* map_addr = nullptr;
@@ -616,7 +654,7 @@ Result<std::unique_ptr<IndexReader>> IndexReader::Open(const std::string& path,
   impl->path = path;
   int rc = mdb_env_create(&impl->env);
   if (rc != 0) return Err(LmdbError("mdb_env_create", rc));
-  if ((rc = mdb_env_set_maxdbs(impl->env, 4)) != 0 ||
+  if ((rc = mdb_env_set_maxdbs(impl->env, 5)) != 0 ||
       (rc = mdb_env_set_mapsize(impl->env, static_cast<size_t>(lmdb_size))) != 0) {
     return Err(LmdbError(path, rc));
   }
@@ -665,14 +703,29 @@ Result<std::unique_ptr<IndexReader>> IndexReader::Open(const std::string& path,
     // LMDB does not say where it mapped the file (me_mapaddr is only set for MDB_FIXEDMAP),
     // but a value read in a read-only transaction points into the map.
     FindMapping(format.data(), &impl->map_addr, &impl->map_size);
-    if (format != kIndexFormatValue) {
-      const bool older =
-          format.size() < std::strlen(kIndexFormatValue) ||
-          (format.size() == std::strlen(kIndexFormatValue) && format < kIndexFormatValue);
+    int version = 0;
+    for (char c : format)
+      version = (c >= '0' && c <= '9' && version < 1000) ? version * 10 + (c - '0') : -1;
+    if (format.empty() || version < kOldestIndexFormat || version > kIndexFormat) {
+      const bool older = version >= 0 && version < kOldestIndexFormat;
       return Err(Status::NotSupported(
           path + ": index format \"" + std::string(format) +
-          "\" is not supported (this pcrfs reads " + kIndexFormatValue + "; " +
+          "\" is not supported (this pcrfs reads " + std::to_string(kOldestIndexFormat) + " to " +
+          std::to_string(kIndexFormat) + "; " +
           (older ? "rebuild the store with this pcr build" : "use a newer pcrfs") + ")"));
+    }
+    impl->format = version;
+    if (version >= 3) {
+      MDB_txn* txn;
+      rc = mdb_txn_begin(impl->env, nullptr, MDB_RDONLY, &txn);
+      if (rc != 0) return Err(LmdbError(path + ": begin read transaction", rc));
+      rc = mdb_dbi_open(txn, kBlocksDb, 0, &impl->blocks);
+      if (rc != 0) {
+        mdb_txn_abort(txn);
+        return bad(std::string("database \"") + kBlocksDb + "\": " + mdb_strerror(rc));
+      }
+      rc = mdb_txn_commit(txn);
+      if (rc != 0) return Err(LmdbError(path + ": open databases", rc));
     }
     MDB_stat es;
     rc = mdb_stat(lease.txn(), impl->entries, &es);
@@ -844,6 +897,25 @@ Result<RecordInfo> IndexReader::GetRecord(uint32_t id) const {
   auto r = DecodeRecordInfo(id, v);
   if (!r) return Err(Status::Corruption(impl_->path + ": " + r.error().message()));
   return r;
+}
+
+int IndexReader::format() const { return impl_->format; }
+
+Result<uint32_t> IndexReader::GetBlockCrc(uint64_t ino, int group, uint64_t block) const {
+  const std::string what =
+      "block CRCs of inode " + std::to_string(ino) + " group " + std::to_string(group);
+  if (impl_->format < 3) return Err(Status::NotFound(impl_->path + ": no " + what));
+  Impl::Lease lease(impl_.get());
+  PCRFS_RETURN_ERR_IF_ERROR(lease.Begin());
+  std::string_view v;
+  Status s = impl_->Get(lease, impl_->blocks, BlocksKey(ino, group), &v, what);
+  if (s.IsNotFound()) return Err(Status::Corruption(impl_->path + ": missing " + what));
+  if (!s.ok()) return Err(s);
+  if (v.size() % 4 != 0 || block >= v.size() / 4) {
+    return Err(
+        Status::Corruption(impl_->path + ": " + what + " have no block " + std::to_string(block)));
+  }
+  return DecodeFixed32(reinterpret_cast<const uint8_t*>(v.data()) + block * 4);
 }
 
 Result<std::string> IndexReader::GetMeta(std::string_view key) const {
