@@ -35,7 +35,10 @@ int PieceCount(const index::Entry& e, int level) {
 }  // namespace
 
 Filesystem::Filesystem(std::unique_ptr<index::Store> store, FsOptions options)
-    : store_(std::move(store)), options_(options), cache_(options.cache_bytes) {
+    : store_(std::move(store)),
+      options_(options),
+      cache_(options.cache_bytes - LargeFileCacheBytes(options.cache_bytes)),
+      large_cache_(LargeFileCacheBytes(options.cache_bytes)) {
   auto root = store_->index().Get(index::kRootIno);
   if (root) root_ = std::move(*root);
   access_.resize(store_->manifest().num_records);
@@ -231,16 +234,17 @@ Result<std::shared_ptr<RandomAccessFile>> Filesystem::OpenRecord(uint32_t record
 Result<PieceBytes> Filesystem::GetBlock(const RandomAccessFile& file, const index::Entry& e,
                                         int group, uint64_t block, bool keep) const {
   const PieceKey key{e.record, e.slot, static_cast<uint32_t>(group), block};
-  return cache_.GetOrLoad(key, keep, [&]() -> Result<PieceBytes> {
-    const index::PieceRef& ref = e.pieces[static_cast<size_t>(group - 1)];
+  const index::PieceRef& ref = e.pieces[static_cast<size_t>(group - 1)];
+  PieceCache& cache = index::HasBlockCrcs(ref.length) ? large_cache_ : cache_;
+  return cache.GetOrLoad(key, keep, [&]() -> Result<PieceBytes> {
     if (index::HasBlockCrcs(ref.length) && block + 1 < index::NumChecksumBlocks(ref.length) &&
-        block > 0 && cache_.Contains({e.record, e.slot, static_cast<uint32_t>(group), block - 1})) {
+        block > 0 && cache.Contains({e.record, e.slot, static_cast<uint32_t>(group), block - 1})) {
       // A large file read in order: ask for the next blocks while this one is read and checked.
       const uint64_t next = ref.offset + (block + 1) * index::kChecksumBlockSize;
       file.Prefetch(next, std::min(kSequentialBlocksAhead * index::kChecksumBlockSize,
                                    ref.offset + ref.length - next));
     }
-    auto bytes = std::make_shared<std::vector<uint8_t>>(
+    auto bytes = std::make_shared<BlockBytes>(
         static_cast<size_t>(index::ChecksumBlockLength(ref.length, block)));
     Status s = store_->ReadBlock(file, e, group, block, bytes->data());
     if (!s.ok()) return Err(Status::IOError(s.message(), EIO));
@@ -326,7 +330,8 @@ Result<size_t> Filesystem::Read(uint64_t ino, uint64_t offset, size_t size, uint
         const uint64_t from = std::max(offset, pos) - pos;
         const uint64_t to = std::min(end, pos + ref.length) - pos;
         const uint64_t block = from / index::kChecksumBlockSize;
-        if (!cache_.Contains({e.record, e.slot, static_cast<uint32_t>(g), block})) {
+        const PieceCache& cache = index::HasBlockCrcs(ref.length) ? large_cache_ : cache_;
+        if (!cache.Contains({e.record, e.slot, static_cast<uint32_t>(g), block})) {
           // The checksum blocks this request needs of this piece, not the whole piece.
           const uint64_t begin = block * index::kChecksumBlockSize;
           const uint64_t stop = std::min(

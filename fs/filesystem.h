@@ -8,6 +8,7 @@
 #include <sys/stat.h>
 #include <sys/statvfs.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -86,6 +87,7 @@ class Filesystem {
 
   const index::Store& store() const { return *store_; }
   const PieceCache& cache() const { return cache_; }
+  const PieceCache& large_file_cache() const { return large_cache_; }
   const FsOptions& options() const { return options_; }
 
  private:
@@ -119,6 +121,13 @@ class Filesystem {
   std::unique_ptr<index::Store> store_;
   const FsOptions options_;
   mutable PieceCache cache_;
+  // The blocks of pieces longer than one checksum block (large files), apart: a large file
+  // read through must not evict every small file's pieces, and the kernel keeps its pages.
+  // Its share of options_.cache_bytes: 32 MiB, or half of a smaller budget.
+  static constexpr uint64_t LargeFileCacheBytes(uint64_t budget) {
+    return std::min(budget / 2, uint64_t{32} << 20);
+  }
+  mutable PieceCache large_cache_;
   index::Entry root_;
 
   // How reads have touched one record, to decide when reading ahead pays.

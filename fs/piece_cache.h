@@ -8,7 +8,9 @@
 #include <list>
 #include <memory>
 #include <mutex>
+#include <type_traits>
 #include <unordered_map>
+#include <utility>
 #include <vector>
 
 #include "common/status.h"
@@ -35,7 +37,29 @@ struct PieceKeyHash {
   }
 };
 
-using PieceBytes = std::shared_ptr<const std::vector<uint8_t>>;
+// std::allocator, except that resize() leaves new elements default-initialized: a block is
+// filled by a read at once, and zeroing a megabyte first cost more than reading it.
+template <typename T>
+struct UninitializedAllocator : std::allocator<T> {
+  template <typename U>
+  struct rebind {
+    using other = UninitializedAllocator<U>;
+  };
+  UninitializedAllocator() = default;
+  template <typename U>
+  UninitializedAllocator(const UninitializedAllocator<U>&) noexcept {}
+  template <typename U>
+  void construct(U* p) noexcept(std::is_nothrow_default_constructible_v<U>) {
+    ::new (static_cast<void*>(p)) U;
+  }
+  template <typename U, typename... Args>
+  void construct(U* p, Args&&... args) {
+    ::new (static_cast<void*>(p)) U(std::forward<Args>(args)...);
+  }
+};
+
+using BlockBytes = std::vector<uint8_t, UninitializedAllocator<uint8_t>>;
+using PieceBytes = std::shared_ptr<const BlockBytes>;
 
 class PieceCache {
  public:
