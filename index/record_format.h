@@ -11,6 +11,8 @@
 #include <string>
 #include <vector>
 
+#include "common/status.h"
+
 namespace pcrfs::index {
 
 inline constexpr int kNumGroups = 10;
@@ -96,6 +98,63 @@ inline constexpr uint64_t kRecordGroupTableSize = 16 * kNumGroups;       // 160
 inline constexpr uint64_t kRecordImageEntrySize = 16 + 12 * kNumGroups;  // 136
 inline constexpr uint64_t kRecordFooterSize = 16;
 inline constexpr uint32_t kMaxRecordImages = 1u << 24;
+
+// Each on-disk structure of a record with its encoder beside its decoder, as LevelDB keeps
+// Footer::EncodeTo/DecodeFrom together. A decoder checks what the bytes alone can tell (magic,
+// CRC, reserved bytes); its error is a Corruption with a short reason that the caller prefixes
+// with the file's name. How the fields agree with each other and with the file is the reader's
+// business (record_reader.cc).
+
+// The header: magic, version, group count, counts and sizes, masked CRC of the first 60 bytes.
+struct RecordHeader {
+  static constexpr size_t kEncodedLength = kRecordHeaderSize;
+  uint32_t version = kRecordFormatVersion;
+  uint32_t num_images = 0;
+  uint32_t names_size = 0;
+  uint64_t data_offset = 0;
+  uint64_t file_size = 0;
+  uint64_t table_size = 0;  // group table + image table + names + table CRC
+
+  void EncodeTo(uint8_t* dst) const;  // kEncodedLength bytes
+  // Checks magic, CRC, the group count and the reserved bytes; any version is returned.
+  static Result<RecordHeader> DecodeFrom(const uint8_t* src);
+};
+
+// The footer: end magic and the file size again.
+struct RecordFooter {
+  static constexpr size_t kEncodedLength = kRecordFooterSize;
+  uint64_t file_size = 0;
+
+  void EncodeTo(uint8_t* dst) const;
+  static Result<RecordFooter> DecodeFrom(const uint8_t* src);
+};
+
+// One image's entry in the image table: kind, reason, its name in the names blob, and each
+// piece's length and masked CRC (offsets follow from the lengths: pieces are packed in slot
+// order inside their group's region).
+struct RecordImageEntry {
+  static constexpr size_t kEncodedLength = kRecordImageEntrySize;
+  uint8_t kind = 0;
+  uint8_t passthrough_reason = 0;
+  uint32_t name_offset = 0;
+  uint32_t name_length = 0;
+  std::array<uint64_t, kNumGroups> length{};
+  std::array<uint32_t, kNumGroups> masked_crc{};
+
+  void EncodeTo(std::string* dst) const;  // appends kEncodedLength bytes
+  // Checks the reserved bytes; kind and sizes are checked by the reader.
+  static Result<RecordImageEntry> DecodeFrom(const uint8_t* src);
+};
+
+// The group table: each region's (offset, length).
+struct RecordGroupTable {
+  static constexpr size_t kEncodedLength = kRecordGroupTableSize;
+  std::array<uint64_t, kNumGroups> offset{};
+  std::array<uint64_t, kNumGroups> length{};
+
+  void EncodeTo(std::string* dst) const;
+  static RecordGroupTable DecodeFrom(const uint8_t* src);
+};
 
 // Size of the tables section (group table, image table, names, table CRC) for n images and a
 // names blob of names_size bytes.

@@ -145,6 +145,10 @@ struct RecordWriter::Impl {
     return Status::OK();
   }
 
+  // Finish's steps: where everything goes, the tables section, the group regions.
+  RecordLayout PlanLayout() const;
+  std::string EncodeTables(const RecordLayout& layout) const;
+  Status WriteRegions(int fd, uint64_t* off);
   Status DoFinish(RecordLayout* layout);
 };
 
@@ -288,57 +292,59 @@ Result<RecordLayout> RecordWriter::Finish() {
   return layout;
 }
 
-Status RecordWriter::Impl::DoFinish(RecordLayout* out) {
-  const uint64_t n = images.size();
-  const uint64_t table_size = RecordTableSize(n, names.size());
-  const uint64_t data_offset = RecordDataOffset(table_size);
-
-  RecordLayout& layout = *out;
-  layout.data_offset = data_offset;
-  layout.group_offset[0] = data_offset;
-  for (int g = 0; g < kNumGroups; ++g) {
-    auto gi = static_cast<size_t>(g);
-    layout.group_offset[gi + 1] = layout.group_offset[gi] + region_length[gi];
+RecordLayout RecordWriter::Impl::PlanLayout() const {
+  RecordLayout layout;
+  layout.data_offset = RecordDataOffset(RecordTableSize(images.size(), names.size()));
+  layout.group_offset[0] = layout.data_offset;
+  for (size_t g = 0; g < kNumGroups; ++g) {
+    layout.group_offset[g + 1] = layout.group_offset[g] + region_length[g];
   }
   layout.file_size = layout.group_offset[kNumGroups] + kRecordFooterSize;
+  return layout;
+}
 
-  // Tables section.
+std::string RecordWriter::Impl::EncodeTables(const RecordLayout& layout) const {
+  const uint64_t table_size = RecordTableSize(images.size(), names.size());
   std::string tables;
-  tables.reserve(static_cast<size_t>(table_size));
-  for (int g = 0; g < kNumGroups; ++g) {
-    auto gi = static_cast<size_t>(g);
-    PutFixed64(&tables, layout.group_offset[gi]);
-    PutFixed64(&tables, region_length[gi]);
+  tables.reserve(static_cast<size_t>(layout.data_offset - kRecordHeaderSize));
+  RecordGroupTable groups;
+  for (size_t g = 0; g < kNumGroups; ++g) {
+    groups.offset[g] = layout.group_offset[g];
+    groups.length[g] = region_length[g];
   }
-  uint64_t name_offset = 0;
+  groups.EncodeTo(&tables);
+  uint32_t name_offset = 0;
   for (const RecordImage& img : images) {
-    tables.push_back(static_cast<char>(img.kind));
-    tables.push_back(static_cast<char>(img.passthrough_reason));
-    tables.append(2, '\0');
-    PutFixed32(&tables, static_cast<uint32_t>(name_offset));
-    PutFixed32(&tables, static_cast<uint32_t>(img.path.size()));
-    PutFixed32(&tables, 0);
-    for (const PieceRef& p : img.pieces) {
-      PutFixed64(&tables, p.length);
-      PutFixed32(&tables, p.masked_crc);
+    RecordImageEntry entry;
+    entry.kind = static_cast<uint8_t>(img.kind);
+    entry.passthrough_reason = img.passthrough_reason;
+    entry.name_offset = name_offset;
+    entry.name_length = static_cast<uint32_t>(img.path.size());
+    for (size_t g = 0; g < kNumGroups; ++g) {
+      entry.length[g] = img.pieces[g].length;
+      entry.masked_crc[g] = img.pieces[g].masked_crc;
     }
-    name_offset += img.path.size();
+    entry.EncodeTo(&tables);
+    name_offset += entry.name_length;  // Add() keeps the names blob under 4 GiB
   }
   tables.append(names);
   PutFixed32(&tables, crc32c::Mask(crc32c::Value(tables.data(), tables.size())));
-  tables.append(static_cast<size_t>(data_offset - kRecordHeaderSize - table_size), '\0');
+  tables.append(static_cast<size_t>(layout.data_offset - kRecordHeaderSize - table_size), '\0');
+  return tables;
+}
 
-  // Header.
-  uint8_t header[kRecordHeaderSize] = {};
-  std::memcpy(header, kRecordMagic, 8);
-  EncodeFixed32(header + 8, kRecordFormatVersion);
-  EncodeFixed32(header + 12, kNumGroups);
-  EncodeFixed32(header + 16, static_cast<uint32_t>(n));
-  EncodeFixed32(header + 20, static_cast<uint32_t>(names.size()));
-  EncodeFixed64(header + 24, data_offset);
-  EncodeFixed64(header + 32, layout.file_size);
-  EncodeFixed64(header + 40, table_size);
-  EncodeFixed32(header + 60, crc32c::Mask(crc32c::Value(header, 60)));
+Status RecordWriter::Impl::DoFinish(RecordLayout* out) {
+  RecordLayout& layout = *out;
+  layout = PlanLayout();
+  std::string tables = EncodeTables(layout);
+  RecordHeader h;
+  h.num_images = static_cast<uint32_t>(images.size());
+  h.names_size = static_cast<uint32_t>(names.size());
+  h.data_offset = layout.data_offset;
+  h.file_size = layout.file_size;
+  h.table_size = RecordTableSize(images.size(), names.size());
+  uint8_t header[RecordHeader::kEncodedLength];
+  h.EncodeTo(header);
 
   auto fd = OpenFile(tmp_path, O_WRONLY | O_CREAT | O_TRUNC, 0644);
   if (!fd) return fd.error();
@@ -348,33 +354,13 @@ Status RecordWriter::Impl::DoFinish(RecordLayout* out) {
   PCRFS_RETURN_IF_ERROR(WriteAll(fd->get(), &off, tables.data(), tables.size()));
   tables.clear();
   tables.shrink_to_fit();
-
-  std::vector<uint8_t> copy_buf;
-  for (int g = 0; g < kNumGroups; ++g) {
-    auto gi = static_cast<size_t>(g);
-    if (spill_size[gi] > 0) {
-      copy_buf.resize(1 << 20);
-      const std::string what = "spill file of " + path;
-      for (uint64_t pos = 0; pos < spill_size[gi];) {
-        size_t chunk =
-            static_cast<size_t>(std::min<uint64_t>(copy_buf.size(), spill_size[gi] - pos));
-        PCRFS_RETURN_IF_ERROR(PreadFull(spill[gi].get(), copy_buf.data(), chunk, pos, what));
-        PCRFS_RETURN_IF_ERROR(WriteAll(fd->get(), &off, copy_buf.data(), chunk));
-        pos += chunk;
-      }
-      spill[gi].Reset();
-    }
-    PCRFS_RETURN_IF_ERROR(WriteAll(fd->get(), &off, buffer[gi].data(), buffer[gi].size()));
-    buffer[gi].clear();
-    buffer[gi].shrink_to_fit();
-  }
+  PCRFS_RETURN_IF_ERROR(WriteRegions(fd->get(), &off));
   if (off != layout.group_offset[kNumGroups]) {
     return Status::Corruption(tmp_path + ": wrote " + std::to_string(off) + " bytes, expected " +
                               std::to_string(layout.group_offset[kNumGroups]));
   }
-  uint8_t footer[kRecordFooterSize];
-  std::memcpy(footer, kRecordEndMagic, 8);
-  EncodeFixed64(footer + 8, layout.file_size);
+  uint8_t footer[RecordFooter::kEncodedLength];
+  RecordFooter{layout.file_size}.EncodeTo(footer);
   PCRFS_RETURN_IF_ERROR(WriteAll(fd->get(), &off, footer, sizeof(footer)));
   if (::fsync(fd->get()) != 0) return Status::FromErrno("fsync " + tmp_path, errno);
   fd->Reset();
@@ -384,13 +370,32 @@ Status RecordWriter::Impl::DoFinish(RecordLayout* out) {
   PCRFS_RETURN_IF_ERROR(FsyncPath(dir));
 
   for (RecordImage& img : images) {
-    for (int g = 0; g < kNumGroups; ++g) {
-      auto gi = static_cast<size_t>(g);
-      img.pieces[gi].offset += layout.group_offset[gi];
-    }
+    for (size_t g = 0; g < kNumGroups; ++g) img.pieces[g].offset += layout.group_offset[g];
   }
   layout.images = std::move(images);
   images.clear();
+  return Status::OK();
+}
+
+Status RecordWriter::Impl::WriteRegions(int fd, uint64_t* off) {
+  std::vector<uint8_t> copy_buf;
+  for (size_t g = 0; g < kNumGroups; ++g) {
+    if (spill_size[g] > 0) {
+      copy_buf.resize(1 << 20);
+      const std::string what = "spill file of " + path;
+      for (uint64_t pos = 0; pos < spill_size[g];) {
+        size_t chunk =
+            static_cast<size_t>(std::min<uint64_t>(copy_buf.size(), spill_size[g] - pos));
+        PCRFS_RETURN_IF_ERROR(PreadFull(spill[g].get(), copy_buf.data(), chunk, pos, what));
+        PCRFS_RETURN_IF_ERROR(WriteAll(fd, off, copy_buf.data(), chunk));
+        pos += chunk;
+      }
+      spill[g].Reset();
+    }
+    PCRFS_RETURN_IF_ERROR(WriteAll(fd, off, buffer[g].data(), buffer[g].size()));
+    buffer[g].clear();
+    buffer[g].shrink_to_fit();
+  }
   return Status::OK();
 }
 

@@ -28,19 +28,17 @@ Status CheckRecordHeader(const RandomAccessFile& f, const RecordInfo& info) {
     return bad("file has " + U(f.Size()) + " bytes, index says " + U(info.file_size));
   }
   if (f.Size() < kRecordHeaderSize + kRecordFooterSize) return bad("file too small");
-  uint8_t h[kRecordHeaderSize];
-  PCRFS_RETURN_IF_ERROR(f.Read(0, sizeof(h), h));
-  if (std::memcmp(h, kRecordMagic, 8) != 0) return bad("bad magic");
-  if (crc32c::Unmask(DecodeFixed32(h + 60)) != crc32c::Value(h, 60)) {
-    return bad("header checksum mismatch");
-  }
-  if (DecodeFixed32(h + 8) != kRecordFormatVersion) return bad("record format version");
-  if (DecodeFixed32(h + 16) != info.num_images) return bad("number of images");
-  if (DecodeFixed64(h + 24) != info.data_offset) return bad("data offset");
-  if (DecodeFixed64(h + 32) != info.file_size) return bad("file size in header");
+  uint8_t bytes[RecordHeader::kEncodedLength];
+  PCRFS_RETURN_IF_ERROR(f.Read(0, sizeof(bytes), bytes));
+  auto h = RecordHeader::DecodeFrom(bytes);
+  if (!h) return bad(h.error().message());
+  if (h->version != kRecordFormatVersion) return bad("record format version");
+  if (h->num_images != info.num_images) return bad("number of images");
+  if (h->data_offset != info.data_offset) return bad("data offset");
+  if (h->file_size != info.file_size) return bad("file size in header");
   // The tables are not needed to read (the index holds every piece's place and CRC), but a
   // damaged table means a damaged record: check its CRC so the damage is reported at once.
-  const uint64_t table_size = DecodeFixed64(h + 40);
+  const uint64_t table_size = h->table_size;
   if (info.data_offset < kRecordHeaderSize || table_size < 4 ||
       table_size > info.data_offset - kRecordHeaderSize || info.data_offset > f.Size()) {
     return bad("table size");
@@ -51,11 +49,10 @@ Status CheckRecordHeader(const RandomAccessFile& f, const RecordInfo& info) {
       crc32c::Value(tables.data(), table_size - 4)) {
     return bad("table checksum mismatch");
   }
-  uint8_t footer[kRecordFooterSize];
-  PCRFS_RETURN_IF_ERROR(f.Read(f.Size() - kRecordFooterSize, sizeof(footer), footer));
-  if (std::memcmp(footer, kRecordEndMagic, 8) != 0 || DecodeFixed64(footer + 8) != f.Size()) {
-    return bad("bad footer");
-  }
+  uint8_t footer_bytes[RecordFooter::kEncodedLength];
+  PCRFS_RETURN_IF_ERROR(f.Read(f.Size() - kRecordFooterSize, sizeof(footer_bytes), footer_bytes));
+  auto footer = RecordFooter::DecodeFrom(footer_bytes);
+  if (!footer || footer->file_size != f.Size()) return bad("bad footer");
   return Status::OK();
 }
 
