@@ -119,7 +119,7 @@ class IndexReader {
   // although it is only page cache. This unmaps them all (the page cache keeps them; the next
   // access maps a page again, a minor fault). Safe while other threads read.
   void ReleaseMappedPages() const;
-  // Keeps that footprint bounded: every 16 calls, if ResidentFileBytes() is over `bytes`, the
+  // Keeps that footprint bounded: every 16 calls, if proc::ResidentFileBytes() is over `bytes`, the
   // index's pages are released. 0 (the default) never releases.
   void SetMappedBudget(uint64_t bytes) const;
 
@@ -128,9 +128,5 @@ class IndexReader {
   explicit IndexReader(std::unique_ptr<Impl> impl);
   std::unique_ptr<Impl> impl_;
 };
-
-// The process's resident file-backed and shared memory in bytes (/proc/self/statm "shared"):
-// its executable, libraries and whatever of the index is mapped. 0 if unknown.
-uint64_t ResidentFileBytes();
 
 }  // namespace pcrfs::index

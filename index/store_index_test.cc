@@ -14,6 +14,7 @@
 
 #include "common/coding.h"
 #include "common/crc32c.h"
+#include "common/proc_self.h"
 #include "index/test_util.h"
 
 namespace pcrfs::index {
@@ -596,11 +597,11 @@ TEST(StoreIndexTest, MappedBudgetBoundsTheResidentIndex) {
     }
   };
   auto grown = [](uint64_t base) {
-    const uint64_t now = ResidentFileBytes();
+    const uint64_t now = proc::ResidentFileBytes();
     return now > base ? now - base : 0;
   };
   idx.ReleaseMappedPages();
-  const uint64_t base = ResidentFileBytes();
+  const uint64_t base = proc::ResidentFileBytes();
   random_gets(1);
   const uint64_t unbounded = grown(base);
   EXPECT_GT(unbounded, file_size * 2 / 3);
