@@ -6,17 +6,17 @@
 #include <random>
 
 #include "common/crc32c.h"
+#include "common/test_support.h"
 #include "index/record_reader.h"
 #include "index/record_writer.h"
 #include "index/store.h"
-#include "index/test_util.h"
 
 namespace pcrfs::index {
 namespace {
 
-using testing::ReadAll;
-using testing::TempDir;
-using testing::WriteAll;
+using pcrfs::test::ReadAll;
+using pcrfs::test::TempDir;
+using pcrfs::test::WriteAll;
 using Bytes = std::vector<uint8_t>;
 
 Bytes Random(size_t n, uint32_t seed) {

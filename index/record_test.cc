@@ -5,17 +5,17 @@
 #include <random>
 
 #include "common/crc32c.h"
+#include "common/test_support.h"
 #include "index/record_reader.h"
 #include "index/record_writer.h"
-#include "index/test_util.h"
 
 namespace pcrfs::index {
 namespace {
 
-using testing::FaultInjectingFile;
-using testing::MemoryFile;
-using testing::ReadAll;
-using testing::TempDir;
+using pcrfs::test::FaultInjectingFile;
+using pcrfs::test::MemoryFile;
+using pcrfs::test::ReadAll;
+using pcrfs::test::TempDir;
 using Bytes = std::vector<uint8_t>;
 
 struct TestImage {

@@ -15,14 +15,14 @@
 #include "common/coding.h"
 #include "common/crc32c.h"
 #include "common/proc_self.h"
-#include "index/test_util.h"
+#include "common/test_support.h"
 
 namespace pcrfs::index {
 namespace {
 
-using testing::ReadAll;
-using testing::TempDir;
-using testing::WriteAll;
+using pcrfs::test::ReadAll;
+using pcrfs::test::TempDir;
+using pcrfs::test::WriteAll;
 
 Entry Dir(uint64_t ino, uint64_t parent, std::string name, uint64_t first, uint64_t n,
           uint64_t subdirs) {

@@ -7,15 +7,15 @@
 #include <atomic>
 #include <thread>
 
+#include "common/test_support.h"
 #include "index/record_writer.h"
-#include "index/test_util.h"
 
 namespace pcrfs::index {
 namespace {
 
-using testing::ReadAll;
-using testing::TempDir;
-using testing::WriteAll;
+using pcrfs::test::ReadAll;
+using pcrfs::test::TempDir;
+using pcrfs::test::WriteAll;
 using Bytes = std::vector<uint8_t>;
 
 Bytes Piece(uint64_t ino, int g) {
