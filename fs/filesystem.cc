@@ -6,7 +6,6 @@
 #include <cstdio>
 #include <cstring>
 
-#include "codec/transcoder.h"
 #include "common/crc32c.h"
 #include "index/record_reader.h"
 
@@ -396,8 +395,7 @@ Result<std::string> Filesystem::GetXattr(uint64_t ino, std::string_view name) co
   if (key == "source_size") return std::to_string(e.source_size);
   if (key == "passthrough") return std::string(passthrough ? "1" : "0");
   if (key == "passthrough_reason" && passthrough) {
-    return std::string(
-        codec::PassthroughReasonName(static_cast<codec::PassthroughReason>(e.passthrough_reason)));
+    return index::PassthroughReasonName(e.passthrough_reason);
   }
   return Err(Errno(ENODATA, name));
 }

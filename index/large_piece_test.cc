@@ -63,12 +63,16 @@ std::vector<PieceBlockCrcs> BuildStore(
   EXPECT_EQ(mkdir((dir + "/records").c_str(), 0755), 0);
   auto w = RecordWriter::Create(dir + "/" + RecordFileName(0), memory_budget);
   EXPECT_TRUE(w.has_value());
-  EXPECT_TRUE((*w)->AddStream("big.bin", 1, BigFile().size(), ReaderOf(BigFile())).ok());
+  EXPECT_TRUE(
+      (*w)->AddStream("big.bin", PassthroughReason::kNotJpeg, BigFile().size(), ReaderOf(BigFile()))
+          .ok());
   const std::vector<Bytes> jpeg = JpegPieces();
   std::vector<std::span<const uint8_t>> spans(jpeg.begin(), jpeg.end());
-  EXPECT_TRUE((*w)->Add("photo.jpg", EntryKind::kJpeg, 0, spans).ok());
+  EXPECT_TRUE((*w)->Add("photo.jpg", EntryKind::kJpeg, PassthroughReason::kNone, spans).ok());
   std::span<const uint8_t> small(SmallFile());
-  EXPECT_TRUE((*w)->Add("small.txt", EntryKind::kPassthrough, 1, {&small, 1}).ok());
+  EXPECT_TRUE(
+      (*w)->Add("small.txt", EntryKind::kPassthrough, PassthroughReason::kNotJpeg, {&small, 1})
+          .ok());
   blocks = (*w)->block_crcs();
   auto layout = (*w)->Finish();
   EXPECT_TRUE(layout.has_value()) << layout.error().ToString();
@@ -241,13 +245,19 @@ TEST(LargePieceTest, FailedStreamIsRolledBack) {
     auto w = RecordWriter::Create(path, budget);
     ASSERT_TRUE(w.has_value());
     std::span<const uint8_t> small(SmallFile());
-    ASSERT_TRUE((*w)->Add("first.txt", EntryKind::kPassthrough, 1, {&small, 1}).ok());
-    Status s = (*w)->AddStream("big.bin", 1, BigFile().size(),
+    ASSERT_TRUE(
+        (*w)->Add("first.txt", EntryKind::kPassthrough, PassthroughReason::kNotJpeg, {&small, 1})
+            .ok());
+    Status s = (*w)->AddStream("big.bin", PassthroughReason::kNotJpeg, BigFile().size(),
                                ReaderOf(BigFile(), 2 * kChecksumBlockSize + 5));
     EXPECT_EQ(s.code(), Status::Code::kIOError);
     EXPECT_TRUE((*w)->block_crcs().empty());
-    ASSERT_TRUE((*w)->AddStream("big.bin", 1, BigFile().size(), ReaderOf(BigFile())).ok());
-    ASSERT_TRUE((*w)->Add("last.txt", EntryKind::kPassthrough, 1, {&small, 1}).ok());
+    ASSERT_TRUE((*w)->AddStream("big.bin", PassthroughReason::kNotJpeg, BigFile().size(),
+                                ReaderOf(BigFile()))
+                    .ok());
+    ASSERT_TRUE(
+        (*w)->Add("last.txt", EntryKind::kPassthrough, PassthroughReason::kNotJpeg, {&small, 1})
+            .ok());
     auto layout = (*w)->Finish();
     ASSERT_TRUE(layout.has_value()) << layout.error().ToString();
     ASSERT_EQ(layout->images.size(), 3u);

@@ -94,7 +94,7 @@ Result<RecordImageEntry> RecordImageEntry::DecodeFrom(const uint8_t* src) {
   }
   RecordImageEntry e;
   e.kind = src[0];
-  e.passthrough_reason = src[1];
+  e.passthrough_reason = static_cast<PassthroughReason>(src[1]);  // unknown values stay opaque
   e.name_offset = DecodeFixed32(src + 4);
   e.name_length = DecodeFixed32(src + 8);
   for (size_t g = 0; g < kNumGroups; ++g) {

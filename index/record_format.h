@@ -11,11 +11,13 @@
 #include <string>
 #include <vector>
 
+#include "common/levels.h"
 #include "common/status.h"
+#include "index/passthrough_reason.h"
 
 namespace pcrfs::index {
 
-inline constexpr int kNumGroups = 10;
+using pcrfs::kNumGroups;  // common/levels.h
 inline constexpr uint32_t kRecordFormatVersion = 1;
 
 enum class EntryKind : uint8_t {
@@ -70,7 +72,7 @@ inline constexpr uint8_t kEoi[2] = {0xFF, 0xD9};
 struct RecordImage {
   std::string path;  // path relative to the dataset root, '/'-separated, exactly as in the source
   EntryKind kind = EntryKind::kPassthrough;
-  uint8_t passthrough_reason = 0;  // codec::PassthroughReason, 0 for kJpeg
+  PassthroughReason passthrough_reason = PassthroughReason::kNone;  // kNone for kJpeg
   PieceRefs pieces;
 
   bool operator==(const RecordImage&) const = default;
@@ -135,7 +137,7 @@ struct RecordFooter {
 struct RecordImageEntry {
   static constexpr size_t kEncodedLength = kRecordImageEntrySize;
   uint8_t kind = 0;
-  uint8_t passthrough_reason = 0;
+  PassthroughReason passthrough_reason = PassthroughReason::kNone;
   uint32_t name_offset = 0;
   uint32_t name_length = 0;
   std::array<uint64_t, kNumGroups> length{};

@@ -145,7 +145,7 @@ Status ParseImage(const RandomAccessFile& file, const RecordHeader& h, const uin
   RecordImage& img = layout->images[i];
   img.kind = static_cast<EntryKind>(e->kind);
   img.passthrough_reason = e->passthrough_reason;
-  if (img.kind == EntryKind::kJpeg && img.passthrough_reason != 0) {
+  if (img.kind == EntryKind::kJpeg && img.passthrough_reason != PassthroughReason::kNone) {
     return Bad(file, who + " is a JPEG with a passthrough reason");
   }
   if (e->name_length == 0 || e->name_offset > h.names_size ||

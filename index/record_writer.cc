@@ -176,7 +176,8 @@ Result<std::unique_ptr<RecordWriter>> RecordWriter::Create(std::string path,
   return std::unique_ptr<RecordWriter>(new RecordWriter(std::move(impl)));
 }
 
-Status RecordWriter::Add(std::string_view path, EntryKind kind, uint8_t passthrough_reason,
+Status RecordWriter::Add(std::string_view path, EntryKind kind,
+                         PassthroughReason passthrough_reason,
                          std::span<const std::span<const uint8_t>> pieces) {
   Impl& w = *impl_;
   PCRFS_RETURN_IF_ERROR(w.CheckSlot(path));
@@ -186,7 +187,7 @@ Status RecordWriter::Add(std::string_view path, EntryKind kind, uint8_t passthro
       return Status::InvalidArgument(what + ": a JPEG takes " + std::to_string(kNumGroups) +
                                      " pieces, got " + std::to_string(pieces.size()));
     }
-    if (passthrough_reason != 0) {
+    if (passthrough_reason != PassthroughReason::kNone) {
       return Status::InvalidArgument(what + ": a JPEG has no passthrough reason");
     }
   } else if (kind == EntryKind::kPassthrough) {
@@ -231,8 +232,8 @@ Status RecordWriter::Add(std::string_view path, EntryKind kind, uint8_t passthro
   return Status::OK();
 }
 
-Status RecordWriter::AddStream(std::string_view path, uint8_t passthrough_reason, uint64_t size,
-                               const ChunkReader& read) {
+Status RecordWriter::AddStream(std::string_view path, PassthroughReason passthrough_reason,
+                               uint64_t size, const ChunkReader& read) {
   Impl& w = *impl_;
   PCRFS_RETURN_IF_ERROR(w.CheckSlot(path));
   const uint64_t start = w.region_length[0];

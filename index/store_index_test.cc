@@ -45,7 +45,8 @@ Entry File(uint64_t ino, uint64_t parent, std::string name, EntryKind kind) {
   e.parent = parent;
   e.name = std::move(name);
   e.kind = kind;
-  e.passthrough_reason = kind == EntryKind::kPassthrough ? 1 : 0;
+  e.passthrough_reason =
+      kind == EntryKind::kPassthrough ? PassthroughReason::kNotJpeg : PassthroughReason::kNone;
   e.mode = 0644;
   e.mtime_sec = 1600000000 + static_cast<int64_t>(ino);
   e.mtime_nsec = 5;

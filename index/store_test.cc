@@ -43,7 +43,11 @@ void BuildStore(const std::string& dir) {
       pieces.push_back(Piece(f.ino, g));
     }
     std::vector<std::span<const uint8_t>> spans(pieces.begin(), pieces.end());
-    ASSERT_TRUE((*w)->Add(f.path, f.kind, f.kind == EntryKind::kJpeg ? 0 : 1, spans).ok());
+    ASSERT_TRUE((*w)->Add(f.path, f.kind,
+                          f.kind == EntryKind::kJpeg ? PassthroughReason::kNone
+                                                     : PassthroughReason::kNotJpeg,
+                          spans)
+                    .ok());
   }
   auto layout = (*w)->Finish();
   ASSERT_TRUE(layout.has_value());

@@ -31,7 +31,34 @@ namespace pcrfs::tools {
 namespace fs = std::filesystem;
 namespace {
 
-using codec::PassthroughReason;
+using index::PassthroughReason;
+
+// What the store records for a codec outcome.
+PassthroughReason StoredReason(codec::PassthroughReason r) {
+  switch (r) {
+    case codec::PassthroughReason::kNone:
+      return PassthroughReason::kNone;
+    case codec::PassthroughReason::kNotJpeg:
+      return PassthroughReason::kNotJpeg;
+    case codec::PassthroughReason::kEmpty:
+      return PassthroughReason::kEmpty;
+    case codec::PassthroughReason::kCorrupt:
+      return PassthroughReason::kCorrupt;
+    case codec::PassthroughReason::kTruncated:
+      return PassthroughReason::kTruncated;
+    case codec::PassthroughReason::kTooManyScans:
+      return PassthroughReason::kTooManyScans;
+    case codec::PassthroughReason::kTooLarge:
+      return PassthroughReason::kTooLarge;
+    case codec::PassthroughReason::kUnsupported:
+      return PassthroughReason::kUnsupported;
+    case codec::PassthroughReason::kTrailingData:
+      return PassthroughReason::kTrailingData;
+    case codec::PassthroughReason::kIncomplete:
+      return PassthroughReason::kIncomplete;
+  }
+  return PassthroughReason::kCorrupt;  // unreachable: every outcome is listed
+}
 
 constexpr char kBuildStateDir[] = ".build";  // inside STORE.partial; removed on completion
 constexpr char kOptionsFile[] = "options";
@@ -169,7 +196,7 @@ FileResult ProcessOnce(const std::string& path, const BuildConfig& config, bool*
     opts.max_input_scans = config.max_input_scans;
     opts.max_memory_bytes = config.max_image_memory;
     codec::TranscodeResult t = codec::Transcode(*data, opts);
-    r.reason = t.reason;
+    r.reason = StoredReason(t.reason);
     r.detail = std::move(t.detail);
     if (t.transcoded()) {
       r.jpeg = std::move(t.image);
@@ -284,7 +311,7 @@ class OrderedTranscoder {
 struct FileLocation {
   bool stored = false;
   index::EntryKind kind = index::EntryKind::kPassthrough;
-  uint8_t reason = 0;
+  PassthroughReason reason = PassthroughReason::kNone;
   uint32_t record = 0;
   uint32_t slot = 0;
   uint64_t pieces_at = 0;  // offset in StoreBuilder::piece_arena_
@@ -420,7 +447,7 @@ class StoreBuilder {
         PutVarint64(&piece_arena_, p.length);
         PutFixed32(&piece_arena_, p.masked_crc);
       }
-      loc.stored = img.passthrough_reason != static_cast<uint8_t>(PassthroughReason::kUnreadable);
+      loc.stored = img.passthrough_reason != PassthroughReason::kUnreadable;
     }
     if (blocks != nullptr) {
       for (const index::PieceBlockCrcs& b : *blocks) block_crcs_[begin + b.slot].push_back(b);
@@ -507,7 +534,7 @@ class StoreBuilder {
   Status AddToRecord(index::RecordWriter* writer, SourceNode* node, FileResult* res) {
     const std::string rel = tree_.RelPath(*node);
     if (res->stream && !res->unreadable) StreamInto(writer, *node, res);
-    const auto reason = static_cast<uint8_t>(res->reason);
+    const PassthroughReason reason = res->reason;
     if (res->unreadable) {
       report_.problems.push_back({rel, "unreadable", res->detail});
       return writer->Add(rel, index::EntryKind::kPassthrough, reason, {});
@@ -524,13 +551,13 @@ class StoreBuilder {
     if (res->reason != PassthroughReason::kNotJpeg && res->reason != PassthroughReason::kEmpty &&
         res->reason != PassthroughReason::kNone) {
       report_.passthrough_notes.push_back(
-          {rel, codec::PassthroughReasonName(res->reason), res->detail});
+          {rel, index::PassthroughReasonName(res->reason), res->detail});
     }
     if (res->stream) return Status::OK();  // StreamInto added it
     if (res->reason == PassthroughReason::kNone) {
       std::array<std::span<const uint8_t>, codec::kNumGroups> pieces;
       for (int g = 1; g <= codec::kNumGroups; ++g) pieces[g - 1] = res->jpeg.piece(g);
-      return writer->Add(rel, index::EntryKind::kJpeg, 0, pieces);
+      return writer->Add(rel, index::EntryKind::kJpeg, PassthroughReason::kNone, pieces);
     }
     std::span<const uint8_t> whole(res->raw);
     return writer->Add(rel, index::EntryKind::kPassthrough, reason,
@@ -547,7 +574,7 @@ class StoreBuilder {
       bool changed = false;
       Status read_status;
       Status s = writer->AddStream(
-          tree_.RelPath(node), static_cast<uint8_t>(res->reason), res->stat.size,
+          tree_.RelPath(node), res->reason, res->stat.size,
           [&](uint64_t offset, std::span<uint8_t> dst) {
             read_status = PreadFull(fd, dst.data(), dst.size(), offset, path);
             if (read_status.ok() && offset + dst.size() == res->stat.size) {
@@ -647,8 +674,7 @@ class StoreBuilder {
           m.source_jpeg_bytes += n.size;
         } else {
           ++m.num_passthrough;
-          ++m.passthrough_by_reason[codec::PassthroughReasonName(
-              static_cast<PassthroughReason>(loc.reason))];
+          ++m.passthrough_by_reason[index::PassthroughReasonName(loc.reason)];
         }
         for (int k = 1; k <= index::kNumGroups; ++k) {
           const uint64_t size = index::LevelSize(loc.kind, e.pieces, k);
