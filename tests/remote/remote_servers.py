@@ -1,0 +1,358 @@
+#!/usr/bin/python3
+"""Test servers for pcrfs remote stores, on loopback: a module and a CLI (tests/remote/README.md).
+
+  Nginx(root)                      nginx serving a folder (ranges, ETag, If-None-Match)
+  S3Server(root, bucket, ak, sk)   s3rver behind a front that checks every SigV4 signature
+  FaultProxy(upstream_url)         a proxy that injects latency, errors, resets, short bodies
+
+Each is a context manager with .url (S3Server: .endpoint) and .pid. The CLI runs one until
+SIGTERM/SIGINT and writes a ready file with JSON once it answers:
+
+  remote_servers.py nginx --root DIR --ready-file F
+  remote_servers.py s3 --root DIR --bucket B --access-key AK --secret-key SK --ready-file F
+  remote_servers.py proxy --upstream URL --ready-file F
+"""
+
+import argparse
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import urllib.error
+import urllib.request
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+
+import fault_proxy  # noqa: E402
+
+NGINX = shutil.which("nginx") or "/usr/sbin/nginx"
+NODE = shutil.which("node") or "/usr/bin/node"
+NODE_MODULES = os.path.join(HERE, "node_modules")
+START_TIMEOUT = 30.0
+
+
+class ServerError(RuntimeError):
+    pass
+
+
+def free_port(host="127.0.0.1"):
+    """A port that was free a moment ago (callers retry when another process takes it)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind((host, 0))
+        return s.getsockname()[1]
+
+
+def wait_until_answers(url, proc, log_path, timeout=START_TIMEOUT, context=None):
+    """Waits until url answers any HTTP status; raises with the server's log if it died."""
+    deadline = time.monotonic() + timeout
+    while True:
+        if proc is not None and proc.poll() is not None:
+            raise ServerError(f"{proc.args[0]} exited {proc.returncode} before answering {url}:\n"
+                              f"{read_tail(log_path)}")
+        try:
+            with urllib.request.urlopen(url, timeout=2, context=context) as r:
+                r.read()
+            return
+        except urllib.error.HTTPError:
+            return  # any status: it answers
+        except (urllib.error.URLError, ConnectionError, socket.timeout):
+            pass
+        if time.monotonic() > deadline:
+            raise ServerError(f"{url} did not answer within {timeout:.0f} s:\n"
+                              f"{read_tail(log_path)}")
+        time.sleep(0.05)
+
+
+def read_tail(path, limit=4000):
+    try:
+        with open(path, "rb") as f:
+            return f.read()[-limit:].decode(errors="replace")
+    except OSError:
+        return "(no log)"
+
+
+def stop_process(proc, timeout=10):
+    if proc is None or proc.poll() is not None:
+        return
+    proc.terminate()
+    try:
+        proc.wait(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
+
+
+# ----------------------------------------------------------------------------- nginx
+
+NGINX_CONF = """\
+{user}
+worker_processes {workers};
+daemon off;
+pid {prefix}/nginx.pid;
+error_log {prefix}/error.log warn;
+events {{ worker_connections 1024; }}
+http {{
+    default_type application/octet-stream;
+    client_body_temp_path {prefix}/body;
+    proxy_temp_path {prefix}/proxy;
+    fastcgi_temp_path {prefix}/fastcgi;
+    uwsgi_temp_path {prefix}/uwsgi;
+    scgi_temp_path {prefix}/scgi;
+    access_log {prefix}/access.log combined buffer=64k flush=1s;
+    sendfile on;
+    tcp_nopush on;
+    tcp_nodelay on;
+    keepalive_timeout 300s;
+    keepalive_requests 1000000;
+    etag on;
+    server {{
+        listen 127.0.0.1:{port}{ssl};
+        {tls}
+        root {root};
+        location / {{
+            {auth}
+            autoindex off;
+        }}
+    }}
+}}
+"""
+
+
+class Nginx:
+    """nginx on 127.0.0.1 at a free port serving root: single and multi-range GETs, ETag,
+    If-None-Match (304), keep-alive. tls=True serves HTTPS with a fresh self-signed certificate
+    for 127.0.0.1 and localhost (.ca_file verifies it). bearer_token makes every request without
+    "Authorization: Bearer TOKEN" get 401."""
+
+    def __init__(self, root, tls=False, bearer_token=None, workers=2, port=None):
+        self.root = os.path.abspath(root)
+        if not os.path.isdir(self.root):
+            raise ServerError(f"nginx root {root}: not a directory")
+        self.tls = tls
+        self.bearer_token = bearer_token
+        self.workers = workers
+        self.port = port
+        self.prefix = None
+        self.proc = None
+        self.ca_file = None
+
+    @property
+    def url(self):
+        return f"{'https' if self.tls else 'http'}://127.0.0.1:{self.port}"
+
+    @property
+    def pid(self):
+        return self.proc.pid
+
+    @property
+    def access_log(self):
+        return os.path.join(self.prefix, "access.log")
+
+    def __enter__(self):
+        self.prefix = tempfile.mkdtemp(prefix="pcrfs-nginx-")
+        try:
+            if self.tls:
+                self.make_certificate()
+            fixed_port = self.port
+            for _ in range(20):
+                self.port = fixed_port or free_port()
+                if self.try_start():
+                    return self
+            raise ServerError("nginx: no free port after 20 tries")
+        except BaseException:
+            self.__exit__(None, None, None)
+            raise
+
+    def make_certificate(self):
+        key = os.path.join(self.prefix, "server.key")
+        self.ca_file = os.path.join(self.prefix, "server.crt")
+        subprocess.run(["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "2",
+                        "-subj", "/CN=127.0.0.1", "-keyout", key, "-out", self.ca_file,
+                        "-addext", "subjectAltName=IP:127.0.0.1,DNS:localhost"],
+                       check=True, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+
+    def write_config(self):
+        tls = ""
+        if self.tls:
+            tls = (f"ssl_certificate {self.ca_file}; "
+                   f"ssl_certificate_key {os.path.join(self.prefix, 'server.key')};")
+        auth = ""
+        if self.bearer_token is not None:
+            auth = f'if ($http_authorization != "Bearer {self.bearer_token}") {{ return 401; }}'
+        conf = NGINX_CONF.format(user="user root root;" if os.geteuid() == 0 else "",
+                                 workers=self.workers, prefix=self.prefix, port=self.port,
+                                 ssl=" ssl" if self.tls else "", tls=tls, root=self.root,
+                                 auth=auth)
+        path = os.path.join(self.prefix, "nginx.conf")
+        with open(path, "w") as f:
+            f.write(conf)
+        return path
+
+    def try_start(self):
+        """Starts nginx on self.port; False when the port was taken in the meantime."""
+        conf = self.write_config()
+        log = os.path.join(self.prefix, "error.log")
+        open(log, "w").close()
+        self.proc = subprocess.Popen([NGINX, "-p", self.prefix, "-c", conf, "-e", log],
+                                     stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                                     stderr=open(log, "ab"))
+        context = None
+        if self.tls:
+            import ssl
+            context = ssl.create_default_context(cafile=self.ca_file)
+        try:
+            wait_until_answers(self.url + "/", self.proc, log, context=context)
+            return True
+        except ServerError:
+            if "Address already in use" in read_tail(log):
+                stop_process(self.proc)
+                self.proc = None
+                return False
+            raise
+
+    def __exit__(self, *exc):
+        stop_process(self.proc)
+        if self.prefix:
+            shutil.rmtree(self.prefix, ignore_errors=True)
+
+    def ready_info(self):
+        info = {"url": self.url, "pid": self.pid}
+        if self.ca_file:
+            info["ca_file"] = self.ca_file
+        return info
+
+
+# ----------------------------------------------------------------------------- fault proxy
+
+
+class FaultProxy:
+    """fault_proxy.FaultProxyServer in a thread of this process, in front of upstream_url.
+    .fault(rule), .stats(), .requests() and .reset() use the control API over HTTP, like any
+    other client would."""
+
+    def __init__(self, upstream_url, port=0):
+        self.upstream_url = upstream_url
+        self.port = port
+        self.server = None
+        self.thread = None
+
+    @property
+    def url(self):
+        return self.server.url
+
+    @property
+    def pid(self):
+        return os.getpid()
+
+    def __enter__(self):
+        self.server = fault_proxy.FaultProxyServer(self.upstream_url, port=self.port)
+        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True,
+                                       name="fault-proxy")
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exc):
+        self.server.shutdown()
+        self.server.server_close()
+        self.thread.join()
+
+    def control(self, method, path, obj=None):
+        data = json.dumps(obj).encode() if obj is not None else None
+        req = urllib.request.Request(self.url + path, data=data, method=method,
+                                     headers={"Content-Type": "application/json"})
+        with urllib.request.urlopen(req, timeout=30) as r:
+            return json.loads(r.read())
+
+    def fault(self, **rule):
+        """Adds one rule, e.g. fault(fault="status", status=503, count=2); returns its id."""
+        return self.control("POST", "/__fault", rule)["ids"][0]
+
+    def stats(self):
+        return self.control("GET", "/__stats")
+
+    def requests(self):
+        return self.control("GET", "/__requests")["requests"]
+
+    def reset(self):
+        self.control("POST", "/__reset", {})
+
+    def ready_info(self):
+        return {"url": self.url, "pid": self.pid}
+
+
+# ----------------------------------------------------------------------------- CLI
+
+
+def write_ready_file(path, info):
+    tmp = path + ".tmp"
+    with open(tmp, "w") as f:
+        json.dump(info, f)
+        f.write("\n")
+    os.replace(tmp, path)
+
+
+def serve_until_signal(server, ready_file):
+    stop = threading.Event()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, lambda *_: stop.set())
+    with server:
+        info = server.ready_info()
+        if ready_file:
+            write_ready_file(ready_file, info)
+        print(json.dumps(info), flush=True)
+        while not stop.wait(0.5):
+            proc = getattr(server, "proc", None)
+            if proc is not None and proc.poll() is not None:
+                print(f"server process exited {proc.returncode}", file=sys.stderr)
+                return 1
+    return 0
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__,
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = ap.add_subparsers(dest="cmd", required=True)
+    p = sub.add_parser("nginx", help="nginx serving a folder")
+    p.add_argument("--root", required=True)
+    p.add_argument("--port", type=int)
+    p.add_argument("--workers", type=int, default=2)
+    p.add_argument("--tls", action="store_true", help="HTTPS with a self-signed certificate")
+    p.add_argument("--bearer-token", help="require Authorization: Bearer TOKEN")
+    p.add_argument("--ready-file")
+    p = sub.add_parser("proxy", help="fault-injecting proxy")
+    p.add_argument("--upstream", required=True)
+    p.add_argument("--port", type=int, default=0)
+    p.add_argument("--ready-file")
+    add_s3_arguments(sub)
+    args = ap.parse_args(argv)
+    try:
+        if args.cmd == "nginx":
+            server = Nginx(args.root, tls=args.tls, bearer_token=args.bearer_token,
+                           workers=args.workers, port=args.port)
+        elif args.cmd == "proxy":
+            server = FaultProxy(args.upstream, port=args.port)
+        else:
+            server = s3_server_from_args(args)
+        return serve_until_signal(server, args.ready_file)
+    except (ServerError, ValueError, OSError, subprocess.CalledProcessError) as e:
+        print(f"remote_servers {args.cmd}: {e}", file=sys.stderr)
+        return 1
+
+
+def add_s3_arguments(sub):
+    pass
+
+
+def s3_server_from_args(args):
+    raise ServerError("s3: not available yet")
+
+
+if __name__ == "__main__":
+    sys.exit(main())
