@@ -229,6 +229,133 @@ class Nginx:
         return info
 
 
+# ----------------------------------------------------------------------------- S3
+
+
+def check_node_modules():
+    missing = [m for m in ("s3rver", "@smithy/signature-v4", "@aws-crypto/sha256-js")
+               if not os.path.isdir(os.path.join(NODE_MODULES, m))]
+    if missing:
+        raise ServerError(f"{NODE_MODULES}: missing npm packages {missing}: run "
+                          f"tests/remote/install.sh (it needs the npm registry once)")
+
+
+class S3Server:
+    """s3rver on loopback behind s3_front.js, which checks every request's SigV4 signature with
+    AWS's own signer. The bucket is created empty; when root is given its files are uploaded
+    under prefix with boto3 through the front (signed, like `aws s3 sync`).
+
+    .endpoint is the front's URL (path style: ENDPOINT/BUCKET/KEY; virtual-host style with Host:
+    BUCKET.localhost:PORT). .client() is a boto3 client for it. .front_stats() the front's
+    counters (requests, signed_ok, anonymous, refused by S3 error code, range_fixed)."""
+
+    def __init__(self, root, bucket, access_key, secret_key, region="us-east-1", prefix="",
+                 session_token=None, allow_anonymous=False, extra_buckets=(), port=0):
+        self.root = root
+        self.bucket = bucket
+        self.access_key = access_key
+        self.secret_key = secret_key
+        self.region = region
+        self.prefix = prefix.strip("/")
+        self.session_token = session_token
+        self.allow_anonymous = allow_anonymous
+        self.buckets = [bucket, *extra_buckets]
+        self.port = port
+        self.tmp = None
+        self.proc = None
+        self.endpoint = None
+
+    @property
+    def pid(self):
+        return self.proc.pid
+
+    @property
+    def url(self):
+        return self.endpoint
+
+    def __enter__(self):
+        check_node_modules()
+        if self.root is not None and not os.path.isdir(self.root):
+            raise ServerError(f"s3 root {self.root}: not a directory")
+        self.tmp = tempfile.mkdtemp(prefix="pcrfs-s3-")
+        try:
+            self.start()
+            if self.root is not None:
+                self.upload(self.root, self.prefix)
+            return self
+        except BaseException:
+            self.__exit__(None, None, None)
+            raise
+
+    def start(self):
+        key = {"access_key": self.access_key, "secret_key": self.secret_key}
+        if self.session_token:
+            key["session_token"] = self.session_token
+        config = {"directory": os.path.join(self.tmp, "data"), "buckets": self.buckets,
+                  "region": self.region, "keys": [key], "allow_anonymous": self.allow_anonymous,
+                  "port": self.port}
+        conf_path = os.path.join(self.tmp, "front.json")
+        fd = os.open(conf_path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        with os.fdopen(fd, "w") as f:  # the secret stays out of the command line
+            json.dump(config, f)
+        log = os.path.join(self.tmp, "front.log")
+        out = os.path.join(self.tmp, "front.out")
+        self.proc = subprocess.Popen([NODE, os.path.join(HERE, "s3_front.js"), conf_path],
+                                     cwd=HERE, stdin=subprocess.DEVNULL, stdout=open(out, "wb"),
+                                     stderr=open(log, "wb"))
+        deadline = time.monotonic() + START_TIMEOUT
+        while True:
+            line = read_tail(out).strip()
+            if line.endswith("}"):
+                ports = json.loads(line.splitlines()[-1])
+                break
+            if self.proc.poll() is not None:
+                raise ServerError(f"s3_front.js exited {self.proc.returncode}:\n{read_tail(log)}")
+            if time.monotonic() > deadline:
+                raise ServerError(f"s3_front.js did not start within {START_TIMEOUT:.0f} s:\n"
+                                  f"{read_tail(log)}")
+            time.sleep(0.05)
+        self.endpoint = f"http://127.0.0.1:{ports['port']}"
+        self.s3rver_port = ports["s3rver_port"]
+        wait_until_answers(self.endpoint + "/__front/stats", self.proc, log)
+
+    def client(self, access_key=None, secret_key=None, session_token=None, endpoint=None,
+               addressing_style="path"):
+        """A boto3 S3 client for this server (or, through endpoint, a proxy in front of it)."""
+        import boto3
+        import botocore.config
+        return boto3.client(
+            "s3", endpoint_url=endpoint or self.endpoint, region_name=self.region,
+            aws_access_key_id=access_key or self.access_key,
+            aws_secret_access_key=secret_key or self.secret_key,
+            aws_session_token=session_token or self.session_token,
+            config=botocore.config.Config(s3={"addressing_style": addressing_style},
+                                          retries={"max_attempts": 1}))
+
+    def upload(self, root, prefix=""):
+        """Uploads every file under root to s3://BUCKET/PREFIX/RELPATH through the front."""
+        client = self.client()
+        for dirpath, _, filenames in os.walk(root):
+            for name in sorted(filenames):
+                path = os.path.join(dirpath, name)
+                rel = os.path.relpath(path, root).replace(os.sep, "/")
+                key = f"{prefix}/{rel}" if prefix else rel
+                client.upload_file(path, self.bucket, key)
+
+    def front_stats(self):
+        with urllib.request.urlopen(self.endpoint + "/__front/stats", timeout=30) as r:
+            return json.loads(r.read())
+
+    def __exit__(self, *exc):
+        stop_process(self.proc)
+        if self.tmp:
+            shutil.rmtree(self.tmp, ignore_errors=True)
+
+    def ready_info(self):
+        return {"endpoint": self.endpoint, "bucket": self.bucket, "region": self.region,
+                "pid": self.pid}
+
+
 # ----------------------------------------------------------------------------- fault proxy
 
 
@@ -347,11 +474,27 @@ def main(argv=None):
 
 
 def add_s3_arguments(sub):
-    pass
+    p = sub.add_parser("s3", help="s3rver behind a SigV4-verifying front")
+    p.add_argument("--root", help="folder uploaded into the bucket (with boto3, signed)")
+    p.add_argument("--prefix", default="", help="key prefix of the uploaded files")
+    p.add_argument("--bucket", required=True)
+    p.add_argument("--access-key", default=os.environ.get("AWS_ACCESS_KEY_ID"))
+    p.add_argument("--secret-key", help="default: $AWS_SECRET_ACCESS_KEY (keeps it out of ps)")
+    p.add_argument("--session-token", help="require this x-amz-security-token")
+    p.add_argument("--region", default="us-east-1")
+    p.add_argument("--allow-anonymous", action="store_true", help="accept unsigned GET/HEAD")
+    p.add_argument("--port", type=int, default=0)
+    p.add_argument("--ready-file")
 
 
 def s3_server_from_args(args):
-    raise ServerError("s3: not available yet")
+    secret = args.secret_key or os.environ.get("AWS_SECRET_ACCESS_KEY")
+    if not args.access_key or not secret:
+        raise ServerError("s3: give --access-key and --secret-key (or AWS_ACCESS_KEY_ID and "
+                          "AWS_SECRET_ACCESS_KEY)")
+    return S3Server(args.root, args.bucket, args.access_key, secret, region=args.region,
+                    prefix=args.prefix, session_token=args.session_token,
+                    allow_anonymous=args.allow_anonymous, port=args.port)
 
 
 if __name__ == "__main__":
