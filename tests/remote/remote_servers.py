@@ -200,9 +200,10 @@ class Nginx:
         conf = self.write_config()
         log = os.path.join(self.prefix, "error.log")
         open(log, "w").close()
-        self.proc = subprocess.Popen([NGINX, "-p", self.prefix, "-c", conf, "-e", log],
-                                     stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
-                                     stderr=open(log, "ab"))
+        with open(log, "ab") as err:
+            self.proc = subprocess.Popen([NGINX, "-p", self.prefix, "-c", conf, "-e", log],
+                                         stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                                         stderr=err)
         context = None
         if self.tls:
             import ssl
@@ -300,9 +301,10 @@ class S3Server:
             json.dump(config, f)
         log = os.path.join(self.tmp, "front.log")
         out = os.path.join(self.tmp, "front.out")
-        self.proc = subprocess.Popen([NODE, os.path.join(HERE, "s3_front.js"), conf_path],
-                                     cwd=HERE, stdin=subprocess.DEVNULL, stdout=open(out, "wb"),
-                                     stderr=open(log, "wb"))
+        with open(out, "wb") as stdout, open(log, "wb") as stderr:
+            self.proc = subprocess.Popen([NODE, os.path.join(HERE, "s3_front.js"), conf_path],
+                                         cwd=HERE, stdin=subprocess.DEVNULL, stdout=stdout,
+                                         stderr=stderr)
         deadline = time.monotonic() + START_TIMEOUT
         while True:
             line = read_tail(out).strip()
@@ -321,7 +323,8 @@ class S3Server:
 
     def client(self, access_key=None, secret_key=None, session_token=None, endpoint=None,
                addressing_style="path"):
-        """A boto3 S3 client for this server (or, through endpoint, a proxy in front of it)."""
+        """A boto3 S3 client for this server (or, through endpoint, a proxy in front of it),
+        without retries: a test sees every error."""
         import boto3
         import botocore.config
         return boto3.client(
@@ -330,7 +333,7 @@ class S3Server:
             aws_secret_access_key=secret_key or self.secret_key,
             aws_session_token=session_token or self.session_token,
             config=botocore.config.Config(s3={"addressing_style": addressing_style},
-                                          retries={"max_attempts": 1}))
+                                          retries={"total_max_attempts": 1}))
 
     def upload(self, root, prefix=""):
         """Uploads every file under root to s3://BUCKET/PREFIX/RELPATH through the front."""
@@ -341,6 +344,7 @@ class S3Server:
                 rel = os.path.relpath(path, root).replace(os.sep, "/")
                 key = f"{prefix}/{rel}" if prefix else rel
                 client.upload_file(path, self.bucket, key)
+        client.close()
 
     def front_stats(self):
         with urllib.request.urlopen(self.endpoint + "/__front/stats", timeout=30) as r:
