@@ -360,12 +360,16 @@ class ProxyTest(unittest.TestCase, Files):
         conn.request("GET", "/a.bin", headers={"If-None-Match": etag})
         r = conn.getresponse()
         self.assertEqual((r.status, r.read()), (304, b""))
+        for path in ("/empty.bin", "/one.bin"):  # an empty body leaves the connections usable
+            conn.request("GET", path)
+            r = conn.getresponse()
+            self.assertEqual((r.status, r.read()), (200, self.files[path[1:]]))
         conn.close()
         stats = self.proxy.stats()
-        self.assertEqual(stats["requests"], 21)
-        self.assertEqual(stats["upstream_requests"], 21)
-        self.assertEqual(stats["statuses"], {"206": 20, "304": 1})
-        self.assertEqual(stats["bytes_to_client"], 20 * 1000)
+        self.assertEqual(stats["requests"], 23)
+        self.assertEqual(stats["upstream_requests"], 23)
+        self.assertEqual(stats["statuses"], {"206": 20, "304": 1, "200": 2})
+        self.assertEqual(stats["bytes_to_client"], 20 * 1000 + 1)
         self.assertEqual(stats["faults"], {})
         log = self.proxy.requests()
         self.assertEqual([e["range"] for e in log[:2]], ["bytes=0-999", "bytes=1-1000"])
@@ -488,10 +492,25 @@ class ProxyTest(unittest.TestCase, Files):
             proxy.fault(fault="status", status=503, count=1)
             self.assertEqual(s3_error(lambda: client.get_object(Bucket="bk", Key="p/a.bin")),
                              (503, "SlowDown"))
+            # Uploads pass too (Expect: 100-continue, a multipart upload of 9 MiB).
+            big = random.Random(9).randbytes(9 * 1024 * 1024)
+            client.put_object(Bucket="bk", Key="p/put.bin", Body=big)
+            self.assertEqual(client.get_object(Bucket="bk", Key="p/put.bin")["Body"].read(), big)
             wrong = client_of(self, s3, endpoint=proxy.url, secret_key="wrong")
             self.assertEqual(s3_error(lambda: wrong.get_object(Bucket="bk", Key="p/a.bin")),
                              (403, "SignatureDoesNotMatch"))
-            self.assertEqual(s3.front_stats()["signed_ok"], 2 + len(self.files))  # + uploads
+            # The uploads of the root, 2 GETs, 1 PUT and 1 GET.
+            self.assertEqual(s3.front_stats()["signed_ok"], len(self.files) + 4)
+
+    def test_a_dead_upstream_gives_502(self):
+        port = socket.socket()
+        port.bind(("127.0.0.1", 0))  # bound, never listening: connections are refused
+        with FaultProxy(f"http://127.0.0.1:{port.getsockname()[1]}") as proxy:
+            status, _, body = get(proxy.url + "/a.bin")
+            self.assertEqual(status, 502)
+            self.assertIn(b"fault proxy: upstream 127.0.0.1:", body)
+            self.assertEqual(proxy.stats()["statuses"], {"502": 1})
+        port.close()
 
 
 class CliTest(unittest.TestCase, Files):

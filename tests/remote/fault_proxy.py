@@ -316,7 +316,11 @@ class ProxyHandler(http.server.BaseHTTPRequestHandler):
             if kind == "reset" and not rule.after_bytes:
                 self.reset_client()
             headers = self.upstream_headers(rule)
-            response = self.forward(headers, body)
+            try:
+                response = self.forward(headers, body)
+            except OSError as e:
+                self.send_bad_gateway(e, entry)
+                return
             self.relay(response, rule, entry)
         finally:
             state.record(entry)
@@ -326,7 +330,8 @@ class ProxyHandler(http.server.BaseHTTPRequestHandler):
         removed = {}
         for name, value in self.headers.items():
             lname = name.lower()
-            if lname in HOP_BY_HOP or lname == "content-length":
+            # The proxy answered any Expect: 100-continue itself and has the whole body.
+            if lname in HOP_BY_HOP or lname in ("content-length", "expect"):
                 continue
             drop = False
             if rule is not None and rule.kind == "full" and lname == "range":
@@ -430,6 +435,7 @@ class ProxyHandler(http.server.BaseHTTPRequestHandler):
             entry["bytes"] = sent
         if sent < length:
             raise AbortConnection()
+        response.read()  # closes an empty or fully read response: the connection is reusable
 
     def change_headers(self, headers, rule):
         out = []
@@ -441,6 +447,18 @@ class ProxyHandler(http.server.BaseHTTPRequestHandler):
                 value = changed_content_range(value)
             out.append((name, value))
         return out
+
+    def send_bad_gateway(self, error, entry):
+        body = f"fault proxy: upstream {self.server.upstream_host}:{self.server.upstream_port}: "
+        body = (body + f"{error}\n").encode()
+        entry["status"] = 502
+        self.send_response(502)
+        self.send_header("Content-Type", "text/plain")
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        if self.command != "HEAD":
+            self.wfile.write(body)
+            entry["bytes"] = len(body)
 
     def send_injected_status(self, rule, entry):
         body = s3_error_body(rule.status, self.path)
