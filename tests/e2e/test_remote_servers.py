@@ -35,6 +35,7 @@ AWS = "/usr/bin/aws"  # Debian's awscli: how users upload a store
 ACCESS_KEY = "AKIDPCRFSTEST"
 SECRET_KEY = "pcrfs/test+secret"
 TOKEN = "session-token-of-the-test"
+EMPTY_SHA256 = hashlib.sha256(b"").hexdigest()
 
 
 def make_files(root):
@@ -310,6 +311,31 @@ class S3Test(unittest.TestCase, Files):
                                      Key="stores/one/sub/with space+plus.bin")
         self.assertEqual(obj["Body"].read(), self.files["sub/with space+plus.bin"])
 
+    def curl(self, url, secret, *args):
+        p = subprocess.run(["curl", "-sS", "--aws-sigv4", "aws:amz:us-east-1:s3", "--user",
+                            f"{ACCESS_KEY}:{secret}", "-H", f"x-amz-security-token: {TOKEN}",
+                            *args, "-w", "\n%{http_code}", url],
+                           capture_output=True, timeout=60)
+        self.assertEqual(p.returncode, 0, p.stderr)
+        body, _, code = p.stdout.rpartition(b"\n")
+        return int(code), body
+
+    def test_curls_own_sigv4_is_accepted(self):
+        # libcurl 7.88's CURLOPT_AWS_SIGV4, what pcrfs's transport is: a second, independent
+        # signer. It signs host, x-amz-date and the x-amz-* headers it is given.
+        base = f"{self.s3.endpoint}/pcrfs-test/stores/one/"
+        unsigned = ["-H", "x-amz-content-sha256: UNSIGNED-PAYLOAD"]
+        code, body = self.curl(base + "a.bin", SECRET_KEY, *unsigned, "-r", "0-9")
+        self.assertEqual((code, body), (206, self.files["a.bin"][:10]))
+        code, body = self.curl(base + "sub/with%20space%2Bplus.bin", SECRET_KEY, *unsigned)
+        self.assertEqual((code, body), (200, self.files["sub/with space+plus.bin"]))
+        code, body = self.curl(base + "a.bin", "wrong", *unsigned)
+        self.assertEqual(code, 403)
+        self.assertIn(b"<Code>SignatureDoesNotMatch</Code>", body)
+        code, body = self.curl(base + "a.bin", SECRET_KEY)  # curl 7.88 adds no content hash
+        self.assertEqual(code, 400)
+        self.assertIn(b"x-amz-content-sha256", body)
+
     def test_virtual_host_style(self):
         port = urllib.parse.urlsplit(self.s3.endpoint).port
         vurl = f"http://pcrfs-test.localhost:{port}/stores/one/sub/b.bin"
@@ -318,6 +344,29 @@ class S3Test(unittest.TestCase, Files):
         # Sent to 127.0.0.1 with the virtual host's Host header (no DNS for *.localhost needed).
         status, _, body = get(f"{self.s3.endpoint}/stores/one/sub/b.bin", headers)
         self.assertEqual((status, body), (206, self.files["sub/b.bin"][1:3]))
+
+    def test_awss_published_get_with_range_example_verifies(self):
+        # AWS's Signature V4 documentation, "Example: GET Object" (examplebucket, test.txt,
+        # bytes=0-9, 2013-05-24, AWS's example key): the front must accept that exact signature,
+        # and refuse it with one hex digit changed.
+        secret = "wJalrXUtnFEMI/K7MDENG/bPxRfiCYEXAMPLEKEY"
+        signature = "f0e8bdb87c964420e857bd35b5d6ed310bd44f0170aba48dd91039c6036bdb41"
+        text = self.tmp.name + "/example"
+        os.makedirs(text)
+        with open(os.path.join(text, "test.txt"), "wb") as f:
+            f.write(b"Welcome to Amazon S3.")
+        headers = {
+            "Host": "examplebucket.s3.amazonaws.com", "Range": "bytes=0-9",
+            "x-amz-content-sha256": EMPTY_SHA256, "x-amz-date": "20130524T000000Z",
+            "Authorization": "AWS4-HMAC-SHA256 Credential=AKIAIOSFODNN7EXAMPLE/20130524/"
+                             "us-east-1/s3/aws4_request,SignedHeaders=host;range;"
+                             "x-amz-content-sha256;x-amz-date,Signature=" + signature}
+        with S3Server(text, "examplebucket", "AKIAIOSFODNN7EXAMPLE", secret,
+                      check_clock=False) as s3:
+            status, _, body = get(s3.endpoint + "/test.txt", headers)
+            self.assertEqual((status, body), (206, b"Welcome to"))
+            bad = dict(headers, Authorization=headers["Authorization"][:-1] + "2")
+            self.assertEqual(get(s3.endpoint + "/test.txt", bad)[0], 403)
 
     def test_anonymous_gets_only_when_allowed(self):
         with S3Server(self.root, "open", ACCESS_KEY, SECRET_KEY, allow_anonymous=True) as s3:

@@ -248,10 +248,12 @@ class S3Server:
 
     .endpoint is the front's URL (path style: ENDPOINT/BUCKET/KEY; virtual-host style with Host:
     BUCKET.localhost:PORT). .client() is a boto3 client for it. .front_stats() the front's
-    counters (requests, signed_ok, anonymous, refused by S3 error code, range_fixed)."""
+    counters (requests, signed_ok, anonymous, refused by S3 error code, range_fixed).
+    check_clock=False accepts any x-amz-date (to replay AWS's published examples)."""
 
     def __init__(self, root, bucket, access_key, secret_key, region="us-east-1", prefix="",
-                 session_token=None, allow_anonymous=False, extra_buckets=(), port=0):
+                 session_token=None, allow_anonymous=False, extra_buckets=(), port=0,
+                 check_clock=True):
         self.root = root
         self.bucket = bucket
         self.access_key = access_key
@@ -262,6 +264,7 @@ class S3Server:
         self.allow_anonymous = allow_anonymous
         self.buckets = [bucket, *extra_buckets]
         self.port = port
+        self.check_clock = check_clock
         self.tmp = None
         self.proc = None
         self.endpoint = None
@@ -294,7 +297,7 @@ class S3Server:
             key["session_token"] = self.session_token
         config = {"directory": os.path.join(self.tmp, "data"), "buckets": self.buckets,
                   "region": self.region, "keys": [key], "allow_anonymous": self.allow_anonymous,
-                  "port": self.port}
+                  "port": self.port, "check_clock": self.check_clock}
         conf_path = os.path.join(self.tmp, "front.json")
         fd = os.open(conf_path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
         with os.fdopen(fd, "w") as f:  # the secret stays out of the command line
@@ -487,6 +490,8 @@ def add_s3_arguments(sub):
     p.add_argument("--session-token", help="require this x-amz-security-token")
     p.add_argument("--region", default="us-east-1")
     p.add_argument("--allow-anonymous", action="store_true", help="accept unsigned GET/HEAD")
+    p.add_argument("--no-clock-check", action="store_true",
+                   help="accept any x-amz-date (to replay AWS's published examples)")
     p.add_argument("--port", type=int, default=0)
     p.add_argument("--ready-file")
 
@@ -498,7 +503,8 @@ def s3_server_from_args(args):
                           "AWS_SECRET_ACCESS_KEY)")
     return S3Server(args.root, args.bucket, args.access_key, secret, region=args.region,
                     prefix=args.prefix, session_token=args.session_token,
-                    allow_anonymous=args.allow_anonymous, port=args.port)
+                    allow_anonymous=args.allow_anonymous, port=args.port,
+                    check_clock=not args.no_clock_check)
 
 
 if __name__ == "__main__":

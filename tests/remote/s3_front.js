@@ -8,7 +8,7 @@
 //
 // CONFIG: {"directory": s3rver's folder, "buckets": [names], "region": "us-east-1",
 //          "keys": [{"access_key", "secret_key", "session_token"?}], "allow_anonymous": false,
-//          "port": 0}
+//          "port": 0, "check_clock": true (false accepts any x-amz-date, for AWS's examples)}
 // Prints one JSON line {"port": N, "s3rver_port": M} once both listen. GET /__front/stats
 // answers the front's counters (bucket names cannot start with "_").
 'use strict';
@@ -146,7 +146,7 @@ async function verify(req, rawPath, rawQuery, body) {
         `The authorization header is malformed; the credential date '${auth.date}' does not ` +
         `match x-amz-date '${amzDate}'`);
   }
-  if (Math.abs(Date.now() - signingDate.getTime()) > MAX_SKEW_MS) {
+  if (config.check_clock !== false && Math.abs(Date.now() - signingDate.getTime()) > MAX_SKEW_MS) {
     throw new S3Error(403, 'RequestTimeTooSkewed',
         'The difference between the request time and the current time is too large.',
         {RequestTime: amzDate, ServerTime: new Date().toISOString()});
@@ -280,9 +280,10 @@ async function handle(req, res) {
     throw new S3Error(403, 'AccessDenied', 'Access Denied (an unsigned request)');
   }
 
-  // Virtual-host style: Host BUCKET.localhost[:port] means path /BUCKET/...
+  // Virtual-host style: Host BUCKET.localhost[:port] (or AWS's BUCKET.s3[.REGION].amazonaws.com)
+  // means path /BUCKET/...
   const host = (req.headers['host'] || '').replace(/:\d+$/, '');
-  const vhost = /^(.+)\.localhost$/.exec(host);
+  const vhost = /^(.+?)\.(?:localhost|s3(?:[.-][a-z0-9-]+)?\.amazonaws\.com)$/.exec(host);
   if (vhost) rawPath = '/' + vhost[1] + (rawPath === '/' ? '' : rawPath);
 
   const headers = {};
