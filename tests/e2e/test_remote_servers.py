@@ -515,7 +515,10 @@ class ProxyTest(unittest.TestCase, Files):
 
     def test_bad_rules_are_refused_and_reset_clears(self):
         for rule in ({"fault": "explode"}, {"fault": "status", "status": 1000},
-                     {"fault": "latency", "ms": 1, "colour": "red"}, [1]):
+                     {"fault": "latency", "ms": 1, "colour": "red"}, [1],
+                     {"fault": "reset", "probability": "often"},
+                     {"fault": "reset", "probability": 2}, {"fault": "latency", "ms": -1},
+                     {"fault": "status", "path": "("}):
             req = urllib.request.Request(self.proxy.url + "/__fault",
                                          data=json.dumps(rule).encode(), method="POST")
             with self.assertRaises(urllib.error.HTTPError) as cm:

@@ -78,6 +78,10 @@ class Rule:
         self.retry_after = spec.get("retry_after")
         self.after_bytes = spec.get("after_bytes")
         self.bytes = int(spec.get("bytes", 0))
+        if self.after_bytes is not None:
+            self.after_bytes = int(self.after_bytes)
+        if self.ms < 0 or self.bytes < 0 or (self.after_bytes or 0) < 0:
+            raise RuleError("ms, bytes and after_bytes are not negative")
         self.what = set(spec.get("what", ["etag", "total", "bytes"]))
         if not self.what <= {"etag", "total", "bytes"}:
             raise RuleError(f"change: unknown 'what' {sorted(self.what)}")
@@ -87,6 +91,10 @@ class Rule:
         if self.remaining is not None:
             self.remaining = int(self.remaining)
         self.probability = spec.get("probability")
+        if self.probability is not None:
+            self.probability = float(self.probability)
+            if not 0 <= self.probability <= 1:
+                raise RuleError(f"probability {self.probability} is not in [0, 1]")
         self.rng = random.Random(spec.get("seed", 0))
         self.path = re.compile(spec["path"]) if "path" in spec else None
         self.method = spec.get("method")
@@ -99,7 +107,7 @@ class Rule:
             return False
         if self.path is not None and not self.path.search(path):
             return False
-        if self.probability is not None and self.rng.random() >= float(self.probability):
+        if self.probability is not None and self.rng.random() >= self.probability:
             return False
         if self.remaining is not None:
             self.remaining -= 1
@@ -161,11 +169,24 @@ class ProxyState:
                     plan.action = rule
         return plan
 
-    def record(self, entry):
+    # Counts are taken before the client can see what they count (headers, each write), so a
+    # client that has its answer finds it in /__stats.
+
+    def begin(self, entry):
         with self.lock:
-            self.statuses[str(entry["status"])] += 1
-            self.bytes_to_client += entry["bytes"]
             self.log.append(entry)
+
+    def count_status(self, entry, status):
+        with self.lock:
+            entry["status"] = status
+            self.statuses[str(status)] += 1
+
+    def count_bytes(self, entry, n, cut=None):
+        with self.lock:
+            entry["bytes"] += n
+            self.bytes_to_client += n
+            if cut:
+                entry["cut"] = cut
 
     def stats(self):
         with self.lock:
@@ -304,26 +325,25 @@ class ProxyHandler(http.server.BaseHTTPRequestHandler):
         plan = state.plan(self.command, self.path)
         # status: what the client got ("reset": no response at all); cut: a body cut short.
         entry = {"method": self.command, "path": self.path, "range": self.headers.get("Range"),
-                 "status": "reset", "bytes": 0, "faults": plan.names}
+                 "status": None, "bytes": 0, "faults": plan.names, "cut": None}
+        state.begin(entry)
+        if plan.latency_ms > 0:
+            time.sleep(plan.latency_ms / 1000.0)
+        rule = plan.action
+        kind = rule.kind if rule else None
+        if kind == "status":
+            self.send_injected_status(rule, entry)
+            return
+        if kind == "reset" and not rule.after_bytes:
+            state.count_status(entry, "reset")
+            self.reset_client()
+        headers = self.upstream_headers(rule)
         try:
-            if plan.latency_ms > 0:
-                time.sleep(plan.latency_ms / 1000.0)
-            rule = plan.action
-            kind = rule.kind if rule else None
-            if kind == "status":
-                self.send_injected_status(rule, entry)
-                return
-            if kind == "reset" and not rule.after_bytes:
-                self.reset_client()
-            headers = self.upstream_headers(rule)
-            try:
-                response = self.forward(headers, body)
-            except OSError as e:
-                self.send_bad_gateway(e, entry)
-                return
-            self.relay(response, rule, entry)
-        finally:
-            state.record(entry)
+            response = self.forward(headers, body)
+        except OSError as e:
+            self.send_bad_gateway(e, entry)
+            return
+        self.relay(response, rule, entry)
 
     def upstream_headers(self, rule):
         headers = []
@@ -391,7 +411,7 @@ class ProxyHandler(http.server.BaseHTTPRequestHandler):
         else:
             data = None
             length = int(length or 0)
-        entry["status"] = status
+        self.server.state.count_status(entry, status)
         self.send_response_only(status)
         for name, value in headers:
             self.send_header(name, value)
@@ -404,7 +424,7 @@ class ProxyHandler(http.server.BaseHTTPRequestHandler):
             return
         limit = None
         if kind == "reset":
-            limit = int(rule.after_bytes)
+            limit = rule.after_bytes
         elif kind == "truncate":
             limit = rule.bytes
         flip = kind == "change" and "bytes" in rule.what
@@ -422,17 +442,17 @@ class ProxyHandler(http.server.BaseHTTPRequestHandler):
                 chunk = bytes([chunk[0] ^ 0xFF]) + chunk[1:]
             if limit is not None and sent + len(chunk) >= limit:
                 chunk = chunk[:limit - sent]
-                self.wfile.write(chunk)
                 sent += len(chunk)
-                entry["bytes"] = sent
-                entry["cut"] = f"{kind} after {sent} body bytes"
+                self.server.state.count_bytes(entry, len(chunk),
+                                              cut=f"{kind} after {sent} body bytes")
+                self.wfile.write(chunk)
                 if kind == "reset":
                     self.reset_client()
                 self.wfile.flush()
                 raise AbortConnection()
+            self.server.state.count_bytes(entry, len(chunk))
             self.wfile.write(chunk)
             sent += len(chunk)
-            entry["bytes"] = sent
         if sent < length:
             raise AbortConnection()
         response.read()  # closes an empty or fully read response: the connection is reusable
@@ -451,18 +471,18 @@ class ProxyHandler(http.server.BaseHTTPRequestHandler):
     def send_bad_gateway(self, error, entry):
         body = f"fault proxy: upstream {self.server.upstream_host}:{self.server.upstream_port}: "
         body = (body + f"{error}\n").encode()
-        entry["status"] = 502
+        self.server.state.count_status(entry, 502)
         self.send_response(502)
         self.send_header("Content-Type", "text/plain")
         self.send_header("Content-Length", str(len(body)))
         self.end_headers()
         if self.command != "HEAD":
+            self.server.state.count_bytes(entry, len(body))
             self.wfile.write(body)
-            entry["bytes"] = len(body)
 
     def send_injected_status(self, rule, entry):
         body = s3_error_body(rule.status, self.path)
-        entry["status"] = rule.status
+        self.server.state.count_status(entry, rule.status)
         self.send_response(rule.status)
         self.send_header("Content-Type", "application/xml")
         if rule.retry_after is not None:
@@ -470,8 +490,8 @@ class ProxyHandler(http.server.BaseHTTPRequestHandler):
         self.send_header("Content-Length", str(len(body)))
         self.end_headers()
         if self.command != "HEAD":
+            self.server.state.count_bytes(entry, len(body))
             self.wfile.write(body)
-            entry["bytes"] = len(body)
 
     def reset_client(self):
         """Closes the client connection with a TCP RST (SO_LINGER 0)."""

@@ -94,6 +94,14 @@ function parseAuthorization(value) {
 // S3's canonical query: keys and values as the client sent them, decoded once (the signer
 // encodes them again). A '+' stays a '+'.
 function parseQuery(raw) {
+  try {
+    return parseQueryOrThrow(raw);
+  } catch (err) {
+    throw new S3Error(400, 'InvalidArgument', `a malformed query string: ${err.message}`);
+  }
+}
+
+function parseQueryOrThrow(raw) {
   const query = {};
   if (!raw) return query;
   for (const part of raw.split('&')) {
