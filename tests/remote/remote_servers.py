@@ -37,6 +37,12 @@ NODE = shutil.which("node") or "/usr/bin/node"
 NODE_MODULES = os.path.join(HERE, "node_modules")
 START_TIMEOUT = 30.0
 
+# Loopback never goes through an HTTP proxy a machine may have configured (urllib, boto3, curl).
+for _var in ("no_proxy", "NO_PROXY"):
+    _hosts = [h for h in os.environ.get(_var, "").split(",") if h]
+    os.environ[_var] = ",".join(_hosts + [h for h in ("127.0.0.1", "localhost", ".localhost")
+                                         if h not in _hosts])
+
 
 class ServerError(RuntimeError):
     pass
