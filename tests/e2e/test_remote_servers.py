@@ -469,6 +469,23 @@ class ProxyTest(unittest.TestCase, Files):
         self.assertEqual(body, self.data[100:1334])
         self.assertEqual(raw_get(self.url, {"Range": "bytes=100-50099"})[2], self.data[100:50100])
 
+    def test_a_stall_mid_body(self):
+        self.proxy.fault(fault="stall", after_bytes=4096, ms=2000, count=1)
+        parts = urllib.parse.urlsplit(self.url)
+        conn = http.client.HTTPConnection(parts.hostname, parts.port, timeout=60)
+        conn.request("GET", "/a.bin")
+        r = conn.getresponse()
+        t0 = time.monotonic()
+        head = r.read(4096)
+        # The first 4096 bytes came, the rest waits: the proxy has sent exactly those.
+        self.assertEqual(self.proxy.requests()[0]["bytes"], 4096)
+        rest = r.read()
+        elapsed = time.monotonic() - t0
+        conn.close()
+        self.assertEqual(head + rest, self.data)
+        self.assertGreaterEqual(elapsed, 1.5)
+        self.assertEqual(self.proxy.stats()["faults"], {"stall": 1})
+
     def test_a_200_with_the_whole_object_instead_of_a_206(self):
         self.proxy.fault(fault="full", count=1)
         status, headers, body = get(self.url, {"Range": "bytes=10-19"})

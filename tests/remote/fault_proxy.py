@@ -16,6 +16,7 @@ A rule: {"fault": KIND, ...parameters, ...selectors}. Kinds:
             never reaches the origin, the body is S3's XML error for that status
   reset     connection reset (RST): "after_bytes" of the body (default: none, not even headers)
   truncate  "bytes": send the headers (with the true length) and this many body bytes, then close
+  stall     "after_bytes" (default 0) of the body, then a pause of "ms", then the rest
   full      a 200 with the whole object instead of a 206 (the Range header is removed)
   change    a changed object: "what" is a list of "etag", "total" (Content-Range total + 1),
             "bytes" (the first body byte flipped); default all three
@@ -45,7 +46,7 @@ CONTROL_PREFIX = "/__"
 REMOVED_HEADER = "x-fault-proxy-removed"
 HOP_BY_HOP = {"connection", "keep-alive", "proxy-connection", "proxy-authenticate",
               "proxy-authorization", "te", "trailer", "trailers", "transfer-encoding", "upgrade"}
-KINDS = {"latency", "status", "reset", "truncate", "full", "change"}
+KINDS = {"latency", "status", "reset", "truncate", "stall", "full", "change"}
 S3_ERROR_CODES = {400: "BadRequest", 403: "AccessDenied", 404: "NoSuchKey", 408: "RequestTimeout",
                   429: "TooManyRequests", 500: "InternalError", 502: "BadGateway",
                   503: "SlowDown", 504: "GatewayTimeout"}
@@ -428,6 +429,7 @@ class ProxyHandler(http.server.BaseHTTPRequestHandler):
         elif kind == "truncate":
             limit = rule.bytes
         flip = kind == "change" and "bytes" in rule.what
+        stall_at = (rule.after_bytes or 0) if kind == "stall" else None
         sent = 0
         while sent < length:
             if data is not None:
@@ -440,6 +442,14 @@ class ProxyHandler(http.server.BaseHTTPRequestHandler):
                 self.server.state.bytes_from_upstream += len(chunk)
             if flip and sent == 0:
                 chunk = bytes([chunk[0] ^ 0xFF]) + chunk[1:]
+            if kind == "stall" and stall_at is not None and sent + len(chunk) >= stall_at:
+                head, chunk = chunk[:stall_at - sent], chunk[stall_at - sent:]
+                self.server.state.count_bytes(entry, len(head))
+                self.wfile.write(head)
+                self.wfile.flush()
+                sent += len(head)
+                time.sleep(rule.ms / 1000.0)
+                stall_at = None
             if limit is not None and sent + len(chunk) >= limit:
                 chunk = chunk[:limit - sent]
                 sent += len(chunk)
