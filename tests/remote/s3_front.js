@@ -324,6 +324,9 @@ async function handle(req, res) {
     res.end(req.method === 'HEAD' ? undefined : data);
     return;
   }
+  // A client that goes away mid-body, or s3rver failing mid-body, ends the other side too.
+  upstream.on('error', () => res.destroy());
+  res.on('close', () => upstream.destroy());
   res.writeHead(upstream.statusCode, outHeaders);
   upstream.on('data', (c) => {
     stats.bytes_to_client += c.length;
