@@ -146,7 +146,8 @@ class NginxTest(unittest.TestCase, Files):
             self.assertTrue(n.url.startswith("https://127.0.0.1:"))
             ctx = ssl.create_default_context(cafile=n.ca_file)
             self.assertEqual(get(n.url + "/one.bin", context=ctx)[0], 401)
-            status, _, body = get(n.url + "/one.bin", {"Authorization": "Bearer tok123"}, context=ctx)
+            status, _, body = get(n.url + "/one.bin", {"Authorization": "Bearer tok123"},
+                                  context=ctx)
             self.assertEqual((status, body), (200, self.files["one.bin"]))
             with self.assertRaises(urllib.error.URLError) as cm:
                 get(n.url + "/one.bin", context=ssl.create_default_context())

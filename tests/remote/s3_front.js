@@ -83,7 +83,8 @@ function parseAuthorization(value) {
   if (scope.length !== 5 || !fields.SignedHeaders || !fields.Signature ||
       scope[4] !== 'aws4_request') {
     throw new S3Error(400, 'AuthorizationHeaderMalformed',
-        'The authorization header is malformed: ' + value.replace(/Signature=\w+/, 'Signature=…'));
+        'The authorization header is malformed: ' +
+        value.replace(/Signature=\w+/, 'Signature=…'));
   }
   return {
     accessKey: scope[0], date: scope[1], region: scope[2], service: scope[3],
@@ -154,7 +155,8 @@ async function verify(req, rawPath, rawQuery, body) {
         `The authorization header is malformed; the credential date '${auth.date}' does not ` +
         `match x-amz-date '${amzDate}'`);
   }
-  if (config.check_clock !== false && Math.abs(Date.now() - signingDate.getTime()) > MAX_SKEW_MS) {
+  const skew = Math.abs(Date.now() - signingDate.getTime());
+  if (config.check_clock !== false && skew > MAX_SKEW_MS) {
     throw new S3Error(403, 'RequestTimeTooSkewed',
         'The difference between the request time and the current time is too large.',
         {RequestTime: amzDate, ServerTime: new Date().toISOString()});
