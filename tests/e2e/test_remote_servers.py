@@ -647,5 +647,27 @@ class CliTest(unittest.TestCase, Files):
         self.assertIn("upstream 'ftp://x'", p.stderr)
 
 
+class NetnsTest(unittest.TestCase):
+    """tests/bench/netns.py, the benchmarks' capped loopback (its rate: --self-check, a bench)."""
+
+    NETNS = os.path.join(os.path.dirname(HERE), "bench", "netns.py")
+
+    def test_runs_the_command_in_a_new_namespace_behind_the_cap(self):
+        script = "ip -o link show lo; tc class show dev lo; ip -o link show | wc -l; exit 7"
+        p = subprocess.run([sys.executable, self.NETNS, "--rate-mbit", "50", "--", "sh", "-c",
+                            script], capture_output=True, text=True, timeout=60)
+        self.assertEqual(p.returncode, 7, p.stderr)
+        self.assertIn("state UNKNOWN", p.stdout)  # lo is up
+        self.assertIn("qdisc htb", p.stdout)
+        self.assertIn("rate 50Mbit ceil 50Mbit burst 256Kb", p.stdout)
+        self.assertEqual(p.stdout.strip().splitlines()[-1], "1")  # lo alone: a new namespace
+
+    def test_a_burst_below_lo_mtu_is_refused(self):
+        p = subprocess.run([sys.executable, self.NETNS, "--rate-mbit", "50", "--burst-kib", "16",
+                            "--", "true"], capture_output=True, text=True, timeout=60)
+        self.assertEqual(p.returncode, 2)
+        self.assertIn("--burst-kib 16: at least 64", p.stderr)
+
+
 if __name__ == "__main__":
     unittest.main(verbosity=2)
