@@ -311,7 +311,10 @@ class S3Server:
         log = os.path.join(self.tmp, "front.log")
         out = os.path.join(self.tmp, "front.out")
         with open(out, "wb") as stdout, open(log, "wb") as stderr:
-            self.proc = subprocess.Popen([NODE, os.path.join(HERE, "s3_front.js"), conf_path],
+            # s3rver's ListObjectsV2 continuation tokens use DES, which OpenSSL 3 keeps in its
+            # legacy provider.
+            self.proc = subprocess.Popen([NODE, "--openssl-legacy-provider",
+                                          os.path.join(HERE, "s3_front.js"), conf_path],
                                          cwd=HERE, stdin=subprocess.DEVNULL, stdout=stdout,
                                          stderr=stderr)
         deadline = time.monotonic() + START_TIMEOUT

@@ -20,6 +20,29 @@ const http = require('http');
 const { Sha256 } = require('@aws-crypto/sha256-js');
 const sigv4 = require('@smithy/signature-v4');
 const S3rver = require('s3rver');
+const FilesystemStore = require('s3rver/lib/stores/filesystem');
+
+// s3rver's listing with a delimiter skips folders below a common prefix, and so misses every
+// prefix with no object directly in it (s3://b/train/ when all objects are in train/CLASS/):
+// list the whole prefix without a delimiter and group it here. One page holds everything (no
+// continuation token to get wrong); clients accept a page longer than max-keys.
+const listObjects = FilesystemStore.prototype.listObjects;
+FilesystemStore.prototype.listObjects = async function(bucket, options) {
+  const {delimiter = '', prefix = '', startAfter = ''} = options;
+  if (!delimiter) return listObjects.call(this, bucket, options);
+  const all = await listObjects.call(this, bucket, {prefix, startAfter});
+  const objects = [];
+  const commonPrefixes = new Set();
+  for (const object of all.objects) {
+    const idx = object.key.indexOf(delimiter, prefix.length);
+    if (idx === -1) {
+      objects.push(object);
+    } else {
+      commonPrefixes.add(object.key.slice(0, idx + delimiter.length));
+    }
+  }
+  return {objects, commonPrefixes: [...commonPrefixes].sort(), isTruncated: false};
+};
 
 const ALGORITHM = 'AWS4-HMAC-SHA256';
 const MAX_SKEW_MS = 15 * 60 * 1000;
