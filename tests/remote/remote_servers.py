@@ -84,6 +84,15 @@ def read_tail(path, limit=4000):
         return "(no log)"
 
 
+def die_with_parent():
+    """preexec_fn: the server gets SIGTERM when the process that started it dies (a killed
+    test must not leave nginx or node running). REQUIRES: started from a thread that lives as
+    long as the server (the main thread, in tests and the CLI)."""
+    import ctypes
+    PR_SET_PDEATHSIG = 1
+    ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
+
+
 def stop_process(proc, timeout=10):
     if proc is None or proc.poll() is not None:
         return
@@ -209,7 +218,7 @@ class Nginx:
         with open(log, "ab") as err:
             self.proc = subprocess.Popen([NGINX, "-p", self.prefix, "-c", conf, "-e", log],
                                          stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
-                                         stderr=err)
+                                         stderr=err, preexec_fn=die_with_parent)
         context = None
         if self.tls:
             import ssl
@@ -316,7 +325,7 @@ class S3Server:
             self.proc = subprocess.Popen([NODE, "--openssl-legacy-provider",
                                           os.path.join(HERE, "s3_front.js"), conf_path],
                                          cwd=HERE, stdin=subprocess.DEVNULL, stdout=stdout,
-                                         stderr=stderr)
+                                         stderr=stderr, preexec_fn=die_with_parent)
         deadline = time.monotonic() + START_TIMEOUT
         while True:
             line = read_tail(out).strip()
