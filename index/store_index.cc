@@ -425,6 +425,7 @@ struct IndexReader::Impl {
   MDB_env* env = nullptr;
   MDB_dbi entries = 0, dirents = 0, records = 0, meta = 0;
   uint64_t num_entries = 0;
+  uint64_t num_records = 0;
   FileIdentity identity;
   void* map_addr = nullptr;
   size_t map_size = 0;
@@ -678,6 +679,9 @@ Result<std::unique_ptr<IndexReader>> IndexReader::Open(const std::string& path,
     rc = mdb_stat(lease.txn(), impl->entries, &es);
     if (rc != 0) return Err(LmdbError(path + ": stat entries", rc));
     impl->num_entries = es.ms_entries;
+    rc = mdb_stat(lease.txn(), impl->records, &es);
+    if (rc != 0) return Err(LmdbError(path + ": stat records", rc));
+    impl->num_records = es.ms_entries;
   }
   return std::unique_ptr<IndexReader>(new IndexReader(std::move(impl)));
 }
@@ -859,6 +863,8 @@ Result<std::string> IndexReader::GetMeta(std::string_view key) const {
 }
 
 uint64_t IndexReader::NumEntries() const { return impl_->num_entries; }
+
+uint64_t IndexReader::NumRecords() const { return impl_->num_records; }
 
 const FileIdentity& IndexReader::identity() const { return impl_->identity; }
 
