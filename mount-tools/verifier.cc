@@ -141,9 +141,8 @@ class Verifier {
     }
     auto check = [&](const std::string& field, uint64_t says, uint64_t holds) {
       if (says != holds) {
-        Add(Kind::kDamaged, "manifest.json",
-            "\"" + field + "\" is " + std::to_string(says) + ", the index holds " +
-                std::to_string(holds));
+        Add(Kind::kDamaged, "manifest.json: \"" + field + "\"",
+            "says " + std::to_string(says) + ", the index holds " + std::to_string(holds));
       }
     };
     check("num_directories", m.num_directories, counted.num_directories);
@@ -157,8 +156,8 @@ class Verifier {
       check("jpeg_level_bytes" + at, m.jpeg_level_bytes[i], counted.jpeg_level_bytes[i]);
     }
     if (m.passthrough_by_reason != counted.passthrough_by_reason) {
-      Add(Kind::kDamaged, "manifest.json",
-          "\"passthrough_by_reason\" does not match the index's passthrough files");
+      Add(Kind::kDamaged, "manifest.json: \"passthrough_by_reason\"",
+          "does not match the index's passthrough files");
     }
   }
 
@@ -212,9 +211,9 @@ class Verifier {
     }
     const uint32_t per = store_->manifest().options.images_per_record;
     if (id + 1 < store_->manifest().num_records && info->num_images != per) {
-      Add(Kind::kDamaged, "manifest.json",
-          "\"options.images_per_record\" is " + std::to_string(per) + ", but " + name +
-              " (not the last record) holds " + std::to_string(info->num_images) + " files");
+      Add(Kind::kDamaged, "manifest.json: \"options.images_per_record\"",
+          "says " + std::to_string(per) + ", but " + name + " (not the last record) holds " +
+              std::to_string(info->num_images) + " files");
     }
     if (info->file_size != layout->file_size || info->data_offset != layout->data_offset ||
         info->group_offset != layout->group_offset || info->num_images != layout->images.size()) {
