@@ -48,23 +48,32 @@ def peak_rss_kib(pid_status):
     return 0
 
 
-def run_with_peak_rss(args, timeout=60):
-    """Runs args, sampling /proc/PID/status until it exits. Returns (CompletedProcess-like
-    tuple (returncode, stdout, stderr), peak RSS in KiB)."""
-    p = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    peak = 0
-    deadline = time.time() + timeout
-    while p.poll() is None and time.time() < deadline:
-        try:
-            with open(f"/proc/{p.pid}/status") as f:
-                peak = max(peak, peak_rss_kib(f.read()))
-        except OSError:
-            pass
-        time.sleep(0.002)
-    if p.poll() is None:
-        p.kill()
-    out, err = p.communicate()
-    return (p.returncode, out, err), peak
+def run_with_peak_rss(args, timeout=120):
+    """Runs args to completion. Returns ((returncode, stdout, stderr), peak RSS in KiB): the
+    largest VmHWM read from /proc/PID/status while it ran, or the kernel's own figure for the
+    reaped child (wait4's ru_maxrss) if that is larger, as for a run too short to sample."""
+    with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
+        p = subprocess.Popen(args, stdout=out, stderr=err)
+        peak, status, deadline = 0, None, time.time() + timeout
+        while status is None:
+            try:
+                with open(f"/proc/{p.pid}/status") as f:
+                    peak = max(peak, peak_rss_kib(f.read()))
+            except OSError:
+                pass
+            pid, wstatus, usage = os.wait4(p.pid, os.WNOHANG)
+            if pid == p.pid:
+                status = os.waitstatus_to_exitcode(wstatus)
+                peak = max(peak, usage.ru_maxrss)
+            elif time.time() > deadline:
+                p.kill()
+            else:
+                time.sleep(0.002)
+        p.returncode = status
+        out.seek(0)
+        err.seek(0)
+        return (status, out.read().decode(errors="replace"),
+                err.read().decode(errors="replace")), peak
 
 
 class BadOptionsTest(unittest.TestCase):
