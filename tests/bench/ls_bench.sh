@@ -2,7 +2,7 @@
 # `ls -l`, `ls -lR` and `find -ls` of one large folder: native against pcrfs, cold and warm.
 #
 #   flock /var/tmp/pcrfs-bench/bench.lock tests/bench/ls_bench.sh [--files N] [--work DIR]
-#       [--pcr PATH] [--pcrfs PATH] [--before PATH] [--out FILE]
+#       [--pcr PATH] [--pcrfs PATH] [--before PATH] [--readdirplus] [--out FILE]
 #
 # The folder holds N small files (default 100000; listing does not read them, so they are
 # 64-byte text files, passthrough in the store), mounted with -o scans=1. Cold: after
@@ -10,7 +10,8 @@
 # the same mount. Each command's output goes to /dev/null. The `xattr calls` column counts the
 # getxattr/lgetxattr system calls of `ls -l` (strace -c -f), each one a FUSE round trip on a
 # mount. --before PATH adds the rows of another pcrfs binary (e.g. an older build) on the same
-# store. Prints a markdown table and writes it to --out (default ls_bench.md).
+# store; --readdirplus adds the rows of this pcrfs with -o readdirplus=yes. Prints a markdown
+# table and writes it to --out (default ls_bench.md).
 set -euo pipefail
 
 files=100000
@@ -19,6 +20,7 @@ build="$(cd "$(dirname "$0")/../.." && pwd)/build"
 pcr="$build/mount-tools/pcr"
 pcrfs="$build/fs/pcrfs"
 before=""
+readdirplus=0
 out=ls_bench.md
 while [ $# -gt 0 ]; do
   case "$1" in
@@ -27,8 +29,9 @@ while [ $# -gt 0 ]; do
     --pcr) pcr="$2"; shift 2 ;;
     --pcrfs) pcrfs="$2"; shift 2 ;;
     --before) before="$2"; shift 2 ;;
+    --readdirplus) readdirplus=1; shift ;;
     --out) out="$2"; shift 2 ;;
-    -h|--help) sed -n 2,14p "$0"; exit 0 ;;
+    -h|--help) sed -n 2,15p "$0"; exit 0 ;;
     *) echo "ls_bench.sh: unknown argument $1" >&2; exit 2 ;;
   esac
 done
@@ -91,7 +94,7 @@ run_one() {
 }
 
 mount_with() {
-  "$1" "$store" "$mnt" -o scans=1
+  "$1" "$store" "$mnt" -o "scans=1${2:+,$2}"
   for _ in $(seq 100); do mountpoint -q "$mnt" && return 0; sleep 0.05; done
   echo "ls_bench.sh: $1 did not mount" >&2
   exit 1
@@ -99,6 +102,9 @@ mount_with() {
 
 run_one "native (ext4/overlay source)" "$src/class"
 run_one "pcrfs $(git -C "$(dirname "$0")" rev-parse --short HEAD)" "$mnt/class" mount_with "$pcrfs"
+if [ "$readdirplus" = 1 ]; then
+  run_one "pcrfs, -o readdirplus=yes" "$mnt/class" mount_with "$pcrfs" readdirplus=yes
+fi
 if [ -n "$before" ]; then
   run_one "pcrfs before ($before)" "$mnt/class" mount_with "$before"
 fi
