@@ -1,12 +1,11 @@
 #include "fs/filesystem.h"
 
-#include <syslog.h>
-
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
 
 #include "common/crc32c.h"
+#include "common/log.h"
 #include "index/record_reader.h"
 
 namespace pcrfs::fs {
@@ -202,10 +201,8 @@ void Filesystem::ReportDamage(const index::Entry& e, int level, const Status& s)
   }
   const std::string record = store_->dir() + "/" + index::RecordFileName(e.record);
   const std::string path = PathOf(e);
-  std::fprintf(stderr, "pcrfs: damaged data: %s: \"%s\" (level %d): %s\n", record.c_str(),
-               path.c_str(), level, s.message().c_str());
-  ::syslog(LOG_ERR, "pcrfs: damaged data: %s: \"%s\" (level %d): %s", record.c_str(), path.c_str(),
-           level, s.message().c_str());
+  Log(LogLevel::kError, "damaged data: " + record + ": \"" + path + "\" (level " +
+                            std::to_string(level) + "): " + s.message());
 }
 
 void Filesystem::ReportRecordProblem(uint32_t record, const Status& s) const {
@@ -213,14 +210,9 @@ void Filesystem::ReportRecordProblem(uint32_t record, const Status& s) const {
     std::lock_guard<std::mutex> l(mu_);
     if (!record_problem_logged_.insert(record).second) return;
   }
-  std::fprintf(stderr,
-               "pcrfs: damaged record: %s (serving only pieces whose checksums match the "
-               "index; run pcr verify)\n",
-               s.message().c_str());
-  ::syslog(LOG_WARNING,
-           "pcrfs: damaged record: %s (serving only pieces whose checksums match the index; "
-           "run pcr verify)",
-           s.message().c_str());
+  Log(LogLevel::kWarning, "damaged record: " + s.message() +
+                              " (serving only pieces whose checksums match the index; run pcr "
+                              "verify)");
 }
 
 Result<std::shared_ptr<RandomAccessFile>> Filesystem::OpenRecord(uint32_t record) const {
@@ -375,6 +367,11 @@ Result<size_t> Filesystem::Read(uint64_t ino, uint64_t offset, size_t size, uint
 Result<std::string> Filesystem::GetXattr(uint64_t ino, std::string_view name) const {
   auto r = Resolve(ino);
   if (!r) return Err(r.error());
+  // Only user.* names exist here. For the other namespaces (security.selinux,
+  // system.posix_acl_access, trusted.*) "not supported" is the truthful answer, and it is the
+  // one that makes GNU ls stop asking: it remembers ENOTSUP per device, whereas ENODATA cost
+  // two FUSE round trips per file of every `ls -l`.
+  if (name.substr(0, 5) != "user.") return Err(Errno(ENOTSUP, name));
   if (name.substr(0, sizeof(kXattrPrefix) - 1) != kXattrPrefix) {
     return Err(Errno(ENODATA, name));
   }

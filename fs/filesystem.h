@@ -79,7 +79,8 @@ class Filesystem {
   Result<size_t> Read(uint64_t ino, uint64_t offset, size_t size, uint8_t* dst) const;
 
   // user.pcrfs.level, user.pcrfs.full_size, user.pcrfs.source_size, user.pcrfs.passthrough,
-  // user.pcrfs.passthrough_reason (passthrough files only).
+  // user.pcrfs.passthrough_reason (passthrough files only). ENODATA for any other user.* name,
+  // ENOTSUP for a name in another namespace (security.*, system.*, trusted.*).
   Result<std::string> GetXattr(uint64_t ino, std::string_view name) const;
   Result<std::vector<std::string>> ListXattr(uint64_t ino) const;
 
@@ -109,8 +110,8 @@ class Filesystem {
   static constexpr uint64_t kSequentialBlocksAhead = 4;
   void MaybeReadAhead(const std::shared_ptr<RandomAccessFile>& file, const index::Entry& e,
                       int level) const;
-  // Logs a damaged file once (stderr and syslog), naming the record file and the file's path
-  // in the dataset.
+  // Logs a damaged file once (common/log.h: stderr in the foreground, syslog once
+  // daemonized), naming the record file and the file's path in the dataset.
   void ReportDamage(const index::Entry& e, int level, const Status& s) const;
   // Logs once per record that its header, footer or size disagree with the index.
   void ReportRecordProblem(uint32_t record, const Status& s) const;

@@ -35,6 +35,7 @@ struct IndexReader::Impl {
   MDB_dbi entries = 0, dirents = 0, records = 0, meta = 0, blocks = 0;
   int format = kIndexFormat;
   uint64_t num_entries = 0;
+  uint64_t num_records = 0;
   FileIdentity identity;
   void* map_addr = nullptr;
   size_t map_size = 0;
@@ -258,6 +259,9 @@ Status IndexReader::Impl::CheckFormat() {
   int rc = mdb_stat(lease.txn(), entries, &es);
   if (rc != 0) return LmdbError(path + ": stat entries", rc);
   num_entries = es.ms_entries;
+  rc = mdb_stat(lease.txn(), records, &es);
+  if (rc != 0) return LmdbError(path + ": stat records", rc);
+  num_records = es.ms_entries;
   return Status::OK();
 }
 
@@ -471,6 +475,8 @@ Result<std::string> IndexReader::GetMeta(std::string_view key) const {
 }
 
 uint64_t IndexReader::NumEntries() const { return impl_->num_entries; }
+
+uint64_t IndexReader::NumRecords() const { return impl_->num_records; }
 
 const FileIdentity& IndexReader::identity() const { return impl_->identity; }
 

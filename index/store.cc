@@ -9,6 +9,7 @@
 #include "common/coding.h"
 #include "common/crc32c.h"
 #include "common/file_util.h"
+#include "index/manifest_check.h"
 #include "index/record_reader.h"
 
 namespace pcrfs::index {
@@ -134,6 +135,9 @@ Result<std::unique_ptr<Store>> Store::Open(const std::string& dir, StoreOptions 
     }
     return Err(e);
   }
+
+  // Before anyone sizes memory or loops by a number of the manifest.
+  if (Status s = CheckManifest(manifest_path, *manifest, **index); !s.ok()) return Err(s);
 
   std::unique_ptr<Store> store(new Store());
   store->dir_ = dir;

@@ -113,6 +113,8 @@ class IndexReader {
   Result<uint32_t> GetBlockCrc(uint64_t ino, int group, uint64_t block) const;
   Result<std::string> GetMeta(std::string_view key) const;
   uint64_t NumEntries() const;
+  // The number of records the index describes (the records table's size).
+  uint64_t NumRecords() const;
   // The identity of the file that was opened (and verified).
   const FileIdentity& identity() const;
   // The index is memory-mapped, so every page a lookup touched counts in the process's RSS

@@ -50,6 +50,7 @@ class Verifier {
 
   VerifyReport Run() {
     WalkIndex();
+    CheckManifestTotals();
     CheckRecords();
     if (!config_.source.empty()) CompareWithSource();
     std::sort(report_.findings.begin(), report_.findings.end(),
@@ -117,6 +118,51 @@ class Verifier {
     }
   }
 
+  // The manifest's numbers were checked for consistency when the store opened (Store::Open);
+  // here every total is recounted from the index's entries.
+  void CheckManifestTotals() {
+    const index::Manifest& m = store_->manifest();
+    index::Manifest counted;
+    counted.num_directories = report_.directories;
+    for (const FileEntry& f : files_) {
+      const index::Entry& e = f.entry;
+      const bool jpeg = e.kind == index::EntryKind::kJpeg;
+      counted.source_bytes += e.source_size;
+      if (jpeg) {
+        ++counted.num_jpeg;
+        counted.source_jpeg_bytes += e.source_size;
+      } else {
+        ++counted.num_passthrough;
+        ++counted.passthrough_by_reason[index::PassthroughReasonName(e.passthrough_reason)];
+      }
+      for (int k = 1; k <= index::kNumGroups; ++k) {
+        const uint64_t size = e.SizeAtLevel(k);
+        counted.level_bytes[static_cast<size_t>(k - 1)] += size;
+        if (jpeg) counted.jpeg_level_bytes[static_cast<size_t>(k - 1)] += size;
+      }
+    }
+    auto check = [&](const std::string& field, uint64_t says, uint64_t holds) {
+      if (says != holds) {
+        Add(Kind::kDamaged, "manifest.json: \"" + field + "\"",
+            "says " + std::to_string(says) + ", the index holds " + std::to_string(holds));
+      }
+    };
+    check("num_directories", m.num_directories, counted.num_directories);
+    check("num_jpeg", m.num_jpeg, counted.num_jpeg);
+    check("num_passthrough", m.num_passthrough, counted.num_passthrough);
+    check("source_bytes", m.source_bytes, counted.source_bytes);
+    check("source_jpeg_bytes", m.source_jpeg_bytes, counted.source_jpeg_bytes);
+    for (size_t i = 0; i < index::kNumGroups; ++i) {
+      const std::string at = "[" + std::to_string(i) + "]";
+      check("level_bytes" + at, m.level_bytes[i], counted.level_bytes[i]);
+      check("jpeg_level_bytes" + at, m.jpeg_level_bytes[i], counted.jpeg_level_bytes[i]);
+    }
+    if (m.passthrough_by_reason != counted.passthrough_by_reason) {
+      Add(Kind::kDamaged, "manifest.json: \"passthrough_by_reason\"",
+          "does not match the index's passthrough files");
+    }
+  }
+
   void CheckRecords() {
     std::map<uint32_t, std::vector<const FileEntry*>> by_record;
     for (const FileEntry& f : files_) by_record[f.entry.record].push_back(&f);
@@ -164,6 +210,12 @@ class Verifier {
     if (!info) {
       damage_all("index: " + info.error().message());
       return 0;
+    }
+    const uint32_t per = store_->manifest().options.images_per_record;
+    if (id + 1 < store_->manifest().num_records && info->num_images != per) {
+      Add(Kind::kDamaged, "manifest.json: \"options.images_per_record\"",
+          "says " + std::to_string(per) + ", but " + name + " (not the last record) holds " +
+              std::to_string(info->num_images) + " files");
     }
     if (info->file_size != layout->file_size || info->data_offset != layout->data_offset ||
         info->group_offset != layout->group_offset || info->num_images != layout->images.size()) {
