@@ -75,10 +75,11 @@ Result<StoreWriterLock> StoreWriterLock::Acquire(const std::string& store) {
     }
     if (held.st_dev != named.st_dev || held.st_ino != named.st_ino) continue;
 
+    StoreWriterLock lock(path, std::move(*fd));  // from here on, failing removes the file
     const std::string holder = Holder();
-    if (::ftruncate(fd->get(), 0) != 0) return Err(Status::FromErrno(path, errno));
-    PCRFS_RETURN_ERR_IF_ERROR(PwriteFull(fd->get(), holder.data(), holder.size(), 0, path));
-    return StoreWriterLock(path, std::move(*fd));
+    if (::ftruncate(lock.fd_.get(), 0) != 0) return Err(Status::FromErrno(path, errno));
+    PCRFS_RETURN_ERR_IF_ERROR(PwriteFull(lock.fd_.get(), holder.data(), holder.size(), 0, path));
+    return lock;
   }
   return Err(Status::IOError(store + ": cannot take the writer lock " + path +
                              ": other writers keep replacing it"));
