@@ -19,6 +19,7 @@
 
 #include "common/coding.h"
 #include "common/file_util.h"
+#include "common/parallel.h"
 #include "index/entry.h"
 #include "index/record_reader.h"
 #include "index/record_writer.h"
@@ -343,7 +344,7 @@ Status MakeDir(const std::string& path) {
 class StoreBuilder {
  public:
   explicit StoreBuilder(const BuildConfig& config) : config_(config) {
-    threads_ = config.threads ? config.threads : std::max(1u, std::thread::hardware_concurrency());
+    threads_ = ResolveThreads(config.threads);
     partial_ = PartialDir(config.store);
   }
 
