@@ -12,12 +12,12 @@
 #include <mutex>
 #include <optional>
 #include <string_view>
-#include <thread>
 #include <unordered_map>
 
 #include "codec/decoder.h"
 #include "codec/transcoder.h"
 #include "common/file_util.h"
+#include "common/parallel.h"
 #include "common/random_access_file.h"
 #include "index/record_reader.h"
 #include "index/store.h"
@@ -57,25 +57,10 @@ struct FileEntry {
   index::Entry entry;
 };
 
-// Runs fn(i) for i in [0, n) on `jobs` threads.
-template <typename F>
-void ParallelFor(size_t n, unsigned jobs, F fn) {
-  std::atomic<size_t> next{0};
-  std::vector<std::thread> threads;
-  for (unsigned t = 0; t < std::max(1u, jobs); ++t) {
-    threads.emplace_back([&] {
-      for (size_t i; (i = next++) < n;) fn(i);
-    });
-  }
-  for (auto& t : threads) t.join();
-}
-
 class Verifier {
  public:
   Verifier(const VerifyConfig& config, std::unique_ptr<index::Store> store)
-      : config_(config),
-        store_(std::move(store)),
-        jobs_(config.jobs ? config.jobs : std::max(1u, std::thread::hardware_concurrency())) {}
+      : config_(config), store_(std::move(store)), jobs_(ResolveThreads(config.jobs)) {}
 
   VerifyReport Run() {
     WalkIndex();
