@@ -14,8 +14,8 @@
 #include <string>
 #include <thread>
 
+#include "builder/builder.h"
 #include "common/file_util.h"
-#include "mount-tools/builder.h"
 #include "tests/testdata/jpeg_factory.h"
 
 namespace pcrfs::fs {

@@ -6,7 +6,7 @@
 #include <cinttypes>
 #include <cstdio>
 
-#include "mount-tools/builder.h"
+#include "builder/builder.h"
 #include "mount-tools/cli.h"
 #include "mount-tools/commands.h"
 

@@ -3,9 +3,9 @@
 #include <cinttypes>
 #include <cstdio>
 
+#include "builder/verifier.h"
 #include "mount-tools/cli.h"
 #include "mount-tools/commands.h"
-#include "mount-tools/verifier.h"
 
 namespace pcrfs::tools {
 namespace po = boost::program_options;

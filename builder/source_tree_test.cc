@@ -1,4 +1,4 @@
-#include "mount-tools/source_tree.h"
+#include "builder/source_tree.h"
 
 #include <fcntl.h>
 #include <gtest/gtest.h>

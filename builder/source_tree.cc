@@ -1,4 +1,4 @@
-#include "mount-tools/source_tree.h"
+#include "builder/source_tree.h"
 
 #include <dirent.h>
 #include <fcntl.h>

@@ -1,4 +1,4 @@
-#include "mount-tools/quality_sample.h"
+#include "builder/quality_sample.h"
 
 #include <algorithm>
 #include <atomic>

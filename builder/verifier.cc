@@ -1,4 +1,4 @@
-#include "mount-tools/verifier.h"
+#include "builder/verifier.h"
 
 #include <dirent.h>
 #include <fcntl.h>
@@ -14,6 +14,7 @@
 #include <string_view>
 #include <unordered_map>
 
+#include "builder/source_tree.h"
 #include "codec/decoder.h"
 #include "codec/transcoder.h"
 #include "common/file_util.h"
@@ -21,7 +22,6 @@
 #include "common/random_access_file.h"
 #include "index/record_reader.h"
 #include "index/store.h"
-#include "mount-tools/source_tree.h"
 
 namespace pcrfs::tools {
 namespace {

@@ -1,4 +1,4 @@
-#include "mount-tools/builder.h"
+#include "builder/builder.h"
 
 #include <fcntl.h>
 #include <sys/stat.h>
@@ -17,6 +17,8 @@
 #include <thread>
 #include <unordered_map>
 
+#include "builder/quality_sample.h"
+#include "builder/source_tree.h"
 #include "common/coding.h"
 #include "common/file_util.h"
 #include "common/parallel.h"
@@ -25,8 +27,6 @@
 #include "index/record_writer.h"
 #include "index/store.h"
 #include "index/store_index.h"
-#include "mount-tools/quality_sample.h"
-#include "mount-tools/source_tree.h"
 
 namespace pcrfs::tools {
 namespace fs = std::filesystem;

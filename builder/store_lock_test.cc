@@ -1,4 +1,4 @@
-#include "mount-tools/store_lock.h"
+#include "builder/store_lock.h"
 
 #include <gtest/gtest.h>
 #include <sys/file.h>

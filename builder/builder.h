@@ -13,10 +13,10 @@
 #include <string>
 #include <vector>
 
+#include "builder/store_lock.h"
 #include "codec/transcoder.h"
 #include "common/status.h"
 #include "index/manifest.h"
-#include "mount-tools/store_lock.h"
 
 namespace pcrfs::tools {
 
