@@ -8,6 +8,7 @@
 #include <sys/stat.h>
 #include <sys/statvfs.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -87,6 +88,7 @@ class Filesystem {
 
   const index::Store& store() const { return *store_; }
   const PieceCache& cache() const { return cache_; }
+  const PieceCache& large_file_cache() const { return large_cache_; }
   const FsOptions& options() const { return options_; }
 
  private:
@@ -98,11 +100,14 @@ class Filesystem {
   Result<Resolved> Resolve(uint64_t ino) const;
   struct stat EntryAttr(const index::Entry& e, int level) const;
   struct stat LadderRootAttr() const;
-  // The verified bytes of one piece, from the cache or storage. `keep` puts a piece read from
-  // storage into the cache (pointless when this request reads the whole file: the kernel
-  // keeps its pages).
-  Result<PieceBytes> GetPiece(const RandomAccessFile& file, const index::Entry& e, int group,
-                              bool keep) const;
+  // The verified bytes of checksum block `block` of piece `group` (a piece of one block is
+  // block 0), from the cache or storage; concurrent requests for one block read it once. `keep`
+  // puts a block read from storage into the cache (pointless when this request reads the whole
+  // file: the kernel keeps its pages).
+  Result<PieceBytes> GetBlock(const RandomAccessFile& file, const index::Entry& e, int group,
+                              uint64_t block, bool keep) const;
+  // How many checksum blocks to ask for ahead of a large file read in order.
+  static constexpr uint64_t kSequentialBlocksAhead = 4;
   void MaybeReadAhead(const std::shared_ptr<RandomAccessFile>& file, const index::Entry& e,
                       int level) const;
   // Logs a damaged file once (common/log.h: stderr in the foreground, syslog once
@@ -117,6 +122,13 @@ class Filesystem {
   std::unique_ptr<index::Store> store_;
   const FsOptions options_;
   mutable PieceCache cache_;
+  // The blocks of pieces longer than one checksum block (large files), apart: a large file
+  // read through must not evict every small file's pieces, and the kernel keeps its pages.
+  // Its share of options_.cache_bytes: 32 MiB, or half of a smaller budget.
+  static constexpr uint64_t LargeFileCacheBytes(uint64_t budget) {
+    return std::min(budget / 2, uint64_t{32} << 20);
+  }
+  mutable PieceCache large_cache_;
   index::Entry root_;
 
   // How reads have touched one record, to decide when reading ahead pays.

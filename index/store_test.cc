@@ -9,15 +9,15 @@
 #include <thread>
 #include <tuple>
 
+#include "common/test_support.h"
 #include "index/record_writer.h"
-#include "index/test_util.h"
 
 namespace pcrfs::index {
 namespace {
 
-using testing::ReadAll;
-using testing::TempDir;
-using testing::WriteAll;
+using pcrfs::test::ReadAll;
+using pcrfs::test::TempDir;
+using pcrfs::test::WriteAll;
 using Bytes = std::vector<uint8_t>;
 
 Bytes Piece(uint64_t ino, int g) {
@@ -45,7 +45,11 @@ void BuildStore(const std::string& dir) {
       pieces.push_back(Piece(f.ino, g));
     }
     std::vector<std::span<const uint8_t>> spans(pieces.begin(), pieces.end());
-    ASSERT_TRUE((*w)->Add(f.path, f.kind, f.kind == EntryKind::kJpeg ? 0 : 1, spans).ok());
+    ASSERT_TRUE((*w)->Add(f.path, f.kind,
+                          f.kind == EntryKind::kJpeg ? PassthroughReason::kNone
+                                                     : PassthroughReason::kNotJpeg,
+                          spans)
+                    .ok());
   }
   auto layout = (*w)->Finish();
   ASSERT_TRUE(layout.has_value());

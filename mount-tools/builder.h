@@ -53,6 +53,8 @@ struct BuildReport {
   std::vector<PassthroughNote> passthrough_notes;
   // Source entries that could not be stored at all: dangling symlinks, loops, unreadable files.
   std::vector<PassthroughNote> problems;
+  // Files that changed between the listing of the source and their reading: stored as read.
+  std::vector<PassthroughNote> changed;
 };
 
 // Exit codes of `pcr build`, documented in the README.

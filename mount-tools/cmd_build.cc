@@ -72,6 +72,12 @@ void PrintReport(const BuildReport& r, const std::string& store) {
                   n.detail.empty() ? "" : ": ", n.detail.c_str());
     }
   }
+  if (!r.changed.empty()) {
+    std::printf("\n  changed while the build ran (stored as read):\n");
+    for (const auto& c : r.changed) {
+      std::printf("    %s: %s: %s\n", c.rel_path.c_str(), c.reason.c_str(), c.detail.c_str());
+    }
+  }
   if (!r.problems.empty()) {
     std::printf("\n  NOT STORED (%zu source entries could not be read):\n", r.problems.size());
     for (const auto& p : r.problems) {

@@ -115,9 +115,7 @@ int RunLadder(const std::vector<std::string>& args) {
   if (entry->kind != index::EntryKind::kJpeg) {
     std::fprintf(stderr,
                  "pcr ladder: %s: stored byte for byte (%s), so every level is the same file\n",
-                 path.c_str(),
-                 codec::PassthroughReasonName(
-                     static_cast<codec::PassthroughReason>(entry->passthrough_reason)));
+                 path.c_str(), index::PassthroughReasonName(entry->passthrough_reason).c_str());
     return 2;
   }
 
