@@ -116,13 +116,13 @@ std::vector<PieceBlockCrcs> BuildStore(
   EXPECT_TRUE((*iw)->Finish().ok());
   Manifest m;
   m.generator = "pcrfs test";
-  m.options.images_per_record = 3;
+  m.options.images_per_record = 16;
   m.options.max_input_scans = 1000;
   m.num_entries = 4;
   m.num_directories = 1;
   m.num_jpeg = 1;
   m.num_passthrough = 2;
-  m.passthrough_by_reason[PassthroughReasonName(PassthroughReason::kNotJpeg)] = 2;
+  m.passthrough_by_reason = {{"not-jpeg", 2}};
   m.num_records = 1;
   const std::string json = m.ToJson();
   WriteAll(dir + "/" + kManifestFile, Bytes(json.begin(), json.end()));

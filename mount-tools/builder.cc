@@ -153,9 +153,11 @@ FileResult Unreadable(std::string detail) {
 }
 
 // One attempt at reading and transcoding a file. *changed: the file changed while it was read.
-FileResult ProcessOnce(const std::string& path, const BuildConfig& config, bool* changed) {
+FileResult ProcessOnce(const SourceTree& tree, uint32_t node, const BuildConfig& config,
+                       bool* changed) {
   FileResult r;
-  auto fd = OpenFile(path, O_RDONLY);
+  const std::string path = tree.AbsPath(tree.nodes[node]);
+  auto fd = tree.OpenFile(node);  // relative to a folder: the path may exceed PATH_MAX
   if (!fd) return Unreadable(fd.error().message());
   auto before = FstatOf(fd->get(), path);
   if (!before) return Unreadable(before.error().message());
@@ -208,11 +210,11 @@ FileResult ProcessOnce(const std::string& path, const BuildConfig& config, bool*
   return r;
 }
 
-FileResult ProcessFile(const std::string& path, const BuildConfig& config) {
+FileResult ProcessFile(const SourceTree& tree, uint32_t node, const BuildConfig& config) {
   try {
     for (int attempt = 1;; ++attempt) {
       bool changed = false;
-      FileResult r = ProcessOnce(path, config, &changed);
+      FileResult r = ProcessOnce(tree, node, config, &changed);
       if (!changed) return r;
       if (attempt == kReadAttempts) {
         return Unreadable("changed while being read (" + std::to_string(kReadAttempts) +
@@ -224,18 +226,19 @@ FileResult ProcessFile(const std::string& path, const BuildConfig& config) {
   }
 }
 
-// Runs ProcessFile over `paths` on `threads` threads and hands the results to the consumer in
-// order. Workers run ahead of the consumer by up to `window` files and kBufferBudget bytes of
-// results, so they keep busy while the consumer writes and fsyncs a finished record.
+// Runs ProcessFile over file nodes of a tree on `threads` threads and hands the results to the
+// consumer in order. Workers run ahead of the consumer by up to `window` files and kBufferBudget
+// bytes of results, so they keep busy while the consumer writes and fsyncs a finished record.
 class OrderedTranscoder {
  public:
   static constexpr uint64_t kBufferBudget = uint64_t{128} << 20;
 
-  // path_of(i) names file i of count; it is called from the worker threads.
-  OrderedTranscoder(size_t count, std::function<std::string(size_t)> path_of,
+  // node_of(i) is the node of file i of count in *tree; it is called from the worker threads.
+  OrderedTranscoder(size_t count, const SourceTree* tree, std::function<uint32_t(size_t)> node_of,
                     const BuildConfig* config, unsigned threads)
       : count_(count),
-        path_of_(std::move(path_of)),
+        tree_(tree),
+        node_of_(std::move(node_of)),
         config_(config),
         window_(std::max<size_t>(16, threads * 64)) {
     slots_.resize(window_);
@@ -279,7 +282,7 @@ class OrderedTranscoder {
         if (stop_ || next_claim_ >= count_) return;
         i = next_claim_++;
       }
-      FileResult r = ProcessFile(path_of_(i), *config_);
+      FileResult r = ProcessFile(*tree_, node_of_(i), *config_);
       {
         std::lock_guard<std::mutex> l(mu_);
         buffered_ += ResultBytes(r);
@@ -292,7 +295,8 @@ class OrderedTranscoder {
   static uint64_t ResultBytes(const FileResult& r) { return r.jpeg.bytes.size() + r.raw.size(); }
 
   const size_t count_;
-  const std::function<std::string(size_t)> path_of_;
+  const SourceTree* tree_;
+  const std::function<uint32_t(size_t)> node_of_;
   const BuildConfig* config_;
   const size_t window_;
   uint64_t buffered_ = 0;  // GUARDED_BY(mu_): bytes of results not yet taken
@@ -505,8 +509,7 @@ class StoreBuilder {
     };
 
     OrderedTranscoder pool(
-        todo.size(), [&](size_t i) { return tree_.AbsPath(tree_.nodes[todo[i]]); }, &config_,
-        threads_);
+        todo.size(), &tree_, [&](size_t i) { return todo[i]; }, &config_, threads_);
     size_t next = 0;  // index into todo
     for (uint32_t r = 0; r < num_records; ++r) {
       const size_t begin = r * per, end = std::min(n, begin + per);
@@ -833,6 +836,13 @@ Status CheckBuildArguments(const BuildConfig& config) {
 
 Result<BuildReport> Build(const BuildConfig& config) {
   if (Status s = CheckBuildArguments(config); !s.ok()) return Err(std::move(s));
+  auto lock = StoreWriterLock::Acquire(config.store);
+  if (!lock) return Err(lock.error());
+  if (Status s = CheckBuildArguments(config); !s.ok()) return Err(std::move(s));
+  return BuildLocked(config, *lock);
+}
+
+Result<BuildReport> BuildLocked(const BuildConfig& config, const StoreWriterLock& /*lock*/) {
   StoreBuilder builder(config);
   return builder.Run();
 }

@@ -16,6 +16,7 @@
 #include "codec/transcoder.h"
 #include "common/status.h"
 #include "index/manifest.h"
+#include "mount-tools/store_lock.h"
 
 namespace pcrfs::tools {
 
@@ -63,12 +64,20 @@ enum BuildExit : int {
   kExitFailed = 1,    // nothing usable was produced (I/O error, disk full, ...)
   kExitUsage = 2,     // bad arguments or bad SRC/STORE, found before any work
   kExitProblems = 3,  // the store is complete, but some source entries could not be stored
+  kExitBusy = 4,      // another writer holds STORE's lock (StoreWriterLock); nothing was touched
 };
 
 // Checks SRC and STORE before any work: InvalidArgument / AlreadyExists / NotFound on bad input.
 Status CheckBuildArguments(const BuildConfig& config);
 
-// Runs the whole build. A non-ok result means no store was published.
+// Runs the whole build under the writer lock of config.store: CheckBuildArguments, then
+// StoreWriterLock::Acquire (AlreadyExists while another writer holds it), then the arguments
+// again, as STORE may have been published in between, then BuildLocked. A non-ok result means
+// no store was published.
 Result<BuildReport> Build(const BuildConfig& config);
+
+// The build itself. REQUIRES: `lock` is held on config.store and CheckBuildArguments passed
+// after it was taken; the lock is held until the caller releases it, after the final rename.
+Result<BuildReport> BuildLocked(const BuildConfig& config, const StoreWriterLock& lock);
 
 }  // namespace pcrfs::tools

@@ -1,18 +1,23 @@
 #include "mount-tools/verifier.h"
 
+#include <dirent.h>
 #include <fcntl.h>
 #include <sys/stat.h>
 
 #include <algorithm>
 #include <atomic>
+#include <cerrno>
+#include <functional>
 #include <map>
 #include <mutex>
-#include <thread>
+#include <optional>
+#include <string_view>
 #include <unordered_map>
 
 #include "codec/decoder.h"
 #include "codec/transcoder.h"
 #include "common/file_util.h"
+#include "common/parallel.h"
 #include "common/random_access_file.h"
 #include "index/record_reader.h"
 #include "index/store.h"
@@ -23,35 +28,45 @@ namespace {
 
 using Kind = VerifyFinding::Kind;
 
+// Calls fn(name, is_dir) for every entry of the folder `path` but "." and "..".
+Status ListDir(const std::string& path, const std::function<void(const std::string&, bool)>& fn) {
+  DIR* d = ::opendir(path.c_str());
+  if (d == nullptr) return Status::FromErrno("cannot list " + path, errno);
+  for (;;) {
+    errno = 0;
+    const struct dirent* de = ::readdir(d);
+    if (de == nullptr) break;
+    const std::string name = de->d_name;
+    if (name == "." || name == "..") continue;
+    bool is_dir = de->d_type == DT_DIR;
+    if (de->d_type == DT_UNKNOWN) {
+      struct stat st;
+      is_dir =
+          ::fstatat(::dirfd(d), de->d_name, &st, AT_SYMLINK_NOFOLLOW) == 0 && S_ISDIR(st.st_mode);
+    }
+    fn(name, is_dir);
+  }
+  const int err = errno;
+  ::closedir(d);
+  if (err != 0) return Status::FromErrno("cannot list " + path, err);
+  return Status::OK();
+}
+
 struct FileEntry {
   std::string path;
   index::Entry entry;
 };
 
-// Runs fn(i) for i in [0, n) on `jobs` threads.
-template <typename F>
-void ParallelFor(size_t n, unsigned jobs, F fn) {
-  std::atomic<size_t> next{0};
-  std::vector<std::thread> threads;
-  for (unsigned t = 0; t < std::max(1u, jobs); ++t) {
-    threads.emplace_back([&] {
-      for (size_t i; (i = next++) < n;) fn(i);
-    });
-  }
-  for (auto& t : threads) t.join();
-}
-
 class Verifier {
  public:
   Verifier(const VerifyConfig& config, std::unique_ptr<index::Store> store)
-      : config_(config),
-        store_(std::move(store)),
-        jobs_(config.jobs ? config.jobs : std::max(1u, std::thread::hardware_concurrency())) {}
+      : config_(config), store_(std::move(store)), jobs_(ResolveThreads(config.jobs)) {}
 
   VerifyReport Run() {
     WalkIndex();
     CheckManifestTotals();
     CheckRecords();
+    CheckStoreFolder();
     if (!config_.source.empty()) CompareWithSource();
     std::sort(report_.findings.begin(), report_.findings.end(),
               [](const VerifyFinding& a, const VerifyFinding& b) {
@@ -253,6 +268,51 @@ class Verifier {
     return pieces;
   }
 
+  // Whatever sits in the store folder beside what the store names: a record file from another
+  // build, a leftover temporary file. Readers ignore such files, so they hide a mistake.
+  void CheckStoreFolder() {
+    const std::string& dir = store_->dir();
+    const uint32_t num_records = store_->manifest().num_records;
+    Status s = ListDir(dir, [&](const std::string& name, bool is_dir) {
+      if (name == index::kManifestFile || name == index::kIndexFile) return;
+      if (name == index::kRecordsDir && is_dir) {
+        Status r = ListDir(dir + "/" + name, [&](const std::string& rec, bool rec_is_dir) {
+          const std::string rel = std::string(index::kRecordsDir) + "/" + rec;
+          if (rec_is_dir) {
+            Add(Kind::kStray, rel, "a folder among the record files");
+          } else if (auto id = RecordIdOf(rec); !id) {
+            Add(Kind::kStray, rel, "not a record file of the store");
+          } else if (*id >= num_records) {
+            Add(Kind::kStray, rel,
+                "a record file the store does not name (it has " + std::to_string(num_records) +
+                    " records)");
+          }
+        });
+        if (!r.ok()) Add(Kind::kDamaged, index::kRecordsDir, r.message());
+        return;
+      }
+      Add(Kind::kStray, name, "not part of the store");
+    });
+    if (!s.ok()) Add(Kind::kDamaged, dir, s.message());
+  }
+
+  // The id a record file name stands for, if `name` is exactly RecordFileName(id)'s last part.
+  static std::optional<uint32_t> RecordIdOf(const std::string& name) {
+    static constexpr std::string_view kSuffix = ".pcr";
+    if (name.size() <= kSuffix.size() || !name.ends_with(kSuffix)) return std::nullopt;
+    const std::string digits = name.substr(0, name.size() - kSuffix.size());
+    if (digits.size() > 10 || digits.find_first_not_of("0123456789") != std::string::npos) {
+      return std::nullopt;
+    }
+    const uint64_t id = std::stoull(digits);
+    if (id > UINT32_MAX) return std::nullopt;
+    const auto id32 = static_cast<uint32_t>(id);
+    if (std::string(index::kRecordsDir) + "/" + name != index::RecordFileName(id32)) {
+      return std::nullopt;
+    }
+    return id32;
+  }
+
   void CompareWithSource() {
     auto tree = WalkSource(config_.source);
     if (!tree) {
@@ -262,7 +322,7 @@ class Verifier {
     for (const SourceProblem& p : tree->problems) Add(Kind::kMissing, p.rel_path, p.reason);
     std::unordered_map<std::string, const FileEntry*> by_path;
     for (const FileEntry& f : files_) by_path[f.path] = &f;
-    std::vector<std::pair<std::string, const FileEntry*>> pairs;
+    std::vector<std::pair<uint32_t, const FileEntry*>> pairs;  // source node, store file
     for (uint32_t node : tree->files) {
       const SourceNode& n = tree->nodes[node];
       const std::string rel = tree->RelPath(n);
@@ -271,7 +331,7 @@ class Verifier {
         Add(Kind::kMissing, rel, "in the source but not in the store");
         continue;
       }
-      pairs.emplace_back(tree->AbsPath(n), it->second);
+      pairs.emplace_back(node, it->second);
       by_path.erase(it);
     }
     for (const auto& [path, f] : by_path) {
@@ -279,15 +339,21 @@ class Verifier {
     }
     report_.compared = pairs.size();
     ParallelFor(pairs.size(), jobs_,
-                [&](size_t i) { CompareFile(pairs[i].first, *pairs[i].second); });
+                [&](size_t i) { CompareFile(*tree, pairs[i].first, *pairs[i].second); });
   }
 
-  void CompareFile(const std::string& source_path, const FileEntry& f) {
-    if (f.entry.kind == index::EntryKind::kPassthrough) {
-      ComparePassthrough(source_path, f);
+  void CompareFile(const SourceTree& tree, uint32_t node, const FileEntry& f) {
+    const std::string source_path = tree.AbsPath(tree.nodes[node]);
+    auto fd = tree.OpenFile(node);  // relative to a folder: the path may exceed PATH_MAX
+    if (!fd) {
+      Add(Kind::kDiffers, f.path, "cannot read the source: " + fd.error().message());
       return;
     }
-    auto source = ReadWholeFile(source_path, UINT64_MAX);
+    if (f.entry.kind == index::EntryKind::kPassthrough) {
+      ComparePassthrough(fd->get(), source_path, f);
+      return;
+    }
+    auto source = ReadWholeFd(fd->get(), UINT64_MAX, source_path);
     if (!source) {
       Add(Kind::kDiffers, f.path, "cannot read the source: " + source.error().message());
       return;
@@ -316,13 +382,11 @@ class Verifier {
   }
 
   // Byte for byte, a checksum block at a time: constant memory whatever the file's size.
-  void ComparePassthrough(const std::string& source_path, const FileEntry& f) {
-    auto fd = OpenFile(source_path, O_RDONLY);
+  void ComparePassthrough(int fd, const std::string& source_path, const FileEntry& f) {
     struct stat st;
-    if (!fd || ::fstat(fd->get(), &st) != 0) {
+    if (::fstat(fd, &st) != 0) {
       Add(Kind::kDiffers, f.path,
-          "cannot read the source: " +
-              (fd ? Status::FromErrno(source_path, errno) : fd.error()).message());
+          "cannot read the source: " + Status::FromErrno(source_path, errno).message());
       return;
     }
     const uint64_t stored_size = f.entry.SizeAtLevel(index::kNumGroups);
@@ -338,7 +402,7 @@ class Verifier {
     Status source_status;
     Status s = store_->ReadFileTo(f.entry, index::kNumGroups, [&](std::span<const uint8_t> bytes) {
       source.resize(bytes.size());
-      source_status = PreadFull(fd->get(), source.data(), bytes.size(), pos, source_path);
+      source_status = PreadFull(fd, source.data(), bytes.size(), pos, source_path);
       if (!source_status.ok()) return source_status;
       differs = differs || !std::equal(bytes.begin(), bytes.end(), source.begin());
       pos += bytes.size();
@@ -375,6 +439,8 @@ const char* FindingKindName(VerifyFinding::Kind kind) {
       return "missing";
     case Kind::kExtra:
       return "extra";
+    case Kind::kStray:
+      return "stray";
   }
   return "?";
 }
