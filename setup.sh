@@ -27,6 +27,8 @@ deps=(
   # tests, sample data and benchmarks
   python3 python3-pil python3-numpy python3-opencv python3-torch python3-torchvision
   python3-skimage
+  # remote-store test servers (tests/remote/install.sh installs the same and the npm packages)
+  nginx-light awscli python3-boto3 curl iproute2
   libjpeg-turbo-progs time util-linux
   # fuzzing (tests/fuzz/run): clang with libFuzzer
   clang-14 libclang-rt-14-dev clang-format
@@ -64,6 +66,7 @@ case "$mode" in
   test)
     install_deps
     build
+    "$here/tests/remote/install.sh"
     echo "==> running tests"
     cd "$build_dir"
     ctest --output-on-failure --timeout 900 -j "$(nproc)"

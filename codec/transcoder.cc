@@ -166,36 +166,6 @@ TranscodeResult Passthrough(PassthroughReason reason, std::string detail) {
 
 }  // namespace
 
-const char* PassthroughReasonName(PassthroughReason reason) {
-  switch (reason) {
-    case PassthroughReason::kNone:
-      return "none";
-    case PassthroughReason::kNotJpeg:
-      return "not-jpeg";
-    case PassthroughReason::kEmpty:
-      return "empty";
-    case PassthroughReason::kCorrupt:
-      return "corrupt";
-    case PassthroughReason::kTruncated:
-      return "truncated";
-    case PassthroughReason::kTooManyScans:
-      return "too-many-scans";
-    case PassthroughReason::kTooLarge:
-      return "too-large";
-    case PassthroughReason::kUnsupported:
-      return "unsupported";
-    case PassthroughReason::kTrailingData:
-      return "trailing-data";
-    case PassthroughReason::kUnreadable:
-      return "unreadable";
-    case PassthroughReason::kTooBig:
-      return "too-big";
-    case PassthroughReason::kIncomplete:
-      return "incomplete";
-  }
-  return "unknown";
-}
-
 std::span<const uint8_t> ProgressiveJpeg::piece(int group) const {
   if (group < 1 || group > kNumGroups) return {};
   uint64_t begin = 0;

@@ -16,9 +16,11 @@
 #include <string>
 #include <vector>
 
+#include "common/levels.h"
+
 namespace pcrfs::codec {
 
-inline constexpr int kNumGroups = 10;
+using pcrfs::kNumGroups;  // common/levels.h
 
 struct TranscodeOptions {
   // Drop APPn and COM markers (EXIF, ICC, XMP, comments). The pixels do not change, but colour
@@ -30,29 +32,23 @@ struct TranscodeOptions {
   uint64_t max_memory_bytes = uint64_t{1} << 30;
 };
 
-// Why a file is stored byte for byte instead of transcoded. Values are stored in the index:
-// append only, never renumber.
+// Why the codec did not transcode a file. The builder maps each onto the reason the store
+// records (index::PassthroughReason), which also has reasons of its own (unreadable, too big).
 enum class PassthroughReason : uint8_t {
-  kNone = 0,          // transcoded
-  kNotJpeg = 1,       // does not start with a JPEG SOI marker
-  kEmpty = 2,         // zero bytes
-  kCorrupt = 3,       // libjpeg reported an error or a warning (corrupt data, bad marker, ...)
-  kTruncated = 4,     // premature end of the JPEG data
-  kTooManyScans = 5,  // more than max_input_scans scans
-  kTooLarge = 6,      // needs more memory than max_memory_bytes (declared size too large)
-  kUnsupported = 7,   // a JPEG libjpeg-turbo cannot transcode (12-bit, lossless, ...)
-  kTrailingData = 8,  // bytes after EOI, which a transcoded file would lose
-  kUnreadable = 9,    // the builder could not read the file (set by the builder, not the codec)
-  kTooBig = 10,       // the file is larger than the builder's JPEG input cap (set by the builder)
+  kNone,          // transcoded
+  kNotJpeg,       // does not start with a JPEG SOI marker
+  kEmpty,         // zero bytes
+  kCorrupt,       // libjpeg reported an error or a warning (corrupt data, bad marker, ...)
+  kTruncated,     // premature end of the JPEG data
+  kTooManyScans,  // more than max_input_scans scans
+  kTooLarge,      // needs more memory than max_memory_bytes (declared size too large)
+  kUnsupported,   // a JPEG libjpeg-turbo cannot transcode (12-bit, lossless, ...)
+  kTrailingData,  // bytes after EOI, which a transcoded file would lose
   // A progressive JPEG without all of its scans (some coefficient bits never sent). libjpeg
   // smooths such images when decoding them, and would not smooth a transcoded copy that has
   // every scan, so the pixels would differ.
-  kIncomplete = 11,
+  kIncomplete,
 };
-inline constexpr int kNumPassthroughReasons = 12;
-
-// A stable, short, kebab-case name ("not-jpeg", "corrupt", ...), used in reports and JSON.
-const char* PassthroughReasonName(PassthroughReason reason);
 
 struct ProgressiveJpeg {
   // The pieces of groups 1..10, concatenated, without the final EOI.

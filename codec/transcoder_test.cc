@@ -63,7 +63,8 @@ TEST_P(VarietyTest, TranscodesIntoTenGroupsAndLevelTenIsLossless) {
   std::vector<uint8_t> source = MustMake(spec);
   ASSERT_FALSE(source.empty());
   TranscodeResult result = Transcode(source, TranscodeOptions{});
-  ASSERT_TRUE(result.transcoded()) << PassthroughReasonName(result.reason) << ": " << result.detail;
+  ASSERT_TRUE(result.transcoded())
+      << "reason " << static_cast<int>(result.reason) << ": " << result.detail;
   const ProgressiveJpeg& image = result.image;
 
   uint64_t sum = 0;
@@ -243,7 +244,7 @@ std::vector<uint8_t> SmallBaseline() {
 TEST(TranscoderHostileTest, Empty) {
   TranscodeResult result = Transcode({}, TranscodeOptions{});
   EXPECT_EQ(result.reason, PassthroughReason::kEmpty);
-  EXPECT_STREQ(PassthroughReasonName(result.reason), "empty");
+  EXPECT_EQ(result.reason, PassthroughReason::kEmpty);
 }
 
 TEST(TranscoderHostileTest, NotJpeg) {
@@ -288,7 +289,7 @@ TEST(TranscoderHostileTest, TrailingData) {
     data.insert(data.end(), tail.begin(), tail.end());
     TranscodeResult result = Transcode(data, TranscodeOptions{});
     EXPECT_EQ(result.reason, PassthroughReason::kTrailingData) << result.detail;
-    EXPECT_STREQ(PassthroughReasonName(result.reason), "trailing-data");
+    EXPECT_EQ(result.reason, PassthroughReason::kTrailingData);
   }
 }
 
@@ -327,7 +328,7 @@ TEST(TranscoderHostileTest, HugeDeclaredSizeFailsQuickly) {
   EXPECT_TRUE(result.reason == PassthroughReason::kTooLarge ||
               result.reason == PassthroughReason::kTruncated ||
               result.reason == PassthroughReason::kCorrupt)
-      << PassthroughReasonName(result.reason) << ": " << result.detail;
+      << "reason " << static_cast<int>(result.reason) << ": " << result.detail;
 
   TranscodeOptions small;
   small.max_memory_bytes = 1 << 20;
@@ -398,15 +399,6 @@ TEST(TranscoderHostileTest, IncompleteProgressiveSourceIsPassthrough) {
   auto b = DecodeJpeg(again.image.Level(kNumGroups));
   ASSERT_TRUE(a.has_value() && b.has_value());
   EXPECT_TRUE(a->pixels == b->pixels);
-}
-
-TEST(TranscoderTest, ReasonNamesAreDistinct) {
-  std::vector<std::string> names;
-  for (int i = 0; i < kNumPassthroughReasons; i++) {
-    names.push_back(PassthroughReasonName(static_cast<PassthroughReason>(i)));
-  }
-  std::sort(names.begin(), names.end());
-  EXPECT_EQ(std::unique(names.begin(), names.end()), names.end());
 }
 
 // --- ScanSplitter ------------------------------------------------------------------------

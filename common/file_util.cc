@@ -87,10 +87,14 @@ std::string ReadSmallFile(const char* path, size_t max) {
 Result<std::vector<uint8_t>> ReadWholeFile(const std::string& path, uint64_t max_bytes) {
   auto fd = OpenFile(path, O_RDONLY);
   if (!fd) return Err(fd.error());
+  return ReadWholeFd(fd->get(), max_bytes, path);
+}
+
+Result<std::vector<uint8_t>> ReadWholeFd(int fd, uint64_t max_bytes, const std::string& what) {
   struct stat st;
-  if (::fstat(fd->get(), &st) != 0) return Err(Status::FromErrno(path, errno));
+  if (::fstat(fd, &st) != 0) return Err(Status::FromErrno(what, errno));
   if (static_cast<uint64_t>(st.st_size) > max_bytes) {
-    return Err(Status::ResourceExhausted(path + ": file larger than " + std::to_string(max_bytes) +
+    return Err(Status::ResourceExhausted(what + ": file larger than " + std::to_string(max_bytes) +
                                          " bytes"));
   }
   std::vector<uint8_t> data;
@@ -100,15 +104,15 @@ Result<std::vector<uint8_t>> ReadWholeFile(const std::string& path, uint64_t max
   for (;;) {
     if (used == data.size()) {
       if (data.size() > max_bytes) {
-        return Err(Status::ResourceExhausted(path + ": file larger than " +
+        return Err(Status::ResourceExhausted(what + ": file larger than " +
                                              std::to_string(max_bytes) + " bytes"));
       }
       data.resize(data.size() * 2);
     }
-    ssize_t r = ::read(fd->get(), data.data() + used, data.size() - used);
+    ssize_t r = ::read(fd, data.data() + used, data.size() - used);
     if (r < 0) {
       if (errno == EINTR) continue;
-      return Err(Status::FromErrno(path, errno));
+      return Err(Status::FromErrno(what, errno));
     }
     if (r == 0) break;
     used += static_cast<size_t>(r);

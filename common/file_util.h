@@ -52,6 +52,8 @@ Status PwriteFull(int fd, const void* buf, size_t n, uint64_t offset, const std:
 
 // Reads a whole file. Fails with ResourceExhausted if it is larger than max_bytes.
 Result<std::vector<uint8_t>> ReadWholeFile(const std::string& path, uint64_t max_bytes);
+// The same from an open file, from its current position to EOF; `what` names it in errors.
+Result<std::vector<uint8_t>> ReadWholeFd(int fd, uint64_t max_bytes, const std::string& what);
 
 // Reads at most `max` bytes of a small file (a /proc file, whose st_size is 0) with as few
 // read(2) calls as it takes, into a reused buffer; an empty string if it cannot be opened or

@@ -4,6 +4,7 @@
 #include <dirent.h>
 #include <fuse3/fuse_lowlevel.h>
 #include <sys/stat.h>
+#include <sys/vfs.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -19,64 +20,16 @@
 #include <string>
 #include <string_view>
 #include <thread>
+#include <vector>
 
+#include "common/log.h"
 #include "fs/filesystem.h"
 #include "fs/fuse_ops.h"
+#include "fs/mount_options.h"
 #include "index/store.h"
 
 namespace pcrfs::fs {
 namespace {
-
-struct CliOptions {
-  unsigned scans = 0;
-  unsigned threads = 0;
-  char* cache_size = nullptr;
-  int uid = -1;
-  int gid = -1;
-  unsigned readahead = 64;
-  unsigned prefetch = 3;
-  unsigned prefetch_probe = 1;
-  char* msssim = nullptr;
-  char* readdirplus = nullptr;
-  char* index_rss = nullptr;
-  char* prefetch_chunk = nullptr;
-  const char* store = nullptr;
-  const char* mountpoint = nullptr;  // also left in the arguments for libfuse
-  int nonopt_seen = 0;
-  bool help_or_version = false;
-};
-
-#define PCRFS_OPT(t, p) \
-  { t, offsetof(CliOptions, p), 1 }
-const fuse_opt kOptionSpecs[] = {PCRFS_OPT("scans=%u", scans),
-                                 PCRFS_OPT("threads=%u", threads),
-                                 PCRFS_OPT("cache_size=%s", cache_size),
-                                 PCRFS_OPT("uid=%d", uid),
-                                 PCRFS_OPT("gid=%d", gid),
-                                 PCRFS_OPT("readahead=%u", readahead),
-                                 PCRFS_OPT("prefetch=%u", prefetch),
-                                 PCRFS_OPT("prefetch_probe=%u", prefetch_probe),
-                                 PCRFS_OPT("msssim=%s", msssim),
-                                 PCRFS_OPT("readdirplus=%s", readdirplus),
-                                 PCRFS_OPT("index_rss=%s", index_rss),
-                                 PCRFS_OPT("prefetch_chunk=%s", prefetch_chunk),
-                                 FUSE_OPT_END};
-
-// Takes the first non-option argument as the store; leaves the mount point to libfuse.
-int OptProc(void* data, const char* arg, int key, fuse_args*) {
-  auto* o = static_cast<CliOptions*>(data);
-  if (key == FUSE_OPT_KEY_NONOPT) {
-    if (o->nonopt_seen++ == 0) {
-      o->store = arg;
-      return 0;
-    }
-    if (o->mountpoint == nullptr) o->mountpoint = arg;
-  } else if (key == FUSE_OPT_KEY_OPT) {
-    const std::string_view a(arg);
-    if (a == "-h" || a == "--help" || a == "-V" || a == "--version") o->help_or_version = true;
-  }
-  return 1;
-}
 
 void PrintUsage(const char* prog) {
   std::printf(
@@ -89,10 +42,11 @@ void PrintUsage(const char* prog) {
       "    -o scans=K             serve the dataset at level K (1..10) at the root\n"
       "    -o msssim=X            serve, at the root, the lowest level whose 5th-percentile\n"
       "                           MS-SSIM (measured by pcr build) is at least X\n"
-      "    -o threads=N           FUSE worker threads (default: 2 x cores, at least 4)\n"
-      "    -o cache_size=SIZE     piece cache memory cap, e.g. 256M, 1G (default 256M)\n"
+      "    -o threads=N           FUSE worker threads, 1..256 (default: 2 x cores, at\n"
+      "                           least 4)\n"
+      "    -o cache_size=SIZE     piece cache memory cap, 1M..1T (default 256M)\n"
       "    -o readahead=N         when a folder is read in order, fetch its next N files\n"
-      "                           while the device is idle (default 64; 0 turns it off)\n"
+      "                           while the device is idle, 0..1024 (default 64; 0: off)\n"
       "    -o prefetch=P          once P%% of a folder's files have been read, fetch the\n"
       "                           rest of the folder while the device is idle (default 3;\n"
       "                           0: off)\n"
@@ -102,59 +56,80 @@ void PrintUsage(const char* prog) {
       "                           lookup, but the kernel builds an inode per entry listed\n"
       "                           (~1 KiB each); auto: the kernel decides per directory\n"
       "    -o index_rss=SIZE      unmap index pages once the daemon's file-backed resident\n"
-      "                           memory passes SIZE (default 16M; 0: never). They stay in\n"
-      "                           the page cache.\n"
-      "    -o uid=N,gid=N         owner of every file (default: the mounting user)\n"
+      "                           memory passes SIZE, 0..1T (default 16M; 0: never).\n"
+      "                           They stay in the page cache.\n"
+      "    -o uid=N,gid=N         owner of every file, 0..4294967294 (default: the mounting\n"
+      "                           user)\n"
       "    -o allow_other         let other users read (implies default_permissions)\n"
+      "    -o ro                  accepted (pcrfs always mounts read-only; rw is refused)\n"
       "\n",
       prog);
 }
 
-std::optional<uint64_t> ParseSize(const char* text) {
-  if (text == nullptr || *text == '\0') return std::nullopt;
-  char* end = nullptr;
-  errno = 0;
-  const unsigned long long v = std::strtoull(text, &end, 10);
-  if (errno != 0 || end == text) return std::nullopt;
-  uint64_t mult = 1;
-  switch (*end) {
-    case '\0':
-      break;
-    case 'k':
-    case 'K':
-      mult = 1ull << 10;
-      break;
-    case 'm':
-    case 'M':
-      mult = 1ull << 20;
-      break;
-    case 'g':
-    case 'G':
-      mult = 1ull << 30;
-      break;
-    default:
-      return std::nullopt;
+// The file system type mounted at `mnt` per /proc/self/mountinfo ("fuse.pcrfs"), or "".
+std::string MountedType(const std::string& mnt) {
+  std::error_code ec;
+  const std::string want = std::filesystem::absolute(mnt, ec).lexically_normal().string();
+  FILE* f = std::fopen("/proc/self/mountinfo", "re");
+  if (f == nullptr) return "";
+  std::string type;
+  char line[4096];
+  while (std::fgets(line, sizeof line, f) != nullptr) {
+    // id parent major:minor root MOUNTPOINT options [optional...] - TYPE source super
+    char point[4096], fstype[256];
+    const char* sep = std::strstr(line, " - ");
+    if (sep == nullptr || std::sscanf(line, "%*s %*s %*s %*s %4095s", point) != 1 ||
+        std::sscanf(sep + 3, "%255s", fstype) != 1) {
+      continue;
+    }
+    std::string unescaped;  // mountinfo writes space, tab, newline and '\' as \ooo
+    for (const char* c = point; *c != '\0'; ++c) {
+      if (c[0] == '\\' && c[1] >= '0' && c[1] <= '7' && c[2] && c[3]) {
+        unescaped.push_back(static_cast<char>((c[1] - '0') * 64 + (c[2] - '0') * 8 + (c[3] - '0')));
+        c += 3;
+      } else {
+        unescaped.push_back(*c);
+      }
+    }
+    std::string normal = std::filesystem::path(unescaped).lexically_normal().string();
+    if (normal.size() > 1 && normal.back() == '/') normal.pop_back();
+    std::string w = want;
+    if (w.size() > 1 && w.back() == '/') w.pop_back();
+    if (normal == w) type = fstype;  // the last mount on a point is the visible one
   }
-  if (*end != '\0' && end[1] != '\0' && !(end[1] == 'B' || end[1] == 'i')) return std::nullopt;
-  return static_cast<uint64_t>(v) * mult;
+  std::fclose(f);
+  return type;
 }
 
-// Nothing is mounted over a missing, non-directory or non-empty mount point.
-bool CheckMountPoint(const char* prog, const char* mnt) {
+// Nothing is mounted over a missing, non-directory or non-empty mount point, over a live
+// pcrfs mount, nor over the remains of a daemon that died (kill -9, a crash). The kernel
+// answers stat and readdir of a dead pcrfs mount from its caches (pcrfs asks for long
+// timeouts), which made the error "mount point is not empty"; statfs is never cached and
+// fails with ENOTCONN there.
+Status CheckMountPoint(const std::string& mnt) {
+  struct statfs sfs;
   struct stat st;
-  if (::stat(mnt, &st) != 0) {
-    std::fprintf(stderr, "%s: %s: mount point %s\n", prog, mnt,
-                 errno == ENOENT ? "does not exist" : std::strerror(errno));
-    return false;
+  int err = 0;
+  if (::statfs(mnt.c_str(), &sfs) != 0 || ::stat(mnt.c_str(), &st) != 0) err = errno;
+  const std::string type = err == ENOENT ? "" : MountedType(mnt);
+  if (err == ENOTCONN || err == ECONNABORTED) {
+    const std::string what = type.empty() || type == "fuse.pcrfs" ? "pcrfs" : "FUSE (" + type + ")";
+    return Status::InvalidArgument(mnt + ": a previous " + what +
+                                   " mount here has died; run: fusermount3 -u " + mnt);
   }
-  if (!S_ISDIR(st.st_mode)) {
-    std::fprintf(stderr, "%s: %s: mount point is not a directory\n", prog, mnt);
-    return false;
+  if (err != 0) {
+    return Status::InvalidArgument(mnt + ": mount point " +
+                                   (err == ENOENT ? "does not exist" : std::strerror(err)));
   }
-  DIR* d = ::opendir(mnt);
+  if (type == "fuse.pcrfs") {
+    return Status::InvalidArgument(mnt + ": a pcrfs store is already mounted here (unmount it: " +
+                                   "fusermount3 -u " + mnt + ")");
+  }
+  if (!S_ISDIR(st.st_mode))
+    return Status::InvalidArgument(mnt + ": mount point is not a directory");
+  DIR* d = ::opendir(mnt.c_str());
   if (d == nullptr) {
-    std::fprintf(stderr, "%s: %s: cannot open mount point: %s\n", prog, mnt, std::strerror(errno));
-    return false;
+    return Status::InvalidArgument(mnt + ": cannot open mount point: " + std::strerror(errno));
   }
   bool empty = true;
   while (struct dirent* de = ::readdir(d)) {
@@ -164,222 +139,175 @@ bool CheckMountPoint(const char* prog, const char* mnt) {
     }
   }
   ::closedir(d);
-  if (!empty) {
-    std::fprintf(stderr, "%s: %s: mount point is not empty\n", prog, mnt);
-    return false;
-  }
-  return true;
+  if (!empty) return Status::InvalidArgument(mnt + ": mount point is not empty");
+  return Status::OK();
 }
 
 // -o msssim=X: the lowest level whose 5th-percentile MS-SSIM is at least X, from the quality
-// sample pcr build stored in the manifest. Says which level it chose; 0 on error.
-int ChooseLevel(const char* prog, const index::Store& store, const char* text, unsigned scans) {
-  char* end = nullptr;
-  const double x = std::strtod(text, &end);
-  if (end == text || *end != '\0' || !(x > 0 && x <= 1)) {
-    std::fprintf(stderr, "%s: -o msssim=%s: expected a number in (0, 1], e.g. 0.95\n", prog, text);
-    return 0;
-  }
-  if (scans != 0) {
-    std::fprintf(stderr, "%s: -o msssim and -o scans choose the level both; give one\n", prog);
-    return 0;
-  }
+// sample pcr build stored in the manifest. Says which level it chose.
+Result<int> ChooseLevel(const index::Store& store, double x) {
   const index::QualitySample& q = store.manifest().quality;
   const int level = index::RecommendLevel(q, x);
   if (level == 0) {
-    std::fprintf(stderr,
-                 "%s: %s has no quality sample (built with --quality-sample 0 or without "
-                 "JPEGs): use -o scans=K\n",
-                 prog, store.dir().c_str());
-    return 0;
+    return Err(Status::InvalidArgument(store.dir() +
+                                       " has no quality sample (built with --quality-sample 0 "
+                                       "or without JPEGs): use -o scans=K"));
   }
   const index::Manifest& m = store.manifest();
   std::fprintf(stderr,
-               "%s: -o msssim=%g: serving level %d (5th-percentile MS-SSIM %.4f over %u sampled "
-               "JPEGs, %.1f%% of the source bytes)\n",
-               prog, x, level, q.levels[static_cast<size_t>(level - 1)].p5_msssim, q.measured,
+               "pcrfs: -o msssim=%g: serving level %d (5th-percentile MS-SSIM %.4f over %u "
+               "sampled JPEGs, %.1f%% of the source bytes)\n",
+               x, level, q.levels[static_cast<size_t>(level - 1)].p5_msssim, q.measured,
                m.source_bytes ? 100.0 * static_cast<double>(m.level_bytes[level - 1]) /
                                     static_cast<double>(m.source_bytes)
                               : 0.0);
   return level;
 }
 
-}  // namespace
+// Before mounting: the store opens (its index verified whole, its manifest checked against
+// the index), the level is chosen, the mount point is usable. A problem is reported here,
+// in the foreground, and never leaves a mount behind. Returns the verified index's identity.
+Result<index::FileIdentity> CheckBeforeMount(MountConfig* config) {
+  auto store = index::Store::Open(config->store);
+  if (!store) return Err(store.error());
+  if (config->msssim) {
+    auto level = ChooseLevel(**store, *config->msssim);
+    if (!level) return Err(level.error());
+    config->fs.fixed_level = *level;
+  }
+  PCRFS_RETURN_ERR_IF_ERROR(CheckMountPoint(config->mountpoint));
+  return (*store)->index().identity();
+}
 
-int RunDaemon(int argc, char** argv) {
-  const char* prog = "pcrfs";
-  fuse_args args = FUSE_ARGS_INIT(argc, argv);
-  CliOptions cli;
-  if (fuse_opt_parse(&args, &cli, kOptionSpecs, OptProc) != 0) {
-    fuse_opt_free_args(&args);
-    return 1;
+// Owns a fuse_args built from strings.
+struct FuseArgs {
+  fuse_args args = FUSE_ARGS_INIT(0, nullptr);
+  explicit FuseArgs(const std::vector<std::string>& v) {
+    for (const std::string& a : v) fuse_opt_add_arg(&args, a.c_str());
   }
-  // Check the store and the mount point before anything else: a bad one never leaves a mount
-  // behind, and the messages are ours (libfuse's for a bad mount point is less clear).
-  std::optional<index::FileIdentity> verified_index;
-  if (!cli.help_or_version && cli.store != nullptr && cli.mountpoint != nullptr) {
-    auto store = index::Store::Open(cli.store);
-    if (!store) {
-      std::fprintf(stderr, "%s: %s\n", prog, store.error().message().c_str());
-      fuse_opt_free_args(&args);
-      return 1;
-    }
-    verified_index = (*store)->index().identity();
-    if (cli.msssim != nullptr) {
-      const int level = ChooseLevel(prog, **store, cli.msssim, cli.scans);
-      if (level == 0) {
-        fuse_opt_free_args(&args);
-        return 1;
-      }
-      cli.scans = static_cast<unsigned>(level);
-    }
-    if (!CheckMountPoint(prog, cli.mountpoint)) {
-      fuse_opt_free_args(&args);
-      return 1;
-    }
-  }
+  ~FuseArgs() { fuse_opt_free_args(&args); }
+  FuseArgs(const FuseArgs&) = delete;
+  FuseArgs& operator=(const FuseArgs&) = delete;
+};
+
+// What libfuse's own command line says: -f, -d, -s, clone_fd, the mount point's real path.
+struct FuseCmdline {
   fuse_cmdline_opts opts;
-  std::memset(&opts, 0, sizeof opts);
-  if (fuse_parse_cmdline(&args, &opts) != 0) {
-    fuse_opt_free_args(&args);
-    return 1;
-  }
-  struct Cleanup {
-    fuse_args* args;
-    fuse_cmdline_opts* opts;
-    CliOptions* cli;
-    ~Cleanup() {
-      std::free(opts->mountpoint);
-      std::free(cli->cache_size);
-      std::free(cli->msssim);
-      std::free(cli->readdirplus);
-      std::free(cli->index_rss);
-      std::free(cli->prefetch_chunk);
-      fuse_opt_free_args(args);
-    }
-  } cleanup{&args, &opts, &cli};
+  FuseCmdline() { std::memset(&opts, 0, sizeof opts); }
+  ~FuseCmdline() { std::free(opts.mountpoint); }
+  FuseCmdline(const FuseCmdline&) = delete;
+  FuseCmdline& operator=(const FuseCmdline&) = delete;
+};
 
-  if (opts.show_help) {
-    PrintUsage(prog);
-    std::printf("FUSE options:\n");
-    fuse_cmdline_help();
-    fuse_lowlevel_help();
-    return 0;
-  }
-  if (opts.show_version) {
-    std::printf("pcrfs %s\n", PCRFS_VERSION);
-    fuse_lowlevel_version();
-    return 0;
-  }
-  if (cli.store == nullptr || opts.mountpoint == nullptr) {
-    std::fprintf(stderr, "%s: STORE and MOUNTPOINT are required (see %s --help)\n", prog, prog);
-    return 1;
-  }
-  if (cli.scans > 10) {
-    std::fprintf(stderr, "%s: -o scans must be between 1 and 10\n", prog);
-    return 1;
-  }
-  FsOptions fs_options;
-  fs_options.fixed_level = static_cast<int>(cli.scans);
-  fs_options.uid = cli.uid >= 0 ? static_cast<uid_t>(cli.uid) : ::getuid();
-  fs_options.gid = cli.gid >= 0 ? static_cast<gid_t>(cli.gid) : ::getgid();
-  fs_options.readahead_slots = cli.readahead;
-  if (cli.prefetch > 100) {
-    std::fprintf(stderr, "%s: -o prefetch must be a percentage, 0..100\n", prog);
-    return 1;
-  }
-  fs_options.prefetch_percent = cli.prefetch;
-  if (cli.prefetch_probe != 1 || cli.prefetch_chunk != nullptr) {
-    std::fprintf(stderr,
-                 "%s: note: -o prefetch_probe and -o prefetch_chunk are no longer used (the "
-                 "daemon sizes its reads from the storage's measured speed); ignored\n",
-                 prog);
-  }
-  if (cli.readdirplus != nullptr) {
-    const std::string_view mode(cli.readdirplus);
-    if (mode == "yes") {
-      fs_options.readdirplus = ReaddirPlus::kAlways;
-    } else if (mode == "no") {
-      fs_options.readdirplus = ReaddirPlus::kNever;
-    } else if (mode == "auto") {
-      fs_options.readdirplus = ReaddirPlus::kAuto;
-    } else {
-      std::fprintf(stderr, "%s: -o readdirplus=%s: expected yes, no or auto\n", prog,
-                   cli.readdirplus);
-      return 1;
-    }
-  }
-  uint64_t index_rss = uint64_t{16} << 20;
-  if (cli.index_rss != nullptr) {
-    auto size = std::string_view(cli.index_rss) == "0" ? std::optional<uint64_t>(0)
-                                                       : ParseSize(cli.index_rss);
-    if (!size) {
-      std::fprintf(stderr, "%s: -o index_rss=%s: expected a size, e.g. 16M, or 0\n", prog,
-                   cli.index_rss);
-      return 1;
-    }
-    index_rss = *size;
-  }
-  if (cli.cache_size != nullptr) {
-    auto size = ParseSize(cli.cache_size);
-    if (!size || *size < (1u << 20)) {
-      std::fprintf(stderr, "%s: -o cache_size=%s: expected a size of at least 1M, e.g. 256M\n",
-                   prog, cli.cache_size);
-      return 1;
-    }
-    fs_options.cache_bytes = *size;
-  }
-
-  std::error_code ec;
-  const std::string store_dir = std::filesystem::absolute(cli.store, ec).string();
-
-  // Read-only, and the kernel checks permissions (needed once other users may enter).
+// Read-only, the kernel checks permissions (needed once other users may enter), and the
+// store's path as the source shown by mount(8).
+void AddMountOptions(const std::string& store_dir, fuse_args* args) {
   std::string fsname = "-ofsname=pcrfs:" + store_dir;
   for (char& c : fsname) {
     if (c == ',') c = '_';  // a comma would split the option list
   }
-  fuse_opt_add_arg(&args, "-oro,default_permissions,subtype=pcrfs");
-  fuse_opt_add_arg(&args, fsname.c_str());
+  fuse_opt_add_arg(args, "-oro,default_permissions,subtype=pcrfs");
+  fuse_opt_add_arg(args, fsname.c_str());
+}
+
+// Serves requests until unmounted or signalled. Returns the session loop's result.
+int ServeLoop(fuse_session* se, const MountConfig& config, const fuse_cmdline_opts& opts) {
+  if (opts.singlethread) return fuse_session_loop(se);
+  fuse_loop_config* loop = fuse_loop_cfg_create();
+  const unsigned cores = std::max(1u, std::thread::hardware_concurrency());
+  const unsigned threads = config.threads ? config.threads : std::max(4u, 2 * cores);
+  fuse_loop_cfg_set_max_threads(loop, threads);
+  fuse_loop_cfg_set_idle_threads(loop, threads);
+  fuse_loop_cfg_set_clone_fd(loop, opts.clone_fd);
+  const int rc = fuse_session_loop_mt(se, loop);
+  fuse_loop_cfg_destroy(loop);
+  return rc;
+}
+
+// After mounting and daemonizing: opens the store (LMDB environments must not cross a fork;
+// the index verified before mounting and unchanged since is not read whole again) and serves.
+// Exit code 0 for a clean unmount or SIGTERM/SIGINT/SIGHUP, 2 otherwise.
+int OpenAndServe(fuse_session* se, Filesystem** fs_slot, const MountConfig& config,
+                 const std::string& store_dir, const index::FileIdentity& verified,
+                 const fuse_cmdline_opts& opts) {
+  index::StoreOptions store_options;
+  store_options.verified_index = verified;
+  auto store = index::Store::Open(store_dir, std::move(store_options));
+  if (!store) {
+    Log(LogLevel::kError, store.error().message());
+    return 2;
+  }
+  FsOptions fs_options = config.fs;
+  fs_options.uid = config.uid.value_or(::getuid());
+  fs_options.gid = config.gid.value_or(::getgid());
+  Filesystem fs(std::move(*store), fs_options);
+  *fs_slot = &fs;
+  fs.store().index().SetMappedBudget(config.index_rss);
+  const int rc = ServeLoop(se, config, opts);
+  // A SIGTERM, SIGINT or SIGHUP ends the loop with that signal's number: a clean exit.
+  return (rc == 0 || rc == SIGTERM || rc == SIGINT || rc == SIGHUP) ? 0 : 2;
+}
+
+// Mounts, daemonizes unless -f, serves, unmounts. Exit code 1 if libfuse refuses the
+// arguments (an unknown option), 2 if the session fails.
+int MountAndServe(const MountConfig& config, const index::FileIdentity& verified) {
+  FuseArgs args(config.fuse_args);
+  FuseCmdline cmdline;
+  if (fuse_parse_cmdline(&args.args, &cmdline.opts) != 0) return 1;
+  std::error_code ec;
+  const std::string store_dir = std::filesystem::absolute(config.store, ec).string();
+  AddMountOptions(store_dir, &args.args);
 
   Filesystem* fs_ptr = nullptr;
-  fuse_session* se = fuse_session_new(&args, &FuseOperations(), sizeof(fuse_lowlevel_ops), &fs_ptr);
+  fuse_session* se =
+      fuse_session_new(&args.args, &FuseOperations(), sizeof(fuse_lowlevel_ops), &fs_ptr);
   if (se == nullptr) return 1;
   int rc = 2;
   if (fuse_set_signal_handlers(se) == 0) {
-    if (fuse_session_mount(se, opts.mountpoint) == 0) {
-      fuse_daemonize(opts.foreground);
-      // The store is opened after daemonizing: LMDB environments must not cross a fork. The
-      // index was verified before mounting; unchanged since, it is not read whole again.
-      index::StoreOptions store_options;
-      store_options.verified_index = verified_index;
-      auto store = index::Store::Open(store_dir, std::move(store_options));
-      if (!store) {
-        std::fprintf(stderr, "%s: %s\n", prog, store.error().message().c_str());
-      } else {
-        Filesystem fs(std::move(*store), fs_options);
-        fs_ptr = &fs;
-        fs.store().index().SetMappedBudget(index_rss);
-        if (opts.singlethread) {
-          rc = fuse_session_loop(se);
-        } else {
-          fuse_loop_config* config = fuse_loop_cfg_create();
-          const unsigned cores = std::max(1u, std::thread::hardware_concurrency());
-          const unsigned threads = cli.threads ? cli.threads : std::max(4u, 2 * cores);
-          fuse_loop_cfg_set_max_threads(config, threads);
-          fuse_loop_cfg_set_idle_threads(config, threads);
-          fuse_loop_cfg_set_clone_fd(config, opts.clone_fd);
-          rc = fuse_session_loop_mt(se, config);
-          fuse_loop_cfg_destroy(config);
-        }
-        // A SIGTERM, SIGINT or SIGHUP ends the loop with that signal's number: a clean exit.
-        rc = (rc == 0 || rc == SIGTERM || rc == SIGINT || rc == SIGHUP) ? 0 : 2;
-      }
+    if (fuse_session_mount(se, cmdline.opts.mountpoint) == 0) {
+      fuse_daemonize(cmdline.opts.foreground);
+      // Once daemonized, stderr is /dev/null: damage reports go to syslog.
+      SetLogSink(cmdline.opts.foreground ? LogSink::kStderr : LogSink::kSyslog);
+      rc = OpenAndServe(se, &fs_ptr, config, store_dir, verified, cmdline.opts);
       fuse_session_unmount(se);
     }
     fuse_remove_signal_handlers(se);
   }
   fuse_session_destroy(se);
   return rc;
+}
+
+}  // namespace
+
+int RunDaemon(int argc, char** argv) {
+  auto config = ParseMountOptions(argc, argv);
+  if (!config) {
+    std::fprintf(stderr, "pcrfs: %s\n", config.error().message().c_str());
+    return 1;
+  }
+  if (config->show_help) {
+    PrintUsage("pcrfs");
+    std::printf("FUSE options:\n");
+    fuse_cmdline_help();
+    fuse_lowlevel_help();
+    return 0;
+  }
+  if (config->show_version) {
+    std::printf("pcrfs %s\n", PCRFS_VERSION);
+    fuse_lowlevel_version();
+    return 0;
+  }
+  if (config->retired_options) {
+    std::fprintf(stderr,
+                 "pcrfs: note: -o prefetch_probe and -o prefetch_chunk are no longer used (the "
+                 "daemon sizes its reads from the storage's measured speed); ignored\n");
+  }
+  auto verified = CheckBeforeMount(&*config);
+  if (!verified) {
+    std::fprintf(stderr, "pcrfs: %s\n", verified.error().message().c_str());
+    return 1;
+  }
+  return MountAndServe(*config, *verified);
 }
 
 }  // namespace pcrfs::fs

@@ -1,13 +1,12 @@
 #include "fs/filesystem.h"
 
-#include <syslog.h>
-
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
 
-#include "codec/transcoder.h"
 #include "common/crc32c.h"
+#include "common/log.h"
+#include "index/record_reader.h"
 
 namespace pcrfs::fs {
 namespace {
@@ -34,7 +33,10 @@ int PieceCount(const index::Entry& e, int level) {
 }  // namespace
 
 Filesystem::Filesystem(std::unique_ptr<index::Store> store, FsOptions options)
-    : store_(std::move(store)), options_(options), cache_(options.cache_bytes) {
+    : store_(std::move(store)),
+      options_(options),
+      cache_(options.cache_bytes - LargeFileCacheBytes(options.cache_bytes)),
+      large_cache_(LargeFileCacheBytes(options.cache_bytes)) {
   auto root = store_->index().Get(index::kRootIno);
   if (root) root_ = std::move(*root);
 }
@@ -198,10 +200,8 @@ void Filesystem::ReportDamage(const index::Entry& e, int level, const Status& s)
   }
   const std::string record = store_->dir() + "/" + index::RecordFileName(e.record);
   const std::string path = PathOf(e);
-  std::fprintf(stderr, "pcrfs: damaged data: %s: \"%s\" (level %d): %s\n", record.c_str(),
-               path.c_str(), level, s.message().c_str());
-  ::syslog(LOG_ERR, "pcrfs: damaged data: %s: \"%s\" (level %d): %s", record.c_str(), path.c_str(),
-           level, s.message().c_str());
+  Log(LogLevel::kError, "damaged data: " + record + ": \"" + path + "\" (level " +
+                            std::to_string(level) + "): " + s.message());
 }
 
 void Filesystem::ReportRecordProblem(uint32_t record, const Status& s) const {
@@ -209,14 +209,9 @@ void Filesystem::ReportRecordProblem(uint32_t record, const Status& s) const {
     std::lock_guard<std::mutex> l(mu_);
     if (!record_problem_logged_.insert(record).second) return;
   }
-  std::fprintf(stderr,
-               "pcrfs: damaged record: %s (serving only pieces whose checksums match the "
-               "index; run pcr verify)\n",
-               s.message().c_str());
-  ::syslog(LOG_WARNING,
-           "pcrfs: damaged record: %s (serving only pieces whose checksums match the index; "
-           "run pcr verify)",
-           s.message().c_str());
+  Log(LogLevel::kWarning, "damaged record: " + s.message() +
+                              " (serving only pieces whose checksums match the index; run pcr "
+                              "verify)");
 }
 
 Result<std::shared_ptr<RandomAccessFile>> Filesystem::OpenRecord(uint32_t record) const {
@@ -226,21 +221,26 @@ Result<std::shared_ptr<RandomAccessFile>> Filesystem::OpenRecord(uint32_t record
   return file;
 }
 
-Result<PieceBytes> Filesystem::GetPiece(const RandomAccessFile& file, const index::Entry& e,
-                                        int group, bool keep) const {
-  const PieceKey key{e.record, e.slot, static_cast<uint32_t>(group)};
-  if (PieceBytes hit = cache_.Get(key)) return hit;
+Result<PieceBytes> Filesystem::GetBlock(const RandomAccessFile& file, const index::Entry& e,
+                                        int group, uint64_t block, bool keep) const {
+  const PieceKey key{e.record, e.slot, static_cast<uint32_t>(group), block};
   const index::PieceRef& ref = e.pieces[static_cast<size_t>(group - 1)];
-  auto bytes = std::make_shared<std::vector<uint8_t>>(ref.length);
-  Status s = scheduler_.Read(file, ref.offset, ref.length, bytes->data());
-  if (s.ok() && crc32c::Mask(crc32c::Value(bytes->data(), bytes->size())) != ref.masked_crc) {
-    s = Status::Corruption(file.name() + ": checksum mismatch in group " + std::to_string(group) +
-                           " of slot " + std::to_string(e.slot));
-  }
-  if (!s.ok()) return Err(Status::IOError(s.message(), EIO));
-  PieceBytes shared = std::move(bytes);
-  if (keep) cache_.Put(key, shared);
-  return shared;
+  PieceCache& cache = index::HasBlockCrcs(ref.length) ? large_cache_ : cache_;
+  return cache.GetOrLoad(key, keep, [&]() -> Result<PieceBytes> {
+    if (index::HasBlockCrcs(ref.length) && block + 1 < index::NumChecksumBlocks(ref.length) &&
+        block > 0 && cache.Contains({e.record, e.slot, static_cast<uint32_t>(group), block - 1})) {
+      // A large file read in order: ask for the next blocks while this one is read and checked.
+      const uint64_t next = ref.offset + (block + 1) * index::kChecksumBlockSize;
+      scheduler_.WillRead(file, {{next, std::min(kSequentialBlocksAhead * index::kChecksumBlockSize,
+                                                 ref.offset + ref.length - next)}});
+    }
+    auto bytes = std::make_shared<BlockBytes>(
+        static_cast<size_t>(index::ChecksumBlockLength(ref.length, block)));
+    Status s = scheduler_.Demand(
+        bytes->size(), [&] { return store_->ReadBlock(file, e, group, block, bytes->data()); });
+    if (!s.ok()) return Err(Status::IOError(s.message(), EIO));
+    return PieceBytes(std::move(bytes));
+  });
 }
 
 Result<size_t> Filesystem::Read(uint64_t ino, uint64_t offset, size_t size, uint8_t* dst) const {
@@ -267,9 +267,18 @@ Result<size_t> Filesystem::Read(uint64_t ino, uint64_t offset, size_t size, uint
     uint64_t pos = 0;
     for (int g = 1; g <= pieces && pos < end; ++g) {
       const index::PieceRef& ref = e.pieces[static_cast<size_t>(g - 1)];
-      if (ref.length > 0 && pos + ref.length > offset &&
-          !cache_.Contains({e.record, e.slot, static_cast<uint32_t>(g)})) {
-        wanted.push_back({ref.offset, ref.length});
+      if (ref.length > 0 && pos + ref.length > offset) {
+        const uint64_t from = std::max(offset, pos) - pos;
+        const uint64_t to = std::min(end, pos + ref.length) - pos;
+        const uint64_t block = from / index::kChecksumBlockSize;
+        const PieceCache& cache = index::HasBlockCrcs(ref.length) ? large_cache_ : cache_;
+        if (!cache.Contains({e.record, e.slot, static_cast<uint32_t>(g), block})) {
+          // The checksum blocks this request needs of this piece, not the whole piece.
+          const uint64_t begin = block * index::kChecksumBlockSize;
+          const uint64_t stop = std::min(
+              ref.length, ((to - 1) / index::kChecksumBlockSize + 1) * index::kChecksumBlockSize);
+          wanted.push_back({ref.offset + begin, stop - begin});
+        }
       }
       pos += ref.length;
     }
@@ -281,15 +290,20 @@ Result<size_t> Filesystem::Read(uint64_t ino, uint64_t offset, size_t size, uint
   for (int g = 1; g <= pieces && pos < end; ++g) {
     const uint64_t len = e.pieces[static_cast<size_t>(g - 1)].length;
     if (len > 0 && pos + len > offset) {
-      auto piece = GetPiece(**file, e, g, !whole_file);
-      if (!piece) {
-        ReportDamage(e, r->level, piece.error());
-        return Err(piece.error());
-      }
-      const uint64_t from = std::max(offset, pos) - pos;
+      const uint64_t from = std::max(offset, pos) - pos;  // in the piece
       const uint64_t to = std::min(end, pos + len) - pos;
-      std::memcpy(dst + copied, (*piece)->data() + from, to - from);
-      copied += to - from;
+      for (uint64_t b = from / index::kChecksumBlockSize; b * index::kChecksumBlockSize < to; ++b) {
+        auto block = GetBlock(**file, e, g, b, !whole_file);
+        if (!block) {
+          ReportDamage(e, r->level, block.error());
+          return Err(block.error());
+        }
+        const uint64_t block_begin = b * index::kChecksumBlockSize;
+        const uint64_t a = std::max(from, block_begin) - block_begin;
+        const uint64_t z = std::min(to, block_begin + (*block)->size()) - block_begin;
+        std::memcpy(dst + copied, (*block)->data() + a, z - a);
+        copied += z - a;
+      }
     }
     pos += len;
   }
@@ -304,6 +318,11 @@ Result<size_t> Filesystem::Read(uint64_t ino, uint64_t offset, size_t size, uint
 Result<std::string> Filesystem::GetXattr(uint64_t ino, std::string_view name) const {
   auto r = Resolve(ino);
   if (!r) return Err(r.error());
+  // Only user.* names exist here. For the other namespaces (security.selinux,
+  // system.posix_acl_access, trusted.*) "not supported" is the truthful answer, and it is the
+  // one that makes GNU ls stop asking: it remembers ENOTSUP per device, whereas ENODATA cost
+  // two FUSE round trips per file of every `ls -l`.
+  if (name.substr(0, 5) != "user.") return Err(Errno(ENOTSUP, name));
   if (name.substr(0, sizeof(kXattrPrefix) - 1) != kXattrPrefix) {
     return Err(Errno(ENODATA, name));
   }
@@ -324,8 +343,7 @@ Result<std::string> Filesystem::GetXattr(uint64_t ino, std::string_view name) co
   if (key == "source_size") return std::to_string(e.source_size);
   if (key == "passthrough") return std::string(passthrough ? "1" : "0");
   if (key == "passthrough_reason" && passthrough) {
-    return std::string(
-        codec::PassthroughReasonName(static_cast<codec::PassthroughReason>(e.passthrough_reason)));
+    return index::PassthroughReasonName(e.passthrough_reason);
   }
   return Err(Errno(ENODATA, name));
 }

@@ -8,6 +8,7 @@
 #include <sys/stat.h>
 #include <sys/statvfs.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -74,7 +75,8 @@ class Filesystem {
   Result<size_t> Read(uint64_t ino, uint64_t offset, size_t size, uint8_t* dst) const;
 
   // user.pcrfs.level, user.pcrfs.full_size, user.pcrfs.source_size, user.pcrfs.passthrough,
-  // user.pcrfs.passthrough_reason (passthrough files only).
+  // user.pcrfs.passthrough_reason (passthrough files only). ENODATA for any other user.* name,
+  // ENOTSUP for a name in another namespace (security.*, system.*, trusted.*).
   Result<std::string> GetXattr(uint64_t ino, std::string_view name) const;
   Result<std::vector<std::string>> ListXattr(uint64_t ino) const;
 
@@ -82,6 +84,7 @@ class Filesystem {
 
   const index::Store& store() const { return *store_; }
   const PieceCache& cache() const { return cache_; }
+  const PieceCache& large_file_cache() const { return large_cache_; }
   const FsOptions& options() const { return options_; }
 
  private:
@@ -93,13 +96,16 @@ class Filesystem {
   Result<Resolved> Resolve(uint64_t ino) const;
   struct stat EntryAttr(const index::Entry& e, int level) const;
   struct stat LadderRootAttr() const;
-  // The verified bytes of one piece, from the cache or storage. `keep` puts a piece read from
-  // storage into the cache (pointless when this request reads the whole file: the kernel
-  // keeps its pages).
-  Result<PieceBytes> GetPiece(const RandomAccessFile& file, const index::Entry& e, int group,
-                              bool keep) const;
-  // Logs a damaged file once (stderr and syslog), naming the record file and the file's path
-  // in the dataset.
+  // The verified bytes of checksum block `block` of piece `group` (a piece of one block is
+  // block 0), from the cache or storage; concurrent requests for one block read it once. `keep`
+  // puts a block read from storage into the cache (pointless when this request reads the whole
+  // file: the kernel keeps its pages).
+  Result<PieceBytes> GetBlock(const RandomAccessFile& file, const index::Entry& e, int group,
+                              uint64_t block, bool keep) const;
+  // How many checksum blocks to ask for ahead of a large file read in order.
+  static constexpr uint64_t kSequentialBlocksAhead = 4;
+  // Logs a damaged file once (common/log.h: stderr in the foreground, syslog once
+  // daemonized), naming the record file and the file's path in the dataset.
   void ReportDamage(const index::Entry& e, int level, const Status& s) const;
   // Logs once per record that its header, footer or size disagree with the index.
   void ReportRecordProblem(uint32_t record, const Status& s) const;
@@ -110,6 +116,13 @@ class Filesystem {
   std::unique_ptr<index::Store> store_;
   const FsOptions options_;
   mutable PieceCache cache_;
+  // The blocks of pieces longer than one checksum block (large files), apart: a large file
+  // read through must not evict every small file's pieces, and the kernel keeps its pages.
+  // Its share of options_.cache_bytes: 32 MiB, or half of a smaller budget.
+  static constexpr uint64_t LargeFileCacheBytes(uint64_t budget) {
+    return std::min(budget / 2, uint64_t{32} << 20);
+  }
+  mutable PieceCache large_cache_;
   index::Entry root_;
 
   mutable std::mutex mu_;

@@ -14,8 +14,8 @@
 #include <string>
 #include <thread>
 
+#include "builder/builder.h"
 #include "common/file_util.h"
-#include "mount-tools/builder.h"
 #include "tests/testdata/jpeg_factory.h"
 
 namespace pcrfs::fs {
@@ -161,6 +161,13 @@ TEST_F(FilesystemTest, ErrorsFollowTheSyscalls) {
   EXPECT_EQ(fs->GetAttr(ToFuseIno(1, 11)).error().ToErrno(), ENOENT);
   EXPECT_EQ(fs->Lookup(kFuseRootIno, "scan11").error().ToErrno(), ENOENT);
   EXPECT_EQ(fs->GetXattr(file, "user.other").error().ToErrno(), ENODATA);
+  // Namespaces pcrfs does not serve: "not supported", which GNU ls remembers per device.
+  for (const char* name : {"security.selinux", "system.posix_acl_access",
+                           "system.posix_acl_default", "trusted.x", "user"}) {
+    EXPECT_EQ(fs->GetXattr(file, name).error().ToErrno(), ENOTSUP) << name;
+    EXPECT_EQ(fs->GetXattr(dir, name).error().ToErrno(), ENOTSUP) << name;
+    EXPECT_EQ(fs->GetXattr(kFuseRootIno, name).error().ToErrno(), ENOTSUP) << name;
+  }
 }
 
 TEST_F(FilesystemTest, ReadDirResumesAtEveryOffset) {

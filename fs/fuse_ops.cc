@@ -9,8 +9,10 @@
 #include <cstring>
 #include <exception>
 #include <new>
+#include <string>
 #include <vector>
 
+#include "common/log.h"
 #include "fs/filesystem.h"
 
 namespace pcrfs::fs {
@@ -34,11 +36,11 @@ void Guard(fuse_req_t req, const char* op, F&& body) {
     fuse_reply_err(req, ENOMEM);
   } catch (const std::exception& e) {
     const int saved = errno;
-    std::fprintf(stderr, "pcrfs: %s: unexpected error: %s\n", op, e.what());
+    Log(LogLevel::kError, std::string(op) + ": unexpected error: " + e.what());
     errno = saved;
     fuse_reply_err(req, EIO);
   } catch (...) {
-    std::fprintf(stderr, "pcrfs: %s: unexpected error\n", op);
+    Log(LogLevel::kError, std::string(op) + ": unexpected error");
     fuse_reply_err(req, EIO);
   }
 }

@@ -31,6 +31,50 @@ void PieceCache::Put(const PieceKey& key, PieceBytes bytes) {
   }
 }
 
+Result<PieceBytes> PieceCache::GetOrLoad(const PieceKey& key, bool keep, const Loader& load) {
+  std::shared_ptr<Flight> flight;
+  bool leader = false;
+  {
+    std::unique_lock<std::mutex> l(mu_);
+    auto it = map_.find(key);
+    if (it != map_.end()) {
+      ++stats_.hits;
+      lru_.splice(lru_.begin(), lru_, it->second);
+      return it->second->bytes;
+    }
+    auto [f, inserted] = flights_.try_emplace(key);
+    if (inserted) {
+      f->second = std::make_shared<Flight>();
+      ++stats_.misses;
+      leader = true;
+    }
+    flight = f->second;
+    if (!leader) {
+      flight->cv.wait(l, [&] { return flight->done; });
+      return flight->result;
+    }
+  }
+  Result<PieceBytes> result = Err(Status::IOError("piece load failed", EIO));
+  try {
+    result = load();
+  } catch (...) {
+    // Waiters must be released whatever happens; the caller's handler reports it.
+    std::lock_guard<std::mutex> l(mu_);
+    flight->result = Err(Status::ResourceExhausted("out of memory"));
+    flight->done = true;
+    flights_.erase(key);
+    flight->cv.notify_all();
+    throw;
+  }
+  if (result && keep) Put(key, *result);
+  std::lock_guard<std::mutex> l(mu_);
+  flight->result = result;
+  flight->done = true;
+  flights_.erase(key);
+  flight->cv.notify_all();
+  return result;
+}
+
 bool PieceCache::Contains(const PieceKey& key) const {
   std::lock_guard<std::mutex> l(mu_);
   return map_.count(key) != 0;

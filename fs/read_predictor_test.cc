@@ -11,8 +11,8 @@
 #include <mutex>
 #include <thread>
 
+#include "builder/builder.h"
 #include "fs/filesystem.h"
-#include "mount-tools/builder.h"
 #include "tests/testdata/jpeg_factory.h"
 
 namespace pcrfs::fs {

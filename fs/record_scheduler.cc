@@ -49,9 +49,13 @@ void RecordScheduler::Insert(RangeSet* set, uint64_t begin, uint64_t end,
 
 Status RecordScheduler::Read(const RandomAccessFile& file, uint64_t offset, size_t n,
                              uint8_t* dst) {
+  return Demand(n, [&] { return file.Read(offset, n, dst); });
+}
+
+Status RecordScheduler::Demand(uint64_t n, const std::function<Status()>& read) {
   demand_active_.fetch_add(1, std::memory_order_acq_rel);
   const auto start = Clock::now();
-  Status s = file.Read(offset, n, dst);
+  Status s = read();
   const double seconds = std::chrono::duration<double>(Clock::now() - start).count();
   bool wake = false;
   {

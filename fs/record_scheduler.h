@@ -33,6 +33,7 @@
 #include <condition_variable>
 #include <cstdint>
 #include <deque>
+#include <functional>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -75,6 +76,9 @@ class RecordScheduler {
 
   // A demand read: exactly n bytes at offset, on the calling thread, now.
   Status Read(const RandomAccessFile& file, uint64_t offset, size_t n, uint8_t* dst);
+  // A demand read of n bytes that `read` does itself (e.g. index::Store::ReadBlock, which
+  // reads and checks one checksum block), timed and counted as one.
+  Status Demand(uint64_t n, const std::function<Status()>& read);
   // A demand read of these ranges is about to happen (the k pieces of one file): lets the
   // source start them all at once (RandomAccessFile::Prefetch), so the read waits for the
   // slowest range instead of the sum.

@@ -57,7 +57,7 @@ std::string EncodeEntry(const Entry& e) {
   std::string out;
   out.reserve(32 + e.name.size() + (e.is_dir() ? 0 : kNumGroups * 12));
   out.push_back(static_cast<char>(e.kind));
-  out.push_back(static_cast<char>(e.passthrough_reason));
+  out.push_back(static_cast<char>(e.passthrough_reason));  // the stored byte
   PutVarint64(&out, e.mode);
   PutVarint64(&out, ZigZag(e.mtime_sec));
   PutVarint64(&out, e.mtime_nsec);
@@ -84,10 +84,10 @@ Result<Entry> DecodeEntry(uint64_t ino, std::string_view value) {
   Decoder d(value);
   Entry e;
   e.ino = ino;
-  uint8_t kind;
+  uint8_t kind, reason;
   uint64_t mtime;
   std::string_view name;
-  if (!d.GetByte(&kind) || !d.GetByte(&e.passthrough_reason) || !GetVarint(&d, &e.mode) ||
+  if (!d.GetByte(&kind) || !d.GetByte(&reason) || !GetVarint(&d, &e.mode) ||
       !GetVarint(&d, &mtime) || !GetVarint(&d, &e.mtime_nsec) || !GetVarint(&d, &e.parent) ||
       !GetName(&d, &name)) {
     return Err(Bad(ino, "truncated or malformed"));
@@ -97,6 +97,7 @@ Result<Entry> DecodeEntry(uint64_t ino, std::string_view value) {
     return Err(Bad(ino, "unknown kind " + std::to_string(kind)));
   }
   e.kind = static_cast<EntryKind>(kind);
+  e.passthrough_reason = static_cast<PassthroughReason>(reason);  // unknown values stay opaque
   e.mtime_sec = UnZigZag(mtime);
   if (e.mode > 07777) return Err(Bad(ino, "mode out of range"));
   if (e.mtime_nsec >= 1000000000) return Err(Bad(ino, "mtime nanoseconds out of range"));
@@ -110,7 +111,9 @@ Result<Entry> DecodeEntry(uint64_t ino, std::string_view value) {
     if (!IsValidName(e.name)) return Err(Bad(ino, "invalid name"));
   }
   if (e.is_dir()) {
-    if (e.passthrough_reason != 0) return Err(Bad(ino, "directory with a passthrough reason"));
+    if (e.passthrough_reason != PassthroughReason::kNone) {
+      return Err(Bad(ino, "directory with a passthrough reason"));
+    }
     if (!GetVarint(&d, &e.first_child) || !GetVarint(&d, &e.num_children) ||
         !GetVarint(&d, &e.num_subdirs)) {
       return Err(Bad(ino, "truncated directory fields"));
@@ -121,7 +124,7 @@ Result<Entry> DecodeEntry(uint64_t ino, std::string_view value) {
       return Err(Bad(ino, "child range out of bounds"));
     }
   } else {
-    if (e.kind == EntryKind::kJpeg && e.passthrough_reason != 0) {
+    if (e.kind == EntryKind::kJpeg && e.passthrough_reason != PassthroughReason::kNone) {
       return Err(Bad(ino, "JPEG with a passthrough reason"));
     }
     if (!GetVarint(&d, &e.source_size) || !GetVarint(&d, &e.record) || !GetVarint(&d, &e.slot)) {

@@ -7,6 +7,7 @@
 #include <string_view>
 
 #include "common/status.h"
+#include "index/passthrough_reason.h"
 #include "index/record_format.h"
 
 namespace pcrfs::index {
@@ -18,8 +19,8 @@ struct Entry {
   uint64_t parent = 0;  // the root is its own parent
   std::string name;     // empty for the root
   EntryKind kind = EntryKind::kDirectory;
-  uint8_t passthrough_reason = 0;  // codec::PassthroughReason
-  uint32_t mode = 0;               // the source's permission bits (07777)
+  PassthroughReason passthrough_reason = PassthroughReason::kNone;
+  uint32_t mode = 0;  // the source's permission bits (07777)
   int64_t mtime_sec = 0;
   uint32_t mtime_nsec = 0;
 

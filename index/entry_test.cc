@@ -68,7 +68,7 @@ TEST(EntryTest, RoundTrip) {
   root.num_children = 3;
   Entry pass = MakeFile();
   pass.kind = EntryKind::kPassthrough;
-  pass.passthrough_reason = 3;
+  pass.passthrough_reason = PassthroughReason::kCorrupt;
   for (int g = 1; g < kNumGroups; ++g) pass.pieces[g] = PieceRef{};
   Entry extreme = MakeFile();
   extreme.mtime_sec = INT64_MIN;

@@ -2,7 +2,9 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -19,6 +21,24 @@ Result<RecordLayout> ReadRecordLayout(const RandomAccessFile& file);
 
 // Reads one piece and checks its CRC; Corruption names the file, group and offset.
 Status ReadPiece(const RandomAccessFile& file, const PieceRef& piece, uint8_t* dst);
+
+// Reads block b (kChecksumBlockSize blocks, record_format.h) of a piece into dst and checks it
+// against masked_crc: the piece's own CRC when it has one block, else the block's CRC from the
+// index. dst has room for ChecksumBlockLength(piece.length, b) bytes.
+// `group` (1..10) names the piece in errors.
+Status ReadPieceBlock(const RandomAccessFile& file, const PieceRef& piece, int group,
+                      uint64_t block, uint32_t masked_crc, uint8_t* dst);
+
+// Reads a piece block by block in constant memory, calling fn(block index, bytes) for each in
+// order, and checks the whole piece against its CRC at the end: fn sees bytes that are only
+// known good once this returns OK. `what` names the piece in errors.
+using PieceBlockFn = std::function<Status(uint64_t block, std::span<const uint8_t> bytes)>;
+Status ScanPiece(const RandomAccessFile& file, const PieceRef& piece, const std::string& what,
+                 const PieceBlockFn& fn);
+
+// The masked CRC32C of every block of a piece, computed by reading it (ScanPiece: the piece's own
+// CRC is checked). What an index of format 2, which has no block CRCs, is missing.
+Result<std::vector<uint32_t>> ComputeBlockCrcs(const RandomAccessFile& file, const PieceRef& piece);
 
 // Reads the bytes of a file at level k (1..10) into *out, checking every piece's CRC.
 // kJpeg: pieces 1..k + FF D9. kPassthrough: piece 1.

@@ -5,23 +5,23 @@
 #include <random>
 
 #include "common/crc32c.h"
+#include "common/test_support.h"
 #include "index/record_reader.h"
 #include "index/record_writer.h"
-#include "index/test_util.h"
 
 namespace pcrfs::index {
 namespace {
 
-using testing::FaultInjectingFile;
-using testing::MemoryFile;
-using testing::ReadAll;
-using testing::TempDir;
+using pcrfs::test::FaultInjectingFile;
+using pcrfs::test::MemoryFile;
+using pcrfs::test::ReadAll;
+using pcrfs::test::TempDir;
 using Bytes = std::vector<uint8_t>;
 
 struct TestImage {
   std::string path;
   EntryKind kind;
-  uint8_t reason;
+  PassthroughReason reason;
   std::vector<Bytes> pieces;  // 10 for JPEG, 1 for passthrough
 };
 
@@ -33,7 +33,8 @@ std::vector<TestImage> MakeImages(int n, uint32_t seed, int max_piece) {
     img.path = "dir" + std::to_string(i % 3) + "/img_" + std::to_string(i) + ".jpg";
     const bool passthrough = rng() % 4 == 0;
     img.kind = passthrough ? EntryKind::kPassthrough : EntryKind::kJpeg;
-    img.reason = passthrough ? static_cast<uint8_t>(1 + rng() % 3) : 0;
+    img.reason =
+        passthrough ? static_cast<PassthroughReason>(1 + rng() % 3) : PassthroughReason::kNone;
     const int np = passthrough ? 1 : kNumGroups;
     for (int g = 0; g < np; ++g) {
       // About a quarter of the pieces are empty (grey images have empty colour groups).
@@ -173,15 +174,15 @@ TEST(RecordTest, WriterRejectsBadInput) {
   ASSERT_TRUE(w.has_value());
   Bytes b(5, 1);
   std::vector<std::span<const uint8_t>> one{b}, two{b, b}, ten(10, std::span<const uint8_t>(b));
-  EXPECT_FALSE((*w)->Add("a", EntryKind::kJpeg, 0, one).ok());
-  EXPECT_FALSE((*w)->Add("a", EntryKind::kPassthrough, 1, two).ok());
-  EXPECT_FALSE((*w)->Add("a", EntryKind::kDirectory, 0, one).ok());
-  EXPECT_FALSE((*w)->Add("a", EntryKind::kJpeg, 3, ten).ok());
-  EXPECT_FALSE((*w)->Add("", EntryKind::kPassthrough, 1, one).ok());
-  EXPECT_TRUE((*w)->Add("empty", EntryKind::kPassthrough, 4, {}).ok());
-  EXPECT_TRUE((*w)->Add("a", EntryKind::kJpeg, 0, ten).ok());
+  EXPECT_FALSE((*w)->Add("a", EntryKind::kJpeg, PassthroughReason::kNone, one).ok());
+  EXPECT_FALSE((*w)->Add("a", EntryKind::kPassthrough, PassthroughReason::kNotJpeg, two).ok());
+  EXPECT_FALSE((*w)->Add("a", EntryKind::kDirectory, PassthroughReason::kNone, one).ok());
+  EXPECT_FALSE((*w)->Add("a", EntryKind::kJpeg, PassthroughReason::kCorrupt, ten).ok());
+  EXPECT_FALSE((*w)->Add("", EntryKind::kPassthrough, PassthroughReason::kNotJpeg, one).ok());
+  EXPECT_TRUE((*w)->Add("empty", EntryKind::kPassthrough, PassthroughReason::kTruncated, {}).ok());
+  EXPECT_TRUE((*w)->Add("a", EntryKind::kJpeg, PassthroughReason::kNone, ten).ok());
   ASSERT_TRUE((*w)->Finish().has_value());
-  EXPECT_FALSE((*w)->Add("b", EntryKind::kJpeg, 0, ten).ok());
+  EXPECT_FALSE((*w)->Add("b", EntryKind::kJpeg, PassthroughReason::kNone, ten).ok());
   EXPECT_FALSE((*w)->Finish().has_value());
   EXPECT_FALSE(RecordWriter::Create(dir.Join("nodir/x.pcr")).has_value());
 }
@@ -193,7 +194,7 @@ TEST(RecordTest, AbandonedWriterLeavesNothing) {
     ASSERT_TRUE(w.has_value());
     Bytes b(100, 1);
     std::vector<std::span<const uint8_t>> one{b};
-    ASSERT_TRUE((*w)->Add("a", EntryKind::kPassthrough, 1, one).ok());
+    ASSERT_TRUE((*w)->Add("a", EntryKind::kPassthrough, PassthroughReason::kNotJpeg, one).ok());
   }
   EXPECT_EQ(CountFiles(dir.path()), 0);
 }
@@ -209,10 +210,10 @@ SmallRecord MakeSmallRecord(const TempDir& dir) {
   SmallRecord r;
   r.images = MakeImages(4, 1234, 12);
   r.images[0].kind = EntryKind::kJpeg;  // make sure both kinds are there
-  r.images[0].reason = 0;
+  r.images[0].reason = PassthroughReason::kNone;
   r.images[0].pieces.resize(kNumGroups, Bytes{1, 2, 3});
   r.images[3].kind = EntryKind::kPassthrough;
-  r.images[3].reason = 2;
+  r.images[3].reason = PassthroughReason::kEmpty;
   r.images[3].pieces = {Bytes{9, 9, 9, 9}};
   r.layout = WriteRecord(dir.Join("small.pcr"), r.images);
   r.bytes = ReadAll(dir.Join("small.pcr"));

@@ -1,10 +1,12 @@
 // Writes one record file. Not thread-safe: one writer per record.
 #pragma once
 
+#include <functional>
 #include <memory>
 #include <span>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "common/status.h"
 #include "index/record_format.h"
@@ -29,12 +31,23 @@ class RecordWriter {
   // Appends a file in the next slot. kJpeg takes exactly kNumGroups pieces; kPassthrough takes
   // exactly one (the whole file), or none for an empty file. `path` is stored for recovery and
   // checking.
-  Status Add(std::string_view path, EntryKind kind, uint8_t passthrough_reason,
+  Status Add(std::string_view path, EntryKind kind, PassthroughReason passthrough_reason,
              std::span<const std::span<const uint8_t>> pieces);
+
+  // Appends a passthrough file of `size` bytes in the next slot without holding it in memory:
+  // read(offset, dst) fills dst with the bytes at offset, in chunks of at most one checksum
+  // block. If read fails, nothing of the file is kept, the writer stays usable and its error is
+  // returned (the caller may retry, or Add the file as unreadable).
+  using ChunkReader = std::function<Status(uint64_t offset, std::span<uint8_t> dst)>;
+  Status AddStream(std::string_view path, PassthroughReason passthrough_reason, uint64_t size,
+                   const ChunkReader& read);
 
   // Writes header, tables, regions and footer; fsyncs; renames. Returns the layout as a reader
   // would parse it (piece offsets are absolute).
   Result<RecordLayout> Finish();
+
+  // The block CRCs of every piece longer than kChecksumBlockSize added so far, in slot order.
+  const std::vector<PieceBlockCrcs>& block_crcs() const;
 
  private:
   struct Impl;

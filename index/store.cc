@@ -9,6 +9,7 @@
 #include "common/coding.h"
 #include "common/crc32c.h"
 #include "common/file_util.h"
+#include "index/manifest_check.h"
 #include "index/record_reader.h"
 
 namespace pcrfs::index {
@@ -28,19 +29,17 @@ Status CheckRecordHeader(const RandomAccessFile& f, const RecordInfo& info) {
     return bad("file has " + U(f.Size()) + " bytes, index says " + U(info.file_size));
   }
   if (f.Size() < kRecordHeaderSize + kRecordFooterSize) return bad("file too small");
-  uint8_t h[kRecordHeaderSize];
-  PCRFS_RETURN_IF_ERROR(f.Read(0, sizeof(h), h));
-  if (std::memcmp(h, kRecordMagic, 8) != 0) return bad("bad magic");
-  if (crc32c::Unmask(DecodeFixed32(h + 60)) != crc32c::Value(h, 60)) {
-    return bad("header checksum mismatch");
-  }
-  if (DecodeFixed32(h + 8) != kRecordFormatVersion) return bad("record format version");
-  if (DecodeFixed32(h + 16) != info.num_images) return bad("number of images");
-  if (DecodeFixed64(h + 24) != info.data_offset) return bad("data offset");
-  if (DecodeFixed64(h + 32) != info.file_size) return bad("file size in header");
+  uint8_t bytes[RecordHeader::kEncodedLength];
+  PCRFS_RETURN_IF_ERROR(f.Read(0, sizeof(bytes), bytes));
+  auto h = RecordHeader::DecodeFrom(bytes);
+  if (!h) return bad(h.error().message());
+  if (h->version != kRecordFormatVersion) return bad("record format version");
+  if (h->num_images != info.num_images) return bad("number of images");
+  if (h->data_offset != info.data_offset) return bad("data offset");
+  if (h->file_size != info.file_size) return bad("file size in header");
   // The tables are not needed to read (the index holds every piece's place and CRC), but a
   // damaged table means a damaged record: check its CRC so the damage is reported at once.
-  const uint64_t table_size = DecodeFixed64(h + 40);
+  const uint64_t table_size = h->table_size;
   if (info.data_offset < kRecordHeaderSize || table_size < 4 ||
       table_size > info.data_offset - kRecordHeaderSize || info.data_offset > f.Size()) {
     return bad("table size");
@@ -51,11 +50,10 @@ Status CheckRecordHeader(const RandomAccessFile& f, const RecordInfo& info) {
       crc32c::Value(tables.data(), table_size - 4)) {
     return bad("table checksum mismatch");
   }
-  uint8_t footer[kRecordFooterSize];
-  PCRFS_RETURN_IF_ERROR(f.Read(f.Size() - kRecordFooterSize, sizeof(footer), footer));
-  if (std::memcmp(footer, kRecordEndMagic, 8) != 0 || DecodeFixed64(footer + 8) != f.Size()) {
-    return bad("bad footer");
-  }
+  uint8_t footer_bytes[RecordFooter::kEncodedLength];
+  PCRFS_RETURN_IF_ERROR(f.Read(f.Size() - kRecordFooterSize, sizeof(footer_bytes), footer_bytes));
+  auto footer = RecordFooter::DecodeFrom(footer_bytes);
+  if (!footer || footer->file_size != f.Size()) return bad("bad footer");
   return Status::OK();
 }
 
@@ -138,6 +136,9 @@ Result<std::unique_ptr<Store>> Store::Open(const std::string& dir, StoreOptions 
     return Err(e);
   }
 
+  // Before anyone sizes memory or loops by a number of the manifest.
+  if (Status s = CheckManifest(manifest_path, *manifest, **index); !s.ok()) return Err(s);
+
   std::unique_ptr<Store> store(new Store());
   store->dir_ = dir;
   store->options_ = std::move(options);
@@ -188,6 +189,18 @@ Result<std::shared_ptr<RandomAccessFile>> Store::OpenRecord(uint32_t id,
 }
 
 Status Store::ReadFile(const Entry& e, int k, std::vector<uint8_t>* out) const {
+  out->clear();
+  if (!e.is_dir() && k >= 1 && k <= kNumGroups) {
+    // Bounded by the index, which is checked: the size of what ReadFileTo will hand over.
+    out->reserve(static_cast<size_t>(std::min<uint64_t>(e.SizeAtLevel(k), uint64_t{1} << 30)));
+  }
+  return ReadFileTo(e, k, [out](std::span<const uint8_t> bytes) {
+    out->insert(out->end(), bytes.begin(), bytes.end());
+    return Status::OK();
+  });
+}
+
+Status Store::ReadFileTo(const Entry& e, int k, const ByteSink& sink) const {
   if (e.is_dir()) {
     return Status::InvalidArgument(dir_ + ": inode " + U(e.ino) + " is a directory");
   }
@@ -210,7 +223,59 @@ Status Store::ReadFile(const Entry& e, int k, std::vector<uint8_t>* out) const {
                                 U(begin) + ", " + U(end) + ")");
     }
   }
-  return ReadLevel(*rec->file, e.kind, e.pieces, k, out);
+  std::vector<uint8_t> buf;
+  for (int g = 1; g <= used; ++g) {
+    const PieceRef& p = e.pieces[static_cast<size_t>(g - 1)];
+    if (p.length == 0) continue;
+    buf.resize(static_cast<size_t>(std::min(p.length, kChecksumBlockSize)));
+    for (uint64_t b = 0; b < NumChecksumBlocks(p.length); ++b) {
+      PCRFS_RETURN_IF_ERROR(ReadBlock(*rec->file, e, g, b, buf.data()));
+      PCRFS_RETURN_IF_ERROR(sink(std::span<const uint8_t>(
+          buf.data(), static_cast<size_t>(ChecksumBlockLength(p.length, b)))));
+    }
+  }
+  if (e.kind == EntryKind::kJpeg) return sink(std::span<const uint8_t>(kEoi, sizeof(kEoi)));
+  return Status::OK();
+}
+
+Result<uint32_t> Store::BlockCrc(const Entry& e, int group, uint64_t block) const {
+  if (e.is_dir() || group < 1 || group > kNumGroups) {
+    return Err(Status::InvalidArgument(dir_ + ": no piece " + std::to_string(group) + " in inode " +
+                                       U(e.ino)));
+  }
+  const PieceRef& p = e.pieces[static_cast<size_t>(group - 1)];
+  if (!HasBlockCrcs(p.length)) return p.masked_crc;
+  if (index_->format() >= 3) return index_->GetBlockCrc(e.ino, group, block);
+  const DerivedKey key{e.record, e.slot, group};
+  std::shared_ptr<const std::vector<uint32_t>> crcs;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    auto it = derived_crcs_.find(key);
+    if (it != derived_crcs_.end()) crcs = it->second;
+  }
+  if (!crcs) {
+    // An older store: read the whole piece once, check it against its CRC, and remember the
+    // CRC of each block, so later reads of this piece check one block each.
+    auto rec = GetRecordFile(e.record);
+    if (!rec) return Err(rec.error());
+    auto computed = ComputeBlockCrcs(*rec->file, p);
+    if (!computed) return Err(computed.error());
+    crcs = std::make_shared<const std::vector<uint32_t>>(std::move(*computed));
+    std::lock_guard<std::mutex> lock(mu_);
+    if (derived_crcs_.size() >= kMaxDerived) derived_crcs_.clear();
+    derived_crcs_.emplace(key, crcs);
+  }
+  if (block >= crcs->size()) {
+    return Err(Status::InvalidArgument(dir_ + ": no block " + U(block) + " in inode " + U(e.ino)));
+  }
+  return (*crcs)[static_cast<size_t>(block)];
+}
+
+Status Store::ReadBlock(const RandomAccessFile& file, const Entry& e, int group, uint64_t block,
+                        uint8_t* dst) const {
+  auto crc = BlockCrc(e, group, block);
+  if (!crc) return crc.error();
+  return ReadPieceBlock(file, e.pieces[static_cast<size_t>(group - 1)], group, block, *crc, dst);
 }
 
 }  // namespace pcrfs::index

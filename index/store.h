@@ -6,6 +6,7 @@
 #include <memory>
 #include <mutex>
 #include <optional>
+#include <span>
 #include <string>
 #include <unordered_map>
 #include <vector>
@@ -58,6 +59,19 @@ class Store {
 
   // The bytes of a file entry at level k (1..10), every piece checked against its CRC.
   Status ReadFile(const Entry& e, int k, std::vector<uint8_t>* out) const;
+  // The same bytes handed to sink in order, in checksum blocks (at most kChecksumBlockSize
+  // each), each checked before sink sees it: constant memory whatever the file's size.
+  using ByteSink = std::function<Status(std::span<const uint8_t> bytes)>;
+  Status ReadFileTo(const Entry& e, int k, const ByteSink& sink) const;
+
+  // The masked CRC32C of checksum block `block` of piece `group` (1..10) of e: the piece's own
+  // CRC when it has one block; else from the index, or for a format 2 index computed by
+  // reading the piece once (kept for the most recent pieces).
+  Result<uint32_t> BlockCrc(const Entry& e, int group, uint64_t block) const;
+  // Reads checksum block `block` of piece `group` of e from `file` (its record, OpenRecord)
+  // into dst (room for ChecksumBlockLength(piece length, block) bytes) and checks it.
+  Status ReadBlock(const RandomAccessFile& file, const Entry& e, int group, uint64_t block,
+                   uint8_t* dst) const;
 
  private:
   Store() = default;
@@ -75,6 +89,22 @@ class Store {
 
   mutable std::mutex mu_;
   mutable std::unordered_map<uint32_t, OpenRecordFile> records_;  // GUARDED_BY(mu_)
+  // Format 2 indexes only: block CRCs computed from large pieces, by (record, slot, group).
+  struct DerivedKey {
+    uint32_t record, slot;
+    int group;
+    bool operator==(const DerivedKey&) const = default;
+  };
+  struct DerivedKeyHash {
+    size_t operator()(const DerivedKey& k) const {
+      return std::hash<uint64_t>()((uint64_t{k.record} << 36) ^ (uint64_t{k.slot} << 4) ^
+                                   static_cast<uint64_t>(k.group));
+    }
+  };
+  static constexpr size_t kMaxDerived = 256;
+  mutable std::unordered_map<DerivedKey, std::shared_ptr<const std::vector<uint32_t>>,
+                             DerivedKeyHash>
+      derived_crcs_;  // GUARDED_BY(mu_)
 };
 
 }  // namespace pcrfs::index

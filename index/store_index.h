@@ -3,11 +3,14 @@
 //   dirents:  parent inode (8 bytes BE) + name bytes  -> child inode (8 bytes BE) + kind (u8)
 //   records:  record id (4 bytes BE)                  -> encoded RecordInfo
 //   meta:     key string                              -> value string
+//   blocks:   inode (8 bytes BE) + group (u8)          -> masked CRC32C (u32 LE) per checksum
+//             block of that piece, for pieces longer than kChecksumBlockSize (index format 3)
 #pragma once
 
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <span>
 #include <string>
 #include <string_view>
 
@@ -30,15 +33,26 @@ std::string RecordFileName(uint32_t id);
 
 // Builds a fresh index in one write transaction. Entries must be added in increasing inode
 // order. The output file is a compacted copy, so the same input gives the same bytes.
+// The index formats this pcrfs writes and reads: 3 (block CRCs) and 2 (none: a reader derives
+// them by reading a large piece once).
+inline constexpr int kIndexFormat = 3;
+inline constexpr int kOldestIndexFormat = 2;
+
 class IndexWriter {
  public:
-  static Result<std::unique_ptr<IndexWriter>> Create(const std::string& path);
+  // `format` is kIndexFormat; kOldestIndexFormat writes an index without block CRCs (tests of
+  // older stores).
+  static Result<std::unique_ptr<IndexWriter>> Create(const std::string& path,
+                                                     int format = kIndexFormat);
   ~IndexWriter();
   IndexWriter(const IndexWriter&) = delete;
   IndexWriter& operator=(const IndexWriter&) = delete;
 
   // Also adds the (parent, name) dirent for every entry but the root. Refuses invalid names.
   Status AddEntry(const Entry& e);
+  // The block CRCs of piece `group` (1..10) of the entry `ino` added last (a piece longer than
+  // kChecksumBlockSize: NumChecksumBlocks of its length). Refused by a format 2 writer.
+  Status AddBlockCrcs(uint64_t ino, int group, std::span<const uint32_t> masked);
   Status AddRecord(const RecordInfo& r);
   Status PutMeta(std::string_view key, std::string_view value);
   // Commits and writes the compacted, fsynced file at the path given to Create().
@@ -92,15 +106,22 @@ class IndexReader {
   Status ListNames(const Entry& dir, uint64_t start, std::string_view start_name,
                    const std::function<bool(const DirEntry&)>& fn) const;
   Result<RecordInfo> GetRecord(uint32_t id) const;
+  // The index format (2 or 3). Format 2 has no block CRCs.
+  int format() const;
+  // The masked CRC32C of checksum block `block` of piece `group` of inode `ino`: NotFound in a
+  // format 2 index; Corruption if the index has no such block for a piece that needs one.
+  Result<uint32_t> GetBlockCrc(uint64_t ino, int group, uint64_t block) const;
   Result<std::string> GetMeta(std::string_view key) const;
   uint64_t NumEntries() const;
+  // The number of records the index describes (the records table's size).
+  uint64_t NumRecords() const;
   // The identity of the file that was opened (and verified).
   const FileIdentity& identity() const;
   // The index is memory-mapped, so every page a lookup touched counts in the process's RSS
   // although it is only page cache. This unmaps them all (the page cache keeps them; the next
   // access maps a page again, a minor fault). Safe while other threads read.
   void ReleaseMappedPages() const;
-  // Keeps that footprint bounded: every 16 calls, if ResidentFileBytes() is over `bytes`, the
+  // Keeps that footprint bounded: every 16 calls, if proc::ResidentFileBytes() is over `bytes`, the
   // index's pages are released. 0 (the default) never releases.
   void SetMappedBudget(uint64_t bytes) const;
 
@@ -109,9 +130,5 @@ class IndexReader {
   explicit IndexReader(std::unique_ptr<Impl> impl);
   std::unique_ptr<Impl> impl_;
 };
-
-// The process's resident file-backed and shared memory in bytes (/proc/self/statm "shared"):
-// its executable, libraries and whatever of the index is mapped. 0 if unknown.
-uint64_t ResidentFileBytes();
 
 }  // namespace pcrfs::index

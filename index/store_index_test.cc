@@ -14,14 +14,15 @@
 
 #include "common/coding.h"
 #include "common/crc32c.h"
-#include "index/test_util.h"
+#include "common/proc_self.h"
+#include "common/test_support.h"
 
 namespace pcrfs::index {
 namespace {
 
-using testing::ReadAll;
-using testing::TempDir;
-using testing::WriteAll;
+using pcrfs::test::ReadAll;
+using pcrfs::test::TempDir;
+using pcrfs::test::WriteAll;
 
 Entry Dir(uint64_t ino, uint64_t parent, std::string name, uint64_t first, uint64_t n,
           uint64_t subdirs) {
@@ -44,7 +45,8 @@ Entry File(uint64_t ino, uint64_t parent, std::string name, EntryKind kind) {
   e.parent = parent;
   e.name = std::move(name);
   e.kind = kind;
-  e.passthrough_reason = kind == EntryKind::kPassthrough ? 1 : 0;
+  e.passthrough_reason =
+      kind == EntryKind::kPassthrough ? PassthroughReason::kNotJpeg : PassthroughReason::kNone;
   e.mode = 0644;
   e.mtime_sec = 1600000000 + static_cast<int64_t>(ino);
   e.mtime_nsec = 5;
@@ -177,7 +179,8 @@ TEST(StoreIndexTest, LookupsAndListings) {
   EXPECT_EQ(rec->num_images, 6u);
   EXPECT_TRUE(idx.GetRecord(1).error().IsNotFound());
   EXPECT_EQ(*idx.GetMeta("generator"), "pcrfs test");
-  EXPECT_EQ(*idx.GetMeta("index_format"), "2");
+  EXPECT_EQ(*idx.GetMeta("index_format"), "3");
+  EXPECT_EQ(idx.format(), 3);
   EXPECT_TRUE(idx.GetMeta("nope").error().IsNotFound());
   EXPECT_TRUE(idx.GetMeta("").error().IsNotFound());
 }
@@ -231,10 +234,10 @@ TEST(StoreIndexTest, OtherIndexFormatsAreRefused) {
   const std::string path = dir.Join("index.lmdb");
   BuildIndex(path);
   const auto good = ReadAll(path);
-  const std::string needle = "index_format2";
+  const std::string needle = "index_format3";
   auto at = std::search(good.begin(), good.end(), needle.begin(), needle.end());
   ASSERT_NE(at, good.end());
-  for (auto [format, advice] : {std::pair{'1', "rebuild the store"}, {'3', "use a newer pcrfs"}}) {
+  for (auto [format, advice] : {std::pair{'1', "rebuild the store"}, {'4', "use a newer pcrfs"}}) {
     auto other = good;
     other[static_cast<size_t>(at - good.begin()) + needle.size() - 1] =
         static_cast<uint8_t>(format);
@@ -247,10 +250,60 @@ TEST(StoreIndexTest, OtherIndexFormatsAreRefused) {
     ASSERT_FALSE(r.has_value());
     EXPECT_EQ(r.error().code(), Status::Code::kNotSupported) << r.error().ToString();
     EXPECT_NE(r.error().message().find(std::string("index format \"") + format +
-                                       "\" is not supported (this pcrfs reads 2; " + advice),
+                                       "\" is not supported (this pcrfs reads 2 to 3; " + advice),
               std::string::npos)
         << r.error().ToString();
   }
+}
+
+// Pieces longer than one checksum block carry a CRC per block (index format 3).
+TEST(StoreIndexTest, BlockCrcs) {
+  TempDir dir;
+  const std::string path = dir.Join("index.lmdb");
+  const std::vector<uint32_t> crcs = {11, 22, 33};
+  {
+    auto w = IndexWriter::Create(path);
+    ASSERT_TRUE(w.has_value());
+    ASSERT_TRUE((*w)->AddEntry(Dir(1, 1, "", 2, 2, 0)).ok());
+    Entry big = File(2, 1, "big", EntryKind::kPassthrough);
+    ASSERT_TRUE((*w)->AddEntry(big).ok());
+    EXPECT_EQ((*w)->AddBlockCrcs(1, 1, crcs).code(), Status::Code::kInvalidArgument);  // not last
+    EXPECT_EQ((*w)->AddBlockCrcs(2, 0, crcs).code(), Status::Code::kInvalidArgument);
+    EXPECT_EQ((*w)->AddBlockCrcs(2, 1, std::vector<uint32_t>{1}).code(),
+              Status::Code::kInvalidArgument);  // one block: the piece's own CRC serves
+    ASSERT_TRUE((*w)->AddBlockCrcs(2, 1, crcs).ok());
+    ASSERT_TRUE((*w)->AddEntry(File(3, 1, "small", EntryKind::kJpeg)).ok());
+    ASSERT_TRUE((*w)->AddBlockCrcs(3, 10, crcs).ok());
+    ASSERT_TRUE((*w)->Finish().ok());
+  }
+  auto r = IndexReader::Open(path);
+  ASSERT_TRUE(r.has_value()) << r.error().ToString();
+  EXPECT_EQ((*r)->format(), 3);
+  for (uint64_t b = 0; b < crcs.size(); ++b) EXPECT_EQ(*(*r)->GetBlockCrc(2, 1, b), crcs[b]);
+  EXPECT_EQ(*(*r)->GetBlockCrc(3, 10, 2), 33u);
+  EXPECT_TRUE((*r)->GetBlockCrc(2, 1, 3).error().IsCorruption());
+  EXPECT_TRUE((*r)->GetBlockCrc(2, 2, 0).error().IsCorruption());  // a piece that needs them
+}
+
+// Stores built before block CRCs (index format 2) still open; they have none.
+TEST(StoreIndexTest, Format2StillOpens) {
+  TempDir dir;
+  const std::string path = dir.Join("index.lmdb");
+  {
+    auto w = IndexWriter::Create(path, kOldestIndexFormat);
+    ASSERT_TRUE(w.has_value());
+    for (const Entry& e : SampleTree()) ASSERT_TRUE((*w)->AddEntry(e).ok()) << e.name;
+    EXPECT_EQ((*w)->AddBlockCrcs(SampleTree().back().ino, 1, std::vector<uint32_t>{1, 2}).code(),
+              Status::Code::kInvalidArgument);
+    ASSERT_TRUE((*w)->Finish().ok());
+  }
+  EXPECT_FALSE(IndexWriter::Create(dir.Join("x.lmdb"), 1).has_value());
+  auto r = IndexReader::Open(path);
+  ASSERT_TRUE(r.has_value()) << r.error().ToString();
+  EXPECT_EQ((*r)->format(), 2);
+  EXPECT_EQ(*(*r)->GetMeta("index_format"), "2");
+  EXPECT_TRUE((*r)->GetBlockCrc(2, 1, 0).error().IsNotFound());
+  EXPECT_TRUE((*r)->LookupPath("").has_value());
 }
 
 TEST(StoreIndexTest, DamagedFilesFailCleanly) {
@@ -545,11 +598,11 @@ TEST(StoreIndexTest, MappedBudgetBoundsTheResidentIndex) {
     }
   };
   auto grown = [](uint64_t base) {
-    const uint64_t now = ResidentFileBytes();
+    const uint64_t now = proc::ResidentFileBytes();
     return now > base ? now - base : 0;
   };
   idx.ReleaseMappedPages();
-  const uint64_t base = ResidentFileBytes();
+  const uint64_t base = proc::ResidentFileBytes();
   random_gets(1);
   const uint64_t unbounded = grown(base);
   EXPECT_GT(unbounded, file_size * 2 / 3);

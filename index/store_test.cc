@@ -5,17 +5,19 @@
 #include <unistd.h>
 
 #include <atomic>
+#include <nlohmann/json.hpp>
 #include <thread>
+#include <tuple>
 
+#include "common/test_support.h"
 #include "index/record_writer.h"
-#include "index/test_util.h"
 
 namespace pcrfs::index {
 namespace {
 
-using testing::ReadAll;
-using testing::TempDir;
-using testing::WriteAll;
+using pcrfs::test::ReadAll;
+using pcrfs::test::TempDir;
+using pcrfs::test::WriteAll;
 using Bytes = std::vector<uint8_t>;
 
 Bytes Piece(uint64_t ino, int g) {
@@ -43,7 +45,11 @@ void BuildStore(const std::string& dir) {
       pieces.push_back(Piece(f.ino, g));
     }
     std::vector<std::span<const uint8_t>> spans(pieces.begin(), pieces.end());
-    ASSERT_TRUE((*w)->Add(f.path, f.kind, f.kind == EntryKind::kJpeg ? 0 : 1, spans).ok());
+    ASSERT_TRUE((*w)->Add(f.path, f.kind,
+                          f.kind == EntryKind::kJpeg ? PassthroughReason::kNone
+                                                     : PassthroughReason::kNotJpeg,
+                          spans)
+                    .ok());
   }
   auto layout = (*w)->Finish();
   ASSERT_TRUE(layout.has_value());
@@ -94,8 +100,13 @@ void BuildStore(const std::string& dir) {
 
   Manifest m;
   m.generator = "pcrfs test";
+  m.options.images_per_record = 16;
+  m.options.max_input_scans = 1000;
   m.num_entries = 5;
   m.num_directories = 2;
+  m.num_jpeg = 2;
+  m.num_passthrough = 1;
+  m.passthrough_by_reason["not_jpeg"] = 1;
   m.num_records = 1;
   const std::string json = m.ToJson();
   WriteAll(dir + "/" + kManifestFile, Bytes(json.begin(), json.end()));
@@ -179,6 +190,79 @@ TEST(StoreTest, OpenErrors) {
   EXPECT_TRUE(s.error().IsCorruption());
   EXPECT_NE(s.error().message().find("index.lmdb is missing"), std::string::npos);
   WriteAll(dir.Join(kIndexFile), index);
+  EXPECT_TRUE(Store::Open(dir.path()).has_value());
+}
+
+// Every number of the manifest is checked against the index or a bound before anything is
+// sized by it.
+TEST(StoreTest, TamperedManifestNumbersAreRefused) {
+  TempDir dir;
+  BuildStore(dir.path());
+  const auto original = ReadAll(dir.Join(kManifestFile));
+  ASSERT_TRUE(Store::Open(dir.path()).has_value());
+  using Json = nlohmann::ordered_json;
+  struct Case {
+    std::string field;  // a JSON pointer
+    Json value;
+    std::string named;  // the field the error names
+  };
+  const std::vector<Case> cases = {
+      {"/num_records", 4000000000u, "\"num_records\" is 4000000000, the index has 1"},
+      {"/num_records", 0, "\"num_records\" is 0"},
+      {"/num_entries", 6, "\"num_entries\" is 6, the index holds 5"},
+      {"/num_directories", 3, "num_passthrough\" is 6, not num_entries 5"},
+      {"/num_directories", 0, "\"num_directories\" is 0"},
+      {"/num_jpeg", 1, "\"num_directories\" + \"num_jpeg\" + \"num_passthrough\" is 4"},
+      {"/num_passthrough", 18446744073709551615u, "num_passthrough\" is 18446744073709551615"},
+      {"/passthrough_by_reason/not_jpeg", 2, "\"passthrough_by_reason\" adds up to 2"},
+      {"/options/images_per_record", 0, "\"options.images_per_record\" is 0, not in 1..1048576"},
+      {"/options/images_per_record", 2, "record 0 holds 3 files"},
+      {"/options/max_input_scans", 0, "\"options.max_input_scans\" is 0"},
+      {"/source_jpeg_bytes", 1, "\"source_jpeg_bytes\" is 1, more than source_bytes 0"},
+      {"/level_bytes/9", 1u << 30, "\"level_bytes[9]\" is 1073741824, more than the record"},
+      {"/level_bytes/0", 5, "\"level_bytes[1]\" is 0, less than the level below (5)"},
+      {"/jpeg_level_bytes/3", 7, "\"jpeg_level_bytes[3]\" is 7, more than level_bytes[3] 0"},
+  };
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.field);
+    Json j = Json::parse(std::string(original.begin(), original.end()));
+    j[Json::json_pointer(c.field)] = c.value;
+    const std::string text = j.dump(2);
+    WriteAll(dir.Join(kManifestFile), Bytes(text.begin(), text.end()));
+    auto s = Store::Open(dir.path());
+    ASSERT_FALSE(s.has_value());
+    EXPECT_TRUE(s.error().IsCorruption());
+    EXPECT_EQ(s.error().message().rfind(dir.Join(kManifestFile) + ": ", 0), 0u)
+        << s.error().message();
+    EXPECT_NE(s.error().message().find(c.named), std::string::npos) << s.error().message();
+  }
+  // Quality figures: in range and no more images than were measured.
+  Json j = Json::parse(std::string(original.begin(), original.end()));
+  QualitySample q;
+  q.measured = 2;
+  for (LevelQuality& l : q.levels) l = {30, 25, 20, 0.99, 0.95, 0.9, 2};
+  j["quality"] = QualityToJson(q);
+  for (auto [field, value, named] : std::vector<std::tuple<std::string, Json, std::string>>{
+           {"", Json(), ""},
+           {"/quality/measured", 3, "\"quality.measured\" is 3, more than num_jpeg 2"},
+           {"/quality/levels/4/n", 5, "\"quality.levels[4].n\" is 5"},
+           {"/quality/levels/2/msssim/p5", 7.5, "\"quality.levels[2].msssim\" holds a value"},
+           {"/quality/levels/2/psnr/min", -3, "\"quality.levels[2].psnr\" holds a negative"},
+       }) {
+    SCOPED_TRACE(field);
+    Json t = j;
+    if (!field.empty()) t[Json::json_pointer(field)] = value;
+    const std::string text = t.dump(2);
+    WriteAll(dir.Join(kManifestFile), Bytes(text.begin(), text.end()));
+    auto s = Store::Open(dir.path());
+    if (field.empty()) {
+      EXPECT_TRUE(s.has_value()) << s.error().ToString();
+      continue;
+    }
+    ASSERT_FALSE(s.has_value());
+    EXPECT_NE(s.error().message().find(named), std::string::npos) << s.error().message();
+  }
+  WriteAll(dir.Join(kManifestFile), original);
   EXPECT_TRUE(Store::Open(dir.path()).has_value());
 }
 

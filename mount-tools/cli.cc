@@ -2,6 +2,7 @@
 
 #include <cstdio>
 #include <iostream>
+#include <string_view>
 
 namespace pcrfs::tools {
 namespace po = boost::program_options;
@@ -33,6 +34,40 @@ std::optional<int> ParseCommandLine(
   return std::nullopt;
 }
 
+Result<index::Entry> ResolveStorePath(const index::IndexReader& index, const std::string& path) {
+  std::vector<std::string_view> parts;  // the folders walked down so far, and the last name
+  auto joined = [&] {
+    std::string p;
+    for (std::string_view part : parts) (p += part) += '/';
+    return p;
+  };
+  bool want_dir = false;  // "a/", "a/." and "a/.." name a folder, as for the kernel
+  for (size_t pos = 0; pos <= path.size();) {
+    size_t slash = path.find('/', pos);
+    if (slash == std::string::npos) slash = path.size();
+    const std::string_view name = std::string_view(path).substr(pos, slash - pos);
+    pos = slash + 1;
+    want_dir = name.empty() || name == "." || name == "..";
+    if (name.empty() || name == ".") continue;
+    if (name != "..") {
+      parts.push_back(name);
+      continue;
+    }
+    if (parts.empty()) {
+      return Err(Status::InvalidArgument("\"..\" leads out of the dataset's root"));
+    }
+    // The folder ".." leaves must exist and be a folder, as the kernel resolves it.
+    auto dir = index.LookupPath(joined());
+    if (!dir) return Err(dir.error());
+    if (!dir->is_dir()) return Err(Status::InvalidArgument("a component is not a directory"));
+    parts.pop_back();
+  }
+  auto entry = index.LookupPath(joined());
+  if (!entry) return entry;
+  if (want_dir && !entry->is_dir()) return Err(Status::InvalidArgument("not a directory"));
+  return entry;
+}
+
 tl::expected<StoreFile, int> OpenStoreFile(const char* command, const std::string& store_dir,
                                            const std::string& path) {
   auto store = index::Store::Open(store_dir);
@@ -40,12 +75,13 @@ tl::expected<StoreFile, int> OpenStoreFile(const char* command, const std::strin
     std::fprintf(stderr, "pcr %s: %s\n", command, store.error().message().c_str());
     return tl::unexpected(2);
   }
-  auto entry = (*store)->index().LookupPath(path);
+  auto entry = ResolveStorePath((*store)->index(), path);
   if (!entry) {
-    const bool missing = entry.error().IsNotFound();
+    const Status& e = entry.error();
+    const bool usage = e.IsNotFound() || e.code() == Status::Code::kInvalidArgument;
     std::fprintf(stderr, "pcr %s: %s: %s\n", command, path.c_str(),
-                 missing ? "no such file in the store" : entry.error().message().c_str());
-    return tl::unexpected(missing ? 2 : 1);
+                 e.IsNotFound() ? "no such file in the store" : e.message().c_str());
+    return tl::unexpected(usage ? 2 : 1);
   }
   if (entry->is_dir()) {
     std::fprintf(stderr, "pcr %s: %s: is a directory\n", command, path.c_str());

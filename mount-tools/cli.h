@@ -25,6 +25,12 @@ std::optional<int> ParseCommandLine(
     const std::vector<std::pair<const char*, std::string*>>& positionals, const char* exit_codes,
     boost::program_options::variables_map* vm);
 
+// Finds PATH in the store as the mount resolves it below its root: empty and "." components
+// are skipped ("./a//b.jpg" is "a/b.jpg"), ".." goes up from a folder that must exist, and a
+// path that ends in "/", "." or ".." must name a folder. NotFound for a missing entry,
+// InvalidArgument for ".." above the root or a file used as a folder.
+Result<index::Entry> ResolveStorePath(const index::IndexReader& index, const std::string& path);
+
 struct StoreFile {
   std::unique_ptr<index::Store> store;
   index::Entry entry;

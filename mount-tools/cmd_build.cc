@@ -6,7 +6,7 @@
 #include <cinttypes>
 #include <cstdio>
 
-#include "mount-tools/builder.h"
+#include "builder/builder.h"
 #include "mount-tools/cli.h"
 #include "mount-tools/commands.h"
 
@@ -72,6 +72,12 @@ void PrintReport(const BuildReport& r, const std::string& store) {
                   n.detail.empty() ? "" : ": ", n.detail.c_str());
     }
   }
+  if (!r.changed.empty()) {
+    std::printf("\n  changed while the build ran (stored as read):\n");
+    for (const auto& c : r.changed) {
+      std::printf("    %s: %s: %s\n", c.rel_path.c_str(), c.reason.c_str(), c.detail.c_str());
+    }
+  }
   if (!r.problems.empty()) {
     std::printf("\n  NOT STORED (%zu source entries could not be read):\n", r.problems.size());
     for (const auto& p : r.problems) {
@@ -113,11 +119,12 @@ int RunBuild(const std::vector<std::string>& args) {
       "seed that chooses the quality sample")("quiet,q", "no progress line");
   std::string src, store;
   po::variables_map vm;
-  if (auto exit =
-          ParseCommandLine("build", args, opts, {{"src", &src}, {"store", &store}},
-                           "0 done, 1 failed (no store written), 2 bad arguments,\n"
-                           "            3 store written but some source entries could not be read",
-                           &vm)) {
+  if (auto exit = ParseCommandLine(
+          "build", args, opts, {{"src", &src}, {"store", &store}},
+          "0 done, 1 failed (no store written), 2 bad arguments,\n"
+          "            3 store written but some source entries could not be read,\n"
+          "            4 another pcr build is writing STORE (its pid is named)",
+          &vm)) {
     return *exit;
   }
   if (src.empty() || store.empty()) {
@@ -127,6 +134,17 @@ int RunBuild(const std::vector<std::string>& args) {
   config.source = src;
   config.store = store;
   config.threads = threads;
+  if (Status s = CheckBuildArguments(config); !s.ok()) {
+    std::fprintf(stderr, "pcr build: %s\n", s.message().c_str());
+    return kExitUsage;
+  }
+  // One writer per store, from here until STORE.partial has become STORE (store_lock.h).
+  auto lock = StoreWriterLock::Acquire(store);
+  if (!lock) {
+    std::fprintf(stderr, "pcr build: %s\n", lock.error().message().c_str());
+    return lock.error().code() == Status::Code::kAlreadyExists ? kExitBusy : kExitFailed;
+  }
+  // STORE may have been published by the writer that held the lock a moment ago.
   if (Status s = CheckBuildArguments(config); !s.ok()) {
     std::fprintf(stderr, "pcr build: %s\n", s.message().c_str());
     return kExitUsage;
@@ -144,7 +162,7 @@ int RunBuild(const std::vector<std::string>& args) {
       std::fflush(stderr);
     };
   }
-  auto report = Build(config);
+  auto report = BuildLocked(config, *lock);
   if (tty) std::fputs("\r\033[K", stderr);
   if (!report) {
     std::fprintf(stderr, "pcr build: %s\n", report.error().message().c_str());

@@ -35,13 +35,19 @@ int RunCat(const std::vector<std::string>& args) {
   }
   auto file = OpenStoreFile("cat", store_dir, path);
   if (!file) return file.error();
-  std::vector<uint8_t> bytes;
-  if (Status s = file->store->ReadFile(file->entry, scans, &bytes); !s.ok()) {
-    std::fprintf(stderr, "pcr cat: %s: %s\n", path.c_str(), s.message().c_str());
+  // Block by block, each checked before it is written: constant memory for any file size. A
+  // damaged block stops the output there (exit 1), never passes through.
+  Status write_status;
+  Status s = file->store->ReadFileTo(file->entry, scans, [&](std::span<const uint8_t> bytes) {
+    write_status = WriteFull(STDOUT_FILENO, bytes.data(), bytes.size(), "stdout");
+    return write_status;
+  });
+  if (!write_status.ok()) {
+    std::fprintf(stderr, "pcr cat: %s\n", write_status.message().c_str());
     return 1;
   }
-  if (Status s = WriteFull(STDOUT_FILENO, bytes.data(), bytes.size(), "stdout"); !s.ok()) {
-    std::fprintf(stderr, "pcr cat: %s\n", s.message().c_str());
+  if (!s.ok()) {
+    std::fprintf(stderr, "pcr cat: %s: %s\n", path.c_str(), s.message().c_str());
     return 1;
   }
   return 0;

@@ -6,10 +6,10 @@
 #include <iostream>
 #include <nlohmann/json.hpp>
 
+#include "builder/quality_sample.h"
 #include "index/store.h"
 #include "mount-tools/cli.h"
 #include "mount-tools/commands.h"
-#include "mount-tools/quality_sample.h"
 
 namespace pcrfs::tools {
 namespace po = boost::program_options;

@@ -72,6 +72,74 @@ std::vector<std::string> Caption(const Panel& p, uint64_t full_bytes) {
   return {level, HumanBytes(p.bytes) + " " + pct, psnr, "MS-SSIM " + Format("%.4f", p.msssim)};
 }
 
+// Every level of `entry` decoded; level 10 last. Errors name the level.
+Result<std::vector<codec::DecodedImage>> DecodeLevels(const index::Store& store,
+                                                      const index::Entry& entry) {
+  std::vector<codec::DecodedImage> decoded;
+  for (int k = 1; k <= codec::kNumGroups; ++k) {
+    std::vector<uint8_t> bytes;
+    if (Status s = store.ReadFile(entry, k, &bytes); !s.ok()) {
+      return Err(Status::IOError("level " + std::to_string(k) + ": " + s.message()));
+    }
+    auto image = codec::DecodeJpeg(bytes);
+    if (!image) {
+      return Err(Status::IOError("level " + std::to_string(k) + ": " + image.error().message()));
+    }
+    decoded.push_back(std::move(*image));
+  }
+  return decoded;
+}
+
+// One panel per level, pw x ph pixels: shrunk, or the centre at 1:1 with `crop`; captioned
+// with its size and fidelity against level 10.
+std::vector<Panel> MakePanels(const std::vector<codec::DecodedImage>& decoded,
+                              const index::Entry& entry, int pw, int ph, bool crop) {
+  const codec::DecodedImage& ref = decoded.back();
+  std::vector<Panel> panels;
+  for (int k = 1; k <= codec::kNumGroups; ++k) {
+    Panel p;
+    p.level = k;
+    p.bytes = entry.SizeAtLevel(k);
+    p.psnr = codec::Psnr(decoded[k - 1], ref);
+    auto ms = codec::MsSsim(decoded[k - 1], ref);
+    p.msssim = ms ? *ms : std::nan("");  // NaN (printed "nan") for images below 11x11
+    RgbImage rgb = ToRgbImage(decoded[k - 1]);
+    if (crop) {
+      p.image = Crop(rgb, (rgb.width - pw) / 2, (rgb.height - ph) / 2, pw, ph);
+    } else {
+      p.image = pw == rgb.width ? std::move(rgb) : AreaDownscale(rgb, pw, ph);
+    }
+    panels.push_back(std::move(p));
+  }
+  return panels;
+}
+
+// The contact sheet: a title line, then the panels in rows of `columns`, captions below each.
+RgbImage DrawSheet(const std::vector<Panel>& panels, const std::string& title, int columns, int pw,
+                   int ph, uint64_t full_bytes) {
+  const int scale = pw >= 190 ? 2 : 1;  // 190 px: 16 characters at scale 2
+  const int line = kLineHeight * scale;
+  const int title_h = line + kGap;
+  const int caption_h = kCaptionLines * line + 4;
+  const int rows = (codec::kNumGroups + columns - 1) / columns;
+  const int cell_w = std::max(pw, kMinCellWidth);
+  const int sheet_w = kGap + columns * (cell_w + kGap);
+  const int sheet_h = kGap + title_h + rows * (ph + caption_h + kGap);
+  RgbImage sheet(sheet_w, sheet_h, kBackground);
+  DrawText(&sheet, kGap, kGap, title, scale, kInk, sheet_w - kGap);
+  for (int i = 0; i < codec::kNumGroups; ++i) {
+    const int x = kGap + (i % columns) * (cell_w + kGap);
+    const int y = kGap + title_h + (i / columns) * (ph + caption_h + kGap);
+    Blit(panels[i].image, &sheet, x, y);
+    std::vector<std::string> caption = Caption(panels[i], full_bytes);
+    for (size_t l = 0; l < caption.size(); ++l) {
+      DrawText(&sheet, x, y + ph + 4 + static_cast<int>(l) * line, caption[l], scale,
+               l == 0 ? kInk : kFaint, x + cell_w);
+    }
+  }
+  return sheet;
+}
+
 }  // namespace
 
 int RunLadder(const std::vector<std::string>& args) {
@@ -115,80 +183,32 @@ int RunLadder(const std::vector<std::string>& args) {
   if (entry->kind != index::EntryKind::kJpeg) {
     std::fprintf(stderr,
                  "pcr ladder: %s: stored byte for byte (%s), so every level is the same file\n",
-                 path.c_str(),
-                 codec::PassthroughReasonName(
-                     static_cast<codec::PassthroughReason>(entry->passthrough_reason)));
+                 path.c_str(), index::PassthroughReasonName(entry->passthrough_reason).c_str());
     return 2;
   }
 
-  // Decode every level; level 10 is the reference.
-  std::vector<codec::DecodedImage> decoded;
-  for (int k = 1; k <= codec::kNumGroups; ++k) {
-    std::vector<uint8_t> bytes;
-    if (Status s = store.ReadFile(*entry, k, &bytes); !s.ok()) {
-      std::fprintf(stderr, "pcr ladder: %s: level %d: %s\n", path.c_str(), k, s.message().c_str());
-      return 1;
-    }
-    auto image = codec::DecodeJpeg(bytes);
-    if (!image) {
-      std::fprintf(stderr, "pcr ladder: %s: level %d: %s\n", path.c_str(), k,
-                   image.error().message().c_str());
-      return 1;
-    }
-    decoded.push_back(std::move(*image));
+  auto decoded = DecodeLevels(store, *entry);
+  if (!decoded) {
+    std::fprintf(stderr, "pcr ladder: %s: %s\n", path.c_str(), decoded.error().message().c_str());
+    return 1;
   }
-  const codec::DecodedImage& ref = decoded.back();
+  const codec::DecodedImage& ref = decoded->back();
   const bool crop = vm.count("crop") > 0;
   const int pw = std::min(width, ref.width);
   const int ph = crop ? std::min(ref.height, std::max(1, pw * 3 / 4))
                       : std::max(1, static_cast<int>(std::lround(static_cast<double>(ref.height) *
                                                                  pw / ref.width)));
-  std::vector<Panel> panels;
-  for (int k = 1; k <= codec::kNumGroups; ++k) {
-    Panel p;
-    p.level = k;
-    p.bytes = entry->SizeAtLevel(k);
-    p.psnr = codec::Psnr(decoded[k - 1], ref);
-    auto ms = codec::MsSsim(decoded[k - 1], ref);
-    p.msssim = ms ? *ms : std::nan("");  // NaN (printed "nan") for images below 11x11
-    RgbImage rgb = ToRgbImage(decoded[k - 1]);
-    if (crop) {
-      p.image = Crop(rgb, (rgb.width - pw) / 2, (rgb.height - ph) / 2, pw, ph);
-    } else {
-      p.image = pw == rgb.width ? std::move(rgb) : AreaDownscale(rgb, pw, ph);
-    }
-    panels.push_back(std::move(p));
-  }
-
-  const int scale = pw >= 190 ? 2 : 1;  // 190 px: 16 characters at scale 2
-  const int line = kLineHeight * scale;
-  const int title_h = line + kGap;
-  const int caption_h = kCaptionLines * line + 4;
+  const std::vector<Panel> panels = MakePanels(*decoded, *entry, pw, ph, crop);
+  const std::string title = path + "  " + std::to_string(ref.width) + "x" +
+                            std::to_string(ref.height) + (crop ? "  centre 1:1" : "");
+  const RgbImage sheet = DrawSheet(panels, title, columns, pw, ph, entry->SizeAtLevel(10));
   const int rows = (codec::kNumGroups + columns - 1) / columns;
-  const int cell_w = std::max(pw, kMinCellWidth);
-  const int sheet_w = kGap + columns * (cell_w + kGap);
-  const int sheet_h = kGap + title_h + rows * (ph + caption_h + kGap);
-  RgbImage sheet(sheet_w, sheet_h, kBackground);
-  DrawText(&sheet, kGap, kGap,
-           path + "  " + std::to_string(ref.width) + "x" + std::to_string(ref.height) +
-               (crop ? "  centre 1:1" : ""),
-           scale, kInk, sheet_w - kGap);
-  for (int i = 0; i < codec::kNumGroups; ++i) {
-    const int x = kGap + (i % columns) * (cell_w + kGap);
-    const int y = kGap + title_h + (i / columns) * (ph + caption_h + kGap);
-    Blit(panels[i].image, &sheet, x, y);
-    std::vector<std::string> caption = Caption(panels[i], entry->SizeAtLevel(10));
-    for (size_t l = 0; l < caption.size(); ++l) {
-      DrawText(&sheet, x, y + ph + 4 + static_cast<int>(l) * line, caption[l], scale,
-               l == 0 ? kInk : kFaint, x + cell_w);
-    }
-  }
   if (Status s = WritePng(output, sheet); !s.ok()) {
     std::fprintf(stderr, "pcr ladder: %s\n", s.message().c_str());
     return 1;
   }
-  std::printf("%s: %dx%d px, 10 panels of %dx%d in %d rows x %d columns\n", output.c_str(), sheet_w,
-              sheet_h, pw, ph, rows, columns);
+  std::printf("%s: %dx%d px, 10 panels of %dx%d in %d rows x %d columns\n", output.c_str(),
+              sheet.width, sheet.height, pw, ph, rows, columns);
   return 0;
 }
 

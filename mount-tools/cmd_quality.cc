@@ -7,12 +7,12 @@
 #include <cstdio>
 #include <iostream>
 
+#include "builder/quality_sample.h"
 #include "codec/decoder.h"
 #include "codec/quality.h"
 #include "common/file_util.h"
 #include "index/store.h"
 #include "mount-tools/commands.h"
-#include "mount-tools/quality_sample.h"
 
 namespace pcrfs::tools {
 namespace po = boost::program_options;

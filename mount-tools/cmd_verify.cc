@@ -3,9 +3,9 @@
 #include <cinttypes>
 #include <cstdio>
 
+#include "builder/verifier.h"
 #include "mount-tools/cli.h"
 #include "mount-tools/commands.h"
-#include "mount-tools/verifier.h"
 
 namespace pcrfs::tools {
 namespace po = boost::program_options;
@@ -23,8 +23,8 @@ int RunVerify(const std::vector<std::string>& args) {
       "jobs,j", po::value<unsigned>(&config.jobs)->default_value(0), "threads (0: all cores)");
   po::variables_map vm;
   if (auto exit = ParseCommandLine("verify", args, opts, {{"store", &config.store}},
-                                   "0 all good, 1 damaged or differing files (listed), 2 bad "
-                                   "arguments or no store",
+                                   "0 all good, 1 a damaged store or damaged or differing files "
+                                   "(listed), 2 bad arguments or no store",
                                    &vm)) {
     return *exit;
   }
@@ -35,7 +35,9 @@ int RunVerify(const std::vector<std::string>& args) {
   auto report = VerifyStore(config);
   if (!report) {
     std::fprintf(stderr, "pcr verify: %s\n", report.error().message().c_str());
-    return 2;
+    // A store too damaged to open (its index, or a manifest that disagrees with it) is a
+    // problem found, not a bad argument.
+    return report.error().IsCorruption() ? 1 : 2;
   }
   for (const VerifyFinding& f : report->findings) {
     std::printf("%-8s %s: %s\n", FindingKindName(f.kind), f.path.c_str(), f.reason.c_str());

@@ -26,12 +26,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   options.max_memory_bytes = uint64_t{64} << 20;
   options.max_input_scans = 100;
   const codec::TranscodeResult result = codec::Transcode(source, options);
-  if (!result.transcoded()) {
-    FUZZ_CHECK(result.reason != codec::PassthroughReason::kUnreadable &&
-                   result.reason != codec::PassthroughReason::kTooBig,
-               "the codec gave a builder-only reason");
-    return 0;
-  }
+  if (!result.transcoded()) return 0;
   const codec::ProgressiveJpeg& image = result.image;
   uint64_t sum = 0;
   for (uint64_t n : image.piece_lengths) sum += n;

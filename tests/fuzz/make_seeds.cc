@@ -111,7 +111,7 @@ bool WriteCodecSeeds(const std::string& dir, const std::vector<SeedJpeg>& jpegs)
 struct StoredFile {
   std::string path;
   index::EntryKind kind;
-  uint8_t reason;
+  index::PassthroughReason reason;
   std::vector<Bytes> pieces;
 };
 
@@ -121,10 +121,13 @@ std::vector<StoredFile> StoredFiles(const std::vector<SeedJpeg>& jpegs, size_t m
   for (const auto& j : jpegs) {
     if (files.size() >= max_jpegs) break;
     auto r = codec::Transcode(j.bytes, options);
+    // The store's reason for a codec outcome is the builder's business; any passthrough
+    // reason serves a record seed.
     StoredFile f{
-        "jpegs/" + j.name, index::EntryKind::kPassthrough, static_cast<uint8_t>(r.reason), {}};
+        "jpegs/" + j.name, index::EntryKind::kPassthrough, index::PassthroughReason::kCorrupt, {}};
     if (r.transcoded()) {
       f.kind = index::EntryKind::kJpeg;
+      f.reason = index::PassthroughReason::kNone;
       for (int g = 1; g <= codec::kNumGroups; ++g) {
         auto p = r.image.piece(g);
         f.pieces.emplace_back(p.begin(), p.end());
@@ -159,12 +162,10 @@ bool WriteRecordSeeds(const std::string& dir, const std::vector<SeedJpeg>& jpegs
   const std::string text = "not a jpeg\n";
   mixed.push_back({"notes/readme.txt",
                    index::EntryKind::kPassthrough,
-                   static_cast<uint8_t>(codec::PassthroughReason::kNotJpeg),
+                   index::PassthroughReason::kNotJpeg,
                    {Bytes(text.begin(), text.end())}});
-  mixed.push_back({"empty.jpg",
-                   index::EntryKind::kPassthrough,
-                   static_cast<uint8_t>(codec::PassthroughReason::kEmpty),
-                   {}});
+  mixed.push_back(
+      {"empty.jpg", index::EntryKind::kPassthrough, index::PassthroughReason::kEmpty, {}});
   std::vector<StoredFile> one = StoredFiles(jpegs, 1);
   std::vector<StoredFile> none;
   return WriteRecord(dir + "/mixed.pcr", mixed, layout) &&
@@ -212,7 +213,7 @@ bool WriteEntrySeeds(const std::string& dir, const index::RecordLayout& layout) 
   passthrough.ino = 6;
   passthrough.name = "notes.txt";
   passthrough.kind = index::EntryKind::kPassthrough;
-  passthrough.passthrough_reason = 1;
+  passthrough.passthrough_reason = index::PassthroughReason::kNotJpeg;
   for (const auto& img : layout.images) {
     if (img.kind == index::EntryKind::kJpeg) jpeg.pieces = img.pieces;
     if (img.kind == index::EntryKind::kPassthrough) passthrough.pieces = img.pieces;

@@ -17,6 +17,7 @@
 
 #include "common/coding.h"
 #include "common/crc32c.h"
+#include "common/test_support.h"
 #include "index/record_reader.h"
 #include "tests/fuzz/fuzz_check.h"
 
@@ -27,7 +28,7 @@ using index::EntryKind;
 using index::kNumGroups;
 
 void CheckRecord(const uint8_t* data, size_t size) {
-  SpanFile file(data, size);
+  const test::MemoryFile file("fuzz.pcr", std::span<const uint8_t>(data, size));
   auto layout = index::ReadRecordLayout(file);
   auto verified = index::VerifyRecord(file);
   FUZZ_CHECK(layout.has_value() == verified.has_value(), "layout %d, verify %d", layout.has_value(),

@@ -1,4 +1,4 @@
-#include "mount-tools/source_tree.h"
+#include "builder/source_tree.h"
 
 #include <dirent.h>
 #include <fcntl.h>
@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <climits>
 #include <cstring>
 #include <utility>
 
@@ -128,6 +129,28 @@ class Walker {
 };
 
 }  // namespace
+
+Result<UniqueFd> SourceTree::OpenFile(uint32_t node) const {
+  std::vector<const std::string*> names;  // from the root down
+  for (uint32_t i = node; i != 0; i = nodes[i].parent) names.push_back(&nodes[i].name);
+  std::reverse(names.begin(), names.end());
+  UniqueFd dir;  // none yet: the first step starts at the root's own path
+  std::string step = root;
+  for (const std::string* name : names) {
+    if (step.size() + 1 + name->size() >= PATH_MAX) {
+      const int fd = ::openat(dir.valid() ? dir.get() : AT_FDCWD, step.c_str(),
+                              O_PATH | O_DIRECTORY | O_CLOEXEC);
+      if (fd < 0) return Err(Status::FromErrno(AbsPath(nodes[node]), errno));
+      dir = UniqueFd(fd);
+      step.clear();
+    }
+    if (!step.empty() && step.back() != '/') step += '/';
+    step += *name;
+  }
+  const int fd = ::openat(dir.valid() ? dir.get() : AT_FDCWD, step.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return Err(Status::FromErrno(AbsPath(nodes[node]), errno));
+  return UniqueFd(fd);
+}
 
 Result<SourceTree> WalkSource(const std::string& root) {
   SourceTree tree;

@@ -1,4 +1,4 @@
-#include "mount-tools/quality_sample.h"
+#include "builder/quality_sample.h"
 
 #include <algorithm>
 #include <atomic>
@@ -13,6 +13,7 @@
 
 #include "codec/decoder.h"
 #include "codec/quality.h"
+#include "common/parallel.h"
 
 namespace pcrfs::tools {
 namespace {
@@ -126,33 +127,25 @@ Result<std::array<LevelQuality, codec::kNumGroups>> MeasureStoreQuality(const in
   }
 
   std::vector<ImageQuality> results(n);
-  std::atomic<size_t> next{0};
   std::atomic<bool> failed{false};
   std::mutex mu;
   std::optional<Status> error;  // GUARDED_BY(mu): the failure of the lowest-numbered image
   size_t error_index = n;       // GUARDED_BY(mu)
-  auto work = [&] {
-    for (size_t i = next++; i < n && !failed; i = next++) {
-      auto q = MeasureImage(store, jpegs[i]);
-      if (q) {
-        results[i] = *q;
-        continue;
-      }
-      std::lock_guard<std::mutex> lock(mu);
-      if (i < error_index) {
-        error_index = i;
-        std::string msg = EntryPath(idx, jpegs[i]) + ": " + q.error().message();
-        error = q.error().IsCorruption() ? Status::Corruption(msg) : Status::IOError(msg);
-      }
-      failed = true;
+  ParallelFor(n, threads, [&](size_t i) {
+    if (failed) return;
+    auto q = MeasureImage(store, jpegs[i]);
+    if (q) {
+      results[i] = *q;
+      return;
     }
-  };
-  if (threads == 0) threads = std::max(1u, std::thread::hardware_concurrency());
-  threads = static_cast<unsigned>(std::min<size_t>(threads, std::max<size_t>(n, 1)));
-  std::vector<std::thread> pool;
-  for (unsigned t = 1; t < threads; ++t) pool.emplace_back(work);
-  work();
-  for (auto& t : pool) t.join();
+    std::lock_guard<std::mutex> lock(mu);
+    if (i < error_index) {
+      error_index = i;
+      std::string msg = EntryPath(idx, jpegs[i]) + ": " + q.error().message();
+      error = q.error().IsCorruption() ? Status::Corruption(msg) : Status::IOError(msg);
+    }
+    failed = true;
+  });
   if (error) return Err(*error);
 
   std::array<LevelQuality, kLevels> out{};

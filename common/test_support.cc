@@ -1,4 +1,4 @@
-#include "index/test_util.h"
+#include "common/test_support.h"
 
 #include <stdlib.h>
 
@@ -8,10 +8,10 @@
 #include <fstream>
 #include <stdexcept>
 
-namespace pcrfs::index::testing {
+namespace pcrfs::test {
 
 TempDir::TempDir() {
-  std::string tmpl = "/tmp/pcrfs-index-test-XXXXXX";
+  std::string tmpl = "/tmp/pcrfs-test-XXXXXX";
   if (::mkdtemp(tmpl.data()) == nullptr) throw std::runtime_error("mkdtemp failed");
   path_ = tmpl;
 }
@@ -47,4 +47,4 @@ Status FaultInjectingFile::Read(uint64_t offset, size_t n, uint8_t* dst) const {
   return base_->Read(offset, n, dst);
 }
 
-}  // namespace pcrfs::index::testing
+}  // namespace pcrfs::test

@@ -1,5 +1,6 @@
-#include "mount-tools/builder.h"
+#include "builder/builder.h"
 
+#include <fcntl.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -14,22 +15,51 @@
 #include <mutex>
 #include <optional>
 #include <thread>
+#include <unordered_map>
 
+#include "builder/quality_sample.h"
+#include "builder/source_tree.h"
 #include "common/coding.h"
 #include "common/file_util.h"
+#include "common/parallel.h"
 #include "index/entry.h"
 #include "index/record_reader.h"
 #include "index/record_writer.h"
 #include "index/store.h"
 #include "index/store_index.h"
-#include "mount-tools/quality_sample.h"
-#include "mount-tools/source_tree.h"
 
 namespace pcrfs::tools {
 namespace fs = std::filesystem;
 namespace {
 
-using codec::PassthroughReason;
+using index::PassthroughReason;
+
+// What the store records for a codec outcome.
+PassthroughReason StoredReason(codec::PassthroughReason r) {
+  switch (r) {
+    case codec::PassthroughReason::kNone:
+      return PassthroughReason::kNone;
+    case codec::PassthroughReason::kNotJpeg:
+      return PassthroughReason::kNotJpeg;
+    case codec::PassthroughReason::kEmpty:
+      return PassthroughReason::kEmpty;
+    case codec::PassthroughReason::kCorrupt:
+      return PassthroughReason::kCorrupt;
+    case codec::PassthroughReason::kTruncated:
+      return PassthroughReason::kTruncated;
+    case codec::PassthroughReason::kTooManyScans:
+      return PassthroughReason::kTooManyScans;
+    case codec::PassthroughReason::kTooLarge:
+      return PassthroughReason::kTooLarge;
+    case codec::PassthroughReason::kUnsupported:
+      return PassthroughReason::kUnsupported;
+    case codec::PassthroughReason::kTrailingData:
+      return PassthroughReason::kTrailingData;
+    case codec::PassthroughReason::kIncomplete:
+      return PassthroughReason::kIncomplete;
+  }
+  return PassthroughReason::kCorrupt;  // unreachable: every outcome is listed
+}
 
 constexpr char kBuildStateDir[] = ".build";  // inside STORE.partial; removed on completion
 constexpr char kOptionsFile[] = "options";
@@ -74,6 +104,33 @@ std::string OptionsText(const BuildConfig& c) {
          " quality_seed=" + std::to_string(c.quality_seed) + "\n";
 }
 
+// Files larger than this that are not transcoded are copied into their record a checksum
+// block at a time when the record is written, never held whole in memory.
+constexpr uint64_t kStreamAbove = uint64_t{16} << 20;
+// A file that changes while it is read is read again this many times in all, then given up.
+constexpr int kReadAttempts = 3;
+
+// What identifies the version of a source file that was read.
+struct FileStat {
+  uint64_t size = 0;
+  int64_t mtime_sec = 0;
+  uint32_t mtime_nsec = 0;
+  int64_t ctime_ns = 0;
+  bool operator==(const FileStat&) const = default;
+};
+
+FileStat StatOf(const struct stat& st) {
+  return {static_cast<uint64_t>(st.st_size), st.st_mtim.tv_sec,
+          static_cast<uint32_t>(st.st_mtim.tv_nsec),
+          st.st_ctim.tv_sec * 1000000000LL + st.st_ctim.tv_nsec};
+}
+
+Result<FileStat> FstatOf(int fd, const std::string& path) {
+  struct stat st;
+  if (::fstat(fd, &st) != 0) return Err(Status::FromErrno(path, errno));
+  return StatOf(st);
+}
+
 // What became of one source file.
 struct FileResult {
   bool unreadable = false;
@@ -81,60 +138,107 @@ struct FileResult {
   std::string detail;
   codec::ProgressiveJpeg jpeg;  // reason == kNone
   std::vector<uint8_t> raw;     // passthrough bytes
+  // A large passthrough file: copied from `fd` when its record is written (StreamInto).
+  bool stream = false;
+  UniqueFd fd;
+  FileStat stat;  // the version that was read
 };
 
-FileResult ProcessFile(const std::string& path, const BuildConfig& config) {
+FileResult Unreadable(std::string detail) {
   FileResult r;
-  try {
-    auto data = ReadWholeFile(path, UINT64_MAX);
-    if (!data) {
-      r.unreadable = true;
-      r.reason = PassthroughReason::kUnreadable;
-      r.detail = data.error().message();
-      return r;
-    }
-    if (data->empty()) {
-      r.reason = PassthroughReason::kEmpty;
-    } else if (!codec::LooksLikeJpeg(*data)) {
-      r.reason = PassthroughReason::kNotJpeg;
-    } else if (data->size() > config.max_jpeg_bytes) {
-      r.reason = PassthroughReason::kTooBig;
-      r.detail = "larger than --max-jpeg-bytes (" + std::to_string(config.max_jpeg_bytes) + ")";
-    } else {
-      codec::TranscodeOptions opts;
-      opts.strip_metadata = config.strip_metadata;
-      opts.max_input_scans = config.max_input_scans;
-      opts.max_memory_bytes = config.max_image_memory;
-      codec::TranscodeResult t = codec::Transcode(*data, opts);
-      r.reason = t.reason;
-      r.detail = std::move(t.detail);
-      if (t.transcoded()) {
-        r.jpeg = std::move(t.image);
-        return r;
-      }
-    }
-    r.raw = std::move(*data);
-  } catch (const std::bad_alloc&) {
-    r = FileResult();
-    r.unreadable = true;
-    r.reason = PassthroughReason::kUnreadable;
-    r.detail = "out of memory";
-  }
+  r.unreadable = true;
+  r.reason = PassthroughReason::kUnreadable;
+  r.detail = std::move(detail);
   return r;
 }
 
-// Runs ProcessFile over `paths` on `threads` threads and hands the results to the consumer in
-// order. Workers run ahead of the consumer by up to `window` files and kBufferBudget bytes of
-// results, so they keep busy while the consumer writes and fsyncs a finished record.
+// One attempt at reading and transcoding a file. *changed: the file changed while it was read.
+FileResult ProcessOnce(const SourceTree& tree, uint32_t node, const BuildConfig& config,
+                       bool* changed) {
+  FileResult r;
+  const std::string path = tree.AbsPath(tree.nodes[node]);
+  auto fd = tree.OpenFile(node);  // relative to a folder: the path may exceed PATH_MAX
+  if (!fd) return Unreadable(fd.error().message());
+  auto before = FstatOf(fd->get(), path);
+  if (!before) return Unreadable(before.error().message());
+  r.stat = *before;
+  if (before->size > kStreamAbove) {
+    uint8_t head[3] = {};
+    Status s = PreadFull(fd->get(), head, sizeof head, 0, path);
+    if (!s.ok()) return Unreadable(s.message());
+    if (!codec::LooksLikeJpeg(head)) {
+      r.reason = PassthroughReason::kNotJpeg;
+    } else if (before->size > config.max_jpeg_bytes) {
+      r.reason = PassthroughReason::kTooBig;
+      r.detail = "larger than --max-jpeg-bytes (" + std::to_string(config.max_jpeg_bytes) + ")";
+    }
+    if (r.reason != PassthroughReason::kNone) {
+      r.stream = true;
+      r.fd = std::move(*fd);
+      return r;
+    }
+  }
+  auto data = ReadWholeFd(fd->get(), UINT64_MAX, path);
+  if (!data) return Unreadable(data.error().message());
+  auto after = FstatOf(fd->get(), path);
+  if (!after) return Unreadable(after.error().message());
+  if (!(*after == *before) || data->size() != before->size) {
+    *changed = true;
+    return r;
+  }
+  if (data->empty()) {
+    r.reason = PassthroughReason::kEmpty;
+  } else if (!codec::LooksLikeJpeg(*data)) {
+    r.reason = PassthroughReason::kNotJpeg;
+  } else if (data->size() > config.max_jpeg_bytes) {
+    r.reason = PassthroughReason::kTooBig;
+    r.detail = "larger than --max-jpeg-bytes (" + std::to_string(config.max_jpeg_bytes) + ")";
+  } else {
+    codec::TranscodeOptions opts;
+    opts.strip_metadata = config.strip_metadata;
+    opts.max_input_scans = config.max_input_scans;
+    opts.max_memory_bytes = config.max_image_memory;
+    codec::TranscodeResult t = codec::Transcode(*data, opts);
+    r.reason = StoredReason(t.reason);
+    r.detail = std::move(t.detail);
+    if (t.transcoded()) {
+      r.jpeg = std::move(t.image);
+      return r;
+    }
+  }
+  r.raw = std::move(*data);
+  return r;
+}
+
+FileResult ProcessFile(const SourceTree& tree, uint32_t node, const BuildConfig& config) {
+  try {
+    for (int attempt = 1;; ++attempt) {
+      bool changed = false;
+      FileResult r = ProcessOnce(tree, node, config, &changed);
+      if (!changed) return r;
+      if (attempt == kReadAttempts) {
+        return Unreadable("changed while being read (" + std::to_string(kReadAttempts) +
+                          " attempts)");
+      }
+    }
+  } catch (const std::bad_alloc&) {
+    return Unreadable("out of memory");
+  }
+}
+
+// Runs ProcessFile over file nodes of a tree on `threads` threads and hands the results to the
+// consumer in order. Workers run ahead of the consumer by up to `window` files and kBufferBudget
+// bytes of results, so they keep busy while the consumer writes and fsyncs a finished record.
 class OrderedTranscoder {
  public:
   static constexpr uint64_t kBufferBudget = uint64_t{128} << 20;
 
-  // path_of(i) names file i of count; it is called from the worker threads.
-  OrderedTranscoder(size_t count, std::function<std::string(size_t)> path_of,
+  // node_of(i) is the node of file i of count in *tree; it is called from the worker threads.
+  OrderedTranscoder(size_t count, const SourceTree* tree, std::function<uint32_t(size_t)> node_of,
                     const BuildConfig* config, unsigned threads)
       : count_(count),
-        path_of_(std::move(path_of)),
+        tree_(tree),
+        node_of_(std::move(node_of)),
         config_(config),
         window_(std::max<size_t>(16, threads * 64)) {
     slots_.resize(window_);
@@ -178,7 +282,7 @@ class OrderedTranscoder {
         if (stop_ || next_claim_ >= count_) return;
         i = next_claim_++;
       }
-      FileResult r = ProcessFile(path_of_(i), *config_);
+      FileResult r = ProcessFile(*tree_, node_of_(i), *config_);
       {
         std::lock_guard<std::mutex> l(mu_);
         buffered_ += ResultBytes(r);
@@ -191,7 +295,8 @@ class OrderedTranscoder {
   static uint64_t ResultBytes(const FileResult& r) { return r.jpeg.bytes.size() + r.raw.size(); }
 
   const size_t count_;
-  const std::function<std::string(size_t)> path_of_;
+  const SourceTree* tree_;
+  const std::function<uint32_t(size_t)> node_of_;
   const BuildConfig* config_;
   const size_t window_;
   uint64_t buffered_ = 0;  // GUARDED_BY(mu_): bytes of results not yet taken
@@ -211,7 +316,7 @@ class OrderedTranscoder {
 struct FileLocation {
   bool stored = false;
   index::EntryKind kind = index::EntryKind::kPassthrough;
-  uint8_t reason = 0;
+  PassthroughReason reason = PassthroughReason::kNone;
   uint32_t record = 0;
   uint32_t slot = 0;
   uint64_t pieces_at = 0;  // offset in StoreBuilder::piece_arena_
@@ -239,7 +344,7 @@ Status MakeDir(const std::string& path) {
 class StoreBuilder {
  public:
   explicit StoreBuilder(const BuildConfig& config) : config_(config) {
-    threads_ = config.threads ? config.threads : std::max(1u, std::thread::hardware_concurrency());
+    threads_ = ResolveThreads(config.threads);
     partial_ = PartialDir(config.store);
   }
 
@@ -329,7 +434,11 @@ class StoreBuilder {
     return std::move(*layout);
   }
 
-  void Place(uint32_t record, const index::RecordLayout& layout, size_t begin) {
+  // Records where the files of `layout` (the files from position `begin` on) are stored, and
+  // the block CRCs of their large pieces: `blocks` from the writer, or for a record kept by
+  // --resume (blocks null) computed by reading those pieces again.
+  Status Place(uint32_t record, const index::RecordLayout& layout, size_t begin,
+               const std::vector<index::PieceBlockCrcs>* blocks) {
     for (size_t s = 0; s < layout.images.size(); ++s) {
       const index::RecordImage& img = layout.images[s];
       FileLocation& loc = locations_[begin + s];
@@ -343,8 +452,28 @@ class StoreBuilder {
         PutVarint64(&piece_arena_, p.length);
         PutFixed32(&piece_arena_, p.masked_crc);
       }
-      loc.stored = img.passthrough_reason != static_cast<uint8_t>(PassthroughReason::kUnreadable);
+      loc.stored = img.passthrough_reason != PassthroughReason::kUnreadable;
     }
+    if (blocks != nullptr) {
+      for (const index::PieceBlockCrcs& b : *blocks) block_crcs_[begin + b.slot].push_back(b);
+      return Status::OK();
+    }
+    std::unique_ptr<RandomAccessFile> file;
+    for (size_t s = 0; s < layout.images.size(); ++s) {
+      for (int g = 1; g <= index::kNumGroups; ++g) {
+        const index::PieceRef& p = layout.images[s].pieces[static_cast<size_t>(g - 1)];
+        if (!index::HasBlockCrcs(p.length)) continue;
+        if (!file) {
+          auto opened = PosixRandomAccessFile::Open(RecordPath(record));
+          if (!opened) return opened.error();
+          file = std::move(*opened);
+        }
+        auto crcs = index::ComputeBlockCrcs(*file, p);
+        if (!crcs) return crcs.error();
+        block_crcs_[begin + s].push_back({static_cast<uint32_t>(s), g, std::move(*crcs)});
+      }
+    }
+    return Status::OK();
   }
 
   Status WriteRecords() {
@@ -380,13 +509,12 @@ class StoreBuilder {
     };
 
     OrderedTranscoder pool(
-        todo.size(), [&](size_t i) { return tree_.AbsPath(tree_.nodes[todo[i]]); }, &config_,
-        threads_);
+        todo.size(), &tree_, [&](size_t i) { return todo[i]; }, &config_, threads_);
     size_t next = 0;  // index into todo
     for (uint32_t r = 0; r < num_records; ++r) {
       const size_t begin = r * per, end = std::min(n, begin + per);
       if (reused[r]) {
-        Place(r, *reused[r], begin);
+        PCRFS_RETURN_IF_ERROR(Place(r, *reused[r], begin, nullptr));
         ++report_.records_reused;
         tick(end - begin);
         continue;
@@ -395,36 +523,87 @@ class StoreBuilder {
       if (!writer) return writer.error();
       for (size_t i = begin; i < end; ++i) {
         FileResult res = pool.Take(next++);
-        const std::string rel = tree_.RelPath(tree_.nodes[tree_.files[i]]);
-        PCRFS_RETURN_IF_ERROR(AddToRecord(writer->get(), rel, &res));
+        SourceNode& node = tree_.nodes[tree_.files[i]];
+        PCRFS_RETURN_IF_ERROR(AddToRecord(writer->get(), &node, &res));
         tick(1);
       }
       auto layout = (*writer)->Finish();
       if (!layout) return layout.error();
-      Place(r, *layout, begin);
+      PCRFS_RETURN_IF_ERROR(Place(r, *layout, begin, &(*writer)->block_crcs()));
       PCRFS_RETURN_IF_ERROR(WriteFileAtomic(FingerprintPath(r), fps[r].data(), fps[r].size()));
     }
     return Status::OK();
   }
 
-  Status AddToRecord(index::RecordWriter* writer, const std::string& rel, FileResult* res) {
-    const auto reason = static_cast<uint8_t>(res->reason);
+  Status AddToRecord(index::RecordWriter* writer, SourceNode* node, FileResult* res) {
+    const std::string rel = tree_.RelPath(*node);
+    if (res->stream && !res->unreadable) StreamInto(writer, *node, res);
+    const PassthroughReason reason = res->reason;
     if (res->unreadable) {
       report_.problems.push_back({rel, "unreadable", res->detail});
       return writer->Add(rel, index::EntryKind::kPassthrough, reason, {});
     }
+    // The index describes the version that was read, which may be newer than the listing's.
+    if (res->stat.size != node->size || res->stat.mtime_sec != node->mtime_sec ||
+        res->stat.mtime_nsec != node->mtime_nsec) {
+      report_.changed.push_back({rel, "changed since the source was listed",
+                                 "stored as read (" + std::to_string(res->stat.size) + " bytes)"});
+      node->size = res->stat.size;
+      node->mtime_sec = res->stat.mtime_sec;
+      node->mtime_nsec = res->stat.mtime_nsec;
+    }
+    if (res->reason != PassthroughReason::kNotJpeg && res->reason != PassthroughReason::kEmpty &&
+        res->reason != PassthroughReason::kNone) {
+      report_.passthrough_notes.push_back(
+          {rel, index::PassthroughReasonName(res->reason), res->detail});
+    }
+    if (res->stream) return Status::OK();  // StreamInto added it
     if (res->reason == PassthroughReason::kNone) {
       std::array<std::span<const uint8_t>, codec::kNumGroups> pieces;
       for (int g = 1; g <= codec::kNumGroups; ++g) pieces[g - 1] = res->jpeg.piece(g);
-      return writer->Add(rel, index::EntryKind::kJpeg, 0, pieces);
-    }
-    if (res->reason != PassthroughReason::kNotJpeg && res->reason != PassthroughReason::kEmpty) {
-      report_.passthrough_notes.push_back(
-          {rel, codec::PassthroughReasonName(res->reason), res->detail});
+      return writer->Add(rel, index::EntryKind::kJpeg, PassthroughReason::kNone, pieces);
     }
     std::span<const uint8_t> whole(res->raw);
     return writer->Add(rel, index::EntryKind::kPassthrough, reason,
                        std::span<const std::span<const uint8_t>>(&whole, 1));
+  }
+
+  // Copies a large passthrough file into the record a block at a time. A file that changes
+  // while it is copied is copied again (kReadAttempts in all); one that keeps changing or
+  // cannot be read becomes res->unreadable, and nothing of it stays in the record.
+  void StreamInto(index::RecordWriter* writer, const SourceNode& node, FileResult* res) {
+    const std::string path = tree_.AbsPath(node);
+    const int fd = res->fd.get();
+    for (int attempt = 1;; ++attempt) {
+      bool changed = false;
+      Status read_status;
+      Status s = writer->AddStream(
+          tree_.RelPath(node), res->reason, res->stat.size,
+          [&](uint64_t offset, std::span<uint8_t> dst) {
+            read_status = PreadFull(fd, dst.data(), dst.size(), offset, path);
+            if (read_status.ok() && offset + dst.size() == res->stat.size) {
+              auto now = FstatOf(fd, path);
+              uint8_t more;
+              if (!now) {
+                read_status = now.error();
+              } else if (!(*now == res->stat) || ::pread(fd, &more, 1, offset + dst.size()) > 0) {
+                changed = true;
+                read_status = Status::IOError(path + ": changed while being read");
+              }
+            }
+            return read_status;
+          });
+      if (s.ok()) return;
+      if (read_status.ok()) return;  // the writer itself failed: Finish reports it
+      auto now = FstatOf(fd, path);
+      if (!changed || attempt == kReadAttempts || !now) {
+        *res = Unreadable(changed ? "changed while being read (" + std::to_string(kReadAttempts) +
+                                        " attempts)"
+                                  : read_status.message());
+        return;
+      }
+      res->stat = *now;
+    }
   }
 
   Status WriteIndexAndManifest() {
@@ -499,8 +678,7 @@ class StoreBuilder {
           m.source_jpeg_bytes += n.size;
         } else {
           ++m.num_passthrough;
-          ++m.passthrough_by_reason[codec::PassthroughReasonName(
-              static_cast<PassthroughReason>(loc.reason))];
+          ++m.passthrough_by_reason[index::PassthroughReasonName(loc.reason)];
         }
         for (int k = 1; k <= index::kNumGroups; ++k) {
           const uint64_t size = index::LevelSize(loc.kind, e.pieces, k);
@@ -510,6 +688,14 @@ class StoreBuilder {
       }
       ++m.num_entries;
       PCRFS_RETURN_IF_ERROR((*writer)->AddEntry(e));
+      if (!n.is_dir) {
+        auto blocks = block_crcs_.find(static_cast<size_t>(file_pos[node_index]));
+        if (blocks != block_crcs_.end()) {
+          for (const index::PieceBlockCrcs& b : blocks->second) {
+            PCRFS_RETURN_IF_ERROR((*writer)->AddBlockCrcs(e.ino, b.group, b.masked));
+          }
+        }
+      }
     }
 
     for (uint32_t r = 0; r < num_records_; ++r) {
@@ -579,6 +765,8 @@ class StoreBuilder {
   SourceTree tree_;
   std::vector<FileLocation> locations_;  // by position in tree_.files
   std::string piece_arena_;              // FileLocation::pieces_at points here
+  // The block CRCs of files with pieces longer than a checksum block, by position in files.
+  std::unordered_map<size_t, std::vector<index::PieceBlockCrcs>> block_crcs_;
 
   index::PieceRefs PiecesOf(const FileLocation& loc) const {
     index::PieceRefs pieces;
@@ -648,6 +836,13 @@ Status CheckBuildArguments(const BuildConfig& config) {
 
 Result<BuildReport> Build(const BuildConfig& config) {
   if (Status s = CheckBuildArguments(config); !s.ok()) return Err(std::move(s));
+  auto lock = StoreWriterLock::Acquire(config.store);
+  if (!lock) return Err(lock.error());
+  if (Status s = CheckBuildArguments(config); !s.ok()) return Err(std::move(s));
+  return BuildLocked(config, *lock);
+}
+
+Result<BuildReport> BuildLocked(const BuildConfig& config, const StoreWriterLock& /*lock*/) {
   StoreBuilder builder(config);
   return builder.Run();
 }

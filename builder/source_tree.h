@@ -1,12 +1,14 @@
 // A walk of the source folder: every directory and regular file, children in byte-wise name
-// order, symlinks followed. What cannot be stored (dangling symlinks, loops, sockets, unreadable
-// folders) is collected as problems, never dropped silently.
+// order, symlinks followed. Each folder is read through a descriptor opened relative to its
+// parent's, so paths longer than PATH_MAX are walked too. What cannot be stored (dangling symlinks,
+// loops, sockets, unreadable folders) is collected as problems, never dropped silently.
 #pragma once
 
 #include <cstdint>
 #include <string>
 #include <vector>
 
+#include "common/file_util.h"
 #include "common/status.h"
 
 namespace pcrfs::tools {
@@ -45,6 +47,11 @@ struct SourceTree {
     const std::string rel = RelPath(n);
     return rel.empty() ? root : root + "/" + rel;
   }
+
+  // Opens file node `node` for reading, O_RDONLY. A path longer than PATH_MAX cannot be
+  // open(2)ed whole, so it is opened in steps of at most PATH_MAX bytes, each relative to the
+  // folder the last one reached; usually that is one step.
+  Result<UniqueFd> OpenFile(uint32_t node) const;
 };
 
 // Fails (before any work) only if root itself is missing, not a directory or unreadable.

@@ -1,14 +1,16 @@
-// Helpers shared by the index tests: temporary directories and fault-injecting files.
+// The test fakes and helpers every unit test shares (library pcrfs_test_support): temporary
+// directories, whole-file I/O, and RandomAccessFile fakes (in memory, failing a byte range).
 #pragma once
 
 #include <cstdint>
 #include <memory>
+#include <span>
 #include <string>
 #include <vector>
 
 #include "common/random_access_file.h"
 
-namespace pcrfs::index::testing {
+namespace pcrfs::test {
 
 // A fresh directory under /tmp, removed with everything in it on destruction.
 class TempDir {
@@ -27,11 +29,14 @@ class TempDir {
 std::vector<uint8_t> ReadAll(const std::string& path);
 void WriteAll(const std::string& path, const std::vector<uint8_t>& data);
 
-// An in-memory file with the given contents.
+// An in-memory file with the given contents. Reading past the end is Corruption, as for a
+// truncated file.
 class MemoryFile final : public RandomAccessFile {
  public:
   MemoryFile(std::string name, std::vector<uint8_t> data)
       : name_(std::move(name)), data_(std::move(data)) {}
+  MemoryFile(std::string name, std::span<const uint8_t> data)
+      : name_(std::move(name)), data_(data.begin(), data.end()) {}
   Status Read(uint64_t offset, size_t n, uint8_t* dst) const override;
   uint64_t Size() const override { return data_.size(); }
   const std::string& name() const override { return name_; }
@@ -55,4 +60,4 @@ class FaultInjectingFile final : public RandomAccessFile {
   uint64_t bad_begin_, bad_end_;
 };
 
-}  // namespace pcrfs::index::testing
+}  // namespace pcrfs::test

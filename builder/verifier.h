@@ -16,7 +16,9 @@ struct VerifyConfig {
 };
 
 struct VerifyFinding {
-  enum class Kind { kDamaged, kDiffers, kMissing, kExtra };
+  // kStray: a file in the store folder that the store does not name (a record file beyond
+  // num_records, a leftover temporary file, anything else).
+  enum class Kind { kDamaged, kDiffers, kMissing, kExtra, kStray };
   Kind kind;
   std::string path;  // relative to the dataset root; "records/..." for store-level damage
   std::string reason;
@@ -35,9 +37,10 @@ struct VerifyReport {
 
 // Reads every piece of every record and checks its CRC; checks every record header and table,
 // every index entry against its record (kind, path, piece offsets, lengths and CRCs), every
-// level's bounds, and the tree's structure. With a source: every JPEG at level 10 decodes to
-// the source's pixels, every passthrough file equals its source byte for byte, and no source
-// file is missing. A non-ok result means the store could not be opened at all.
+// level's bounds, and the tree's structure; and that the store folder holds nothing but the
+// manifest, the index and the record files the manifest counts. With a source: every JPEG at level
+// 10 decodes to the source's pixels, every passthrough file equals its source byte for byte, and no
+// source file is missing. A non-ok result means the store could not be opened at all.
 Result<VerifyReport> VerifyStore(const VerifyConfig& config);
 
 }  // namespace pcrfs::tools

@@ -13,6 +13,7 @@
 #include <string>
 #include <vector>
 
+#include "builder/store_lock.h"
 #include "codec/transcoder.h"
 #include "common/status.h"
 #include "index/manifest.h"
@@ -53,6 +54,8 @@ struct BuildReport {
   std::vector<PassthroughNote> passthrough_notes;
   // Source entries that could not be stored at all: dangling symlinks, loops, unreadable files.
   std::vector<PassthroughNote> problems;
+  // Files that changed between the listing of the source and their reading: stored as read.
+  std::vector<PassthroughNote> changed;
 };
 
 // Exit codes of `pcr build`, documented in the README.
@@ -61,12 +64,20 @@ enum BuildExit : int {
   kExitFailed = 1,    // nothing usable was produced (I/O error, disk full, ...)
   kExitUsage = 2,     // bad arguments or bad SRC/STORE, found before any work
   kExitProblems = 3,  // the store is complete, but some source entries could not be stored
+  kExitBusy = 4,      // another writer holds STORE's lock (StoreWriterLock); nothing was touched
 };
 
 // Checks SRC and STORE before any work: InvalidArgument / AlreadyExists / NotFound on bad input.
 Status CheckBuildArguments(const BuildConfig& config);
 
-// Runs the whole build. A non-ok result means no store was published.
+// Runs the whole build under the writer lock of config.store: CheckBuildArguments, then
+// StoreWriterLock::Acquire (AlreadyExists while another writer holds it), then the arguments
+// again, as STORE may have been published in between, then BuildLocked. A non-ok result means
+// no store was published.
 Result<BuildReport> Build(const BuildConfig& config);
+
+// The build itself. REQUIRES: `lock` is held on config.store and CheckBuildArguments passed
+// after it was taken; the lock is held until the caller releases it, after the final rename.
+Result<BuildReport> BuildLocked(const BuildConfig& config, const StoreWriterLock& lock);
 
 }  // namespace pcrfs::tools

@@ -1,0 +1,199 @@
+// The builder and the verifier as libraries, without the command line: a store from generated
+// JPEGs and other files, its determinism, --resume, large files streamed into records, and the
+// verifier's findings on a clean and on a damaged store.
+#include "builder/builder.h"
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <random>
+
+#include "builder/verifier.h"
+#include "common/test_support.h"
+#include "index/record_format.h"
+#include "index/store.h"
+#include "tests/testdata/jpeg_factory.h"
+
+namespace pcrfs::tools {
+namespace {
+
+namespace stdfs = std::filesystem;
+using Bytes = std::vector<uint8_t>;
+using pcrfs::test::ReadAll;
+using pcrfs::test::TempDir;
+using pcrfs::test::WriteAll;
+
+void MakeSource(const std::string& src) {
+  stdfs::create_directories(src + "/cats/inner");
+  stdfs::create_directories(src + "/dogs");
+  int i = 0;
+  for (const char* name : {"cats/a.jpg", "cats/b.jpg", "cats/inner/c.jpg", "dogs/d.jpg"}) {
+    testdata::JpegSpec spec;
+    spec.width = 90 + 13 * i;
+    spec.height = 70 + 7 * i;
+    spec.seed = static_cast<uint32_t>(100 + i++);
+    auto jpeg = testdata::MakeTestJpeg(spec);
+    ASSERT_TRUE(jpeg.has_value());
+    WriteAll(src + "/" + name, *jpeg);
+  }
+  const std::string text = "labels\n";
+  WriteAll(src + "/labels.csv", Bytes(text.begin(), text.end()));
+  // Larger than the streaming threshold (16 MiB): copied into its record block by block.
+  Bytes big(17 << 20);
+  std::mt19937 rng(5);
+  for (auto& b : big) b = static_cast<uint8_t>(rng());
+  WriteAll(src + "/dogs/video.bin", big);
+}
+
+BuildConfig Config(const std::string& src, const std::string& store) {
+  BuildConfig c;
+  c.source = src;
+  c.store = store;
+  c.images_per_record = 2;
+  c.quality_sample = 0;
+  c.threads = 2;
+  return c;
+}
+
+std::map<std::string, Bytes> StoreFiles(const std::string& store) {
+  std::map<std::string, Bytes> out;
+  for (const auto& e : stdfs::recursive_directory_iterator(store)) {
+    if (e.is_regular_file()) out[stdfs::relative(e.path(), store).string()] = ReadAll(e.path());
+  }
+  return out;
+}
+
+TEST(BuilderTest, BuildsAStoreThatReadsBackExactly) {
+  TempDir dir;
+  MakeSource(dir.Join("src"));
+  auto report = Build(Config(dir.Join("src"), dir.Join("store")));
+  ASSERT_TRUE(report.has_value()) << report.error().ToString();
+  EXPECT_EQ(report->files_total, 6u);
+  EXPECT_EQ(report->manifest.num_jpeg, 4u);
+  EXPECT_EQ(report->manifest.num_passthrough, 2u);
+  EXPECT_EQ(report->manifest.num_records, 3u);  // 6 files, 2 per record
+  EXPECT_TRUE(report->problems.empty());
+  auto store = index::Store::Open(dir.Join("store"));
+  ASSERT_TRUE(store.has_value()) << store.error().ToString();
+  EXPECT_EQ((*store)->index().format(), index::kIndexFormat);
+  for (const char* name : {"labels.csv", "dogs/video.bin"}) {
+    auto e = (*store)->index().LookupPath(name);
+    ASSERT_TRUE(e.has_value()) << name;
+    Bytes got;
+    ASSERT_TRUE((*store)->ReadFile(*e, 1, &got).ok());
+    EXPECT_EQ(got, ReadAll(dir.Join("src/") + name)) << name;
+  }
+  // The 17 MiB file carries a CRC per 1 MiB block in the index.
+  auto video = (*store)->index().LookupPath("dogs/video.bin");
+  EXPECT_TRUE((*store)->index().GetBlockCrc(video->ino, 1, 16).has_value());
+  auto jpeg = (*store)->index().LookupPath("cats/inner/c.jpg");
+  ASSERT_TRUE(jpeg.has_value());
+  EXPECT_EQ(jpeg->kind, index::EntryKind::kJpeg);
+  Bytes level10;
+  ASSERT_TRUE((*store)->ReadFile(*jpeg, 10, &level10).ok());
+  EXPECT_EQ(level10.size(), jpeg->SizeAtLevel(10));
+}
+
+TEST(BuilderTest, SameInputSameBytesWhateverTheThreads) {
+  TempDir dir;
+  MakeSource(dir.Join("src"));
+  BuildConfig one = Config(dir.Join("src"), dir.Join("one"));
+  one.threads = 1;
+  BuildConfig three = Config(dir.Join("src"), dir.Join("three"));
+  three.threads = 3;
+  ASSERT_TRUE(Build(one).has_value());
+  ASSERT_TRUE(Build(three).has_value());
+  EXPECT_EQ(StoreFiles(dir.Join("one")), StoreFiles(dir.Join("three")));
+}
+
+// --resume trusts only what the interrupted build recorded about itself (STORE.partial/.build):
+// a partial folder without it is rebuilt from scratch, to the same bytes. (Kills at random
+// points and their resumes are tested end to end in tests/e2e/test_faults.py.)
+TEST(BuilderTest, ResumeWithoutBuildStateStartsOver) {
+  TempDir dir;
+  MakeSource(dir.Join("src"));
+  ASSERT_TRUE(Build(Config(dir.Join("src"), dir.Join("ref"))).has_value());
+  ASSERT_TRUE(Build(Config(dir.Join("src"), dir.Join("store"))).has_value());
+  stdfs::rename(dir.Join("store"), dir.Join("store.partial"));
+  stdfs::create_directories(dir.Join("store.partial/.build"));
+  stdfs::remove(dir.Join("store.partial/index.lmdb"));
+  stdfs::remove(dir.Join("store.partial/manifest.json"));
+  // Without the state folder nothing can be trusted: it is rebuilt from scratch.
+  BuildConfig resume = Config(dir.Join("src"), dir.Join("store"));
+  resume.resume = true;
+  auto report = Build(resume);
+  ASSERT_TRUE(report.has_value()) << report.error().ToString();
+  EXPECT_EQ(report->records_reused, 0u);
+  EXPECT_EQ(StoreFiles(dir.Join("store")), StoreFiles(dir.Join("ref")));
+}
+
+TEST(BuilderTest, BadArgumentsAreRefusedBeforeAnyWork) {
+  TempDir dir;
+  MakeSource(dir.Join("src"));
+  EXPECT_EQ(CheckBuildArguments(Config(dir.Join("missing"), dir.Join("s"))).code(),
+            Status::Code::kNotFound);
+  EXPECT_EQ(CheckBuildArguments(Config(dir.Join("src"), dir.Join("src/inside"))).code(),
+            Status::Code::kInvalidArgument);
+  BuildConfig zero = Config(dir.Join("src"), dir.Join("s"));
+  zero.images_per_record = 0;
+  EXPECT_EQ(CheckBuildArguments(zero).code(), Status::Code::kInvalidArgument);
+  ASSERT_TRUE(Build(Config(dir.Join("src"), dir.Join("s"))).has_value());
+  EXPECT_EQ(CheckBuildArguments(Config(dir.Join("src"), dir.Join("s"))).code(),
+            Status::Code::kAlreadyExists);
+  EXPECT_FALSE(stdfs::exists(dir.Join("missing.partial")));
+}
+
+TEST(VerifierTest, CleanStoreAndItsSourcePass) {
+  TempDir dir;
+  MakeSource(dir.Join("src"));
+  ASSERT_TRUE(Build(Config(dir.Join("src"), dir.Join("store"))).has_value());
+  VerifyConfig v;
+  v.store = dir.Join("store");
+  v.source = dir.Join("src");
+  v.jobs = 2;
+  auto report = VerifyStore(v);
+  ASSERT_TRUE(report.has_value()) << report.error().ToString();
+  EXPECT_TRUE(report->findings.empty())
+      << report->findings[0].path << ": " << report->findings[0].reason;
+  EXPECT_EQ(report->records, 3u);
+  EXPECT_EQ(report->compared, 6u);
+}
+
+TEST(VerifierTest, FindsDamageDifferencesAndStrays) {
+  TempDir dir;
+  MakeSource(dir.Join("src"));
+  ASSERT_TRUE(Build(Config(dir.Join("src"), dir.Join("store"))).has_value());
+  // Flip a byte inside video.bin's piece (a record of its own or with one other file) and
+  // change a source file after the build.
+  auto store = index::Store::Open(dir.Join("store"));
+  auto video = (*store)->index().LookupPath("dogs/video.bin");
+  const std::string record = dir.Join("store/") + index::RecordFileName(video->record);
+  store->reset();
+  Bytes bytes = ReadAll(record);
+  bytes[video->pieces[0].offset + 5 * index::kChecksumBlockSize + 3] ^= 1;
+  WriteAll(record, bytes);
+  const std::string changed = "changed\n";
+  WriteAll(dir.Join("src/labels.csv"), Bytes(changed.begin(), changed.end()));
+  WriteAll(dir.Join("store/records/stray.tmp"), Bytes{1, 2, 3});
+
+  VerifyConfig v;
+  v.store = dir.Join("store");
+  v.source = dir.Join("src");
+  auto report = VerifyStore(v);
+  ASSERT_TRUE(report.has_value()) << report.error().ToString();
+  auto has = [&](VerifyFinding::Kind kind, const std::string& path_part) {
+    return std::any_of(report->findings.begin(), report->findings.end(), [&](const auto& f) {
+      return f.kind == kind && f.path.find(path_part) != std::string::npos;
+    });
+  };
+  EXPECT_TRUE(has(VerifyFinding::Kind::kDamaged, "video.bin"));
+  EXPECT_TRUE(has(VerifyFinding::Kind::kDiffers, "labels.csv"));
+  EXPECT_TRUE(has(VerifyFinding::Kind::kStray, "stray.tmp"));
+  EXPECT_FALSE(has(VerifyFinding::Kind::kDamaged, "cats/a.jpg"));
+}
+
+}  // namespace
+}  // namespace pcrfs::tools

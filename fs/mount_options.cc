@@ -1,0 +1,264 @@
+#define FUSE_USE_VERSION FUSE_MAKE_VERSION(3, 12)
+#include "fs/mount_options.h"
+
+#include <fuse3/fuse_opt.h>
+
+#include <cctype>
+#include <cerrno>
+#include <cstdlib>
+#include <map>
+
+namespace pcrfs::fs {
+namespace {
+
+// The -o options pcrfs defines. Each is taken as text and checked after parsing, because
+// fuse_opt's own "%u" accepts "3x" and wraps "-5".
+enum Key : int {
+  kScans = 100,
+  kThreads,
+  kCacheSize,
+  kUid,
+  kGid,
+  kReadahead,
+  kPrefetch,
+  kPrefetchProbe,
+  kPrefetchChunk,
+  kMsssim,
+  kReaddirplus,
+  kIndexRss,
+  kReadWrite,
+  kHelp,
+  kVersion,
+};
+
+const fuse_opt kOptionSpecs[] = {FUSE_OPT_KEY("scans=%s", kScans),
+                                 FUSE_OPT_KEY("threads=%s", kThreads),
+                                 FUSE_OPT_KEY("cache_size=%s", kCacheSize),
+                                 FUSE_OPT_KEY("uid=%s", kUid),
+                                 FUSE_OPT_KEY("gid=%s", kGid),
+                                 FUSE_OPT_KEY("readahead=%s", kReadahead),
+                                 FUSE_OPT_KEY("prefetch=%s", kPrefetch),
+                                 FUSE_OPT_KEY("prefetch_probe=%s", kPrefetchProbe),
+                                 FUSE_OPT_KEY("prefetch_chunk=%s", kPrefetchChunk),
+                                 FUSE_OPT_KEY("msssim=%s", kMsssim),
+                                 FUSE_OPT_KEY("readdirplus=%s", kReaddirplus),
+                                 FUSE_OPT_KEY("index_rss=%s", kIndexRss),
+                                 FUSE_OPT_KEY("rw", kReadWrite),
+                                 FUSE_OPT_KEY("-h", kHelp),
+                                 FUSE_OPT_KEY("--help", kHelp),
+                                 FUSE_OPT_KEY("-V", kVersion),
+                                 FUSE_OPT_KEY("--version", kVersion),
+                                 FUSE_OPT_END};
+
+struct ParseState {
+  MountConfig* config;
+  std::map<int, std::string> values;  // by key; a repeated option: the last one counts
+  std::string error;                  // the first problem found while parsing
+  int nonopt_seen = 0;
+};
+
+// fuse_opt's callback: 0 consumes the argument, 1 keeps it for libfuse, -1 stops.
+int OptProc(void* data, const char* arg, int key, fuse_args*) {
+  auto* st = static_cast<ParseState*>(data);
+  const std::string_view a(arg);
+  switch (key) {
+    case FUSE_OPT_KEY_NONOPT:
+      if (st->nonopt_seen++ == 0) {
+        st->config->store = a;
+        return 0;
+      }
+      if (st->nonopt_seen == 2) st->config->mountpoint = a;
+      return 1;
+    case FUSE_OPT_KEY_OPT:
+      return 1;
+    case kReadWrite:
+      st->error = "-o rw: the store is read-only (pcrfs always mounts ro)";
+      return -1;
+    case kHelp:
+      st->config->show_help = true;
+      return 1;
+    case kVersion:
+      st->config->show_version = true;
+      return 1;
+    default:
+      st->values[key] = std::string(a.substr(a.find('=') + 1));
+      return 0;
+  }
+}
+
+Status Bad(std::string_view option, std::string_view value, std::string_view expected) {
+  return Status::InvalidArgument("-o " + std::string(option) + "=" + std::string(value) +
+                                 ": expected " + std::string(expected));
+}
+
+// Decimal digits only, in [lo, hi].
+Result<uint64_t> ParseInteger(std::string_view option, const std::string& text, uint64_t lo,
+                              uint64_t hi) {
+  const std::string range = "an integer in " + std::to_string(lo) + ".." + std::to_string(hi);
+  if (text.empty() || text.find_first_not_of("0123456789") != std::string::npos) {
+    return Err(Bad(option, text, range));
+  }
+  errno = 0;
+  const unsigned long long v = std::strtoull(text.c_str(), nullptr, 10);
+  if (errno != 0 || v < lo || v > hi) return Err(Bad(option, text, range));
+  return static_cast<uint64_t>(v);
+}
+
+// A size in [lo, hi].
+Result<uint64_t> ParseSizeOption(std::string_view option, const std::string& text, uint64_t lo,
+                                 uint64_t hi, std::string_view expected) {
+  auto size = ParseSize(text);
+  if (!size || *size < lo || *size > hi) return Err(Bad(option, text, expected));
+  return *size;
+}
+
+Status ApplyLevelOptions(const ParseState& st, MountConfig* c) {
+  if (auto it = st.values.find(kScans); it != st.values.end()) {
+    auto v = ParseInteger("scans", it->second, 1, index::kNumGroups);
+    if (!v) return v.error();
+    c->fs.fixed_level = static_cast<int>(*v);
+  }
+  if (auto it = st.values.find(kMsssim); it != st.values.end()) {
+    const std::string& text = it->second;
+    char* end = nullptr;
+    errno = 0;
+    const double x = std::strtod(text.c_str(), &end);
+    const bool starts_as_number =
+        !text.empty() && (std::isdigit(static_cast<unsigned char>(text[0])) || text[0] == '.');
+    if (!starts_as_number || errno != 0 || *end != '\0' || !(x > 0 && x <= 1)) {
+      return Bad("msssim", text, "a number in (0, 1], e.g. 0.95");
+    }
+    if (c->fs.fixed_level != 0) {
+      return Status::InvalidArgument("-o msssim and -o scans both choose the level; give one");
+    }
+    c->msssim = x;
+  }
+  return Status::OK();
+}
+
+Status ApplyNumericOptions(const ParseState& st, MountConfig* c) {
+  auto find = [&st](Key k) -> const std::string* {
+    auto it = st.values.find(k);
+    return it == st.values.end() ? nullptr : &it->second;
+  };
+  if (const std::string* t = find(kThreads)) {
+    auto v = ParseInteger("threads", *t, 1, kMaxThreads);
+    if (!v) return v.error();
+    c->threads = static_cast<unsigned>(*v);
+  }
+  if (const std::string* t = find(kUid)) {
+    auto v = ParseInteger("uid", *t, 0, kMaxId);
+    if (!v) return v.error();
+    c->uid = static_cast<uid_t>(*v);
+  }
+  if (const std::string* t = find(kGid)) {
+    auto v = ParseInteger("gid", *t, 0, kMaxId);
+    if (!v) return v.error();
+    c->gid = static_cast<gid_t>(*v);
+  }
+  if (const std::string* t = find(kReadahead)) {
+    auto v = ParseInteger("readahead", *t, 0, kMaxReadaheadFiles);
+    if (!v) return v.error();
+    c->fs.readahead_slots = static_cast<uint32_t>(*v);
+  }
+  if (const std::string* t = find(kPrefetch)) {
+    auto v = ParseInteger("prefetch", *t, 0, 100);
+    if (!v) return Bad("prefetch", *t, "a percentage, an integer in 0..100");
+    c->fs.prefetch_percent = static_cast<uint32_t>(*v);
+  }
+  if (find(kPrefetchProbe) != nullptr || find(kPrefetchChunk) != nullptr) {
+    c->retired_options = true;
+  }
+  return Status::OK();
+}
+
+Status ApplySizeOptions(const ParseState& st, MountConfig* c) {
+  if (auto it = st.values.find(kCacheSize); it != st.values.end()) {
+    auto v = ParseSizeOption("cache_size", it->second, kMinCacheBytes, kMaxCacheBytes,
+                             "a size in 1M..1T, e.g. 256M");
+    if (!v) return v.error();
+    c->fs.cache_bytes = *v;
+  }
+  if (auto it = st.values.find(kIndexRss); it != st.values.end()) {
+    auto v = ParseSizeOption("index_rss", it->second, 0, kMaxIndexRss,
+                             "a size in 0..1T, e.g. 16M (0: never unmap)");
+    if (!v) return v.error();
+    c->index_rss = *v;
+  }
+  if (auto it = st.values.find(kReaddirplus); it != st.values.end()) {
+    const std::string& mode = it->second;
+    if (mode == "yes") {
+      c->fs.readdirplus = ReaddirPlus::kAlways;
+    } else if (mode == "no") {
+      c->fs.readdirplus = ReaddirPlus::kNever;
+    } else if (mode == "auto") {
+      c->fs.readdirplus = ReaddirPlus::kAuto;
+    } else {
+      return Bad("readdirplus", mode, "yes, no or auto");
+    }
+  }
+  return Status::OK();
+}
+
+}  // namespace
+
+std::optional<uint64_t> ParseSize(std::string_view text) {
+  const size_t digits = text.find_first_not_of("0123456789");
+  if (digits == 0 || text.empty()) return std::nullopt;
+  const std::string number(text.substr(0, digits));
+  const std::string_view suffix = digits == std::string_view::npos ? "" : text.substr(digits);
+  errno = 0;
+  const unsigned long long v = std::strtoull(number.c_str(), nullptr, 10);
+  if (errno != 0) return std::nullopt;
+  int shift = 0;
+  if (!suffix.empty()) {
+    switch (suffix[0]) {
+      case 'k':
+      case 'K':
+        shift = 10;
+        break;
+      case 'm':
+      case 'M':
+        shift = 20;
+        break;
+      case 'g':
+      case 'G':
+        shift = 30;
+        break;
+      case 't':
+      case 'T':
+        shift = 40;
+        break;
+      default:
+        return std::nullopt;
+    }
+    const std::string_view unit = suffix.substr(1);
+    if (!unit.empty() && unit != "B" && unit != "iB") return std::nullopt;
+  }
+  if (v > (UINT64_MAX >> shift)) return std::nullopt;
+  return static_cast<uint64_t>(v) << shift;
+}
+
+Result<MountConfig> ParseMountOptions(int argc, const char* const argv[]) {
+  MountConfig config;
+  ParseState st{&config, {}, {}, 0};
+  fuse_args args = FUSE_ARGS_INIT(argc, const_cast<char**>(argv));
+  if (fuse_opt_parse(&args, &st, kOptionSpecs, OptProc) != 0) {
+    fuse_opt_free_args(&args);
+    // fuse_opt has printed its own reason (e.g. "-o" without a value) unless we have one.
+    return Err(Status::InvalidArgument(st.error.empty() ? "invalid arguments" : st.error));
+  }
+  for (int i = 0; i < args.argc; ++i) config.fuse_args.emplace_back(args.argv[i]);
+  fuse_opt_free_args(&args);
+
+  if (config.show_help || config.show_version) return config;
+  if (config.store.empty() || config.mountpoint.empty()) {
+    return Err(Status::InvalidArgument("STORE and MOUNTPOINT are required (see pcrfs --help)"));
+  }
+  PCRFS_RETURN_ERR_IF_ERROR(ApplyLevelOptions(st, &config));
+  PCRFS_RETURN_ERR_IF_ERROR(ApplyNumericOptions(st, &config));
+  PCRFS_RETURN_ERR_IF_ERROR(ApplySizeOptions(st, &config));
+  return config;
+}
+
+}  // namespace pcrfs::fs

@@ -1,0 +1,145 @@
+#include "fs/mount_options.h"
+
+#include <gtest/gtest.h>
+
+#include <initializer_list>
+#include <string>
+#include <vector>
+
+namespace pcrfs::fs {
+namespace {
+
+Result<MountConfig> Parse(std::initializer_list<const char*> args) {
+  std::vector<const char*> argv{"pcrfs"};
+  argv.insert(argv.end(), args.begin(), args.end());
+  return ParseMountOptions(static_cast<int>(argv.size()), argv.data());
+}
+
+// The error for `-o option`, or "" if it parses.
+std::string ErrorOf(const char* option) {
+  auto c = Parse({"st", "mnt", "-o", option});
+  return c ? "" : c.error().message();
+}
+
+TEST(MountOptionsTest, Defaults) {
+  auto c = Parse({"st", "mnt"});
+  ASSERT_TRUE(c) << c.error().ToString();
+  EXPECT_EQ(c->store, "st");
+  EXPECT_EQ(c->mountpoint, "mnt");
+  EXPECT_EQ(c->fs.fixed_level, 0);
+  EXPECT_EQ(c->threads, 0u);
+  EXPECT_FALSE(c->uid.has_value());
+  EXPECT_FALSE(c->msssim.has_value());
+  EXPECT_EQ(c->index_rss, uint64_t{16} << 20);
+  const FsOptions defaults;
+  EXPECT_EQ(c->fs.cache_bytes, defaults.cache_bytes);
+  EXPECT_EQ(c->fs.readahead_slots, defaults.readahead_slots);
+  // libfuse gets the program name and the mount point, not the store.
+  EXPECT_EQ(c->fuse_args, (std::vector<std::string>{"pcrfs", "mnt"}));
+}
+
+TEST(MountOptionsTest, EveryOptionIsApplied) {
+  auto c = Parse({"-f", "st", "mnt", "-o",
+                  "scans=3,threads=8,cache_size=512M,uid=1000,gid=4294967294,readahead=0,"
+                  "prefetch=100,prefetch_probe=0,prefetch_chunk=64KiB,readdirplus=auto,"
+                  "index_rss=0,allow_other,ro"});
+  ASSERT_TRUE(c) << c.error().ToString();
+  EXPECT_EQ(c->fs.fixed_level, 3);
+  EXPECT_EQ(c->threads, 8u);
+  EXPECT_EQ(c->fs.cache_bytes, uint64_t{512} << 20);
+  EXPECT_EQ(c->uid, 1000u);
+  EXPECT_EQ(c->gid, 4294967294u);
+  EXPECT_EQ(c->fs.readahead_slots, 0u);
+  EXPECT_EQ(c->fs.prefetch_percent, 100u);
+  EXPECT_TRUE(c->retired_options);  // prefetch_probe and prefetch_chunk: accepted, noted
+  EXPECT_EQ(c->fs.readdirplus, ReaddirPlus::kAuto);
+  EXPECT_EQ(c->index_rss, 0u);
+  // Options pcrfs does not define go to libfuse (fuse_opt puts -o options first).
+  EXPECT_EQ(c->fuse_args, (std::vector<std::string>{"pcrfs", "-o", "allow_other,ro", "-f", "mnt"}));
+}
+
+TEST(MountOptionsTest, RepeatedOptionLastWins) {
+  auto c = Parse({"st", "mnt", "-o", "scans=2", "-o", "scans=5"});
+  ASSERT_TRUE(c);
+  EXPECT_EQ(c->fs.fixed_level, 5);
+}
+
+TEST(MountOptionsTest, NumbersOutOfFormOrRangeAreRefusedNamingTheRange) {
+  EXPECT_EQ(ErrorOf("scans=0"), "-o scans=0: expected an integer in 1..10");
+  EXPECT_EQ(ErrorOf("scans=11"), "-o scans=11: expected an integer in 1..10");
+  EXPECT_EQ(ErrorOf("scans=3x"), "-o scans=3x: expected an integer in 1..10");
+  EXPECT_EQ(ErrorOf("scans="), "-o scans=: expected an integer in 1..10");
+  EXPECT_EQ(ErrorOf("scans= 3"), "-o scans= 3: expected an integer in 1..10");
+  EXPECT_EQ(ErrorOf("scans=+3"), "-o scans=+3: expected an integer in 1..10");
+  EXPECT_EQ(ErrorOf("threads=-5"), "-o threads=-5: expected an integer in 1..256");
+  EXPECT_EQ(ErrorOf("threads=100000"), "-o threads=100000: expected an integer in 1..256");
+  EXPECT_EQ(ErrorOf("threads=0"), "-o threads=0: expected an integer in 1..256");
+  EXPECT_EQ(ErrorOf("readahead=-1"), "-o readahead=-1: expected an integer in 0..1024");
+  EXPECT_EQ(ErrorOf("readahead=18446744073709551616"),
+            "-o readahead=18446744073709551616: expected an integer in 0..1024");
+  EXPECT_EQ(ErrorOf("uid=-1"), "-o uid=-1: expected an integer in 0..4294967294");
+  EXPECT_EQ(ErrorOf("gid=99999999999"), "-o gid=99999999999: expected an integer in 0..4294967294");
+  EXPECT_EQ(ErrorOf("gid=4294967295"), "-o gid=4294967295: expected an integer in 0..4294967294");
+  EXPECT_EQ(ErrorOf("prefetch=101"),
+            "-o prefetch=101: expected a percentage, an integer in 0..100");
+  EXPECT_EQ(ErrorOf("msssim=0"), "-o msssim=0: expected a number in (0, 1], e.g. 0.95");
+  EXPECT_EQ(ErrorOf("msssim=nan"), "-o msssim=nan: expected a number in (0, 1], e.g. 0.95");
+  EXPECT_EQ(ErrorOf("msssim=0.9x"), "-o msssim=0.9x: expected a number in (0, 1], e.g. 0.95");
+  EXPECT_EQ(ErrorOf("readdirplus=maybe"), "-o readdirplus=maybe: expected yes, no or auto");
+}
+
+TEST(MountOptionsTest, Sizes) {
+  EXPECT_EQ(ParseSize("4096"), 4096u);
+  EXPECT_EQ(ParseSize("64k"), 64u << 10);
+  EXPECT_EQ(ParseSize("256M"), 256u << 20);
+  EXPECT_EQ(ParseSize("1GB"), uint64_t{1} << 30);
+  EXPECT_EQ(ParseSize("2GiB"), uint64_t{2} << 30);
+  EXPECT_EQ(ParseSize("1T"), uint64_t{1} << 40);
+  for (const char* bad : {"", "M", "-1M", "1.5G", "1Mixx", "1MB ", " 1M", "1X", "16777216T",
+                          "99999999999999999999"}) {
+    EXPECT_FALSE(ParseSize(bad).has_value()) << bad;
+  }
+  EXPECT_EQ(ErrorOf("cache_size=512K"), "-o cache_size=512K: expected a size in 1M..1T, e.g. 256M");
+  EXPECT_EQ(ErrorOf("cache_size=lots"), "-o cache_size=lots: expected a size in 1M..1T, e.g. 256M");
+  EXPECT_EQ(ErrorOf("cache_size=2T"), "-o cache_size=2T: expected a size in 1M..1T, e.g. 256M");
+  EXPECT_EQ(ErrorOf("index_rss=-1"),
+            "-o index_rss=-1: expected a size in 0..1T, e.g. 16M (0: never unmap)");
+  // Retired options take any value (old fstab lines must still mount).
+  for (const char* old : {"prefetch_chunk=1K", "prefetch_chunk=auto", "prefetch_probe=2"}) {
+    auto c = Parse({"st", "mnt", "-o", old});
+    ASSERT_TRUE(c) << old;
+    EXPECT_TRUE(c->retired_options) << old;
+  }
+  auto plain = Parse({"st", "mnt", "-o", "prefetch=5"});
+  ASSERT_TRUE(plain);
+  EXPECT_FALSE(plain->retired_options);
+}
+
+TEST(MountOptionsTest, ReadWriteIsRefused) {
+  EXPECT_EQ(ErrorOf("rw"), "-o rw: the store is read-only (pcrfs always mounts ro)");
+  EXPECT_EQ(ErrorOf("allow_other,rw"), "-o rw: the store is read-only (pcrfs always mounts ro)");
+  EXPECT_EQ(ErrorOf("ro"), "");
+}
+
+TEST(MountOptionsTest, LevelChosenOnce) {
+  auto c = Parse({"st", "mnt", "-o", "msssim=0.95"});
+  ASSERT_TRUE(c);
+  EXPECT_DOUBLE_EQ(*c->msssim, 0.95);
+  EXPECT_EQ(ErrorOf("scans=3,msssim=0.9"),
+            "-o msssim and -o scans both choose the level; give one");
+}
+
+TEST(MountOptionsTest, StoreAndMountPointRequiredExceptForHelp) {
+  auto c = Parse({"st"});
+  ASSERT_FALSE(c);
+  EXPECT_EQ(c.error().message(), "STORE and MOUNTPOINT are required (see pcrfs --help)");
+  c = Parse({"--help"});
+  ASSERT_TRUE(c);
+  EXPECT_TRUE(c->show_help);
+  c = Parse({"-V"});
+  ASSERT_TRUE(c);
+  EXPECT_TRUE(c->show_version);
+}
+
+}  // namespace
+}  // namespace pcrfs::fs

@@ -1,0 +1,400 @@
+// The S3 test server: s3rver (the S3 protocol, objects on disk) behind a front that recomputes
+// the AWS Signature V4 of every request with AWS's own signer (@smithy/signature-v4) and refuses
+// a mismatch the way S3 does (403 SignatureDoesNotMatch, S3's XML error body). It also works
+// around s3rver's range bugs (bytes=0-0 answered whole, suffix ranges wrong) so that ranged GETs
+// give exact 206s, and maps virtual-host requests (Host: BUCKET.localhost) to path style.
+//
+//   node s3_front.js CONFIG.json
+//
+// CONFIG: {"directory": s3rver's folder, "buckets": [names], "region": "us-east-1",
+//          "keys": [{"access_key", "secret_key", "session_token"?}], "allow_anonymous": false,
+//          "port": 0, "check_clock": true (false accepts any x-amz-date, for AWS's examples)}
+// Prints one JSON line {"port": N, "s3rver_port": M} once both listen. GET /__front/stats
+// answers the front's counters (bucket names cannot start with "_").
+'use strict';
+
+const crypto = require('crypto');
+const fs = require('fs');
+const http = require('http');
+
+const { Sha256 } = require('@aws-crypto/sha256-js');
+const sigv4 = require('@smithy/signature-v4');
+const S3rver = require('s3rver');
+const FilesystemStore = require('s3rver/lib/stores/filesystem');
+
+// s3rver's listing with a delimiter skips folders below a common prefix, and so misses every
+// prefix with no object directly in it (s3://b/train/ when all objects are in train/CLASS/):
+// list the whole prefix without a delimiter and group it here. One page holds everything (no
+// continuation token to get wrong); clients accept a page longer than max-keys.
+const listObjects = FilesystemStore.prototype.listObjects;
+FilesystemStore.prototype.listObjects = async function(bucket, options) {
+  const {delimiter = '', prefix = '', startAfter = ''} = options;
+  if (!delimiter) return listObjects.call(this, bucket, options);
+  const all = await listObjects.call(this, bucket, {prefix, startAfter});
+  const objects = [];
+  const commonPrefixes = new Set();
+  for (const object of all.objects) {
+    const idx = object.key.indexOf(delimiter, prefix.length);
+    if (idx === -1) {
+      objects.push(object);
+    } else {
+      commonPrefixes.add(object.key.slice(0, idx + delimiter.length));
+    }
+  }
+  return {objects, commonPrefixes: [...commonPrefixes].sort(), isTruncated: false};
+};
+
+const ALGORITHM = 'AWS4-HMAC-SHA256';
+const MAX_SKEW_MS = 15 * 60 * 1000;
+const REMOVED_HEADER = 'x-fault-proxy-removed';
+
+const config = JSON.parse(fs.readFileSync(process.argv[2], 'utf8'));
+const region = config.region || 'us-east-1';
+const keys = new Map(config.keys.map((k) => [k.access_key, k]));
+const stats = {
+  requests: 0,
+  signed_ok: 0,
+  anonymous: 0,
+  refused: {},
+  range_fixed: 0,
+  bytes_to_client: 0,
+};
+let s3rverPort = 0;
+
+function xmlEscape(s) {
+  return String(s).replace(/[<>&'"]/g, (c) => ({
+    '<': '&lt;', '>': '&gt;', '&': '&amp;', "'": '&apos;', '"': '&quot;',
+  })[c]);
+}
+
+class S3Error extends Error {
+  constructor(status, code, message, fields = {}) {
+    super(message);
+    this.status = status;
+    this.code = code;
+    this.fields = fields;
+  }
+}
+
+function sendError(req, res, err) {
+  stats.refused[err.code] = (stats.refused[err.code] || 0) + 1;
+  const extra = Object.entries(err.fields)
+      .map(([k, v]) => `<${k}>${xmlEscape(v)}</${k}>`).join('');
+  const body = '<?xml version="1.0" encoding="UTF-8"?>\n' +
+      `<Error><Code>${err.code}</Code><Message>${xmlEscape(err.message)}</Message>${extra}` +
+      `<Resource>${xmlEscape(req.url)}</Resource>` +
+      `<RequestId>${crypto.randomBytes(8).toString('hex')}</RequestId></Error>`;
+  res.writeHead(err.status, {
+    'Content-Type': 'application/xml',
+    'Content-Length': Buffer.byteLength(body),
+  });
+  res.end(req.method === 'HEAD' ? undefined : body);
+}
+
+// "AWS4-HMAC-SHA256 Credential=AK/DATE/REGION/s3/aws4_request, SignedHeaders=a;b, Signature=hex"
+function parseAuthorization(value) {
+  if (!value.startsWith(ALGORITHM + ' ')) {
+    throw new S3Error(400, 'InvalidArgument',
+        `Unsupported Authorization Type (only ${ALGORITHM} is accepted)`);
+  }
+  const fields = {};
+  for (const part of value.slice(ALGORITHM.length + 1).split(',')) {
+    const eq = part.indexOf('=');
+    if (eq > 0) fields[part.slice(0, eq).trim()] = part.slice(eq + 1).trim();
+  }
+  const scope = (fields.Credential || '').split('/');
+  if (scope.length !== 5 || !fields.SignedHeaders || !fields.Signature ||
+      scope[4] !== 'aws4_request') {
+    throw new S3Error(400, 'AuthorizationHeaderMalformed',
+        'The authorization header is malformed: ' +
+        value.replace(/Signature=\w+/, 'Signature=…'));
+  }
+  return {
+    accessKey: scope[0], date: scope[1], region: scope[2], service: scope[3],
+    signedHeaders: fields.SignedHeaders.split(';'), signature: fields.Signature,
+  };
+}
+
+// S3's canonical query: keys and values as the client sent them, decoded once (the signer
+// encodes them again). A '+' stays a '+'.
+function parseQuery(raw) {
+  try {
+    return parseQueryOrThrow(raw);
+  } catch (err) {
+    throw new S3Error(400, 'InvalidArgument', `a malformed query string: ${err.message}`);
+  }
+}
+
+function parseQueryOrThrow(raw) {
+  const query = {};
+  if (!raw) return query;
+  for (const part of raw.split('&')) {
+    if (!part) continue;
+    const eq = part.indexOf('=');
+    const k = decodeURIComponent(eq < 0 ? part : part.slice(0, eq));
+    const v = eq < 0 ? '' : decodeURIComponent(part.slice(eq + 1));
+    if (k in query) {
+      query[k] = [].concat(query[k], v);
+    } else {
+      query[k] = v;
+    }
+  }
+  return query;
+}
+
+function amzDateToDate(s) {
+  const m = /^(\d{4})(\d{2})(\d{2})T(\d{2})(\d{2})(\d{2})Z$/.exec(s || '');
+  if (!m) return null;
+  return new Date(Date.UTC(+m[1], +m[2] - 1, +m[3], +m[4], +m[5], +m[6]));
+}
+
+function sha256Hex(buf) {
+  return crypto.createHash('sha256').update(buf).digest('hex');
+}
+
+// Checks the request's SigV4 signature; throws an S3Error on any mismatch.
+async function verify(req, rawPath, rawQuery, body) {
+  const auth = parseAuthorization(req.headers['authorization']);
+  const key = keys.get(auth.accessKey);
+  if (!key) {
+    throw new S3Error(403, 'InvalidAccessKeyId',
+        'The AWS Access Key Id you provided does not exist in our records.',
+        {AWSAccessKeyId: auth.accessKey});
+  }
+  if (auth.region !== region || auth.service !== 's3') {
+    throw new S3Error(400, 'AuthorizationHeaderMalformed',
+        `The authorization header is malformed; the region '${auth.region}' is wrong; ` +
+        `expecting '${region}'`, {Region: region});
+  }
+  const amzDate = req.headers['x-amz-date'];
+  const signingDate = amzDateToDate(amzDate);
+  if (!signingDate || !auth.signedHeaders.includes('x-amz-date') ||
+      !auth.signedHeaders.includes('host')) {
+    throw new S3Error(403, 'AccessDenied',
+        'AWS authentication requires a valid x-amz-date header and signed host and x-amz-date');
+  }
+  if (auth.date !== amzDate.slice(0, 8)) {
+    throw new S3Error(400, 'AuthorizationHeaderMalformed',
+        `The authorization header is malformed; the credential date '${auth.date}' does not ` +
+        `match x-amz-date '${amzDate}'`);
+  }
+  const skew = Math.abs(Date.now() - signingDate.getTime());
+  if (config.check_clock !== false && skew > MAX_SKEW_MS) {
+    throw new S3Error(403, 'RequestTimeTooSkewed',
+        'The difference between the request time and the current time is too large.',
+        {RequestTime: amzDate, ServerTime: new Date().toISOString()});
+  }
+  const contentSha = req.headers['x-amz-content-sha256'];
+  if (!contentSha) {
+    throw new S3Error(400, 'InvalidRequest',
+        'Missing required header for this request: x-amz-content-sha256');
+  }
+  if (/^[0-9a-f]{64}$/.test(contentSha) && contentSha !== sha256Hex(body)) {
+    throw new S3Error(400, 'XAmzContentSHA256Mismatch',
+        'The provided \'x-amz-content-sha256\' header does not match what was computed.',
+        {ClientComputedContentSHA256: contentSha, S3ComputedContentSHA256: sha256Hex(body)});
+  }
+  const token = req.headers['x-amz-security-token'];
+  if ((key.session_token || token) && token !== key.session_token) {
+    throw new S3Error(403, 'InvalidToken',
+        'The provided token is malformed or otherwise invalid.');
+  }
+
+  // The headers the client signed, as received; a header the fault proxy removed counts as sent.
+  const received = Object.assign({}, req.headers);
+  if (received[REMOVED_HEADER]) {
+    Object.assign(received, JSON.parse(received[REMOVED_HEADER]));
+  }
+  const headers = {};
+  for (const name of auth.signedHeaders) {
+    if (received[name] === undefined) {
+      throw new S3Error(403, 'AccessDenied',
+          `There were headers present in the request which were not signed / a signed ` +
+          `header is missing: ${name}`);
+    }
+    headers[name] = received[name];
+  }
+  const request = {
+    method: req.method, protocol: 'http:', hostname: 'unused', path: rawPath,
+    query: parseQuery(rawQuery), headers, body,
+  };
+  const signer = new sigv4.SignatureV4({
+    credentials: {accessKeyId: key.access_key, secretAccessKey: key.secret_key},
+    region, service: 's3', sha256: Sha256, uriEscapePath: false, applyChecksum: false,
+  });
+  const signableHeaders = new Set(auth.signedHeaders);
+  const signed = await signer.sign(request, {signingDate, signableHeaders});
+  const expected = /Signature=([0-9a-f]+)/.exec(signed.headers['authorization'])[1];
+  const expectedList = /SignedHeaders=([^,]+)/.exec(signed.headers['authorization'])[1];
+  if (expected !== auth.signature || expectedList !== auth.signedHeaders.join(';')) {
+    // What S3 answers: the canonical request and string to sign it computed.
+    const prepared = sigv4.prepareRequest(request);
+    prepared.headers['x-amz-date'] = amzDate;
+    const canonical = signer.createCanonicalRequest(prepared,
+        sigv4.getCanonicalHeaders(prepared, undefined, signableHeaders),
+        await sigv4.getPayloadHash(prepared, Sha256));
+    const scope = `${auth.date}/${region}/s3/aws4_request`;
+    const stringToSign = await signer.createStringToSign(amzDate, scope, canonical, ALGORITHM);
+    throw new S3Error(403, 'SignatureDoesNotMatch',
+        'The request signature we calculated does not match the signature you provided. ' +
+        'Check your key and signing method.', {
+          AWSAccessKeyId: auth.accessKey, StringToSign: stringToSign,
+          SignatureProvided: auth.signature, CanonicalRequest: canonical,
+        });
+  }
+}
+
+function s3rverRequest(method, reqPath, headers, body) {
+  return new Promise((resolve, reject) => {
+    const r = http.request({host: '127.0.0.1', port: s3rverPort, method, path: reqPath, headers},
+        resolve);
+    r.on('error', reject);
+    r.end(body && body.length ? body : undefined);
+  });
+}
+
+async function readAll(stream) {
+  const chunks = [];
+  for await (const c of stream) chunks.push(c);
+  return Buffer.concat(chunks);
+}
+
+// s3rver reads "bytes=0-0" as the whole object and "bytes=-N" as "bytes=0-N", and fails on
+// multi-range requests (S3 ignores those and answers 200). Returns {range, trimToOne} to send.
+async function fixRange(range, objectPath, headers) {
+  if (range === undefined) return {range};
+  let m = /^bytes=(\d+)-(\d*)$/.exec(range);
+  if (m) {
+    if (m[2] !== '' && Number(m[2]) === 0 && Number(m[1]) === 0) {
+      stats.range_fixed++;
+      return {range: 'bytes=0-1', trimToOne: true};
+    }
+    return {range};
+  }
+  m = /^bytes=-(\d+)$/.exec(range);
+  if (m) {
+    stats.range_fixed++;
+    const headHeaders = Object.assign({}, headers);
+    delete headHeaders['range'];
+    const head = await s3rverRequest('HEAD', objectPath, headHeaders);
+    head.resume();
+    if (head.statusCode !== 200) return {range};  // s3rver's own error (NoSuchKey, ...)
+    const size = Number(head.headers['content-length']);
+    const n = Number(m[1]);
+    if (n === 0 || size === 0) return {range: `bytes=${size}-`};  // unsatisfiable: 416
+    return {range: `bytes=${Math.max(0, size - n)}-${size - 1}`};
+  }
+  stats.range_fixed++;
+  return {range: undefined};  // multi-range or not a byte range: the whole object, like S3
+}
+
+async function handle(req, res) {
+  stats.requests++;
+  const body = await readAll(req);
+  const q = req.url.indexOf('?');
+  let rawPath = q < 0 ? req.url : req.url.slice(0, q);
+  const rawQuery = q < 0 ? '' : req.url.slice(q + 1);
+  if (rawPath === '/__front/stats') {
+    const out = JSON.stringify(stats);
+    res.writeHead(200, {'Content-Type': 'application/json', 'Content-Length': out.length});
+    res.end(out);
+    return;
+  }
+  const query = parseQuery(rawQuery);
+  if ('X-Amz-Algorithm' in query || 'Signature' in query) {
+    throw new S3Error(403, 'AccessDenied', 'This test server does not accept presigned URLs');
+  }
+  if (req.headers['authorization'] !== undefined) {
+    await verify(req, rawPath, rawQuery, body);
+    stats.signed_ok++;
+  } else if (config.allow_anonymous && (req.method === 'GET' || req.method === 'HEAD')) {
+    stats.anonymous++;
+  } else {
+    throw new S3Error(403, 'AccessDenied', 'Access Denied (an unsigned request)');
+  }
+
+  // Virtual-host style: Host BUCKET.localhost[:port] (or AWS's BUCKET.s3[.REGION].amazonaws.com)
+  // means path /BUCKET/...
+  const host = (req.headers['host'] || '').replace(/:\d+$/, '');
+  const vhost = /^(.+?)\.(?:localhost|s3(?:[.-][a-z0-9-]+)?\.amazonaws\.com)$/.exec(host);
+  if (vhost) rawPath = '/' + vhost[1] + (rawPath === '/' ? '' : rawPath);
+
+  const headers = {};
+  for (const [name, value] of Object.entries(req.headers)) {
+    if (['authorization', 'host', 'connection', REMOVED_HEADER].includes(name)) continue;
+    headers[name] = value;
+  }
+  headers['host'] = `127.0.0.1:${s3rverPort}`;
+  let fix = {range: undefined};
+  if ((req.method === 'GET' || req.method === 'HEAD') && headers['range'] !== undefined) {
+    fix = await fixRange(headers['range'], rawPath, headers);
+    if (fix.range === undefined) {
+      delete headers['range'];
+    } else {
+      headers['range'] = fix.range;
+    }
+  }
+  const upstream = await s3rverRequest(req.method,
+      rawPath + (rawQuery ? '?' + rawQuery : ''), headers, body);
+  const outHeaders = Object.assign({}, upstream.headers);
+  delete outHeaders['connection'];
+  delete outHeaders['keep-alive'];
+  if (fix.trimToOne && upstream.statusCode === 206) {
+    const data = (await readAll(upstream)).subarray(0, 1);
+    const total = /\/(\d+)$/.exec(outHeaders['content-range'])[1];
+    outHeaders['content-range'] = `bytes 0-0/${total}`;
+    outHeaders['content-length'] = '1';
+    res.writeHead(206, outHeaders);
+    stats.bytes_to_client += req.method === 'HEAD' ? 0 : 1;
+    res.end(req.method === 'HEAD' ? undefined : data);
+    return;
+  }
+  // A client that goes away mid-body, or s3rver failing mid-body, ends the other side too.
+  upstream.on('error', () => res.destroy());
+  res.on('close', () => upstream.destroy());
+  res.writeHead(upstream.statusCode, outHeaders);
+  upstream.on('data', (c) => {
+    stats.bytes_to_client += c.length;
+  });
+  upstream.pipe(res);
+}
+
+async function main() {
+  const s3rver = new S3rver({
+    address: '127.0.0.1', port: 0, silent: true, directory: config.directory,
+    configureBuckets: config.buckets.map((name) => ({name})),
+  });
+  const addr = await s3rver.run();
+  s3rverPort = addr.port;
+  const front = http.createServer((req, res) => {
+    handle(req, res).catch((err) => {
+      if (!(err instanceof S3Error)) {
+        console.error('s3_front:', err && err.stack || err);
+        err = new S3Error(500, 'InternalError', String(err && err.message || err));
+      }
+      if (res.headersSent) {
+        res.destroy();
+      } else {
+        sendError(req, res, err);
+      }
+    });
+  });
+  front.keepAliveTimeout = 300 * 1000;
+  front.headersTimeout = 310 * 1000;
+  front.listen(config.port || 0, '127.0.0.1', () => {
+    process.stdout.write(JSON.stringify({port: front.address().port, s3rver_port: s3rverPort}) +
+        '\n');
+  });
+  const stop = () => {
+    front.close();
+    s3rver.close().finally(() => process.exit(0));
+    setTimeout(() => process.exit(0), 2000).unref();
+  };
+  process.on('SIGTERM', stop);
+  process.on('SIGINT', stop);
+}
+
+main().catch((err) => {
+  console.error('s3_front: ' + (err && err.stack || err));
+  process.exit(1);
+});
