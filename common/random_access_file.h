@@ -21,6 +21,10 @@ class RandomAccessFile {
   virtual const std::string& name() const = 0;
   // Hints that [offset, offset + n) will be read soon (asynchronous readahead). Optional.
   virtual void Prefetch(uint64_t /*offset*/, uint64_t /*n*/) const {}
+  // Whether bytes read once stay cached for a while (the page cache, a block cache), so that
+  // reading a range ahead of need makes the later read cheap. Speculative reads
+  // (fs/record_scheduler.h) are issued only to such files.
+  virtual bool KeepsReads() const { return false; }
 };
 
 // pread(2) on an open file; thread-safe. The kernel's own readahead is turned off
@@ -35,6 +39,7 @@ class PosixRandomAccessFile final : public RandomAccessFile {
   uint64_t Size() const override { return size_; }
   const std::string& name() const override { return path_; }
   void Prefetch(uint64_t offset, uint64_t n) const override;
+  bool KeepsReads() const override { return true; }  // the page cache
 
  private:
   PosixRandomAccessFile(std::string path, UniqueFd fd, uint64_t size)

@@ -45,15 +45,11 @@ void PrintUsage(const char* prog) {
       "    -o threads=N           FUSE worker threads, 1..256 (default: 2 x cores, at\n"
       "                           least 4)\n"
       "    -o cache_size=SIZE     piece cache memory cap, 1M..1T (default 256M)\n"
-      "    -o readahead=N         files to read ahead in a record on sequential reads,\n"
-      "                           0..1024 (default 64; 0 turns it off)\n"
-      "    -o prefetch=P          once P%% of a record's files have been read, fetch the\n"
-      "                           record's whole level prefix in 1 MiB reads (default 3;\n"
+      "    -o readahead=N         when a folder is read in order, fetch its next N files\n"
+      "                           while the device is idle, 0..1024 (default 64; 0: off)\n"
+      "    -o prefetch=P          once P%% of a folder's files have been read, fetch the\n"
+      "                           rest of the folder while the device is idle (default 3;\n"
       "                           0: off)\n"
-      "    -o prefetch_probe=0|1  1 (default): pause the prefetcher while the device moves\n"
-      "                           as many bytes without it (bandwidth-bound storage)\n"
-      "    -o prefetch_chunk=SIZE the prefetcher's read size, 4K..16M (default 1M), or auto:\n"
-      "                           64K..1M, adapted so that one read takes a few ms\n"
       "    -o readdirplus=MODE    no: plain listings (default), cheapest for find or a\n"
       "                           framework's walk of a huge tree; yes: listings carry every\n"
       "                           entry's attributes, so stat/open of listed files costs no\n"
@@ -300,6 +296,11 @@ int RunDaemon(int argc, char** argv) {
     std::printf("pcrfs %s\n", PCRFS_VERSION);
     fuse_lowlevel_version();
     return 0;
+  }
+  if (config->retired_options) {
+    std::fprintf(stderr,
+                 "pcrfs: note: -o prefetch_probe and -o prefetch_chunk are no longer used (the "
+                 "daemon sizes its reads from the storage's measured speed); ignored\n");
   }
   auto verified = CheckBeforeMount(&*config);
   if (!verified) {

@@ -39,7 +39,6 @@ Filesystem::Filesystem(std::unique_ptr<index::Store> store, FsOptions options)
       large_cache_(LargeFileCacheBytes(options.cache_bytes)) {
   auto root = store_->index().Get(index::kRootIno);
   if (root) root_ = std::move(*root);
-  access_.resize(store_->manifest().num_records);
 }
 
 Result<Filesystem::Resolved> Filesystem::Resolve(uint64_t ino) const {
@@ -232,66 +231,16 @@ Result<PieceBytes> Filesystem::GetBlock(const RandomAccessFile& file, const inde
         block > 0 && cache.Contains({e.record, e.slot, static_cast<uint32_t>(group), block - 1})) {
       // A large file read in order: ask for the next blocks while this one is read and checked.
       const uint64_t next = ref.offset + (block + 1) * index::kChecksumBlockSize;
-      file.Prefetch(next, std::min(kSequentialBlocksAhead * index::kChecksumBlockSize,
-                                   ref.offset + ref.length - next));
+      scheduler_.WillRead(file, {{next, std::min(kSequentialBlocksAhead * index::kChecksumBlockSize,
+                                                 ref.offset + ref.length - next)}});
     }
     auto bytes = std::make_shared<BlockBytes>(
         static_cast<size_t>(index::ChecksumBlockLength(ref.length, block)));
-    Status s = store_->ReadBlock(file, e, group, block, bytes->data());
+    Status s = scheduler_.Demand(
+        bytes->size(), [&] { return store_->ReadBlock(file, e, group, block, bytes->data()); });
     if (!s.ok()) return Err(Status::IOError(s.message(), EIO));
     return PieceBytes(std::move(bytes));
   });
-}
-
-void Filesystem::MaybeReadAhead(const std::shared_ptr<RandomAccessFile>& file,
-                                const index::Entry& e, int level) const {
-  if (e.record >= access_.size()) return;
-  bool sequential = false;
-  bool fetch_prefix = false;
-  {
-    std::lock_guard<std::mutex> l(mu_);
-    RecordAccess& a = access_[e.record];
-    if (a.next_slot == e.slot + 1) return;  // this file was just read (another request of it)
-    sequential = a.next_slot == e.slot;     // the previous file read here was slot - 1
-    a.next_slot = e.slot + 1;
-    if (options_.prefetch_percent > 0) {
-      if (a.touched.size() <= e.slot) a.touched.resize(e.slot + 1);
-      if (!a.touched[e.slot]) {
-        a.touched[e.slot] = true;
-        ++a.distinct;
-      }
-      const uint64_t per_record =
-          std::max<uint32_t>(1, store_->manifest().options.images_per_record);
-      const uint16_t bit = static_cast<uint16_t>(1u << (level - 1));
-      if (!(a.prefetched & bit) &&
-          uint64_t{a.distinct} * 100 >=
-              std::max<uint64_t>(2, per_record * options_.prefetch_percent)) {
-        a.prefetched |= bit;
-        fetch_prefix = true;
-      }
-    }
-  }
-  if (fetch_prefix) {
-    // Levels 1..k of the whole record are one contiguous range: one large sequential read,
-    // queued on the prefetcher's thread.
-    auto info = store_->index().GetRecord(e.record);
-    if (info) {
-      const uint64_t begin = info->data_offset;
-      const uint64_t end =
-          e.kind == index::EntryKind::kJpeg ? info->group_offset[level] : info->group_offset[1];
-      if (end > begin) prefetcher_.Submit(file, begin, end - begin);
-    }
-    return;
-  }
-  if (!sequential || options_.readahead_slots == 0) return;
-  // Files are stored in walk order, so the next files' pieces of group g follow this file's
-  // piece of group g. Ask the kernel to fetch about readahead_slots files' worth of each of
-  // the level's groups, asynchronously, in one large read per group.
-  for (int g = 1; g <= PieceCount(e, level); ++g) {
-    const index::PieceRef& ref = e.pieces[static_cast<size_t>(g - 1)];
-    const uint64_t want = std::max<uint64_t>(ref.length, 4096) * options_.readahead_slots;
-    file->Prefetch(ref.offset + ref.length, want);
-  }
 }
 
 Result<size_t> Filesystem::Read(uint64_t ino, uint64_t offset, size_t size, uint8_t* dst) const {
@@ -312,8 +261,9 @@ Result<size_t> Filesystem::Read(uint64_t ino, uint64_t offset, size_t size, uint
     ReportDamage(e, r->level, file.error());
     return Err(Status::IOError(file.error().message(), EIO));
   }
-  MaybeReadAhead(*file, e, r->level);
+  predictor_.OnRead(e, r->level);
   if (pieces > 1) {
+    std::vector<RecordScheduler::Range> wanted;
     uint64_t pos = 0;
     for (int g = 1; g <= pieces && pos < end; ++g) {
       const index::PieceRef& ref = e.pieces[static_cast<size_t>(g - 1)];
@@ -327,11 +277,12 @@ Result<size_t> Filesystem::Read(uint64_t ino, uint64_t offset, size_t size, uint
           const uint64_t begin = block * index::kChecksumBlockSize;
           const uint64_t stop = std::min(
               ref.length, ((to - 1) / index::kChecksumBlockSize + 1) * index::kChecksumBlockSize);
-          (*file)->Prefetch(ref.offset + begin, stop - begin);
+          wanted.push_back({ref.offset + begin, stop - begin});
         }
       }
       pos += ref.length;
     }
+    scheduler_.WillRead(**file, wanted);
   }
 
   uint64_t pos = 0;  // file offset where the current piece starts
@@ -378,8 +329,8 @@ Result<std::string> Filesystem::GetXattr(uint64_t ino, std::string_view name) co
   const std::string_view key = name.substr(sizeof(kXattrPrefix) - 1);
   const int level = r->ladder_root ? 0 : r->level;
   if (key == "prefetch" && ino == kFuseRootIno) {
-    if (options_.prefetch_percent == 0) return std::string("off (-o prefetch=0)");
-    return prefetcher_.Describe();
+    if (!predictor_.enabled()) return std::string("off (-o prefetch=0,readahead=0)");
+    return scheduler_.Describe();
   }
   if (key == "level") {
     if (level == 0) return Err(Errno(ENODATA, name));

@@ -21,7 +21,8 @@
 #include "common/status.h"
 #include "fs/inode.h"
 #include "fs/piece_cache.h"
-#include "fs/prefetcher.h"
+#include "fs/read_predictor.h"
+#include "fs/record_scheduler.h"
 #include "index/store.h"
 
 namespace pcrfs::fs {
@@ -37,16 +38,11 @@ struct FsOptions {
   uid_t uid = 0;
   gid_t gid = 0;
   uint64_t cache_bytes = uint64_t{256} << 20;  // piece cache cap
-  // Read ahead this many following slots of a record when reads walk it in order.
+  // When reads walk a directory in order, fetch this many following files (ReadPredictor).
   uint32_t readahead_slots = 64;
-  // Once this percentage of a record's files has been read (a shuffled epoch touches every
-  // record evenly), fetch the record's whole level-k prefix (Prefetcher). 0: never.
+  // Once this percentage of a directory's files has been read (a shuffled epoch touches every
+  // directory it reads evenly), fetch all of the directory's files (ReadPredictor). 0: never.
   uint32_t prefetch_percent = 3;
-  // The prefetcher's read size; 0 adapts it to the device (64 KiB..1 MiB, a few ms per read).
-  uint64_t prefetch_chunk = uint64_t{1} << 20;
-  // Measure whether prefetching raises the storage's throughput, and pause it while it does
-  // not (see Prefetcher). false: always prefetch.
-  bool prefetch_probe = true;
   // Plain by default: with attributes, a listing makes the kernel build an inode per entry,
   // and `find` over a million files took 3.9x native and 1.2 GB of kernel memory (plain:
   // 0.6x, nothing). Opening a file then costs one LOOKUP, once per mount.
@@ -108,8 +104,6 @@ class Filesystem {
                               uint64_t block, bool keep) const;
   // How many checksum blocks to ask for ahead of a large file read in order.
   static constexpr uint64_t kSequentialBlocksAhead = 4;
-  void MaybeReadAhead(const std::shared_ptr<RandomAccessFile>& file, const index::Entry& e,
-                      int level) const;
   // Logs a damaged file once (common/log.h: stderr in the foreground, syslog once
   // daemonized), naming the record file and the file's path in the dataset.
   void ReportDamage(const index::Entry& e, int level, const Status& s) const;
@@ -131,14 +125,6 @@ class Filesystem {
   mutable PieceCache large_cache_;
   index::Entry root_;
 
-  // How reads have touched one record, to decide when reading ahead pays.
-  struct RecordAccess {
-    uint32_t next_slot = UINT32_MAX;  // the slot after the last one read
-    uint32_t distinct = 0;            // slots read at least once
-    uint16_t prefetched = 0;          // bit k-1: the level-k prefix has been fetched
-    std::vector<bool> touched;        // by slot
-  };
-
   mutable std::mutex mu_;
   // A plain readdir stops when the kernel's 4 KiB buffer is full and resumes at the next child
   // in the next call. Remembering that child's name saves an entry lookup per resume.
@@ -150,14 +136,12 @@ class Filesystem {
   mutable std::vector<ReaddirResume> resume_{kResumeSlots};  // GUARDED_BY(mu_); by dir % slots
   mutable std::set<std::pair<uint32_t, uint32_t>> damaged_logged_;  // GUARDED_BY(mu_)
   mutable std::set<uint32_t> record_problem_logged_;                // GUARDED_BY(mu_)
-  mutable std::vector<RecordAccess> access_;                        // GUARDED_BY(mu_); by record
-  mutable Prefetcher prefetcher_{PrefetcherOptions(options_)};
-  static Prefetcher::Options PrefetcherOptions(const FsOptions& o) {
-    Prefetcher::Options p;
-    p.chunk = o.prefetch_chunk;
-    p.probe = o.prefetch_probe;
-    return p;
-  }
+  // Every read of a record goes through scheduler_ (demand reads in GetPiece, speculative
+  // ones from predictor_). Declared after store_: destroyed first, its threads joined while
+  // the record files are still open.
+  mutable RecordScheduler scheduler_;
+  mutable ReadPredictor predictor_{
+      *store_, scheduler_, {options_.prefetch_percent, options_.readahead_slots}};
 };
 
 }  // namespace pcrfs::fs

@@ -214,6 +214,15 @@ void DoReaddir(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off, bool plus
   });
 }
 
+// Python's open() calls isatty(), an ioctl(TCGETS) that the kernel forwards to the daemon for
+// every file (FUSE has no flag that answers it in the kernel; it caches no ioctl answer, and
+// turns an ENOSYS reply into ENOTTY each time). No file here is a terminal or supports any
+// ioctl, so the answer is ENOTTY at once: no lookup, no allocation (docs/semantics.md).
+void OpIoctl(fuse_req_t req, fuse_ino_t, unsigned int, void*, fuse_file_info*, unsigned,
+             const void*, size_t, size_t) {
+  fuse_reply_err(req, ENOTTY);
+}
+
 void OpReaddir(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off, fuse_file_info*) {
   DoReaddir(req, ino, size, off, false);
 }
@@ -316,6 +325,7 @@ fuse_lowlevel_ops MakeOps() {
   ops.release = OpRelease;
   ops.releasedir = OpRelease;
   ops.read = OpRead;
+  ops.ioctl = OpIoctl;
   ops.readdir = OpReaddir;
   ops.readdirplus = OpReaddirplus;
   ops.statfs = OpStatfs;

@@ -166,10 +166,8 @@ Status ApplyNumericOptions(const ParseState& st, MountConfig* c) {
     if (!v) return Bad("prefetch", *t, "a percentage, an integer in 0..100");
     c->fs.prefetch_percent = static_cast<uint32_t>(*v);
   }
-  if (const std::string* t = find(kPrefetchProbe)) {
-    auto v = ParseInteger("prefetch_probe", *t, 0, 1);
-    if (!v) return v.error();
-    c->fs.prefetch_probe = *v == 1;
+  if (find(kPrefetchProbe) != nullptr || find(kPrefetchChunk) != nullptr) {
+    c->retired_options = true;
   }
   return Status::OK();
 }
@@ -186,16 +184,6 @@ Status ApplySizeOptions(const ParseState& st, MountConfig* c) {
                              "a size in 0..1T, e.g. 16M (0: never unmap)");
     if (!v) return v.error();
     c->index_rss = *v;
-  }
-  if (auto it = st.values.find(kPrefetchChunk); it != st.values.end()) {
-    if (it->second == "auto") {
-      c->fs.prefetch_chunk = 0;
-    } else {
-      auto v = ParseSizeOption("prefetch_chunk", it->second, kMinPrefetchChunk, kMaxPrefetchChunk,
-                               "auto or a size in 4K..16M");
-      if (!v) return v.error();
-      c->fs.prefetch_chunk = *v;
-    }
   }
   if (auto it = st.values.find(kReaddirplus); it != st.values.end()) {
     const std::string& mode = it->second;

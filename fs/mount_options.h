@@ -22,8 +22,6 @@ inline constexpr unsigned kMaxReadaheadFiles = 1024;
 inline constexpr uint64_t kMinCacheBytes = uint64_t{1} << 20;
 inline constexpr uint64_t kMaxCacheBytes = uint64_t{1} << 40;
 inline constexpr uint64_t kMaxIndexRss = uint64_t{1} << 40;
-inline constexpr uint64_t kMinPrefetchChunk = uint64_t{4} << 10;
-inline constexpr uint64_t kMaxPrefetchChunk = uint64_t{16} << 20;
 // uid_t and gid_t are 32 bits; (uid_t)-1 means "no change" to chown and is no owner.
 inline constexpr uint64_t kMaxId = 4294967294u;
 
@@ -39,6 +37,9 @@ struct MountConfig {
   unsigned threads = 0;  // FUSE workers; 0: 2 x cores, at least 4
   uint64_t index_rss = uint64_t{16} << 20;
   std::optional<double> msssim;  // choose the level from the store's quality sample
+  // -o prefetch_probe or -o prefetch_chunk was given: retired (the record scheduler sizes its
+  // reads itself), accepted with any value so old fstab lines still mount, and noted.
+  bool retired_options = false;
   // What libfuse parses itself (fuse_parse_cmdline, fuse_session_new): the program name, the
   // mount point, -f, -d, -s, and every -o option pcrfs does not define (allow_other, ro, ...).
   std::vector<std::string> fuse_args;

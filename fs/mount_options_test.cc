@@ -51,8 +51,7 @@ TEST(MountOptionsTest, EveryOptionIsApplied) {
   EXPECT_EQ(c->gid, 4294967294u);
   EXPECT_EQ(c->fs.readahead_slots, 0u);
   EXPECT_EQ(c->fs.prefetch_percent, 100u);
-  EXPECT_FALSE(c->fs.prefetch_probe);
-  EXPECT_EQ(c->fs.prefetch_chunk, uint64_t{64} << 10);
+  EXPECT_TRUE(c->retired_options);  // prefetch_probe and prefetch_chunk: accepted, noted
   EXPECT_EQ(c->fs.readdirplus, ReaddirPlus::kAuto);
   EXPECT_EQ(c->index_rss, 0u);
   // Options pcrfs does not define go to libfuse (fuse_opt puts -o options first).
@@ -83,7 +82,6 @@ TEST(MountOptionsTest, NumbersOutOfFormOrRangeAreRefusedNamingTheRange) {
   EXPECT_EQ(ErrorOf("gid=4294967295"), "-o gid=4294967295: expected an integer in 0..4294967294");
   EXPECT_EQ(ErrorOf("prefetch=101"),
             "-o prefetch=101: expected a percentage, an integer in 0..100");
-  EXPECT_EQ(ErrorOf("prefetch_probe=2"), "-o prefetch_probe=2: expected an integer in 0..1");
   EXPECT_EQ(ErrorOf("msssim=0"), "-o msssim=0: expected a number in (0, 1], e.g. 0.95");
   EXPECT_EQ(ErrorOf("msssim=nan"), "-o msssim=nan: expected a number in (0, 1], e.g. 0.95");
   EXPECT_EQ(ErrorOf("msssim=0.9x"), "-o msssim=0.9x: expected a number in (0, 1], e.g. 0.95");
@@ -106,13 +104,15 @@ TEST(MountOptionsTest, Sizes) {
   EXPECT_EQ(ErrorOf("cache_size=2T"), "-o cache_size=2T: expected a size in 1M..1T, e.g. 256M");
   EXPECT_EQ(ErrorOf("index_rss=-1"),
             "-o index_rss=-1: expected a size in 0..1T, e.g. 16M (0: never unmap)");
-  EXPECT_EQ(ErrorOf("prefetch_chunk=1K"),
-            "-o prefetch_chunk=1K: expected auto or a size in 4K..16M");
-  EXPECT_EQ(ErrorOf("prefetch_chunk=32M"),
-            "-o prefetch_chunk=32M: expected auto or a size in 4K..16M");
-  auto c = Parse({"st", "mnt", "-o", "prefetch_chunk=auto"});
-  ASSERT_TRUE(c);
-  EXPECT_EQ(c->fs.prefetch_chunk, 0u);
+  // Retired options take any value (old fstab lines must still mount).
+  for (const char* old : {"prefetch_chunk=1K", "prefetch_chunk=auto", "prefetch_probe=2"}) {
+    auto c = Parse({"st", "mnt", "-o", old});
+    ASSERT_TRUE(c) << old;
+    EXPECT_TRUE(c->retired_options) << old;
+  }
+  auto plain = Parse({"st", "mnt", "-o", "prefetch=5"});
+  ASSERT_TRUE(plain);
+  EXPECT_FALSE(plain->retired_options);
 }
 
 TEST(MountOptionsTest, ReadWriteIsRefused) {

@@ -29,6 +29,10 @@ between them. For each R:
      --warm-epochs rounds (default 7) of one epoch per setup, interleaved in rotating order, so
      that load changes on a shared machine hit every setup alike; the median is reported. The
      ratios to native and squashfuse use these interleaved warm epochs.
+  3. warm, Python open(): as many rounds again, each reader using `open(path, "rb")` +
+     readinto, as PIL's Image.open(path) and torchvision's pil_loader do. open() calls
+     isatty(), an ioctl(TCGETS) that the kernel forwards to every FUSE daemon (no caching):
+     the column beside the raw one shows what that round trip costs per file.
 
 Device bytes: read_bytes (bytes this process caused to be fetched from the block layer) of the
 daemon for FUSE setups, counted from its start (the mount happens after the cache drop, so the
@@ -178,7 +182,7 @@ def warm_programs(paths):
 
 # ---------------------------------------------------------------- readers
 
-def reader_main(paths, start_evt, conn):
+def reader_main(paths, start_evt, conn, style="raw"):
     try:
         buf = bytearray(1 << 20)
         mv = memoryview(buf)
@@ -187,6 +191,14 @@ def reader_main(paths, start_evt, conn):
         t0 = time.clock_gettime_ns(time.CLOCK_MONOTONIC)
         nbytes = 0
         for p in paths:
+            if style == "python":  # what PIL's Image.open(path) and torchvision's loader do:
+                with open(p, "rb") as f:  # open() calls isatty(): ioctl(TCGETS)
+                    while True:
+                        n = f.readinto(mv)
+                        if not n:
+                            break
+                        nbytes += n
+                continue
             fd = os.open(p, os.O_RDONLY)
             try:
                 while True:
@@ -206,15 +218,16 @@ def reader_main(paths, start_evt, conn):
         conn.close()
 
 
-def run_epoch(root, rel_paths, readers, timeout):
-    """Reads every file under root once with `readers` processes; returns the epoch's numbers."""
+def run_epoch(root, rel_paths, readers, timeout, style="raw"):
+    """Reads every file under root once with `readers` processes; returns the epoch's numbers.
+    style "raw": os.open + readv + os.close; "python": open(path, "rb") + readinto."""
     ctx = multiprocessing.get_context("fork")
     start_evt = ctx.Event()
     procs, conns = [], []
     for i in range(readers):
         parent, child = ctx.Pipe(duplex=False)
         paths = [os.path.join(root, p) for p in rel_paths[i::readers]]
-        pr = ctx.Process(target=reader_main, args=(paths, start_evt, child), daemon=True)
+        pr = ctx.Process(target=reader_main, args=(paths, start_evt, child, style), daemon=True)
         pr.start()
         child.close()
         procs.append(pr)
@@ -409,7 +422,8 @@ def measure_readers(args, facts, plan, readers, rel):
     changes on a shared machine hit every setup alike.
     """
     res = {key: {"setup": key[0], "level": key[1], "readers": readers, "cold_rounds": [],
-                 "second_rounds": [], "warm_epochs": []} for key in plan}
+                 "second_rounds": [], "warm_epochs": [], "warm_python_epochs": []}
+           for key in plan}
     mounts, roots, hwm = {}, {}, collections.defaultdict(int)
     try:
         for rnd in range(args.cold_repeats):
@@ -452,6 +466,12 @@ def measure_readers(args, facts, plan, readers, rel):
                 w = run_epoch(roots[key], shuffled(rel, args.seed + 3 + e), readers, args.timeout)
                 res[key]["warm_epochs"].append(w)
         after = {key: daemon_snapshot(m.pid) for key, m in mounts.items()}
+        for e in range(args.warm_epochs):  # the same with Python's open(): one ioctl per file
+            order = plan[e % len(plan):] + plan[:e % len(plan)]
+            for key in order:
+                w = run_epoch(roots[key], shuffled(rel, args.seed + 3 + e), readers, args.timeout,
+                              style="python")
+                res[key]["warm_python_epochs"].append(w)
     finally:
         for m in mounts.values():
             m.close()
@@ -462,6 +482,7 @@ def measure_readers(args, facts, plan, readers, rel):
         r["cold"] = median_by(colds, lambda c: c["files_per_s"])
         r["second"] = median_by(r["second_rounds"], lambda c: c["files_per_s"])
         r["warm"] = median_by(r["warm_epochs"], lambda c: c["files_per_s"])
+        r["warm_python"] = median_by(r["warm_python_epochs"], lambda c: c["files_per_s"])
         r["served_bytes"] = colds[0]["bytes"]
         worst = max(colds, key=lambda c: c["device_bytes"])
         r["device_bytes"] = worst["device_bytes"]
@@ -474,7 +495,8 @@ def measure_readers(args, facts, plan, readers, rel):
             r["daemon_hwm"] = max(hwm[key], after[key]["hwm"])
         else:
             r["warm_device_bytes"] = sum(w["reader_read_bytes"] for w in r["warm_epochs"])
-        served = {e["bytes"] for e in colds + r["second_rounds"] + r["warm_epochs"]}
+        served = {e["bytes"] for e in
+                  colds + r["second_rounds"] + r["warm_epochs"] + r["warm_python_epochs"]}
         if len(served) != 1:
             r["warning"] = f"epochs served different byte counts: {sorted(served)}"
         out.append(r)
@@ -551,7 +573,10 @@ def report(args, facts, rel, total_bytes, results, requests, started, elapsed, l
              f"every setup mounted at once, one untimed epoch each to fill the caches, then "
              f"{args.warm_epochs} rounds of one epoch "
              f"per setup, interleaved in rotating order (so load changes on a shared machine hit "
-             f"every setup alike); median shown.")
+             f"every setup alike); median shown. Then as many rounds reading with Python's "
+             f"`open(path, 'rb')` + readinto (as PIL and torchvision do: open() calls isatty(), "
+             f"an ioctl that the kernel forwards to a FUSE daemon); 'open() costs' = the extra "
+             f"time per file and reader process against os.open.")
     L.append("- Device bytes: /proc/PID/io read_bytes of the daemon from its start (FUSE; what it "
              "reads at mount, e.g. the index, is shown apart) or the sum over the reader processes "
              "(native). After every cache drop the programs' own files (daemon executables, their "
@@ -562,9 +587,10 @@ def report(args, facts, rel, total_bytes, results, requests, started, elapsed, l
     L.append("## All measurements")
     L.append("")
     L.append("| setup | R | served MB | cold files/s | cold MB/s | 2nd epoch files/s | "
-             "warm files/s | warm MB/s | device MB (cold) | of which at mount | amplification | "
+             "warm files/s | warm MB/s | warm files/s, Python open() | open() costs µs/file | "
+             "device MB (cold) | of which at mount | amplification | "
              "device MB (warm) | daemon CPU s: cold / warm epoch | daemon peak RSS MiB |")
-    L.append("|---|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|")
+    L.append("|---|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|")
     for r in results:
         name = r["setup"] + (f" L{r['level']}" if r["level"] else "")
         c, w = r["cold"], r["warm"]
@@ -574,7 +600,9 @@ def report(args, facts, rel, total_bytes, results, requests, started, elapsed, l
         L.append(f"| {name} | {r['readers']} | {fmt_mb(r['served_bytes'])} | "
                  f"{c['files_per_s']:,.0f} | {c['mb_per_s']:,.1f} | "
                  f"{r['second']['files_per_s']:,.0f} | {w['files_per_s']:,.0f} | "
-                 f"{w['mb_per_s']:,.1f} | {fmt_mb(r['device_bytes'])} | "
+                 f"{w['mb_per_s']:,.1f} | {r['warm_python']['files_per_s']:,.0f} | "
+                 f"{(1 / r['warm_python']['files_per_s'] - 1 / w['files_per_s']) * 1e6 * r['readers']:+.1f} | "
+                 f"{fmt_mb(r['device_bytes'])} | "
                  f"{fmt_mb(r['mount_device_bytes']) if 'mount_device_bytes' in r else '-'} | "
                  f"{r['amplification']:.3f} | {fmt_mb(r['warm_device_bytes'])} | {cpu} | {hwm} |")
     L.append("")

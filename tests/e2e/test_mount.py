@@ -2,6 +2,7 @@
 """End-to-end checks of the pcrfs daemon through real FUSE mounts."""
 
 import errno
+import fcntl
 import hashlib
 import io
 import os
@@ -10,6 +11,7 @@ import shutil
 import signal
 import stat
 import subprocess
+import termios
 import threading
 import time
 import unittest
@@ -130,7 +132,8 @@ class MountTest(unittest.TestCase):
             self.assertEqual(os.getxattr(q, "user.pcrfs.passthrough"), b"1")
             self.assertEqual(os.getxattr(q, "user.pcrfs.passthrough_reason"), b"not-jpeg")
             self.assertIn("user.pcrfs.level", os.listxattr(p))
-            self.assertTrue(os.getxattr(self.mnt, "user.pcrfs.prefetch").startswith(b"prefetching"))
+            self.assertTrue(
+                os.getxattr(self.mnt, "user.pcrfs.prefetch").startswith(b"speculative reads: "))
             with self.assertRaises(OSError) as cm:
                 os.getxattr(p, "user.pcrfs.nonsense")
             self.assertEqual(cm.exception.errno, errno.ENODATA)
@@ -226,17 +229,40 @@ class MountTest(unittest.TestCase):
                                      pcr_cat(STORE, f, 4), f)
                 time.sleep(0.25)
 
-    def test_prefetch_chunk_sizes_serve_the_same_bytes(self):
-        # prefetch=1: the record prefetcher starts after the first file of a record; every
-        # chunk size (fixed, tiny; fixed, large; adaptive) must leave reads exact.
+    def test_speculation_serves_the_same_bytes(self):
+        # prefetch=1: a folder is fetched after its first two files; readahead=1: a walk
+        # fetches one file ahead. With and without speculative reads, reads must be exact.
+        # The retired options are accepted with a note, so old fstab lines still mount.
         files = source_files()
-        for chunk, probe in (("4K", 0), ("16M", 1), ("auto", 1), ("1M", 0)):
-            with self.subTest(chunk=chunk, probe=probe), Mount(
-                    STORE, self.mnt, "-o",
-                    f"prefetch=1,prefetch_chunk={chunk},prefetch_probe={probe},scans=3"):
+        for opts in ("prefetch=1,readahead=1", "prefetch=0,readahead=0",
+                     "prefetch=100,readahead=64,prefetch_chunk=1M,prefetch_probe=0"):
+            with self.subTest(opts=opts), Mount(STORE, self.mnt, "-o", opts + ",scans=3") as m:
                 for f in files:
                     self.assertEqual(open(os.path.join(self.mnt, f), "rb").read(),
                                      pcr_cat(STORE, f, 3), f)
+                if "probe" in opts:
+                    self.assertIn("no longer used", m.log())
+
+    def test_ioctl_is_enotty(self):
+        # isatty() (which Python's open() calls) and any other ioctl get ENOTTY, on files and
+        # folders; the bytes read afterwards are unaffected.
+        with Mount(STORE, self.mnt, "-o", "scans=2"):
+            f = os.path.join(self.mnt, "top level.jpg")
+            fd = os.open(f, os.O_RDONLY)
+            try:
+                self.assertFalse(os.isatty(fd))
+                for req in (termios.TCGETS, termios.TIOCGWINSZ):
+                    with self.assertRaises(OSError) as cm:
+                        fcntl.ioctl(fd, req, b"\0" * 64)
+                    self.assertEqual(cm.exception.errno, errno.ENOTTY)
+            finally:
+                os.close(fd)
+            dfd = os.open(self.mnt, os.O_RDONLY | os.O_DIRECTORY)
+            try:
+                self.assertFalse(os.isatty(dfd))
+            finally:
+                os.close(dfd)
+            self.assertEqual(open(f, "rb").read(), pcr_cat(STORE, "top level.jpg", 2))
 
     def test_read_only(self):
         with Mount(STORE, self.mnt):
@@ -461,9 +487,7 @@ class BadArgumentsTest(unittest.TestCase):
                 ([STORE, mnt, "-o", "cache_size=lots"], "cache_size"),
                 ([STORE, mnt, "-o", "readdirplus=maybe"], "readdirplus"),
                 ([STORE, mnt, "-o", "index_rss=lots"], "index_rss"),
-                ([STORE, mnt, "-o", "prefetch_chunk=1K"], "prefetch_chunk"),
-                ([STORE, mnt, "-o", "prefetch_chunk=lots"], "prefetch_chunk"),
-                ([STORE, mnt, "-o", "prefetch_probe=2"], "prefetch_probe"),
+                ([STORE, mnt, "-o", "prefetch=101"], "prefetch"),
             ]
             for args, words in cases:
                 with self.subTest(args=args):

@@ -1,0 +1,67 @@
+// Predicts which byte ranges of the records will be read next, from the files being read, and
+// hands them to the RecordScheduler as speculative reads. It predicts files, not records: a
+// record holds files of many directories, and only the directories being read are fetched.
+//
+// Per directory and level it counts the distinct files read:
+// - Dense: once `dense_percent` of a directory's children (at least 2) have been read, as a
+//   shuffled epoch does evenly across the directories it reads, every file of the directory
+//   will be read: fetch all of them.
+// - A walk: when a reader goes from one child to the next (a directory walk; children have
+//   consecutive inode numbers in name order), fetch the next `readahead_files` children, and
+//   again whenever the walk gets within half of that of the end.
+// A planned file contributes its level-k pieces, one per group region; pieces of consecutive
+// files in a region are adjacent and merge into one range. Files of other directories in the
+// same records are never part of a plan, so a folder read cold reads the folder's bytes only.
+//
+// Thread-safe.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <mutex>
+#include <utility>
+
+#include "fs/record_scheduler.h"
+#include "index/store.h"
+
+namespace pcrfs::fs {
+
+class ReadPredictor {
+ public:
+  struct Options {
+    uint32_t dense_percent = 3;     // 0: never fetch whole directories
+    uint32_t readahead_files = 64;  // 0: no walk readahead
+  };
+  // A plan lists at most this many children of a directory (a directory of a million files is
+  // fetched in windows as it is read).
+  static constexpr uint64_t kMaxPlanFiles = 65536;
+
+  ReadPredictor(const index::Store& store, RecordScheduler& scheduler, Options options)
+      : store_(store), scheduler_(scheduler), options_(options) {}
+  ReadPredictor(const ReadPredictor&) = delete;
+  ReadPredictor& operator=(const ReadPredictor&) = delete;
+
+  // A demand read of file `e` at `level` is being served.
+  void OnRead(const index::Entry& e, int level);
+
+  bool enabled() const { return options_.dense_percent > 0 || options_.readahead_files > 0; }
+
+ private:
+  struct DirAccess {
+    uint64_t first_child = 0, num_children = 0;  // 0 children: not known yet
+    uint64_t last_ino = 0;                       // the file read last in this directory
+    uint64_t distinct = 0;                       // files read (a re-read counts again)
+    uint64_t readahead_end = 0;                  // inodes below this are planned
+    bool planned_all = false;
+  };
+  // Queues the level-k pieces of children [first, first + count) of `dir`.
+  void Plan(uint64_t dir, uint64_t first, uint64_t count, int level);
+
+  const index::Store& store_;
+  RecordScheduler& scheduler_;
+  const Options options_;
+  std::mutex mu_;
+  std::map<std::pair<uint64_t, int>, DirAccess> dirs_;  // GUARDED_BY(mu_); by (dir, level)
+};
+
+}  // namespace pcrfs::fs

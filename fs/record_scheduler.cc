@@ -1,0 +1,205 @@
+#include "fs/record_scheduler.h"
+
+#include <algorithm>
+#include <cmath>
+
+namespace pcrfs::fs {
+namespace {
+
+// Demand reads faster than this came from a cache, not the device: they say nothing about the
+// source's latency.
+constexpr double kCacheHitSeconds = 50e-6;
+// The timing window: each read's weight decays by this factor per later read.
+constexpr double kDecay = 0.75;
+constexpr uint32_t kLatencyWindow = 256;
+
+}  // namespace
+
+RecordScheduler::RecordScheduler() {
+  for (int i = 0; i < kMaxInFlight; ++i) pool_.emplace_back([this] { Worker(); });
+}
+
+RecordScheduler::~RecordScheduler() {
+  {
+    std::lock_guard<std::mutex> l(mu_);
+    stop_ = true;
+    queue_.clear();
+  }
+  cv_.notify_all();
+  for (auto& t : pool_) t.join();
+}
+
+void RecordScheduler::Insert(RangeSet* set, uint64_t begin, uint64_t end,
+                             std::vector<Range>* added) {
+  if (begin >= end) return;
+  // The first range that ends at or after begin (ranges are disjoint and not adjacent).
+  auto it = set->upper_bound(begin);
+  if (it != set->begin() && std::prev(it)->second >= begin) --it;
+  uint64_t new_begin = begin, new_end = end, pos = begin;
+  while (it != set->end() && it->first <= end) {
+    if (added != nullptr && it->first > pos) added->push_back({pos, it->first - pos});
+    pos = std::max(pos, it->second);
+    new_begin = std::min(new_begin, it->first);
+    new_end = std::max(new_end, it->second);
+    it = set->erase(it);
+  }
+  if (added != nullptr && pos < end) added->push_back({pos, end - pos});
+  (*set)[new_begin] = new_end;
+}
+
+Status RecordScheduler::Read(const RandomAccessFile& file, uint64_t offset, size_t n,
+                             uint8_t* dst) {
+  return Demand(n, [&] { return file.Read(offset, n, dst); });
+}
+
+Status RecordScheduler::Demand(uint64_t n, const std::function<Status()>& read) {
+  demand_active_.fetch_add(1, std::memory_order_acq_rel);
+  const auto start = Clock::now();
+  Status s = read();
+  const double seconds = std::chrono::duration<double>(Clock::now() - start).count();
+  bool wake = false;
+  {
+    std::lock_guard<std::mutex> l(mu_);
+    NoteDemandLocked(n, seconds);
+    // Wake a worker only if one is waiting and could start now: a page-cache hit per piece
+    // must not cost two thread wake-ups.
+    wake = demand_active_.fetch_sub(1, std::memory_order_acq_rel) == 1 && !queue_.empty() &&
+           idle_workers_ > 0 && in_flight_ < MaxInFlightLocked();
+  }
+  if (wake) cv_.notify_one();
+  return s;
+}
+
+void RecordScheduler::WillRead(const RandomAccessFile& file, const std::vector<Range>& ranges) {
+  for (const Range& r : ranges) file.Prefetch(r.offset, r.length);
+}
+
+void RecordScheduler::Speculate(const std::shared_ptr<RandomAccessFile>& file,
+                                const std::vector<Range>& ranges) {
+  if (!file || !file->KeepsReads()) return;
+  const uint64_t size = file->Size();
+  std::vector<Range> added;
+  {
+    std::lock_guard<std::mutex> l(mu_);
+    if (stop_) return;
+    RangeSet& seen = seen_[file.get()];
+    for (const Range& r : ranges) {
+      if (r.offset >= size) continue;
+      Insert(&seen, r.offset, r.offset + std::min(r.length, size - r.offset), &added);
+    }
+    for (const Range& r : added) {
+      queue_.push_back({file, r.offset, r.offset + r.length});
+      stats_.queued_bytes += r.length;
+    }
+  }
+  if (!added.empty()) cv_.notify_one();
+}
+
+void RecordScheduler::NoteDemandLocked(uint64_t n, double seconds) {
+  ++stats_.demand_reads;
+  stats_.demand_bytes += n;
+  if (seconds >= kCacheHitSeconds && (min_demand_ == 0 || seconds < min_demand_)) {
+    min_demand_ = seconds;
+  }
+  if (++demand_in_window_ >= kLatencyWindow) {
+    min_demand_prev_ = min_demand_;
+    min_demand_ = 0;
+    demand_in_window_ = 0;
+  }
+}
+
+void RecordScheduler::NoteSpeculativeLocked(uint64_t n, double seconds) {
+  ++stats_.speculative_reads;
+  stats_.speculative_bytes += n;
+  window_bytes_ = window_bytes_ * kDecay + static_cast<double>(n);
+  window_seconds_ = window_seconds_ * kDecay + seconds;
+  if (window_seconds_ <= 0) return;
+  const double rate = window_bytes_ / window_seconds_;
+  double latency = min_demand_prev_;
+  if (min_demand_ > 0 && (latency == 0 || min_demand_ < latency)) latency = min_demand_;
+  const double target = std::max(std::chrono::duration<double>(kTargetRead).count(), 2 * latency);
+  const double want =
+      std::clamp(rate * target, static_cast<double>(kMinChunk), static_cast<double>(kMaxChunk));
+  // Shrink at once, grow at most 2x per read: one read that came from a cache must not make
+  // the next one take a second on the device.
+  chunk_ = std::min(static_cast<uint64_t>(want), 2 * chunk_);
+  chunk_ = std::max(chunk_ & ~uint64_t{4095}, kMinChunk);
+  stats_.rate = rate;
+  stats_.latency_seconds = latency;
+}
+
+void RecordScheduler::Worker() {
+  std::vector<uint8_t> buffer;
+  for (;;) {
+    std::shared_ptr<RandomAccessFile> file;
+    uint64_t offset = 0, n = 0;
+    {
+      std::unique_lock<std::mutex> l(mu_);
+      // Woken by Speculate, by a finished speculative read, and by the last demand read in
+      // progress ending while work is queued (Read decrements under mu_, so no wake-up is
+      // lost). No timeout: an idle daemon does not wake up.
+      ++idle_workers_;
+      cv_.wait(l, [&] {
+        return stop_ || (!queue_.empty() && in_flight_ < MaxInFlightLocked() &&
+                         demand_active_.load(std::memory_order_acquire) == 0);
+      });
+      --idle_workers_;
+      if (stop_) return;
+      Pending& p = queue_.front();
+      file = p.file;
+      offset = p.offset;
+      n = std::min(chunk_, p.end - p.offset);
+      p.offset += n;
+      if (p.offset >= p.end) queue_.pop_front();
+      stats_.queued_bytes -= n;
+      ++in_flight_;
+    }
+    if (buffer.size() < n) buffer.resize(n);
+    const auto start = Clock::now();
+    // Errors are ignored: the demand read of these bytes will report them.
+    (void)file->Read(offset, static_cast<size_t>(n), buffer.data());
+    const double seconds = std::chrono::duration<double>(Clock::now() - start).count();
+    {
+      std::lock_guard<std::mutex> l(mu_);
+      --in_flight_;
+      NoteSpeculativeLocked(n, seconds);
+    }
+    cv_.notify_one();  // the other worker may start (the limit may have changed)
+  }
+}
+
+int RecordScheduler::MaxInFlightLocked() const {
+  // On a source whose latency is small against a chunk's transfer (a local disk), one read in
+  // flight keeps it busy, and a demand read on a FIFO device waits for at most that one. On a
+  // latency-bound source a second read hides the first one's latency; there demand reads do
+  // not queue behind speculative ones (requests overlap in the latency).
+  return 2 * stats_.latency_seconds > std::chrono::duration<double>(kTargetRead).count()
+             ? kMaxInFlight
+             : 1;
+}
+
+RecordScheduler::Stats RecordScheduler::stats() const {
+  std::lock_guard<std::mutex> l(mu_);
+  Stats s = stats_;
+  s.chunk = chunk_;
+  return s;
+}
+
+std::string RecordScheduler::Describe() const {
+  const Stats s = stats();
+  auto mib = [](double b) { return std::to_string(static_cast<uint64_t>(b / 1048576 + 0.5)); };
+  std::string out = "speculative reads: " + std::to_string(s.speculative_reads) + " (" +
+                    mib(static_cast<double>(s.speculative_bytes)) + " MiB), queued " +
+                    mib(static_cast<double>(s.queued_bytes)) +
+                    " MiB; demand reads: " + std::to_string(s.demand_reads) + " (" +
+                    mib(static_cast<double>(s.demand_bytes)) + " MiB); chunk " +
+                    std::to_string(s.chunk >> 10) + " KiB";
+  if (s.rate > 0)
+    out += ", measured " + std::to_string(static_cast<uint64_t>(s.rate / 1e6)) + " MB/s";
+  if (s.latency_seconds > 0) {
+    out += ", latency " + std::to_string(static_cast<uint64_t>(s.latency_seconds * 1e6)) + " us";
+  }
+  return out;
+}
+
+}  // namespace pcrfs::fs

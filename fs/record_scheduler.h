@@ -1,0 +1,131 @@
+// Every byte the daemon reads from a record goes through one RecordScheduler, in one of two
+// classes:
+//
+// - Demand reads: a FUSE READ waits for them. The calling thread issues them at once; they
+//   never queue behind speculative work inside the daemon.
+// - Speculative reads: byte ranges the access pattern predicts (ReadPredictor). A small pool
+//   issues them one chunk at a time, only while no demand read is in progress, one chunk in
+//   flight (two on a latency-bound source), so a demand read that arrives waits at most for
+//   the chunk already at the device (on a FIFO device such as a blkio throttle) and never for
+//   the queue.
+//
+// A chunk is sized from the source's own timings, so no option depends on the storage: the
+// scheduler keeps the recent speculative reads' bytes/second (the device's streaming rate) and
+// the shortest recent demand read (about the source's latency: a local disk ~0.1 ms, a remote
+// object store ~20 ms), and makes a chunk take max(kTargetRead, 2 x latency) at that rate,
+// between kMinChunk and kMaxChunk. On a local disk that is a few milliseconds of transfer
+// (about 1 MiB at 250 MB/s, 64 KiB at 10 MB/s); on a source with 20 ms latency the chunk grows
+// until transfer time matches the latency (8 MiB at 400 MB/s), as object stores want.
+//
+// Speculation only pays if the source keeps what it read (RandomAccessFile::KeepsReads: the
+// page cache for a local file, a block cache for a remote one), since the later demand read
+// must find the bytes there; the scheduler reads nothing speculatively from a source that
+// does not. It never reads a range speculatively twice: per file it keeps the set of byte
+// ranges it has read or queued. (A range a demand read already fetched is in the source's
+// cache, so reading it again speculatively costs no device read; the scheduler does not track
+// demand ranges, which keeps the demand path to one short lock for its timing.)
+//
+// Thread-safe. No lock is held during I/O.
+#pragma once
+
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <cstdint>
+#include <deque>
+#include <functional>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <unordered_map>
+#include <vector>
+
+#include "common/random_access_file.h"
+#include "common/status.h"
+
+namespace pcrfs::fs {
+
+class RecordScheduler {
+ public:
+  static constexpr uint64_t kMinChunk = uint64_t{64} << 10;
+  static constexpr uint64_t kMaxChunk = uint64_t{16} << 20;
+  static constexpr uint64_t kFirstChunk = uint64_t{1} << 20;  // before anything was measured
+  static constexpr auto kTargetRead = std::chrono::milliseconds(4);
+  static constexpr int kMaxInFlight = 2;
+
+  struct Range {
+    uint64_t offset;
+    uint64_t length;
+  };
+
+  struct Stats {
+    uint64_t demand_reads = 0, demand_bytes = 0;
+    uint64_t speculative_reads = 0, speculative_bytes = 0;
+    uint64_t queued_bytes = 0;   // speculative bytes not read yet
+    uint64_t chunk = 0;          // the next speculative read's size
+    double rate = 0;             // measured streaming rate, bytes/s (0: not yet)
+    double latency_seconds = 0;  // shortest recent demand read
+  };
+
+  RecordScheduler();
+  ~RecordScheduler();  // drops queued speculative work and joins the pool
+  RecordScheduler(const RecordScheduler&) = delete;
+  RecordScheduler& operator=(const RecordScheduler&) = delete;
+
+  // A demand read: exactly n bytes at offset, on the calling thread, now.
+  Status Read(const RandomAccessFile& file, uint64_t offset, size_t n, uint8_t* dst);
+  // A demand read of n bytes that `read` does itself (e.g. index::Store::ReadBlock, which
+  // reads and checks one checksum block), timed and counted as one.
+  Status Demand(uint64_t n, const std::function<Status()>& read);
+  // A demand read of these ranges is about to happen (the k pieces of one file): lets the
+  // source start them all at once (RandomAccessFile::Prefetch), so the read waits for the
+  // slowest range instead of the sum.
+  void WillRead(const RandomAccessFile& file, const std::vector<Range>& ranges);
+  // Queues speculative reads of these ranges (in this order), minus every byte already read
+  // or queued for `file`. Never blocks on I/O.
+  void Speculate(const std::shared_ptr<RandomAccessFile>& file, const std::vector<Range>& ranges);
+
+  Stats stats() const;
+  // What user.pcrfs.prefetch on the mount's root shows.
+  std::string Describe() const;
+
+ private:
+  using Clock = std::chrono::steady_clock;
+  struct Pending {
+    std::shared_ptr<RandomAccessFile> file;
+    uint64_t offset;
+    uint64_t end;
+  };
+  // Byte ranges of one file, merged: begin -> end.
+  using RangeSet = std::map<uint64_t, uint64_t>;
+  // Adds [begin, end) to `set`; appends to `added` (if not null) the parts that were new.
+  static void Insert(RangeSet* set, uint64_t begin, uint64_t end, std::vector<Range>* added);
+
+  void Worker();
+  // Updates the timings and the next chunk's size. REQUIRES: mu_ held.
+  void NoteSpeculativeLocked(uint64_t n, double seconds);
+  void NoteDemandLocked(uint64_t n, double seconds);
+  int MaxInFlightLocked() const;
+
+  mutable std::mutex mu_;
+  std::condition_variable cv_;
+  bool stop_ = false;                                           // GUARDED_BY(mu_)
+  std::deque<Pending> queue_;                                   // GUARDED_BY(mu_)
+  std::unordered_map<const RandomAccessFile*, RangeSet> seen_;  // GUARDED_BY(mu_)
+  uint64_t chunk_ = kFirstChunk;                                // GUARDED_BY(mu_)
+  int in_flight_ = 0;                                           // GUARDED_BY(mu_)
+  int idle_workers_ = 0;  // GUARDED_BY(mu_); workers waiting in Worker()
+  Stats stats_;           // GUARDED_BY(mu_)
+  // Recent speculative reads: bytes and seconds, summed over a window that decays.
+  double window_bytes_ = 0, window_seconds_ = 0;  // GUARDED_BY(mu_)
+  // Shortest demand read of the current and the previous 256 reads.
+  double min_demand_ = 0, min_demand_prev_ = 0;  // GUARDED_BY(mu_)
+  uint32_t demand_in_window_ = 0;                // GUARDED_BY(mu_)
+  // Demand reads in progress; speculative reads start only while it is 0.
+  std::atomic<int> demand_active_{0};
+  std::vector<std::thread> pool_;
+};
+
+}  // namespace pcrfs::fs

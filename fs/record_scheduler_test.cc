@@ -1,0 +1,205 @@
+#include "fs/record_scheduler.h"
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <chrono>
+#include <condition_variable>
+#include <cstring>
+#include <map>
+#include <mutex>
+#include <thread>
+#include <vector>
+
+namespace pcrfs::fs {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+using Seconds = std::chrono::duration<double>;
+
+// A source with a latency (requests overlap in it, as on a network) and a bandwidth (one
+// transfer at a time, first come first served, as in a blkio throttle or on one link), with
+// a cache like the page cache: bytes transferred once are served again at no cost. It logs
+// every transfer from the device.
+class SimulatedSource final : public RandomAccessFile {
+ public:
+  struct Transfer {
+    uint64_t offset, n;           // the read asked for
+    std::vector<uint64_t> pages;  // the pages moved from the device (uncached)
+    std::thread::id thread;
+    uint64_t ticket;  // the place in the device's queue
+    Clock::time_point start, end;
+  };
+  SimulatedSource(uint64_t size, double bandwidth, double latency, bool keeps = true)
+      : size_(size), bandwidth_(bandwidth), latency_(latency), keeps_(keeps) {}
+
+  Status Read(uint64_t offset, size_t n, uint8_t* dst) const override {
+    if (offset > size_ || n > size_ - offset) return Status::Corruption("read past the end");
+    if (latency_ > 0) std::this_thread::sleep_for(Seconds(latency_));
+    std::unique_lock<std::mutex> l(mu_);
+    const uint64_t ticket = next_ticket_++;
+    cv_.wait(l, [&] { return serving_ == ticket; });
+    std::vector<uint64_t> pages;
+    for (uint64_t b = offset / kPage; b <= (offset + n - 1) / kPage && n > 0; ++b) {
+      if (!keeps_ || cached_.insert(b).second) pages.push_back(b);
+    }
+    const auto start = Clock::now();
+    l.unlock();
+    if (!pages.empty()) {
+      std::this_thread::sleep_for(Seconds(static_cast<double>(pages.size() * kPage) / bandwidth_));
+    }
+    l.lock();
+    transfers_.push_back(
+        {offset, n, std::move(pages), std::this_thread::get_id(), ticket, start, Clock::now()});
+    ++serving_;
+    cv_.notify_all();
+    // One memset, not a loop: under ThreadSanitizer a byte loop over MBs would take longer
+    // than the simulated transfer.
+    std::memset(dst, static_cast<int>(offset % 251), n);
+    return Status::OK();
+  }
+  uint64_t Size() const override { return size_; }
+  const std::string& name() const override { return name_; }
+  bool KeepsReads() const override { return keeps_; }
+
+  std::vector<Transfer> transfers() const {
+    std::lock_guard<std::mutex> l(mu_);
+    return transfers_;
+  }
+  static constexpr uint64_t kPage = 4096;
+
+ private:
+  const uint64_t size_;
+  const double bandwidth_, latency_;
+  const bool keeps_;
+  const std::string name_ = "simulated";
+  mutable std::mutex mu_;
+  mutable std::condition_variable cv_;
+  mutable uint64_t next_ticket_ = 0, serving_ = 0;
+  mutable std::set<uint64_t> cached_;  // pages
+  mutable std::vector<Transfer> transfers_;
+};
+
+// Waits until the scheduler has nothing queued or in flight (at most 30 s).
+void WaitIdle(const RecordScheduler& s, uint64_t expect_bytes) {
+  const auto deadline = Clock::now() + std::chrono::seconds(30);
+  while (Clock::now() < deadline && s.stats().speculative_bytes < expect_bytes) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(2));
+  }
+}
+
+TEST(RecordSchedulerTest, DemandReadQueuesBehindAtMostOneSpeculativeRead) {
+  constexpr double kBandwidth = 50e6;  // a throttled volume: one transfer at a time
+  auto src = std::make_shared<SimulatedSource>(uint64_t{256} << 20, kBandwidth, 0);
+  RecordScheduler s;
+  s.Speculate(src, {{0, uint64_t{128} << 20}});
+  // Let the chunk size settle on the measured rate (4 ms at 50 MB/s is ~200 KB).
+  std::this_thread::sleep_for(std::chrono::milliseconds(150));
+  std::vector<uint8_t> buf(16384);
+  std::vector<Clock::time_point> issued;
+  for (int i = 0; i < 20; ++i) {
+    issued.push_back(Clock::now());
+    ASSERT_TRUE(s.Read(*src, (uint64_t{200} << 20) + i * buf.size(), buf.size(), buf.data()).ok());
+    std::this_thread::sleep_for(std::chrono::milliseconds(3));
+  }
+  EXPECT_GT(s.stats().speculative_reads, 10u);
+  EXPECT_LE(s.stats().chunk, uint64_t{512} << 10) << "a chunk should take a few ms";
+  // Ahead of each demand read in the device's queue there is at most one speculative read
+  // that had not finished when the demand read was issued: the one in flight. (By order of
+  // events, not by durations, so a slow machine cannot fail it.)
+  const auto log = src->transfers();
+  size_t demand = 0;
+  for (const auto& d : log) {
+    if (d.thread != std::this_thread::get_id()) continue;
+    ASSERT_LT(demand, issued.size());
+    int ahead = 0;
+    for (const auto& x : log) {
+      if (x.thread != d.thread && x.ticket < d.ticket && x.end > issued[demand]) ++ahead;
+    }
+    EXPECT_LE(ahead, 1) << "demand read " << demand;
+    ++demand;
+  }
+  EXPECT_EQ(demand, issued.size());
+}
+
+TEST(RecordSchedulerTest, SpeculationKeepsAnIdleSourceBusy) {
+  constexpr double kBandwidth = 100e6;
+  constexpr uint64_t kBytes = uint64_t{24} << 20;
+  auto src = std::make_shared<SimulatedSource>(kBytes, kBandwidth, 0);
+  RecordScheduler s;
+  const auto start = Clock::now();
+  s.Speculate(src, {{0, kBytes}});
+  WaitIdle(s, kBytes);
+  const double elapsed = Seconds(Clock::now() - start).count();
+  double busy = 0;
+  for (const auto& t : src->transfers()) busy += Seconds(t.end - t.start).count();
+  EXPECT_EQ(s.stats().speculative_bytes, kBytes);
+  // The device is idle only between one read's end and the next one's start (a thread
+  // wake-up); generous for sanitizer builds on a loaded machine, where a wake-up is slow.
+  EXPECT_GE(busy / elapsed, 0.75) << "busy " << busy << " s of " << elapsed << " s";
+}
+
+TEST(RecordSchedulerTest, NothingIsReadTwice) {
+  constexpr uint64_t kSize = uint64_t{16} << 20;
+  auto src = std::make_shared<SimulatedSource>(kSize, 400e6, 0);
+  RecordScheduler s;
+  // Overlapping and repeated requests, some past the end, while demand reads run.
+  s.Speculate(src, {{0, 4 << 20}, {2 << 20, 4 << 20}});
+  std::thread::id reader_id;
+  std::thread reader([&] {
+    std::vector<uint8_t> buf(40000);
+    for (uint64_t off = 1 << 20; off + buf.size() < kSize; off += 1 << 20) {
+      ASSERT_TRUE(s.Read(*src, off, buf.size(), buf.data()).ok());
+      EXPECT_EQ(buf[5], static_cast<uint8_t>(off % 251));
+    }
+  });
+  s.Speculate(src, {{0, 8 << 20}, {12 << 20, 8 << 20}, {kSize + 5, 100}});
+  s.Speculate(src, {{3 << 20, 1}});
+  reader_id = reader.get_id();
+  reader.join();
+  WaitIdle(s, kSize - (4 << 20));
+  EXPECT_EQ(s.stats().speculative_bytes, kSize - (4 << 20));  // [0, 8M) and [12M, 16M)
+  // The device moved each page once, and the scheduler's own reads (not from this test's
+  // threads) never asked for a byte twice.
+  std::map<uint64_t, int> moved, asked;
+  const std::thread::id main = std::this_thread::get_id(), demand = reader_id;
+  for (const auto& t : src->transfers()) {
+    for (uint64_t p : t.pages) ++moved[p];
+    if (t.thread == main || t.thread == demand) continue;
+    for (uint64_t b = t.offset; b < t.offset + t.n; b += 512) ++asked[b];
+  }
+  for (const auto& [page, count] : moved) EXPECT_EQ(count, 1) << "page " << page;
+  for (const auto& [at, count] : asked) EXPECT_EQ(count, 1) << "speculative read at " << at;
+  EXPECT_EQ(asked.size() * 512, kSize - (4 << 20));
+}
+
+TEST(RecordSchedulerTest, LatencyBoundSourceGetsLargeReads) {
+  // An object store: 20 ms per request, 400 MB/s: a read should move about latency x rate.
+  auto src = std::make_shared<SimulatedSource>(uint64_t{1} << 30, 400e6, 0.020);
+  RecordScheduler s;
+  std::vector<uint8_t> buf(4096);
+  ASSERT_TRUE(s.Read(*src, uint64_t{1} << 29, buf.size(), buf.data()).ok());
+  s.Speculate(src, {{0, uint64_t{256} << 20}});
+  const auto deadline = Clock::now() + std::chrono::seconds(20);
+  while (Clock::now() < deadline && s.stats().speculative_reads < 30 &&
+         s.stats().chunk < (uint64_t{4} << 20)) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  const auto st = s.stats();
+  // Sized by 4 ms at the measured rate alone (at most ~100 MB/s per request here, latency
+  // included), a read would be under 400 KB; a read that takes twice the latency is ~8 MB.
+  EXPECT_GE(st.chunk, uint64_t{2} << 20) << s.Describe();
+  EXPECT_NEAR(st.latency_seconds, 0.020, 0.010);
+}
+
+TEST(RecordSchedulerTest, NoSpeculationFromASourceThatKeepsNothing) {
+  auto src = std::make_shared<SimulatedSource>(1 << 20, 400e6, 0, /*keeps=*/false);
+  RecordScheduler s;
+  s.Speculate(src, {{0, 1 << 20}});
+  std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  EXPECT_EQ(s.stats().speculative_reads, 0u);
+  EXPECT_TRUE(src->transfers().empty());
+}
+
+}  // namespace
+}  // namespace pcrfs::fs

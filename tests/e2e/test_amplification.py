@@ -1,0 +1,119 @@
+#!/usr/bin/python3
+"""Cold read amplification through a real mount: the bytes the daemon reads from the store (the
+whole index, and /proc/PID/io read_bytes once mounted: record headers and every record read,
+demand and speculative) over the bytes served.
+
+The store holds train/ and val/ (ImageNet-like folders from tests/data/make_dataset.py, with
+a short side of 700-900 px so files are about ImageNet's size, ~120 KiB, and level 1 about
+11 KiB: the index and record tables, ~400 bytes per file, weigh as they would on ImageNet)
+in records of 128 files, so records hold files of
+several class folders and one holds both splits. Reading train/ alone cold, in a shuffled
+order, must read at most 1.1x what it serves at every level (the speculative reads fetch the
+folders being read, not whole records); reading the whole store, at most 1.05x. Page caches
+are dropped before each mount (echo 3 > /proc/sys/vm/drop_caches: needs root, else skipped).
+
+PCRFS_AMPLIFICATION_IMAGES (default 600) sets the dataset's size."""
+
+import os
+import random
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+import unittest
+
+from pcrtest import PCR, Mount, run
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+MAKE_DATASET = os.path.join(HERE, "..", "data", "make_dataset.py")
+LEVELS = (1, 2, 5, 10)
+
+
+def read_bytes(pid):
+    with open(f"/proc/{pid}/io") as f:
+        for line in f:
+            if line.startswith("read_bytes:"):
+                return int(line.split()[1])
+    raise AssertionError("no read_bytes in /proc/PID/io")
+
+
+def drop_caches():
+    os.sync()
+    with open("/proc/sys/vm/drop_caches", "w") as f:
+        f.write("3\n")
+
+
+class ColdAmplificationTest(unittest.TestCase):
+    @classmethod
+    def setUpClass(cls):
+        cls.tmp = tempfile.mkdtemp(prefix="pcrfs-amplification-")
+        if not os.path.exists("/dev/fuse"):
+            raise unittest.SkipTest("/dev/fuse is missing")
+        if os.geteuid() != 0:
+            raise unittest.SkipTest("dropping the page cache needs root")
+        if not os.path.exists("/var/cache/pcrfs-wallpapers/photos") and \
+                not os.environ.get("PCRFS_CACHE"):
+            raise unittest.SkipTest("make_dataset.py's photos are not cached (run it once)")
+        cls.src = os.path.join(cls.tmp, "src")
+        images = int(os.environ.get("PCRFS_AMPLIFICATION_IMAGES", "600"))
+        run([sys.executable, MAKE_DATASET, cls.src, "--images", str(images), "--classes", "6",
+             "--splits", "train,val", "--split-fractions", "0.75,0.25", "--short-side", "700:900",
+             "--jobs", "2"])
+        cls.store = os.path.join(cls.tmp, "store")
+        run([PCR, "build", cls.src, cls.store, "--images-per-record", "128",
+             "--quality-sample", "0"])
+
+    @classmethod
+    def tearDownClass(cls):
+        shutil.rmtree(cls.tmp, ignore_errors=True)
+
+    def cold_epoch(self, level, folder, order="shuffled"):
+        """Mounts at `level` after dropping caches, reads every file under `folder` once (in a
+        seeded shuffled order, or in walk order); returns (bytes read from storage, served).
+
+        Storage bytes: the whole index (read and checked at mount) plus the daemon's read_bytes
+        from the moment it was mounted. What the daemon reads before that is mostly its own
+        executable and libraries paging in after the cache drop (about 13 MB), not the store."""
+        mnt = os.path.join(self.tmp, f"mnt-{level}")
+        index_bytes = os.path.getsize(os.path.join(self.store, "index.lmdb"))
+        drop_caches()
+        with Mount(self.store, mnt, "-o", f"scans={level}") as m:
+            base = read_bytes(m.proc.pid)
+            root = os.path.join(mnt, folder)
+            files = []
+            for d, dirs, names in os.walk(root):
+                dirs.sort()
+                files += [os.path.join(d, n) for n in sorted(names)]
+            if order == "shuffled":
+                random.Random(level).shuffle(files)
+            served = 0
+            for f in files:
+                with open(f, "rb") as fh:
+                    served += len(fh.read())
+            # Speculative reads still queued count too: let them finish.
+            time.sleep(0.5)
+            return index_bytes + read_bytes(m.proc.pid) - base, served
+
+    def check(self, folder, limit, order="shuffled"):
+        for level in LEVELS:
+            with self.subTest(folder=folder, level=level, order=order):
+                device, served = self.cold_epoch(level, folder, order)
+                ratio = device / served
+                print(f"{folder or 'whole store'} L{level} {order}: read {device} B, served "
+                      f"{served} B, amplification {ratio:.3f}", file=sys.stderr)
+                self.assertLessEqual(ratio, limit)
+                self.assertGreaterEqual(ratio, 1.0)  # every byte served came from storage
+
+    def test_one_folder_of_shared_records(self):
+        self.check("train", 1.10)
+
+    def test_one_folder_walked_in_order(self):
+        self.check("train", 1.10, order="walk")
+
+    def test_whole_store(self):
+        self.check("", 1.05)
+
+
+if __name__ == "__main__":
+    unittest.main()
