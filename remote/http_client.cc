@@ -1,0 +1,827 @@
+#include "remote/http_client.h"
+
+#include <curl/curl.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <condition_variable>
+#include <cstdio>
+#include <deque>
+#include <fstream>
+#include <future>
+#include <map>
+#include <mutex>
+#include <nlohmann/json.hpp>
+#include <random>
+#include <set>
+#include <thread>
+#include <vector>
+
+#include "remote/url.h"
+
+namespace pcrfs {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+using std::chrono::milliseconds;
+
+constexpr size_t kErrorBodyCap = 64 * 1024;
+constexpr size_t kIdleEasyHandles = 64;
+
+bool StartsWithNoCase(std::string_view s, std::string_view prefix) {
+  return s.size() >= prefix.size() &&
+         std::equal(prefix.begin(), prefix.end(), s.begin(),
+                    [](char a, char b) { return std::tolower(a) == std::tolower(b); });
+}
+
+std::string TrimWs(std::string_view s) {
+  while (!s.empty() && (s.front() == ' ' || s.front() == '\t')) s.remove_prefix(1);
+  while (!s.empty() &&
+         (s.back() == ' ' || s.back() == '\t' || s.back() == '\r' || s.back() == '\n')) {
+    s.remove_suffix(1);
+  }
+  return std::string(s);
+}
+
+std::string PercentDecode(std::string_view s) {
+  std::string out;
+  for (size_t i = 0; i < s.size(); ++i) {
+    if (s[i] == '%' && i + 2 < s.size() && std::isxdigit(static_cast<unsigned char>(s[i + 1])) &&
+        std::isxdigit(static_cast<unsigned char>(s[i + 2]))) {
+      out.push_back(static_cast<char>(std::stoi(std::string(s.substr(i + 1, 2)), nullptr, 16)));
+      i += 2;
+    } else {
+      out.push_back(s[i]);
+    }
+  }
+  return out;
+}
+
+// scheme://authority/path?query of a URL the client is asked to fetch.
+struct UrlParts {
+  std::string host_header;  // authority without a default port
+  std::string path;         // "/..." as sent
+  HeaderList query;         // decoded key/value pairs
+};
+
+std::optional<UrlParts> SplitUrl(const std::string& url) {
+  size_t scheme_end = url.find("://");
+  if (scheme_end == std::string::npos) return std::nullopt;
+  std::string scheme = url.substr(0, scheme_end);
+  std::transform(scheme.begin(), scheme.end(), scheme.begin(),
+                 [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
+  if (scheme != "http" && scheme != "https") return std::nullopt;
+  size_t auth_start = scheme_end + 3;
+  size_t path_start = url.find_first_of("/?#", auth_start);
+  UrlParts p;
+  std::string authority = url.substr(auth_start, path_start - auth_start);
+  if (authority.empty() || authority.find('@') != std::string::npos) return std::nullopt;
+  // Host as curl would send it: without the scheme's default port.
+  const std::string default_port = scheme == "http" ? ":80" : ":443";
+  if (authority.size() > default_port.size() &&
+      authority.compare(authority.size() - default_port.size(), default_port.size(),
+                        default_port) == 0) {
+    authority.resize(authority.size() - default_port.size());
+  }
+  p.host_header = authority;
+  std::string rest = path_start == std::string::npos ? "/" : url.substr(path_start);
+  rest = rest.substr(0, rest.find('#'));
+  size_t q = rest.find('?');
+  p.path = rest.substr(0, q);
+  if (p.path.empty()) p.path = "/";
+  if (q != std::string::npos) {
+    std::string_view query = std::string_view(rest).substr(q + 1);
+    while (!query.empty()) {
+      size_t amp = query.find('&');
+      std::string_view kv = query.substr(0, amp);
+      size_t eq = kv.find('=');
+      p.query.emplace_back(PercentDecode(kv.substr(0, eq)),
+                           eq == std::string_view::npos ? "" : PercentDecode(kv.substr(eq + 1)));
+      if (amp == std::string_view::npos) break;
+      query.remove_prefix(amp + 1);
+    }
+  }
+  return p;
+}
+
+const char* ReasonPhrase(long status) {
+  switch (status) {
+    case 400:
+      return "Bad Request";
+    case 401:
+      return "Unauthorized";
+    case 403:
+      return "Forbidden";
+    case 404:
+      return "Not Found";
+    case 405:
+      return "Method Not Allowed";
+    case 408:
+      return "Request Timeout";
+    case 409:
+      return "Conflict";
+    case 412:
+      return "Precondition Failed";
+    case 416:
+      return "Range Not Satisfiable";
+    case 429:
+      return "Too Many Requests";
+    case 500:
+      return "Internal Server Error";
+    case 502:
+      return "Bad Gateway";
+    case 503:
+      return "Service Unavailable";
+    case 504:
+      return "Gateway Timeout";
+    case 301:
+      return "Moved Permanently";
+    case 302:
+      return "Found";
+    case 307:
+      return "Temporary Redirect";
+    default:
+      return "";
+  }
+}
+
+Result<HeaderList> ReadHeadersFile(const std::string& path) {
+  HeaderList out;
+  if (path.empty()) return out;
+  std::ifstream in(path);
+  if (!in) return Err(Status::FromErrno("headers file " + path, errno));
+  std::string line;
+  int n = 0;
+  while (std::getline(in, line)) {
+    ++n;
+    std::string t = TrimWs(line);
+    if (t.empty() || t[0] == '#') continue;
+    size_t colon = t.find(':');
+    std::string name = colon == std::string::npos ? "" : TrimWs(t.substr(0, colon));
+    if (name.empty() || name.find_first_of(" \t") != std::string::npos) {
+      return Err(Status::InvalidArgument("headers file " + path + ": line " + std::to_string(n) +
+                                         ": not a 'Name: value' header"));
+    }
+    out.emplace_back(name, TrimWs(t.substr(colon + 1)));
+  }
+  return out;
+}
+
+}  // namespace
+
+const char* RetryReasonName(RetryReason r) {
+  switch (r) {
+    case RetryReason::kServerError:
+      return "server_error";
+    case RetryReason::kThrottled:
+      return "throttled";
+    case RetryReason::kSlowDown:
+      return "slow_down";
+    case RetryReason::kReset:
+      return "reset";
+    case RetryReason::kTimeout:
+      return "timeout";
+    case RetryReason::kShortBody:
+      return "short_body";
+    case RetryReason::kFullBody:
+      return "full_body";
+    case RetryReason::kConnect:
+      return "connect";
+    case RetryReason::kCount:
+      break;
+  }
+  return "?";
+}
+
+std::optional<ContentRange> ParseContentRange(std::string_view v) {
+  std::string s = TrimWs(v);
+  unsigned long long a = 0, b = 0, total = 0;
+  int consumed = 0;
+  if (std::sscanf(s.c_str(), "bytes %llu-%llu/%llu%n", &a, &b, &total, &consumed) != 3 ||
+      static_cast<size_t>(consumed) != s.size() || b < a || b >= total) {
+    return std::nullopt;
+  }
+  return ContentRange{a, b, total};
+}
+
+std::optional<milliseconds> ParseRetryAfter(std::string_view value,
+                                            std::chrono::system_clock::time_point now) {
+  std::string s = TrimWs(value);
+  if (s.empty()) return std::nullopt;
+  if (s.find_first_not_of("0123456789") == std::string::npos) {
+    if (s.size() > 9) return std::nullopt;
+    return milliseconds(std::stoll(s) * 1000);
+  }
+  time_t t = curl_getdate(s.c_str(), nullptr);
+  if (t < 0) return std::nullopt;
+  auto when = std::chrono::system_clock::from_time_t(t);
+  if (when <= now) return milliseconds(0);
+  return std::chrono::duration_cast<milliseconds>(when - now);
+}
+
+std::string S3ErrorCode(std::string_view body) {
+  size_t a = body.find("<Code>");
+  if (a == std::string_view::npos) return "";
+  size_t b = body.find("</Code>", a);
+  if (b == std::string_view::npos || b - a > 128) return "";
+  return std::string(body.substr(a + 6, b - a - 6));
+}
+
+uint64_t HttpStats::LatencyPercentileMs(double q) const {
+  uint64_t total = 0;
+  for (uint64_t c : latency) total += c;
+  if (total == 0) return 0;
+  uint64_t want = static_cast<uint64_t>(q * static_cast<double>(total));
+  if (want == 0) want = 1;
+  uint64_t seen = 0;
+  for (size_t i = 0; i < latency.size(); ++i) {
+    seen += latency[i];
+    if (seen >= want) return i < kLatencyBoundsMs.size() ? kLatencyBoundsMs[i] : UINT64_MAX;
+  }
+  return UINT64_MAX;
+}
+
+std::string HttpStats::ToJson() const {
+  nlohmann::json j;
+  j["requests"] = requests;
+  j["attempts"] = attempts;
+  j["succeeded"] = succeeded;
+  j["failed"] = failed;
+  j["bytes_received"] = bytes_received;
+  j["in_flight"] = in_flight;
+  nlohmann::json r = nlohmann::json::object();
+  for (size_t i = 0; i < retries.size(); ++i) {
+    r[RetryReasonName(static_cast<RetryReason>(i))] = retries[i];
+  }
+  j["retries"] = r;
+  j["latency_ms"] = {{"p50", LatencyPercentileMs(0.5)},
+                     {"p90", LatencyPercentileMs(0.9)},
+                     {"p99", LatencyPercentileMs(0.99)}};
+  return j.dump();
+}
+
+// One request and the state of its current try. Owned by the I/O thread once queued.
+struct Transfer {
+  HttpRequest req;
+  HttpClient::Callback done;
+  UrlParts url;
+  std::string shown_url;  // redacted, for messages
+  Clock::time_point start, deadline, next_try;
+  int attempts = 0;
+  std::string last_reason;
+
+  // Per try.
+  CURL* easy = nullptr;
+  curl_slist* headers = nullptr;
+  FILE* file = nullptr;
+  long status = 0;
+  std::string etag, content_range, retry_after;
+  uint64_t written = 0;
+  bool overflow = false;
+  std::string body;        // the body when no dst or file
+  std::string error_body;  // the body of a non-2xx answer (capped)
+  char errbuf[CURL_ERROR_SIZE] = {};
+};
+
+class HttpClient::Impl {
+ public:
+  explicit Impl(HttpClientOptions options, HeaderList extra)
+      : options_(std::move(options)),
+        extra_headers_(std::move(extra)),
+        rng_(std::random_device{}()) {}
+
+  ~Impl() {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      stop_ = true;
+    }
+    if (multi_ != nullptr) curl_multi_wakeup(multi_);
+    if (thread_.joinable()) thread_.join();
+    for (CURL* e : idle_) curl_easy_cleanup(e);
+    if (multi_ != nullptr) curl_multi_cleanup(multi_);
+  }
+
+  Status Start() {
+    static std::once_flag once;
+    static CURLcode global = CURLE_OK;
+    std::call_once(once, [] { global = curl_global_init(CURL_GLOBAL_DEFAULT); });
+    if (global != CURLE_OK) return Status::IOError("curl_global_init failed");
+    multi_ = curl_multi_init();
+    if (multi_ == nullptr) return Status::IOError("curl_multi_init failed");
+    curl_multi_setopt(multi_, CURLMOPT_MAX_HOST_CONNECTIONS,
+                      static_cast<long>(options_.max_connections_per_host));
+    curl_multi_setopt(multi_, CURLMOPT_MAX_TOTAL_CONNECTIONS,
+                      static_cast<long>(options_.max_connections));
+    curl_multi_setopt(multi_, CURLMOPT_MAXCONNECTS, static_cast<long>(options_.max_connections));
+    curl_multi_setopt(multi_, CURLMOPT_PIPELINING, CURLPIPE_MULTIPLEX);
+    thread_ = std::thread([this] { Loop(); });
+    return Status::OK();
+  }
+
+  void Submit(std::unique_ptr<Transfer> t) {
+    requests_.fetch_add(1, std::memory_order_relaxed);
+    in_flight_.fetch_add(1, std::memory_order_relaxed);
+    bool stopped;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      stopped = stop_;
+      if (!stopped) queue_.push_back(std::move(t));
+    }
+    if (stopped) {
+      Status s = Status::IOError(t->shown_url + ": the client is shutting down");
+      Complete(std::move(t), Err(std::move(s)));
+      return;
+    }
+    curl_multi_wakeup(multi_);
+  }
+
+  bool OnIoThread() const { return std::this_thread::get_id() == thread_.get_id(); }
+
+  HttpStats Stats() const {
+    HttpStats s;
+    s.requests = requests_.load(std::memory_order_relaxed);
+    s.attempts = attempts_.load(std::memory_order_relaxed);
+    s.succeeded = succeeded_.load(std::memory_order_relaxed);
+    s.failed = failed_.load(std::memory_order_relaxed);
+    s.bytes_received = bytes_received_.load(std::memory_order_relaxed);
+    s.in_flight = in_flight_.load(std::memory_order_relaxed);
+    for (size_t i = 0; i < s.retries.size(); ++i) {
+      s.retries[i] = retries_[i].load(std::memory_order_relaxed);
+    }
+    for (size_t i = 0; i < s.latency.size(); ++i) {
+      s.latency[i] = latency_[i].load(std::memory_order_relaxed);
+    }
+    return s;
+  }
+
+  const HttpClientOptions& options() const { return options_; }
+
+ private:
+  static size_t OnHeader(char* data, size_t size, size_t n, void* user) {
+    auto* t = static_cast<Transfer*>(user);
+    std::string_view line(data, size * n);
+    if (StartsWithNoCase(line, "HTTP/")) {  // a new response (after a 100 Continue, say)
+      t->etag.clear();
+      t->content_range.clear();
+      t->retry_after.clear();
+    } else if (StartsWithNoCase(line, "etag:")) {
+      t->etag = TrimWs(line.substr(5));
+    } else if (StartsWithNoCase(line, "content-range:")) {
+      t->content_range = TrimWs(line.substr(14));
+    } else if (StartsWithNoCase(line, "retry-after:")) {
+      t->retry_after = TrimWs(line.substr(12));
+    }
+    return size * n;
+  }
+
+  static size_t OnBody(char* data, size_t size, size_t n, void* user) {
+    auto* t = static_cast<Transfer*>(user);
+    size_t len = size * n;
+    if (t->status == 0) curl_easy_getinfo(t->easy, CURLINFO_RESPONSE_CODE, &t->status);
+    if (t->status != 200 && t->status != 206) {
+      size_t room = kErrorBodyCap - std::min(kErrorBodyCap, t->error_body.size());
+      t->error_body.append(data, std::min(room, len));
+      return len;
+    }
+    if (t->req.dst != nullptr) {
+      if (t->written + len > t->req.dst_size) {
+        t->overflow = true;
+        return 0;  // aborts the transfer: CURLE_WRITE_ERROR
+      }
+      std::memcpy(t->req.dst + t->written, data, len);
+    } else if (t->file != nullptr) {
+      if (std::fwrite(data, 1, len, t->file) != len) return 0;
+    } else {
+      t->body.append(data, len);
+    }
+    t->written += len;
+    return len;
+  }
+
+  Status StartTry(Transfer* t) {
+    t->attempts++;
+    attempts_.fetch_add(1, std::memory_order_relaxed);
+    t->status = 0;
+    t->etag.clear();
+    t->content_range.clear();
+    t->retry_after.clear();
+    t->written = 0;
+    t->overflow = false;
+    t->body.clear();
+    t->error_body.clear();
+    t->errbuf[0] = 0;
+    if (!t->req.body_file.empty()) {
+      if (t->file != nullptr) std::fclose(t->file);
+      t->file = std::fopen(t->req.body_file.c_str(), "wbe");
+      if (t->file == nullptr) return Status::FromErrno(t->req.body_file, errno);
+    }
+    CURL* e;
+    if (!idle_.empty()) {
+      e = idle_.back();
+      idle_.pop_back();
+      curl_easy_reset(e);
+    } else {
+      e = curl_easy_init();
+      if (e == nullptr) return Status::IOError(t->shown_url + ": curl_easy_init failed");
+    }
+    t->easy = e;
+    curl_easy_setopt(e, CURLOPT_URL, t->req.url.c_str());
+    curl_easy_setopt(e, CURLOPT_PRIVATE, t);
+    curl_easy_setopt(e, CURLOPT_NOSIGNAL, 1L);
+    curl_easy_setopt(e, CURLOPT_PROTOCOLS_STR, "http,https");
+    curl_easy_setopt(e, CURLOPT_HTTP_VERSION, static_cast<long>(CURL_HTTP_VERSION_2TLS));
+    curl_easy_setopt(e, CURLOPT_TCP_KEEPALIVE, 1L);
+    curl_easy_setopt(e, CURLOPT_ERRORBUFFER, t->errbuf);
+    curl_easy_setopt(e, CURLOPT_SSL_VERIFYPEER, options_.verify_tls ? 1L : 0L);
+    curl_easy_setopt(e, CURLOPT_SSL_VERIFYHOST, options_.verify_tls ? 2L : 0L);
+    if (!options_.ca_file.empty()) curl_easy_setopt(e, CURLOPT_CAINFO, options_.ca_file.c_str());
+    curl_easy_setopt(e, CURLOPT_CONNECTTIMEOUT_MS,
+                     static_cast<long>(options_.connect_timeout.count()));
+    curl_easy_setopt(e, CURLOPT_LOW_SPEED_LIMIT, options_.low_speed_bytes);
+    curl_easy_setopt(e, CURLOPT_LOW_SPEED_TIME,
+                     std::max(1L, static_cast<long>(options_.low_speed_time.count() / 1000)));
+    auto remaining = std::chrono::duration_cast<milliseconds>(t->deadline - Clock::now());
+    curl_easy_setopt(e, CURLOPT_TIMEOUT_MS, std::max(1L, static_cast<long>(remaining.count())));
+    curl_easy_setopt(e, CURLOPT_HEADERFUNCTION, &Impl::OnHeader);
+    curl_easy_setopt(e, CURLOPT_HEADERDATA, t);
+    curl_easy_setopt(e, CURLOPT_WRITEFUNCTION, &Impl::OnBody);
+    curl_easy_setopt(e, CURLOPT_WRITEDATA, t);
+    if (t->req.method == HttpRequest::Method::kHead) curl_easy_setopt(e, CURLOPT_NOBODY, 1L);
+
+    // The headers that are signed are sent exactly as signed: Host and Range set here, not by
+    // curl. Accept-Encoding stays off: ranges are of the stored bytes.
+    HeaderList signed_headers = {{"Host", t->url.host_header}};
+    if (t->req.range) {
+      signed_headers.emplace_back(
+          "Range", "bytes=" + std::to_string(t->req.range->offset) + "-" +
+                       std::to_string(t->req.range->offset + t->req.range->length - 1));
+    }
+    HeaderList all = signed_headers;
+    if (options_.signer != nullptr) {
+      SigV4Request sr;
+      sr.method = t->req.method == HttpRequest::Method::kHead ? "HEAD" : "GET";
+      sr.path = t->url.path;
+      sr.query = t->url.query;
+      sr.headers = signed_headers;
+      sr.payload_hash = std::string(kEmptyPayloadSha256);
+      HeaderList sig = options_.signer->Sign(sr, std::chrono::system_clock::now());
+      all.insert(all.end(), sig.begin(), sig.end());
+    }
+    if (!t->req.if_none_match.empty()) all.emplace_back("If-None-Match", t->req.if_none_match);
+    all.insert(all.end(), extra_headers_.begin(), extra_headers_.end());
+    all.emplace_back("Expect", "");
+    if (t->headers != nullptr) curl_slist_free_all(t->headers);
+    t->headers = nullptr;
+    for (const auto& [k, v] : all) {
+      std::string h = v.empty() ? k + ":" : k + ": " + v;
+      t->headers = curl_slist_append(t->headers, h.c_str());
+    }
+    curl_easy_setopt(e, CURLOPT_HTTPHEADER, t->headers);
+    if (curl_multi_add_handle(multi_, e) != CURLM_OK) {
+      return Status::IOError(t->shown_url + ": curl_multi_add_handle failed");
+    }
+    return Status::OK();
+  }
+
+  void ReleaseEasy(Transfer* t) {
+    if (t->easy != nullptr) {
+      curl_multi_remove_handle(multi_, t->easy);
+      if (idle_.size() < kIdleEasyHandles) {
+        idle_.push_back(t->easy);
+      } else {
+        curl_easy_cleanup(t->easy);
+      }
+      t->easy = nullptr;
+    }
+    if (t->headers != nullptr) {
+      curl_slist_free_all(t->headers);
+      t->headers = nullptr;
+    }
+  }
+
+  void Complete(std::unique_ptr<Transfer> t, Result<HttpResponse> r) {
+    if (t->file != nullptr) {
+      if (std::fclose(t->file) != 0 && r.has_value()) {
+        r = Err(Status::FromErrno(t->req.body_file, errno));
+      }
+      t->file = nullptr;
+    }
+    auto ms = std::chrono::duration_cast<milliseconds>(Clock::now() - t->start).count();
+    size_t bucket = 0;
+    while (bucket < HttpStats::kLatencyBoundsMs.size() &&
+           ms > static_cast<int64_t>(HttpStats::kLatencyBoundsMs[bucket])) {
+      ++bucket;
+    }
+    latency_[bucket].fetch_add(1, std::memory_order_relaxed);
+    (r.has_value() ? succeeded_ : failed_).fetch_add(1, std::memory_order_relaxed);
+    in_flight_.fetch_sub(1, std::memory_order_relaxed);
+    HttpClient::Callback done = std::move(t->done);
+    t.reset();
+    done(std::move(r));
+  }
+
+  // What to do with a finished try.
+  struct Verdict {
+    std::optional<Result<HttpResponse>> result;  // set: complete with it
+    RetryReason reason = RetryReason::kServerError;
+    std::string detail;
+  };
+
+  Verdict Judge(Transfer* t, CURLcode rc) {
+    Verdict v;
+    auto fail = [&](Status s) {
+      v.result = Err(std::move(s));
+      return v;
+    };
+    auto retry = [&](RetryReason r, std::string detail) {
+      v.reason = r;
+      v.detail = std::move(detail);
+      return v;
+    };
+    const std::string& u = t->shown_url;
+    const auto& range = t->req.range;
+    if (rc == CURLE_WRITE_ERROR && t->overflow) {
+      if (range && t->status == 200)
+        return retry(RetryReason::kFullBody, "200 with the whole object for a range");
+      return fail(Status::IOError(u + ": the body is larger than the buffer (" +
+                                  std::to_string(t->req.dst_size) + " bytes)"));
+    }
+    if (rc != CURLE_OK) {
+      std::string what = t->errbuf[0] ? t->errbuf : curl_easy_strerror(rc);
+      switch (rc) {
+        case CURLE_OPERATION_TIMEDOUT:
+          return retry(RetryReason::kTimeout, "timeout: " + what);
+        case CURLE_RECV_ERROR:
+        case CURLE_SEND_ERROR:
+        case CURLE_GOT_NOTHING:
+        case CURLE_HTTP2:
+        case CURLE_HTTP2_STREAM:
+          return retry(RetryReason::kReset, "connection reset: " + what);
+        case CURLE_PARTIAL_FILE:
+          return retry(RetryReason::kShortBody, "short body: " + what);
+        case CURLE_COULDNT_CONNECT:
+          return retry(RetryReason::kConnect, "cannot connect: " + what);
+        default:
+          return fail(Status::IOError(u + ": " + what));
+      }
+    }
+    long status = 0;
+    curl_easy_getinfo(t->easy, CURLINFO_RESPONSE_CODE, &status);
+    t->status = status;
+    if (status == 200 || status == 206 || status == 304) return Accept(t, status);
+    std::string code = S3ErrorCode(t->error_body);
+    std::string msg = u + ": " + std::to_string(status) +
+                      (*ReasonPhrase(status) ? std::string(" ") + ReasonPhrase(status) : "") +
+                      (code.empty() ? "" : " (" + code + ")");
+    if (status == 429 || status == 408) return retry(RetryReason::kThrottled, msg);
+    if (status == 503 && code == "SlowDown") return retry(RetryReason::kSlowDown, msg);
+    if (status >= 500) return retry(RetryReason::kServerError, msg);
+    if (status == 404) return fail(Status::NotFound(msg));
+    if (status == 403 || status == 401) return fail(Status::IOError(msg, EACCES));
+    return fail(Status::IOError(msg));
+  }
+
+  Verdict Accept(Transfer* t, long status) {
+    Verdict v;
+    const std::string& u = t->shown_url;
+    const auto& range = t->req.range;
+    HttpResponse r;
+    r.status = status;
+    r.etag = t->etag;
+    r.attempts = t->attempts;
+    r.body_bytes = t->written;
+    if (status == 304) {
+      if (t->req.if_none_match.empty()) {
+        v.result = Err(Status::IOError(u + ": 304 Not Modified to an unconditional request"));
+        return v;
+      }
+      v.result = std::move(r);
+      return v;
+    }
+    if (t->req.method == HttpRequest::Method::kHead) {
+      curl_off_t len = -1;
+      curl_easy_getinfo(t->easy, CURLINFO_CONTENT_LENGTH_DOWNLOAD_T, &len);
+      if (len >= 0) {
+        r.content_range = ContentRange{0, len > 0 ? static_cast<uint64_t>(len) - 1 : 0,
+                                       static_cast<uint64_t>(len)};
+      }
+      v.result = std::move(r);
+      return v;
+    }
+    if (status == 206) {
+      auto cr = ParseContentRange(t->content_range);
+      if (!cr) {
+        v.result = Err(Status::IOError(u + ": 206 with a bad Content-Range '" +
+                                       t->content_range.substr(0, 80) + "'"));
+        return v;
+      }
+      uint64_t want_start = range ? range->offset : 0;
+      uint64_t want_end = range ? range->offset + range->length - 1 : cr->end;
+      // A server may end a range early at the end of the object: the caller sees the total.
+      bool clipped = cr->end + 1 == cr->total && cr->end < want_end;
+      if (cr->start != want_start || (cr->end != want_end && !clipped)) {
+        v.result = Err(Status::IOError(u + ": asked bytes " + std::to_string(want_start) + "-" +
+                                       std::to_string(want_end) + ", got " + t->content_range));
+        return v;
+      }
+      if (t->written != cr->end - cr->start + 1) {
+        v.reason = RetryReason::kShortBody;
+        v.detail = "short body: " + std::to_string(t->written) + " of " +
+                   std::to_string(cr->end - cr->start + 1) + " bytes";
+        return v;
+      }
+      r.content_range = cr;
+    } else {  // 200: the whole object
+      if (range && (range->offset != 0 || t->written > range->length)) {
+        v.reason = RetryReason::kFullBody;
+        v.detail = "200 with the whole object for a range";
+        return v;
+      }
+      curl_off_t len = -1;
+      curl_easy_getinfo(t->easy, CURLINFO_CONTENT_LENGTH_DOWNLOAD_T, &len);
+      if (len >= 0 && static_cast<uint64_t>(len) != t->written) {
+        v.reason = RetryReason::kShortBody;
+        v.detail = "short body";
+        return v;
+      }
+      if (t->written > 0) r.content_range = ContentRange{0, t->written - 1, t->written};
+    }
+    bytes_received_.fetch_add(t->written, std::memory_order_relaxed);
+    r.body = std::move(t->body);
+    v.result = std::move(r);
+    return v;
+  }
+
+  void OnDone(Transfer* raw, CURLcode rc) {
+    active_.erase(raw);
+    std::unique_ptr<Transfer> t(raw);
+    Verdict v = Judge(t.get(), rc);
+    ReleaseEasy(t.get());
+    if (v.result) {
+      Complete(std::move(t), std::move(*v.result));
+      return;
+    }
+    t->last_reason = v.detail;
+    auto now = Clock::now();
+    milliseconds wait{0};
+    auto server_wait = t->retry_after.empty()
+                           ? std::nullopt
+                           : ParseRetryAfter(t->retry_after, std::chrono::system_clock::now());
+    if (server_wait) {
+      wait = *server_wait;
+    } else {
+      int shift = std::min(t->attempts - 1, 20);
+      auto cap =
+          std::min(options_.max_backoff, milliseconds(options_.base_backoff.count() << shift));
+      wait = milliseconds(std::uniform_int_distribution<int64_t>(0, cap.count())(rng_));
+    }
+    if (t->attempts >= options_.max_attempts || now + wait >= t->deadline) {
+      auto spent = std::chrono::duration_cast<milliseconds>(now - t->start).count();
+      std::string msg = t->shown_url + ": gave up after " + std::to_string(t->attempts) +
+                        (t->attempts == 1 ? " try" : " tries") + " in " + std::to_string(spent) +
+                        " ms (last: " + v.detail + ")";
+      Complete(std::move(t), Err(Status::IOError(msg, ETIMEDOUT)));
+      return;
+    }
+    retries_[static_cast<size_t>(v.reason)].fetch_add(1, std::memory_order_relaxed);
+    t->next_try = now + wait;
+    waiting_.emplace(t->next_try, std::move(t));
+  }
+
+  void Launch(std::unique_ptr<Transfer> t) {
+    Status s = StartTry(t.get());
+    if (!s.ok()) {
+      ReleaseEasy(t.get());
+      Complete(std::move(t), Err(s));
+      return;
+    }
+    active_.insert(t.get());
+    t.release();  // owned by its easy handle (CURLOPT_PRIVATE) until OnDone
+  }
+
+  void Loop() {
+    for (;;) {
+      std::deque<std::unique_ptr<Transfer>> fresh;
+      bool stop;
+      {
+        std::lock_guard<std::mutex> lock(mu_);
+        fresh.swap(queue_);
+        stop = stop_;
+      }
+      if (stop) {
+        Shutdown(std::move(fresh));
+        return;
+      }
+      for (auto& t : fresh) Launch(std::move(t));
+      auto now = Clock::now();
+      while (!waiting_.empty() && waiting_.begin()->first <= now) {
+        auto node = waiting_.extract(waiting_.begin());
+        Launch(std::move(node.mapped()));
+      }
+      int running = 0;
+      curl_multi_perform(multi_, &running);
+      int left = 0;
+      while (CURLMsg* m = curl_multi_info_read(multi_, &left)) {
+        if (m->msg != CURLMSG_DONE) continue;
+        Transfer* t = nullptr;
+        curl_easy_getinfo(m->easy_handle, CURLINFO_PRIVATE, reinterpret_cast<char**>(&t));
+        OnDone(t, m->data.result);
+      }
+      int timeout_ms = 1000;
+      if (!waiting_.empty()) {
+        auto until =
+            std::chrono::duration_cast<milliseconds>(waiting_.begin()->first - Clock::now());
+        timeout_ms = static_cast<int>(std::clamp<int64_t>(until.count(), 0, 1000));
+      }
+      long curl_timeout = -1;
+      curl_multi_timeout(multi_, &curl_timeout);
+      if (curl_timeout >= 0) timeout_ms = std::min<int>(timeout_ms, static_cast<int>(curl_timeout));
+      curl_multi_poll(multi_, nullptr, 0, timeout_ms, nullptr);
+    }
+  }
+
+  void Shutdown(std::deque<std::unique_ptr<Transfer>> fresh) {
+    std::vector<std::unique_ptr<Transfer>> all;
+    for (auto& t : fresh) all.push_back(std::move(t));
+    for (auto& [when, t] : waiting_) all.push_back(std::move(t));
+    waiting_.clear();
+    for (Transfer* t : active_) all.emplace_back(t);
+    active_.clear();
+    for (auto& t : all) {
+      ReleaseEasy(t.get());
+      Status s = Status::IOError(t->shown_url + ": the client is shutting down");
+      Complete(std::move(t), Err(std::move(s)));
+    }
+    // Requests submitted while shutting down are failed by Submit().
+  }
+
+  HttpClientOptions options_;
+  HeaderList extra_headers_;
+  CURLM* multi_ = nullptr;
+  std::thread thread_;
+  std::vector<CURL*> idle_;     // I/O thread only
+  std::set<Transfer*> active_;  // in curl, owned through CURLOPT_PRIVATE; I/O thread only
+  std::multimap<Clock::time_point, std::unique_ptr<Transfer>> waiting_;  // I/O thread only
+  std::mt19937_64 rng_;                                                  // I/O thread only
+
+  std::mutex mu_;
+  std::deque<std::unique_ptr<Transfer>> queue_;  // GUARDED_BY(mu_)
+  bool stop_ = false;                            // GUARDED_BY(mu_)
+
+  std::atomic<uint64_t> requests_{0}, attempts_{0}, succeeded_{0}, failed_{0}, bytes_received_{0},
+      in_flight_{0};
+  std::array<std::atomic<uint64_t>, static_cast<size_t>(RetryReason::kCount)> retries_{};
+  std::array<std::atomic<uint64_t>, HttpStats::kLatencyBoundsMs.size() + 1> latency_{};
+};
+
+HttpClient::HttpClient(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+HttpClient::~HttpClient() = default;
+
+Result<std::unique_ptr<HttpClient>> HttpClient::Create(HttpClientOptions options) {
+  auto extra = ReadHeadersFile(options.headers_file);
+  if (!extra.has_value()) return Err(extra.error());
+  auto impl = std::make_unique<Impl>(std::move(options), std::move(*extra));
+  PCRFS_RETURN_ERR_IF_ERROR(impl->Start());
+  return std::unique_ptr<HttpClient>(new HttpClient(std::move(impl)));
+}
+
+void HttpClient::Fetch(HttpRequest request, Callback done) {
+  auto t = std::make_unique<Transfer>();
+  t->shown_url = RedactUrl(request.url);
+  t->start = Clock::now();
+  t->deadline = t->start + impl_->options().deadline;
+  t->done = std::move(done);
+  auto parts = SplitUrl(request.url);
+  Status bad;
+  if (!parts) {
+    bad = Status::InvalidArgument(t->shown_url + ": not an http(s) URL");
+  } else if (request.range && request.range->length == 0) {
+    bad = Status::InvalidArgument(t->shown_url + ": an empty byte range");
+  } else if (request.range && request.dst != nullptr && request.dst_size < request.range->length) {
+    bad = Status::InvalidArgument(t->shown_url + ": the buffer is smaller than the range");
+  }
+  if (!bad.ok()) {
+    t->done(Err(bad));
+    return;
+  }
+  t->url = std::move(*parts);
+  t->req = std::move(request);
+  impl_->Submit(std::move(t));
+}
+
+Result<HttpResponse> HttpClient::FetchBlocking(HttpRequest request) {
+  if (impl_->OnIoThread()) {
+    return Err(Status::InvalidArgument("FetchBlocking called from an HttpClient callback"));
+  }
+  std::promise<Result<HttpResponse>> promise;
+  auto future = promise.get_future();
+  Fetch(std::move(request),
+        [&promise](Result<HttpResponse> r) { promise.set_value(std::move(r)); });
+  return future.get();
+}
+
+HttpStats HttpClient::stats() const { return impl_->Stats(); }
+const HttpClientOptions& HttpClient::options() const { return impl_->options(); }
+
+}  // namespace pcrfs

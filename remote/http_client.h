@@ -1,0 +1,168 @@
+// An HTTP(S) client for remote stores on libcurl's multi interface: one I/O thread owns a curl
+// multi handle and a pool of easy handles, keeps connections alive, limits connections per host,
+// retries what is worth retrying within a deadline, and counts what it does.
+//
+// Lifetimes and threads:
+//  - Create() makes the curl state and starts the I/O thread. A process that forks (the daemon
+//    forks after opening the store) must create its clients after the fork: curl handles and the
+//    thread do not survive fork(). Nothing here runs before Create().
+//  - Fetch() and FetchBlocking() may be called from any thread, except that FetchBlocking() must
+//    not be called from a callback (it would wait for the thread it blocks).
+//  - Callbacks run on the I/O thread, exactly once per Fetch(), and must be short: a slow
+//    callback delays every other transfer. The destructor fails the requests still pending with
+//    IOError ("shutting down") and joins the thread; it must not run on the I/O thread.
+//  - A Request's `dst` buffer (when given) must stay valid until its callback has run.
+//
+// Caveats: curl speaks HTTP/1.1 to S3 (which offers nothing else), so concurrency means one TCP
+// connection per request in flight, up to max_connections_per_host; HTTP/2 is used where a TLS
+// server offers it, multiplexing many requests on one connection.
+#pragma once
+
+#include <array>
+#include <atomic>
+#include <chrono>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <string>
+
+#include "common/status.h"
+#include "remote/sigv4.h"
+
+namespace pcrfs {
+
+struct HttpClientOptions {
+  int max_connections_per_host = 16;  // CURLMOPT_MAX_HOST_CONNECTIONS
+  int max_connections = 64;           // CURLMOPT_MAX_TOTAL_CONNECTIONS
+  bool verify_tls = true;             // off only for tests; verification stays on by default
+  std::string ca_file;                // PEM bundle instead of the system's (CURLOPT_CAINFO)
+  // A file of "Name: value" lines (blank lines and '#' comments ignored) sent with every
+  // request, e.g. "Authorization: Bearer ...". Read once by Create(); never logged.
+  std::string headers_file;
+  // Signs every request for S3 (nullptr: unsigned). Shared: the signer is thread-safe.
+  std::shared_ptr<const SigV4Signer> signer;
+
+  // Per try: connect within connect_timeout, and then fail a transfer slower than
+  // low_speed_bytes per second for low_speed_time (a stalled connection).
+  std::chrono::milliseconds connect_timeout{3000};
+  std::chrono::milliseconds low_speed_time{5000};
+  long low_speed_bytes = 1024;
+  // Per request, all tries and waits included: after this the request fails with IOError.
+  std::chrono::milliseconds deadline{30000};
+  int max_attempts = 10;
+  // Backoff before try n (n >= 2): a random wait in [0, min(max_backoff, base << (n - 2))]
+  // ("full jitter"), or the server's Retry-After when it gives one (capped by the deadline).
+  std::chrono::milliseconds base_backoff{100};
+  std::chrono::milliseconds max_backoff{5000};
+};
+
+struct ByteRange {
+  uint64_t offset = 0;
+  uint64_t length = 0;  // > 0
+};
+
+struct ContentRange {
+  uint64_t start = 0;
+  uint64_t end = 0;  // inclusive
+  uint64_t total = 0;
+};
+
+struct HttpRequest {
+  enum class Method { kGet, kHead };
+  Method method = Method::kGet;
+  std::string url;  // http(s)://..., already URI-encoded
+  std::optional<ByteRange> range;
+  std::string if_none_match;  // an ETag: a 304 answer means "not modified"
+  // Where the body goes: into dst (capacity dst_size; must hold range->length when a range is
+  // asked), else into body_file (created or truncated), else into HttpResponse::body.
+  uint8_t* dst = nullptr;
+  size_t dst_size = 0;
+  std::string body_file;
+};
+
+struct HttpResponse {
+  long status = 0;  // 200, 206 or 304; anything else is an error Status
+  std::string etag;
+  // From Content-Range on a 206; on a 200 for the whole object, {0, size - 1, size}.
+  std::optional<ContentRange> content_range;
+  uint64_t body_bytes = 0;  // bytes written to dst, body_file or body
+  std::string body;         // when neither dst nor body_file was given
+  int attempts = 0;
+};
+
+// Why a try was retried. kFullBody: a 200 with more than the asked range.
+enum class RetryReason {
+  kServerError,
+  kThrottled,
+  kSlowDown,
+  kReset,
+  kTimeout,
+  kShortBody,
+  kFullBody,
+  kConnect,
+  kCount
+};
+const char* RetryReasonName(RetryReason r);
+
+// A snapshot of the client's counters.
+struct HttpStats {
+  uint64_t requests = 0;  // Fetch() calls
+  uint64_t attempts = 0;  // tries sent (requests + retries)
+  uint64_t succeeded = 0;
+  uint64_t failed = 0;
+  uint64_t bytes_received = 0;  // body bytes of successful tries
+  uint64_t in_flight = 0;
+  std::array<uint64_t, static_cast<size_t>(RetryReason::kCount)> retries{};
+  // Latency of whole requests (first try to answer), in fixed buckets.
+  static constexpr std::array<uint32_t, 14> kLatencyBoundsMs = {
+      1, 2, 5, 10, 20, 50, 100, 200, 500, 1000, 2000, 5000, 10000, 30000};
+  std::array<uint64_t, kLatencyBoundsMs.size() + 1> latency{};  // last: above the last bound
+  // The upper bound (ms) of the bucket holding the q-quantile (0 < q <= 1); 0 with no requests,
+  // UINT64_MAX when it is above the last bound.
+  uint64_t LatencyPercentileMs(double q) const;
+  // {"requests":..., "retries":{"server_error":...}, "latency_ms":{"p50":...,"p99":...}, ...}
+  std::string ToJson() const;
+};
+
+class HttpClient {
+ public:
+  using Callback = std::function<void(Result<HttpResponse>)>;
+
+  // Errors: an unreadable or malformed headers_file (naming the file and line, never a value),
+  // curl that cannot be initialized.
+  static Result<std::unique_ptr<HttpClient>> Create(HttpClientOptions options);
+  ~HttpClient();
+  HttpClient(const HttpClient&) = delete;
+  HttpClient& operator=(const HttpClient&) = delete;
+
+  // Starts the request; `done` gets the response or an error, exactly once, on the I/O thread.
+  // Errors (each one line naming the redacted URL):
+  //  - NotFound "URL: 404 Not Found (NoSuchKey)", IOError "URL: 403 Forbidden (AccessDenied)"
+  //    (errno EACCES) and other 4xx: never retried; the S3 error code comes from the XML body;
+  //  - IOError "URL: gave up after N tries in T ms (last: REASON)" when the retries or the
+  //    deadline run out (5xx, 429, SlowDown, resets, timeouts, short bodies, a 200 for a range);
+  //  - IOError for TLS failures (not retried) and for a body that does not fit dst.
+  void Fetch(HttpRequest request, Callback done);
+  // Fetch() and wait.
+  Result<HttpResponse> FetchBlocking(HttpRequest request);
+
+  HttpStats stats() const;
+  const HttpClientOptions& options() const;
+
+  class Impl;
+
+ private:
+  explicit HttpClient(std::unique_ptr<Impl> impl);
+  std::unique_ptr<Impl> impl_;
+};
+
+// Parses "bytes START-END/TOTAL" (TOTAL may not be "*": pcrfs needs it). nullopt if malformed.
+std::optional<ContentRange> ParseContentRange(std::string_view value);
+// Seconds to wait from a Retry-After value (delta-seconds or an HTTP date); nullopt if invalid.
+std::optional<std::chrono::milliseconds> ParseRetryAfter(std::string_view value,
+                                                         std::chrono::system_clock::time_point now);
+// The <Code> of an S3 XML error body, or "".
+std::string S3ErrorCode(std::string_view body);
+
+}  // namespace pcrfs

@@ -1,0 +1,375 @@
+#include "remote/http_client.h"
+
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <filesystem>
+#include <fstream>
+#include <future>
+
+#include "remote/test_server.h"
+
+namespace pcrfs {
+namespace {
+
+std::string Object(size_t n) {
+  std::string s(n, '\0');
+  for (size_t i = 0; i < n; ++i) s[i] = static_cast<char>('a' + (i * 7) % 26);
+  return s;
+}
+
+// The "Range: bytes=A-B" of a request, or {-1, -1}.
+std::pair<long, long> RangeOf(const std::string& req) {
+  size_t p = req.find("Range: bytes=");
+  if (p == std::string::npos) return {-1, -1};
+  long a = -1, b = -1;
+  std::sscanf(req.c_str() + p, "Range: bytes=%ld-%ld", &a, &b);
+  return {a, b};
+}
+
+// A correct server for `obj`: 206 for a range, 200 for the whole object, ETag "v1".
+TestReply Serve(const std::string& obj, const std::string& req) {
+  auto [a, b] = RangeOf(req);
+  if (req.find("If-None-Match: \"v1\"") != std::string::npos) {
+    return {"HTTP/1.1 304 Not Modified\r\nETag: \"v1\"\r\nConnection: close\r\n\r\n"};
+  }
+  if (a < 0) return TestHttpServer::Reply(200, "OK", obj, "ETag: \"v1\"\r\n");
+  b = std::min<long>(b, static_cast<long>(obj.size()) - 1);
+  return TestHttpServer::Reply(206, "Partial Content", obj.substr(a, b - a + 1),
+                               "ETag: \"v1\"\r\nContent-Range: bytes " + std::to_string(a) + "-" +
+                                   std::to_string(b) + "/" + std::to_string(obj.size()) + "\r\n");
+}
+
+HttpClientOptions Fast() {
+  HttpClientOptions o;
+  o.base_backoff = std::chrono::milliseconds(5);
+  o.max_backoff = std::chrono::milliseconds(20);
+  o.deadline = std::chrono::milliseconds(5000);
+  return o;
+}
+
+std::unique_ptr<HttpClient> MakeClient(HttpClientOptions o = Fast()) {
+  auto c = HttpClient::Create(std::move(o));
+  EXPECT_TRUE(c.has_value()) << c.error().ToString();
+  return std::move(*c);
+}
+
+Result<HttpResponse> GetRange(HttpClient& c, const std::string& url, uint64_t off, uint64_t n,
+                              std::string* out) {
+  out->assign(n, '\0');
+  HttpRequest r;
+  r.url = url;
+  r.range = ByteRange{off, n};
+  r.dst = reinterpret_cast<uint8_t*>(out->data());
+  r.dst_size = n;
+  return c.FetchBlocking(std::move(r));
+}
+
+TEST(HttpClientTest, ParsersOfHeadersAndBodies) {
+  auto cr = ParseContentRange("bytes 10-19/100");
+  ASSERT_TRUE(cr);
+  EXPECT_EQ(cr->start, 10u);
+  EXPECT_EQ(cr->end, 19u);
+  EXPECT_EQ(cr->total, 100u);
+  EXPECT_FALSE(ParseContentRange("bytes 10-19/*"));
+  EXPECT_FALSE(ParseContentRange("bytes 19-10/100"));
+  EXPECT_FALSE(ParseContentRange("bytes 10-100/100"));
+  EXPECT_FALSE(ParseContentRange("bytes 1-2/3x"));
+  auto now = std::chrono::system_clock::from_time_t(784111777);  // Sun, 06 Nov 1994 08:49:37
+  EXPECT_EQ(ParseRetryAfter("3", now), std::chrono::milliseconds(3000));
+  EXPECT_EQ(ParseRetryAfter("Sun, 06 Nov 1994 08:49:39 GMT", now), std::chrono::milliseconds(2000));
+  EXPECT_FALSE(ParseRetryAfter("soon", now));
+  EXPECT_EQ(S3ErrorCode("<Error><Code>AccessDenied</Code><Message>x</Message></Error>"),
+            "AccessDenied");
+  EXPECT_EQ(S3ErrorCode("nothing"), "");
+}
+
+TEST(HttpClientTest, RangedGetIntoBufferAndWholeObject) {
+  const std::string obj = Object(100000);
+  TestHttpServer server([&](const std::string& req, int) { return Serve(obj, req); });
+  auto client = MakeClient();
+  std::string got;
+  auto r = GetRange(*client, server.url("/o"), 1000, 5000, &got);
+  ASSERT_TRUE(r.has_value()) << r.error().ToString();
+  EXPECT_EQ(r->status, 206);
+  EXPECT_EQ(got, obj.substr(1000, 5000));
+  EXPECT_EQ(r->etag, "\"v1\"");
+  ASSERT_TRUE(r->content_range);
+  EXPECT_EQ(r->content_range->total, obj.size());
+  EXPECT_EQ(RangeOf(server.received().back()), (std::pair<long, long>(1000, 5999)));
+
+  HttpRequest whole;
+  whole.url = server.url("/o");
+  auto w = client->FetchBlocking(whole);
+  ASSERT_TRUE(w.has_value());
+  EXPECT_EQ(w->status, 200);
+  EXPECT_EQ(w->body, obj);
+  EXPECT_EQ(w->content_range->total, obj.size());
+
+  HttpRequest cond;
+  cond.url = server.url("/o");
+  cond.if_none_match = "\"v1\"";
+  auto c = client->FetchBlocking(cond);
+  ASSERT_TRUE(c.has_value());
+  EXPECT_EQ(c->status, 304);
+
+  HttpStats s = client->stats();
+  EXPECT_EQ(s.requests, 3u);
+  EXPECT_EQ(s.succeeded, 3u);
+  EXPECT_EQ(s.bytes_received, 5000u + obj.size());
+  EXPECT_EQ(s.in_flight, 0u);
+  EXPECT_GT(s.LatencyPercentileMs(0.5), 0u);
+  EXPECT_NE(s.ToJson().find("\"requests\":3"), std::string::npos);
+}
+
+TEST(HttpClientTest, Ipv6Literal) {
+  const std::string obj = Object(1000);
+  TestHttpServer server([&](const std::string& req, int) { return Serve(obj, req); },
+                        /*ipv6=*/true);
+  if (!server.ok()) GTEST_SKIP() << "no IPv6 loopback";
+  auto client = MakeClient();
+  std::string got;
+  auto r = GetRange(*client, server.url("/o"), 3, 30, &got);
+  ASSERT_TRUE(r.has_value()) << r.error().ToString();
+  EXPECT_EQ(got, obj.substr(3, 30));
+  EXPECT_NE(server.received().back().find("Host: [::1]:"), std::string::npos);
+}
+
+TEST(HttpClientTest, ManyConcurrentAsyncFetches) {
+  const std::string obj = Object(1 << 20);
+  TestHttpServer server([&](const std::string& req, int) { return Serve(obj, req); });
+  auto client = MakeClient();
+  const int kN = 64;
+  std::vector<std::string> bufs(kN, std::string(4096, '\0'));
+  std::atomic<int> ok{0}, done{0};
+  std::promise<void> all;
+  for (int i = 0; i < kN; ++i) {
+    HttpRequest r;
+    r.url = server.url("/o");
+    r.range = ByteRange{static_cast<uint64_t>(i) * 10000, 4096};
+    r.dst = reinterpret_cast<uint8_t*>(bufs[i].data());
+    r.dst_size = 4096;
+    client->Fetch(r, [&, i](Result<HttpResponse> res) {
+      if (res.has_value() && bufs[i] == obj.substr(i * 10000, 4096)) ++ok;
+      if (++done == kN) all.set_value();
+    });
+  }
+  all.get_future().wait();
+  EXPECT_EQ(ok.load(), kN);
+}
+
+TEST(HttpClientTest, RetriesServerErrorsHonouringRetryAfter) {
+  const std::string obj = Object(1000);
+  TestHttpServer server([&](const std::string& req, int n) {
+    if (n == 1) {
+      return TestHttpServer::Reply(503, "Slow Down", "<Error><Code>SlowDown</Code></Error>",
+                                   "Retry-After: 1\r\n");
+    }
+    if (n == 2) return TestHttpServer::Reply(429, "Too Many Requests", "");
+    if (n == 3) return TestHttpServer::Reply(500, "Internal Server Error", "");
+    return Serve(obj, req);
+  });
+  auto client = MakeClient();
+  std::string got;
+  auto start = std::chrono::steady_clock::now();
+  auto r = GetRange(*client, server.url("/o"), 10, 20, &got);
+  auto waited = std::chrono::steady_clock::now() - start;
+  ASSERT_TRUE(r.has_value()) << r.error().ToString();
+  EXPECT_EQ(got, obj.substr(10, 20));
+  EXPECT_EQ(r->attempts, 4);
+  EXPECT_GE(waited, std::chrono::milliseconds(1000));  // the Retry-After, not the 5 ms backoff
+  HttpStats s = client->stats();
+  EXPECT_EQ(s.retries[static_cast<size_t>(RetryReason::kSlowDown)], 1u);
+  EXPECT_EQ(s.retries[static_cast<size_t>(RetryReason::kThrottled)], 1u);
+  EXPECT_EQ(s.retries[static_cast<size_t>(RetryReason::kServerError)], 1u);
+}
+
+TEST(HttpClientTest, RetriesResetsAndShortBodies) {
+  const std::string obj = Object(10000);
+  TestHttpServer server([&](const std::string& req, int n) {
+    TestReply r = Serve(obj, req);
+    if (n == 1) return TestReply{"", /*reset=*/true};
+    if (n == 2) r.bytes.resize(r.bytes.size() - 100);  // a short body, then FIN
+    if (n == 3) {
+      r.bytes.resize(r.bytes.size() - 100);
+      r.reset = true;
+    }
+    return r;
+  });
+  auto client = MakeClient();
+  std::string got;
+  auto r = GetRange(*client, server.url("/o"), 0, 5000, &got);
+  ASSERT_TRUE(r.has_value()) << r.error().ToString();
+  EXPECT_EQ(got, obj.substr(0, 5000));
+  EXPECT_EQ(r->attempts, 4);
+  HttpStats s = client->stats();
+  EXPECT_EQ(s.retries[static_cast<size_t>(RetryReason::kReset)] +
+                s.retries[static_cast<size_t>(RetryReason::kShortBody)],
+            3u);
+  EXPECT_GE(s.retries[static_cast<size_t>(RetryReason::kShortBody)], 1u);
+}
+
+TEST(HttpClientTest, FullBodyForARange) {
+  const std::string obj = Object(10000);
+  std::atomic<bool> honour_range{false};
+  TestHttpServer server([&](const std::string& req, int) {
+    if (!honour_range) return TestHttpServer::Reply(200, "OK", obj);
+    return Serve(obj, req);
+  });
+  auto client = MakeClient();
+  std::string got;
+  // A 200 with the whole object when the range is the whole object: accepted.
+  auto whole = GetRange(*client, server.url("/o"), 0, obj.size(), &got);
+  ASSERT_TRUE(whole.has_value()) << whole.error().ToString();
+  EXPECT_EQ(got, obj);
+  EXPECT_EQ(whole->content_range->total, obj.size());
+  // Any other range: retried, then an error, never the wrong bytes.
+  auto part = GetRange(*client, server.url("/o"), 100, 50, &got);
+  ASSERT_FALSE(part.has_value());
+  EXPECT_NE(part.error().message().find("200 with the whole object"), std::string::npos)
+      << part.error().ToString();
+  EXPECT_EQ(part.error().code(), Status::Code::kIOError);
+  auto prefix = GetRange(*client, server.url("/o"), 0, 50, &got);
+  ASSERT_FALSE(prefix.has_value());
+  EXPECT_GT(client->stats().retries[static_cast<size_t>(RetryReason::kFullBody)], 0u);
+  // The server starts honouring ranges: fine again.
+  honour_range = true;
+  auto again = GetRange(*client, server.url("/o"), 100, 50, &got);
+  ASSERT_TRUE(again.has_value());
+  EXPECT_EQ(got, obj.substr(100, 50));
+}
+
+TEST(HttpClientTest, ForbiddenAndNotFoundAreNeverRetried) {
+  TestHttpServer server([&](const std::string& req, int) {
+    if (req.find("GET /missing") == 0) {
+      return TestHttpServer::Reply(404, "Not Found", "<Error><Code>NoSuchKey</Code></Error>");
+    }
+    return TestHttpServer::Reply(403, "Forbidden", "<Error><Code>AccessDenied</Code></Error>");
+  });
+  auto client = MakeClient();
+  std::string got;
+  auto denied = GetRange(*client, server.url("/secret?X-Token=abc"), 0, 10, &got);
+  ASSERT_FALSE(denied.has_value());
+  EXPECT_EQ(denied.error().message(), server.url("/secret") + ": 403 Forbidden (AccessDenied)");
+  EXPECT_EQ(denied.error().sys_errno(), EACCES);
+  auto missing = GetRange(*client, server.url("/missing"), 0, 10, &got);
+  ASSERT_FALSE(missing.has_value());
+  EXPECT_TRUE(missing.error().IsNotFound());
+  EXPECT_EQ(missing.error().message(), server.url("/missing") + ": 404 Not Found (NoSuchKey)");
+  EXPECT_EQ(server.requests(), 2);
+}
+
+TEST(HttpClientTest, DeadlineBoundsAStalledServer) {
+  TestHttpServer server([&](const std::string&, int) {
+    TestReply r = TestHttpServer::Reply(200, "OK", "late");
+    r.delay_ms = 3000;
+    return r;
+  });
+  HttpClientOptions o = Fast();
+  o.deadline = std::chrono::milliseconds(700);
+  auto client = MakeClient(o);
+  HttpRequest r;
+  r.url = server.url("/slow");
+  auto start = std::chrono::steady_clock::now();
+  auto res = client->FetchBlocking(r);
+  auto took = std::chrono::steady_clock::now() - start;
+  ASSERT_FALSE(res.has_value());
+  EXPECT_EQ(res.error().code(), Status::Code::kIOError);
+  EXPECT_NE(res.error().message().find("gave up after"), std::string::npos)
+      << res.error().ToString();
+  EXPECT_NE(res.error().message().find("timeout"), std::string::npos);
+  EXPECT_LT(took, std::chrono::milliseconds(2500));
+  EXPECT_GE(took, std::chrono::milliseconds(600));
+}
+
+TEST(HttpClientTest, ConnectionRefusedGivesUpAtTheDeadline) {
+  int port;
+  {
+    TestHttpServer gone([](const std::string&, int) { return TestReply{}; });
+    port = std::stoi(gone.url("").substr(17));
+  }
+  HttpClientOptions o = Fast();
+  o.deadline = std::chrono::milliseconds(300);
+  auto client = MakeClient(o);
+  HttpRequest r;
+  r.url = "http://127.0.0.1:" + std::to_string(port) + "/x";
+  auto res = client->FetchBlocking(r);
+  ASSERT_FALSE(res.has_value());
+  EXPECT_NE(res.error().message().find("cannot connect"), std::string::npos)
+      << res.error().ToString();
+  EXPECT_GT(client->stats().retries[static_cast<size_t>(RetryReason::kConnect)], 0u);
+}
+
+TEST(HttpClientTest, HeadersFileIsSentAndSignerSigns) {
+  const std::string obj = Object(100);
+  TestHttpServer server([&](const std::string& req, int) { return Serve(obj, req); });
+  auto dir = std::filesystem::temp_directory_path() / ("hc-" + std::to_string(::getpid()));
+  std::filesystem::create_directories(dir);
+  std::ofstream(dir / "headers") << "# a token\n\nAuthorization: Bearer s3cr3t\nX-Extra:  v \n";
+  HttpClientOptions o = Fast();
+  o.headers_file = (dir / "headers").string();
+  o.signer = std::make_shared<SigV4Signer>(Credentials("AK", "SK"), "us-east-1");
+  auto client = MakeClient(o);
+  std::string got;
+  ASSERT_TRUE(GetRange(*client, server.url("/b/k%20x?list-type=2"), 0, 10, &got).has_value());
+  std::string req = server.received().back();
+  EXPECT_NE(req.find("Authorization: Bearer s3cr3t\r\n"), std::string::npos);
+  EXPECT_NE(req.find("X-Extra: v\r\n"), std::string::npos);
+  EXPECT_NE(req.find("GET /b/k%20x?list-type=2 HTTP/1.1"), std::string::npos);
+  EXPECT_NE(req.find("Authorization: AWS4-HMAC-SHA256 Credential=AK/"), std::string::npos);
+  EXPECT_NE(req.find("SignedHeaders=host;range;x-amz-content-sha256;x-amz-date"),
+            std::string::npos);
+  EXPECT_NE(req.find("x-amz-content-sha256: " + std::string(kEmptyPayloadSha256)),
+            std::string::npos);
+  EXPECT_NE(req.find("Host: 127.0.0.1:"), std::string::npos);
+
+  std::ofstream(dir / "bad") << "Authorization Bearer s3cr3t\n";
+  o.headers_file = (dir / "bad").string();
+  auto bad = HttpClient::Create(o);
+  ASSERT_FALSE(bad.has_value());
+  EXPECT_NE(bad.error().message().find("line 1"), std::string::npos);
+  EXPECT_EQ(bad.error().message().find("s3cr3t"), std::string::npos);
+  o.headers_file = (dir / "absent").string();
+  EXPECT_FALSE(HttpClient::Create(o).has_value());
+  std::filesystem::remove_all(dir);
+}
+
+TEST(HttpClientTest, ShutdownFailsPendingRequests) {
+  TestHttpServer server([&](const std::string&, int) {
+    TestReply r = TestHttpServer::Reply(200, "OK", "x");
+    r.delay_ms = 1500;
+    return r;
+  });
+  std::atomic<int> failed{0};
+  {
+    auto client = MakeClient();
+    for (int i = 0; i < 4; ++i) {
+      HttpRequest r;
+      r.url = server.url("/slow");
+      client->Fetch(r, [&](Result<HttpResponse> res) {
+        if (!res.has_value() && res.error().message().find("shutting down") != std::string::npos)
+          ++failed;
+      });
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  }
+  EXPECT_EQ(failed.load(), 4);
+}
+
+TEST(HttpClientTest, BadRequestsFailAtOnce) {
+  auto client = MakeClient();
+  HttpRequest r;
+  for (const char* bad : {"not a url", "ftp://127.0.0.1/x", "http://u:p@127.0.0.1/x"}) {
+    r.url = bad;
+    auto res = client->FetchBlocking(r);
+    ASSERT_FALSE(res.has_value()) << bad;
+    EXPECT_EQ(res.error().code(), Status::Code::kInvalidArgument) << res.error().ToString();
+    EXPECT_EQ(res.error().message().find("u:p"), std::string::npos);
+  }
+  r.url = "http://127.0.0.1:1/x";
+  r.range = ByteRange{0, 0};
+  EXPECT_FALSE(client->FetchBlocking(r).has_value());
+}
+
+}  // namespace
+}  // namespace pcrfs

@@ -1,0 +1,159 @@
+#include "remote/remote_file.h"
+
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+#include "remote/test_server.h"
+
+namespace pcrfs {
+namespace {
+
+std::string Object(size_t n) {
+  std::string s(n, '\0');
+  for (size_t i = 0; i < n; ++i) s[i] = static_cast<char>((i * 131) % 251);
+  return s;
+}
+
+// Serves `*obj` with ranges and ETag `*etag`; 304 for a matching If-None-Match.
+TestReply Serve(const std::string& obj, const std::string& etag, const std::string& req) {
+  if (req.find("If-None-Match: " + etag + "\r\n") != std::string::npos) {
+    return {"HTTP/1.1 304 Not Modified\r\nETag: " + etag + "\r\nConnection: close\r\n\r\n"};
+  }
+  size_t p = req.find("Range: bytes=");
+  if (p == std::string::npos)
+    return TestHttpServer::Reply(200, "OK", obj, "ETag: " + etag + "\r\n");
+  long a = 0, b = 0;
+  std::sscanf(req.c_str() + p, "Range: bytes=%ld-%ld", &a, &b);
+  b = std::min<long>(b, static_cast<long>(obj.size()) - 1);
+  return TestHttpServer::Reply(206, "Partial Content", obj.substr(a, b - a + 1),
+                               "ETag: " + etag + "\r\nContent-Range: bytes " + std::to_string(a) +
+                                   "-" + std::to_string(b) + "/" + std::to_string(obj.size()) +
+                                   "\r\n");
+}
+
+std::shared_ptr<HttpClient> Client() {
+  HttpClientOptions o;
+  o.base_backoff = std::chrono::milliseconds(5);
+  o.deadline = std::chrono::milliseconds(3000);
+  auto c = HttpClient::Create(o);
+  EXPECT_TRUE(c.has_value());
+  return std::shared_ptr<HttpClient>(std::move(*c));
+}
+
+TEST(RemoteFileTest, ReadsExactRanges) {
+  std::string obj = Object(200000);
+  TestHttpServer server([&](const std::string& req, int) { return Serve(obj, "\"e\"", req); });
+  RemoteFile f(Client(), server.url("/records/00000001.pcr?sig=secret"), obj.size());
+  EXPECT_EQ(f.Size(), obj.size());
+  EXPECT_EQ(f.name(), server.url("/records/00000001.pcr"));  // redacted
+  std::string buf(70000, '\0');
+  ASSERT_TRUE(f.Read(12345, buf.size(), reinterpret_cast<uint8_t*>(buf.data())).ok());
+  EXPECT_EQ(buf, obj.substr(12345, 70000));
+  std::string tail(10, '\0');
+  ASSERT_TRUE(f.Read(obj.size() - 10, 10, reinterpret_cast<uint8_t*>(tail.data())).ok());
+  EXPECT_EQ(tail, obj.substr(obj.size() - 10));
+  EXPECT_TRUE(f.Read(5, 0, nullptr).ok());
+  int before = server.requests();
+  Status past = f.Read(obj.size() - 5, 10, reinterpret_cast<uint8_t*>(tail.data()));
+  EXPECT_TRUE(past.IsCorruption());
+  EXPECT_EQ(server.requests(), before);  // refused without a request
+}
+
+TEST(RemoteFileTest, ChangedObjectIsCorruptionNeverBytes) {
+  std::string obj = Object(5000);
+  TestHttpServer server([&](const std::string& req, int) { return Serve(obj, "\"e\"", req); });
+  RemoteFile f(Client(), server.url("/r.pcr"), 4000);  // the index says 4000
+  std::string buf(100, '\0');
+  Status s = f.Read(0, 100, reinterpret_cast<uint8_t*>(buf.data()));
+  ASSERT_TRUE(s.IsCorruption()) << s.ToString();
+  EXPECT_EQ(s.message(),
+            server.url("/r.pcr") + ": the object changed (size 5000, index says 4000): remount");
+  // The object shrank below the read: the range is clipped at the end, still Corruption.
+  RemoteFile g(Client(), server.url("/r.pcr"), 6000);
+  std::string big(2000, '\0');
+  Status t = g.Read(4000, 2000, reinterpret_cast<uint8_t*>(big.data()));
+  EXPECT_TRUE(t.IsCorruption()) << t.ToString();
+}
+
+TEST(RemoteFileTest, MissingObjectIsNotFound) {
+  TestHttpServer server(
+      [](const std::string&, int) { return TestHttpServer::Reply(404, "Not Found", ""); });
+  RemoteFile f(Client(), server.url("/gone.pcr"), 10);
+  uint8_t b[4];
+  Status s = f.Read(0, 4, b);
+  EXPECT_TRUE(s.IsNotFound()) << s.ToString();
+  EXPECT_EQ(s.ToErrno(), ENOENT == s.ToErrno() ? ENOENT : s.ToErrno());
+}
+
+TEST(RemoteFileTest, DownloadIsAtomicAndConditional) {
+  std::string obj = Object(300000);
+  std::string etag = "\"v1\"";
+  std::mutex mu;
+  TestHttpServer server([&](const std::string& req, int) {
+    std::lock_guard<std::mutex> lock(mu);
+    return Serve(obj, etag, req);
+  });
+  auto dir = std::filesystem::temp_directory_path() / ("rf-" + std::to_string(::getpid()));
+  std::filesystem::create_directories(dir);
+  std::string dest = (dir / "index.lmdb").string();
+  auto client = Client();
+  auto slurp = [&] {
+    std::ifstream in(dest, std::ios::binary);
+    std::stringstream ss;
+    ss << in.rdbuf();
+    return ss.str();
+  };
+
+  auto first = Download(*client, server.url("/index.lmdb"), dest);
+  ASSERT_TRUE(first.has_value()) << first.error().ToString();
+  EXPECT_TRUE(first->modified);
+  EXPECT_EQ(first->etag, "\"v1\"");
+  EXPECT_EQ(first->size, obj.size());
+  EXPECT_EQ(slurp(), obj);
+
+  auto same = Download(*client, server.url("/index.lmdb"), dest, first->etag);
+  ASSERT_TRUE(same.has_value());
+  EXPECT_FALSE(same->modified);
+  EXPECT_EQ(same->etag, "\"v1\"");
+  EXPECT_EQ(slurp(), obj);
+
+  {
+    std::lock_guard<std::mutex> lock(mu);
+    obj = Object(1000);
+    etag = "\"v2\"";
+  }
+  auto changed = Download(*client, server.url("/index.lmdb"), dest, "\"v1\"");
+  ASSERT_TRUE(changed.has_value());
+  EXPECT_TRUE(changed->modified);
+  EXPECT_EQ(changed->etag, "\"v2\"");
+  EXPECT_EQ(slurp(), Object(1000));
+
+  // A failed download leaves dest and no temporary file behind.
+  auto missing = Download(*client, server.url("/nope") + "?x", (dir / "nope").string());
+  EXPECT_TRUE(missing.has_value());  // this server answers everything; now a real failure:
+  TestHttpServer denied([](const std::string&, int) {
+    return TestHttpServer::Reply(403, "Forbidden", "<Error><Code>AccessDenied</Code></Error>");
+  });
+  auto refused = Download(*client, denied.url("/index.lmdb"), dest, "\"v2\"");
+  ASSERT_FALSE(refused.has_value());
+  EXPECT_EQ(refused.error().message(),
+            denied.url("/index.lmdb") + ": 403 Forbidden (AccessDenied)");
+  EXPECT_EQ(slurp(), Object(1000));
+  int files = 0;
+  for (const auto& e : std::filesystem::directory_iterator(dir)) {
+    ++files;
+    EXPECT_EQ(e.path().filename().string().find(".tmp-"), std::string::npos) << e.path();
+  }
+  EXPECT_EQ(files, 2);  // index.lmdb and nope
+
+  auto nodir = Download(*client, server.url("/index.lmdb"), (dir / "no/such/dir/x").string());
+  ASSERT_FALSE(nodir.has_value());
+  EXPECT_NE(nodir.error().message().find("no/such/dir"), std::string::npos);
+  std::filesystem::remove_all(dir);
+}
+
+}  // namespace
+}  // namespace pcrfs

@@ -1,0 +1,67 @@
+// Where an s3:// store lives and how to sign for it: region, endpoint, addressing style and
+// credentials, resolved from options, the environment and the AWS CLI's files the way the AWS
+// CLI and SDKs resolve them (the subset pcrfs needs).
+#pragma once
+
+#include <functional>
+#include <memory>
+#include <optional>
+#include <string>
+
+#include "common/status.h"
+#include "remote/sigv4.h"
+#include "remote/url.h"
+
+namespace pcrfs {
+
+struct S3Options {
+  std::string region;    // -o region; empty: resolved
+  std::string endpoint;  // -o endpoint ("http://127.0.0.1:9000"); empty: resolved
+  std::string profile;   // -o profile; empty: AWS_PROFILE, else "default"
+  enum class Addressing { kAuto, kPath, kVirtualHost };
+  // kAuto: path style for a custom endpoint (MinIO, RGW, test servers), virtual-host style for
+  // AWS's own endpoint.
+  Addressing addressing = Addressing::kAuto;
+  bool no_sign = false;  // -o no_sign: anonymous, unsigned requests
+};
+
+// Reads an environment variable; nullptr when unset. Tests pass their own.
+using EnvLookup = std::function<const char*(const char*)>;
+
+struct S3Config {
+  std::string bucket;
+  std::string prefix;  // key prefix of the store, no leading or trailing '/'
+  std::string region;
+  Url endpoint;  // http(s)://host[:port][/path] of the S3 service
+  bool path_style = true;
+  // Empty for anonymous access: requests go unsigned.
+  Credentials credentials;
+  std::string region_source;       // "option", "AWS_REGION", "~/.aws/config", "default", ...
+  std::string credentials_source;  // "environment", "shared credentials file", "none", ...
+
+  // The http(s) URL of the object `name` under the store's prefix: the key URI-encoded once
+  // (SigV4 rules, '/' kept), path style ENDPOINT/BUCKET/KEY or virtual host BUCKET.HOST/KEY.
+  std::string ObjectUrl(std::string_view name) const;
+  // The URL of a ListObjectsV2 request for the keys under "PREFIX/" (list-type=2, prefix, and
+  // continuation-token when given), the query encoded with SigV4's rules. pcrfs itself never
+  // lists a store; this is for building a store from a bucket.
+  std::string ListUrl(std::string_view continuation_token = "") const;
+  // The signer for these credentials and region; nullptr when anonymous.
+  std::shared_ptr<SigV4Signer> MakeSigner() const;
+};
+
+// Resolves the configuration of `store` (an s3:// URL) in this order:
+//  region:      options.region, AWS_REGION, AWS_DEFAULT_REGION, `region` of the profile in
+//               AWS_CONFIG_FILE or ~/.aws/config ("[default]", "[profile NAME]"), else us-east-1;
+//  endpoint:    options.endpoint, AWS_ENDPOINT_URL_S3, AWS_ENDPOINT_URL, else
+//               https://s3.REGION.amazonaws.com;
+//  credentials: none with options.no_sign; else AWS_ACCESS_KEY_ID + AWS_SECRET_ACCESS_KEY
+//               (+ AWS_SESSION_TOKEN); else the profile (options.profile, AWS_PROFILE, "default")
+//               in AWS_SHARED_CREDENTIALS_FILE or ~/.aws/credentials; else anonymous.
+// Errors (InvalidArgument, one line naming the option, variable or file): not an s3 URL, a bad
+// endpoint URL, an access key without a secret, a profile named explicitly but absent, an
+// unreadable file. A file that does not exist is not an error. Never reveals a secret.
+Result<S3Config> ResolveS3Config(const Url& store, const S3Options& options,
+                                 const EnvLookup& env = nullptr);
+
+}  // namespace pcrfs

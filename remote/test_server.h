@@ -1,0 +1,130 @@
+// A scripted HTTP/1.1 server on 127.0.0.1 for the client's unit tests: each connection serves
+// one request with what the handler returns (raw bytes, then close or reset), so tests can
+// produce exactly the faults a real server or network produces.
+#pragma once
+
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <functional>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+namespace pcrfs {
+
+struct TestReply {
+  std::string bytes;   // status line, headers and body as sent
+  bool reset = false;  // RST instead of FIN after sending
+  int delay_ms = 0;    // before sending
+};
+
+class TestHttpServer {
+ public:
+  using Handler = std::function<TestReply(const std::string& request, int n)>;
+
+  // On 127.0.0.1, or on ::1 with ipv6 (ok() is false where the host has no IPv6 loopback).
+  explicit TestHttpServer(Handler handler, bool ipv6 = false)
+      : handler_(std::move(handler)), host_(ipv6 ? "[::1]" : "127.0.0.1") {
+    fd_ = ::socket(ipv6 ? AF_INET6 : AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    int one = 1;
+    ::setsockopt(fd_, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
+    sockaddr_storage ss{};
+    socklen_t len;
+    if (ipv6) {
+      auto* a = reinterpret_cast<sockaddr_in6*>(&ss);
+      a->sin6_family = AF_INET6;
+      a->sin6_addr = in6addr_loopback;
+      len = sizeof(*a);
+    } else {
+      auto* a = reinterpret_cast<sockaddr_in*>(&ss);
+      a->sin_family = AF_INET;
+      a->sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+      len = sizeof(*a);
+    }
+    ok_ = ::bind(fd_, reinterpret_cast<sockaddr*>(&ss), len) == 0;
+    ::getsockname(fd_, reinterpret_cast<sockaddr*>(&ss), &len);
+    port_ = ntohs(ipv6 ? reinterpret_cast<sockaddr_in6*>(&ss)->sin6_port
+                       : reinterpret_cast<sockaddr_in*>(&ss)->sin_port);
+    ::listen(fd_, 64);
+    thread_ = std::thread([this] { Serve(); });
+  }
+  ~TestHttpServer() {
+    stop_ = true;
+    ::shutdown(fd_, SHUT_RDWR);
+    ::close(fd_);
+    thread_.join();
+    for (auto& t : workers_) t.join();
+  }
+
+  std::string url(const std::string& path) const {
+    return "http://" + host_ + ":" + std::to_string(port_) + path;
+  }
+  bool ok() const { return ok_; }
+  int requests() const { return count_.load(); }
+  std::vector<std::string> received() {
+    std::lock_guard<std::mutex> lock(mu_);
+    return received_;
+  }
+
+  static TestReply Reply(int status, const std::string& reason, const std::string& body,
+                         const std::string& headers = "") {
+    return {"HTTP/1.1 " + std::to_string(status) + " " + reason + "\r\nContent-Length: " +
+            std::to_string(body.size()) + "\r\nConnection: close\r\n" + headers + "\r\n" + body};
+  }
+
+ private:
+  void Serve() {
+    while (!stop_) {
+      int c = ::accept4(fd_, nullptr, nullptr, SOCK_CLOEXEC);
+      if (c < 0) continue;
+      std::lock_guard<std::mutex> lock(mu_);
+      workers_.emplace_back([this, c] { Handle(c); });
+    }
+  }
+  void Handle(int c) {
+    std::string req;
+    char buf[4096];
+    while (req.find("\r\n\r\n") == std::string::npos) {
+      ssize_t n = ::recv(c, buf, sizeof(buf), 0);
+      if (n <= 0) break;
+      req.append(buf, static_cast<size_t>(n));
+    }
+    int n = ++count_;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      received_.push_back(req);
+    }
+    TestReply r = handler_(req, n);
+    if (r.delay_ms > 0) std::this_thread::sleep_for(std::chrono::milliseconds(r.delay_ms));
+    size_t off = 0;
+    while (off < r.bytes.size()) {
+      ssize_t w = ::send(c, r.bytes.data() + off, r.bytes.size() - off, MSG_NOSIGNAL);
+      if (w <= 0) break;
+      off += static_cast<size_t>(w);
+    }
+    if (r.reset) {
+      linger l{1, 0};
+      ::setsockopt(c, SOL_SOCKET, SO_LINGER, &l, sizeof(l));
+    }
+    ::close(c);
+  }
+
+  Handler handler_;
+  std::string host_;
+  bool ok_ = false;
+  int fd_ = -1;
+  int port_ = 0;
+  std::atomic<bool> stop_{false};
+  std::atomic<int> count_{0};
+  std::thread thread_;
+  std::mutex mu_;
+  std::vector<std::thread> workers_;
+  std::vector<std::string> received_;
+};
+
+}  // namespace pcrfs

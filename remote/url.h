@@ -1,0 +1,58 @@
+// Store URLs: s3://BUCKET[/PREFIX], http://HOST[:PORT][/PATH] and https://... Parsing, joining a
+// store URL with a name inside the store, the URI encoding S3's SigV4 wants, and a form of a URL
+// that is safe to print. Pure functions: thread-safe, no I/O.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+
+#include "common/status.h"
+
+namespace pcrfs {
+
+// True if s starts with "s3://", "http://" or "https://" (case-insensitive scheme): a store
+// named by s is remote. Anything else is a local path, exactly as before.
+bool IsRemoteUrl(std::string_view s);
+
+struct Url {
+  enum class Scheme { kS3, kHttp, kHttps };
+
+  Scheme scheme = Scheme::kHttp;
+  // http(s): the host name or IP literal, without brackets ("::1"); s3: the bucket.
+  std::string host;
+  // http(s): the port (80/443 when the URL has none); s3: 0.
+  uint16_t port = 0;
+  // http(s): the path as given (already URI-encoded), starting with '/', without a trailing '/'
+  // ("" for the server's root). s3: the key prefix, not encoded, without leading or trailing '/'
+  // ("" for the whole bucket).
+  std::string path;
+
+  bool is_s3() const { return scheme == Scheme::kS3; }
+  // "host" or "host:port" when the port is not the scheme's default; IPv6 literals in brackets.
+  // This is the Host header's value. s3: the bucket.
+  std::string Authority() const;
+  // The URL again, normalized ("https://h:8443/a/b", "s3://bucket/prefix"). Never contains
+  // credentials (Parse refuses user info).
+  std::string ToString() const;
+  // The URL of `name` (a relative name such as "records/00000042.pcr") inside this store URL:
+  // http(s) gets the name URI-encoded segment by segment; s3 gets "PREFIX/name" as the prefix.
+  Url Join(std::string_view name) const;
+};
+
+// Parses a store URL. Errors (InvalidArgument, naming the redacted URL): an unknown scheme, an
+// empty host or bucket, a bad port, user info ("user:pass@": credentials never go in a URL, use
+// the environment or a headers file), a query or fragment, "." or ".." segments, an invalid
+// bucket name.
+Result<Url> ParseUrl(std::string_view s);
+
+// SigV4 URI encoding (the AWS rules): every byte except A-Z a-z 0-9 - . _ ~ becomes %XX
+// (upper-case hex); '/' is kept when keep_slash. Applied once to the raw key: S3 is never
+// double-encoded.
+std::string UriEncode(std::string_view s, bool keep_slash);
+
+// s without user info, query and fragment ("https://u:p@h/x?token=1" -> "https://h/x"): for
+// error messages and logs about any string that may be a URL, parsed or not.
+std::string RedactUrl(std::string_view s);
+
+}  // namespace pcrfs
