@@ -54,13 +54,15 @@ Status RecordScheduler::Read(const RandomAccessFile& file, uint64_t offset, size
 
 Status RecordScheduler::Demand(uint64_t n, const std::function<Status()>& read) {
   demand_active_.fetch_add(1, std::memory_order_acq_rel);
+  // A demand read that may have queued behind a speculative one says nothing about latency.
+  const bool alone = speculative_active_.load(std::memory_order_acquire) == 0;
   const auto start = Clock::now();
   Status s = read();
   const double seconds = std::chrono::duration<double>(Clock::now() - start).count();
   bool wake = false;
   {
     std::lock_guard<std::mutex> l(mu_);
-    NoteDemandLocked(n, seconds);
+    NoteDemandLocked(n, alone ? seconds : 0);
     // Wake a worker only if one is waiting and could start now: a page-cache hit per piece
     // must not cost two thread wake-ups.
     wake = demand_active_.fetch_sub(1, std::memory_order_acq_rel) == 1 && !queue_.empty() &&
@@ -98,6 +100,7 @@ void RecordScheduler::Speculate(const std::shared_ptr<RandomAccessFile>& file,
 void RecordScheduler::NoteDemandLocked(uint64_t n, double seconds) {
   ++stats_.demand_reads;
   stats_.demand_bytes += n;
+  // seconds 0: not a latency sample.
   if (seconds >= kCacheHitSeconds && (min_demand_ == 0 || seconds < min_demand_)) {
     min_demand_ = seconds;
   }
@@ -153,6 +156,7 @@ void RecordScheduler::Worker() {
       if (p.offset >= p.end) queue_.pop_front();
       stats_.queued_bytes -= n;
       ++in_flight_;
+      speculative_active_.fetch_add(1, std::memory_order_acq_rel);
     }
     if (buffer.size() < n) buffer.resize(n);
     const auto start = Clock::now();
@@ -162,6 +166,7 @@ void RecordScheduler::Worker() {
     {
       std::lock_guard<std::mutex> l(mu_);
       --in_flight_;
+      speculative_active_.fetch_sub(1, std::memory_order_acq_rel);
       NoteSpeculativeLocked(n, seconds);
     }
     cv_.notify_one();  // the other worker may start (the limit may have changed)

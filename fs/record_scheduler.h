@@ -11,7 +11,8 @@
 //
 // A chunk is sized from the source's own timings, so no option depends on the storage: the
 // scheduler keeps the recent speculative reads' bytes/second (the device's streaming rate) and
-// the shortest recent demand read (about the source's latency: a local disk ~0.1 ms, a remote
+// the shortest recent demand read issued while no speculative read was in flight (about the
+// source's latency: a local disk ~0.1 ms, a remote
 // object store ~20 ms), and makes a chunk take max(kTargetRead, 2 x latency) at that rate,
 // between kMinChunk and kMaxChunk. On a local disk that is a few milliseconds of transfer
 // (about 1 MiB at 250 MB/s, 64 KiB at 10 MB/s); on a source with 20 ms latency the chunk grows
@@ -125,6 +126,8 @@ class RecordScheduler {
   uint32_t demand_in_window_ = 0;                // GUARDED_BY(mu_)
   // Demand reads in progress; speculative reads start only while it is 0.
   std::atomic<int> demand_active_{0};
+  // Speculative reads in flight (in_flight_, readable without mu_).
+  std::atomic<int> speculative_active_{0};
   std::vector<std::thread> pool_;
 };
 
