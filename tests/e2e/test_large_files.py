@@ -13,6 +13,9 @@ import unittest
 from pcrtest import PCR, Mount, TempDirTest, is_mounted, photo, run, save_jpeg
 
 MIB = 1 << 20
+# In a sanitizer build (ASan's shadow memory and quarantine of freed blocks) resident memory is
+# not the product's: the memory bounds are asserted in the plain build, correctness in both.
+SANITIZED = bool(os.environ.get("PCRFS_SANITIZE"))
 BIG = 200 * MIB + 12345
 BUILD_OPTS = ["--quiet", "--quality-sample", "0"]
 
@@ -73,6 +76,8 @@ class LargeFileTest(TempDirTest):
 
     def test_builder_memory_is_bounded(self):
         # The whole 200 MB file never sits in memory (it used to: RSS = file size).
+        if SANITIZED:
+            self.skipTest("memory bounds are asserted in the unsanitized build")
         self.assertTrue(self.build_rss_known)
         self.assertLess(self.build_maxrss_kib, 150 * 1024, f"pcr build peak RSS {self.build_maxrss_kib} KiB")
 
@@ -104,7 +109,8 @@ class LargeFileTest(TempDirTest):
                         break
             hwm = status_kib(m.proc.pid, "VmHWM")
             # The cache budget (64 MiB) plus a small constant, whatever the file's size.
-            self.assertLess(hwm, (64 + 64) * 1024, f"daemon VmHWM {hwm} KiB")
+            if not SANITIZED:
+                self.assertLess(hwm, (64 + 64) * 1024, f"daemon VmHWM {hwm} KiB")
 
     def test_small_read_of_a_cold_large_file_reads_about_one_block(self):
         mnt = self.path("mnt")
@@ -134,7 +140,7 @@ class LargeFileTest(TempDirTest):
         before = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
         run([PCR, "verify", self.store, "--source", self.src])
         after = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
-        if after > before:  # the largest child so far: this verify
+        if after > before and not SANITIZED:  # the largest child so far: this verify
             self.assertLess(after, 150 * 1024, f"pcr verify peak RSS {after} KiB")
 
 
