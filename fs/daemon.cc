@@ -27,6 +27,8 @@
 #include "fs/fuse_ops.h"
 #include "fs/mount_options.h"
 #include "index/store.h"
+#include "remote/http_client.h"
+#include "remote/store_location.h"
 
 namespace pcrfs::fs {
 namespace {
@@ -36,6 +38,7 @@ void PrintUsage(const char* prog) {
       "usage: %s STORE MOUNTPOINT [options]\n"
       "\n"
       "Mounts the pcrfs store STORE read-only at MOUNTPOINT as a folder of JPEG files.\n"
+      "STORE is a folder, or a URL: s3://BUCKET/PREFIX, http(s)://HOST/PATH.\n"
       "Without -o scans, the root holds scan1 .. scan10: the whole dataset at each fidelity.\n"
       "\n"
       "pcrfs options:\n"
@@ -62,6 +65,21 @@ void PrintUsage(const char* prog) {
       "                           user)\n"
       "    -o allow_other         let other users read (implies default_permissions)\n"
       "    -o ro                  accepted (pcrfs always mounts read-only; rw is refused)\n"
+      "\n"
+      "remote stores (credentials come from the environment or ~/.aws, never options):\n"
+      "    -o region=R            S3 region (default: AWS_REGION, ~/.aws/config, us-east-1)\n"
+      "    -o endpoint=URL        S3 endpoint (MinIO, RGW, ...; default: AWS_ENDPOINT_URL_S3,\n"
+      "                           AWS_ENDPOINT_URL, AWS's)\n"
+      "    -o profile=P           profile of ~/.aws/credentials and ~/.aws/config\n"
+      "    -o no_sign             anonymous S3 requests (a public bucket)\n"
+      "    -o addressing=path|virtual  S3 addressing (default: path for -o endpoint)\n"
+      "    -o header_file=F       \"Name: value\" lines sent with every request (a token)\n"
+      "    -o ca_file=F           PEM CA bundle instead of the system's\n"
+      "    -o cache_dir=D         where manifest.json and index.lmdb are kept (default:\n"
+      "                           /var/cache/pcrfs/HASH for root, else ~/.cache/pcrfs/HASH)\n"
+      "    -o remote_timeout=S    a read fails with EIO after S seconds of retries, 1..3600\n"
+      "                           (default 30)\n"
+      "    -o remote_connections=N  connections per host, 1..256 (default 16)\n"
       "\n",
       prog);
 }
@@ -167,8 +185,8 @@ Result<int> ChooseLevel(const index::Store& store, double x) {
 // Before mounting: the store opens (its index verified whole, its manifest checked against
 // the index), the level is chosen, the mount point is usable. A problem is reported here,
 // in the foreground, and never leaves a mount behind. Returns the verified index's identity.
-Result<index::FileIdentity> CheckBeforeMount(MountConfig* config) {
-  auto store = index::Store::Open(config->store);
+Result<index::FileIdentity> CheckBeforeMount(MountConfig* config, const StoreLocation& location) {
+  auto store = OpenStoreAt(location, nullptr);
   if (!store) return Err(store.error());
   if (config->msssim) {
     auto level = ChooseLevel(**store, *config->msssim);
@@ -228,16 +246,27 @@ int ServeLoop(fuse_session* se, const MountConfig& config, const fuse_cmdline_op
 // the index verified before mounting and unchanged since is not read whole again) and serves.
 // Exit code 0 for a clean unmount or SIGTERM/SIGINT/SIGHUP, 2 otherwise.
 int OpenAndServe(fuse_session* se, Filesystem** fs_slot, const MountConfig& config,
-                 const std::string& store_dir, const index::FileIdentity& verified,
+                 const StoreLocation& location, const index::FileIdentity& verified,
                  const fuse_cmdline_opts& opts) {
-  index::StoreOptions store_options;
-  store_options.verified_index = verified;
-  auto store = index::Store::Open(store_dir, std::move(store_options));
+  FsOptions fs_options = config.fs;
+  std::shared_ptr<HttpClient> client;
+  if (location.remote) {  // after the fork: curl's threads and handles do not survive one
+    auto client_options = ClientOptionsFor(location);
+    auto created = client_options
+                       ? HttpClient::Create(std::move(*client_options))
+                       : Result<std::unique_ptr<HttpClient>>(Err(client_options.error()));
+    if (!created) {
+      Log(LogLevel::kError, location.name + ": " + created.error().message());
+      return 2;
+    }
+    client = std::move(*created);
+    fs_options.remote_stats = [c = client.get()] { return c->stats().ToJson(); };
+  }
+  auto store = OpenStoreAt(location, client, verified);
   if (!store) {
     Log(LogLevel::kError, store.error().message());
     return 2;
   }
-  FsOptions fs_options = config.fs;
   fs_options.uid = config.uid.value_or(::getuid());
   fs_options.gid = config.gid.value_or(::getgid());
   Filesystem fs(std::move(*store), fs_options);
@@ -250,13 +279,14 @@ int OpenAndServe(fuse_session* se, Filesystem** fs_slot, const MountConfig& conf
 
 // Mounts, daemonizes unless -f, serves, unmounts. Exit code 1 if libfuse refuses the
 // arguments (an unknown option), 2 if the session fails.
-int MountAndServe(const MountConfig& config, const index::FileIdentity& verified) {
+int MountAndServe(const MountConfig& config, StoreLocation location,
+                  const index::FileIdentity& verified) {
   FuseArgs args(config.fuse_args);
   FuseCmdline cmdline;
   if (fuse_parse_cmdline(&args.args, &cmdline.opts) != 0) return 1;
   std::error_code ec;
-  const std::string store_dir = std::filesystem::absolute(config.store, ec).string();
-  AddMountOptions(store_dir, &args.args);
+  if (!location.remote) location.dir = std::filesystem::absolute(location.dir, ec).string();
+  AddMountOptions(location.remote ? location.name : location.dir, &args.args);
 
   Filesystem* fs_ptr = nullptr;
   fuse_session* se =
@@ -268,7 +298,7 @@ int MountAndServe(const MountConfig& config, const index::FileIdentity& verified
       fuse_daemonize(cmdline.opts.foreground);
       // Once daemonized, stderr is /dev/null: damage reports go to syslog.
       SetLogSink(cmdline.opts.foreground ? LogSink::kStderr : LogSink::kSyslog);
-      rc = OpenAndServe(se, &fs_ptr, config, store_dir, verified, cmdline.opts);
+      rc = OpenAndServe(se, &fs_ptr, config, location, verified, cmdline.opts);
       fuse_session_unmount(se);
     }
     fuse_remove_signal_handlers(se);
@@ -302,12 +332,19 @@ int RunDaemon(int argc, char** argv) {
                  "pcrfs: note: -o prefetch_probe and -o prefetch_chunk are no longer used (the "
                  "daemon sizes its reads from the storage's measured speed); ignored\n");
   }
-  auto verified = CheckBeforeMount(&*config);
+  // A remote store's metadata is downloaded here, before the fork, so its errors are one line
+  // in the foreground; the client that did it is gone before the fork.
+  auto location = FetchMetadata(config->store, config->remote);
+  if (!location) {
+    std::fprintf(stderr, "pcrfs: %s\n", location.error().message().c_str());
+    return 1;
+  }
+  auto verified = CheckBeforeMount(&*config, *location);
   if (!verified) {
     std::fprintf(stderr, "pcrfs: %s\n", verified.error().message().c_str());
     return 1;
   }
-  return MountAndServe(*config, *verified);
+  return MountAndServe(*config, std::move(*location), *verified);
 }
 
 }  // namespace pcrfs::fs

@@ -244,6 +244,13 @@ Result<PieceBytes> Filesystem::GetBlock(const RandomAccessFile& file, const inde
 }
 
 Result<size_t> Filesystem::Read(uint64_t ino, uint64_t offset, size_t size, uint8_t* dst) const {
+  auto n = ReadUncounted(ino, offset, size, dst);
+  if (n) bytes_served_.fetch_add(*n, std::memory_order_relaxed);
+  return n;
+}
+
+Result<size_t> Filesystem::ReadUncounted(uint64_t ino, uint64_t offset, size_t size,
+                                         uint8_t* dst) const {
   auto r = Resolve(ino);
   if (!r) return Err(r.error());
   if (r->ladder_root || r->entry.is_dir()) return Err(Errno(EISDIR, "read"));
@@ -328,6 +335,10 @@ Result<std::string> Filesystem::GetXattr(uint64_t ino, std::string_view name) co
   }
   const std::string_view key = name.substr(sizeof(kXattrPrefix) - 1);
   const int level = r->ladder_root ? 0 : r->level;
+  if (key == "remote" && ino == kFuseRootIno && options_.remote_stats) {
+    return "{\"bytes_served\":" + std::to_string(bytes_served()) +
+           ",\"client\":" + options_.remote_stats() + "}";
+  }
   if (key == "prefetch" && ino == kFuseRootIno) {
     if (!predictor_.enabled()) return std::string("off (-o prefetch=0,readahead=0)");
     return scheduler_.Describe();
@@ -353,6 +364,9 @@ Result<std::vector<std::string>> Filesystem::ListXattr(uint64_t ino) const {
   if (!r) return Err(r.error());
   std::vector<std::string> names;
   if (ino == kFuseRootIno) names.push_back(std::string(kXattrPrefix) + "prefetch");
+  if (ino == kFuseRootIno && options_.remote_stats) {
+    names.push_back(std::string(kXattrPrefix) + "remote");
+  }
   if (r->ladder_root) return names;
   if (r->entry.is_dir()) {
     names.push_back(std::string(kXattrPrefix) + "level");

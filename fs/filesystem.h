@@ -9,6 +9,7 @@
 #include <sys/statvfs.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -47,6 +48,9 @@ struct FsOptions {
   // and `find` over a million files took 3.9x native and 1.2 GB of kernel memory (plain:
   // 0.6x, nothing). Opening a file then costs one LOOKUP, once per mount.
   ReaddirPlus readdirplus = ReaddirPlus::kNever;
+  // A remote store: the HTTP client's counters as a JSON object, shown with the bytes served
+  // in the root's user.pcrfs.remote. Empty: a local store (no such xattr).
+  std::function<std::string()> remote_stats;
 };
 
 inline constexpr uint32_t kBlockSize = 128 * 1024;  // st_blksize: one FUSE read request
@@ -73,6 +77,8 @@ class Filesystem {
 
   // Reads up to size bytes at offset into dst; returns the count (0 at or past EOF).
   Result<size_t> Read(uint64_t ino, uint64_t offset, size_t size, uint8_t* dst) const;
+  // The bytes Read() has returned, over all files.
+  uint64_t bytes_served() const { return bytes_served_.load(std::memory_order_relaxed); }
 
   // user.pcrfs.level, user.pcrfs.full_size, user.pcrfs.source_size, user.pcrfs.passthrough,
   // user.pcrfs.passthrough_reason (passthrough files only). ENODATA for any other user.* name,
@@ -125,6 +131,8 @@ class Filesystem {
   mutable PieceCache large_cache_;
   index::Entry root_;
 
+  Result<size_t> ReadUncounted(uint64_t ino, uint64_t offset, size_t size, uint8_t* dst) const;
+  mutable std::atomic<uint64_t> bytes_served_{0};
   mutable std::mutex mu_;
   // A plain readdir stops when the kernel's 4 KiB buffer is full and resumes at the next child
   // in the next call. Remembering that child's name saves an entry lookup per resume.

@@ -365,9 +365,9 @@ TEST_F(FilesystemTest, ReadErrorsFailExactlyTheFilesWhosePiecesOverlapThem) {
   for (const auto& [begin, end] : ranges) {
     SCOPED_TRACE("bad range [" + std::to_string(begin) + ", " + std::to_string(end) + ")");
     index::StoreOptions options;
-    options.open_record =
-        [&, begin = begin,
-         end = end](const std::string& path) -> Result<std::unique_ptr<RandomAccessFile>> {
+    options.open_record = [&, begin = begin, end = end](
+                              const std::string& path,
+                              uint64_t) -> Result<std::unique_ptr<RandomAccessFile>> {
       auto file = index::OpenRecordFileNoFollow(path);
       if (!file || path.find(index::RecordFileName(bad_record)) == std::string::npos) return file;
       return std::unique_ptr<RandomAccessFile>(new FailingRangeFile(std::move(*file), begin, end));

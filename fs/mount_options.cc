@@ -7,6 +7,9 @@
 #include <cerrno>
 #include <cstdlib>
 #include <map>
+#include <utility>
+
+#include "remote/url.h"
 
 namespace pcrfs::fs {
 namespace {
@@ -26,6 +29,16 @@ enum Key : int {
   kMsssim,
   kReaddirplus,
   kIndexRss,
+  kRegion,
+  kEndpoint,
+  kProfile,
+  kNoSign,
+  kAddressing,
+  kHeaderFile,
+  kCaFile,
+  kCacheDir,
+  kRemoteTimeout,
+  kRemoteConnections,
   kReadWrite,
   kHelp,
   kVersion,
@@ -43,6 +56,16 @@ const fuse_opt kOptionSpecs[] = {FUSE_OPT_KEY("scans=%s", kScans),
                                  FUSE_OPT_KEY("msssim=%s", kMsssim),
                                  FUSE_OPT_KEY("readdirplus=%s", kReaddirplus),
                                  FUSE_OPT_KEY("index_rss=%s", kIndexRss),
+                                 FUSE_OPT_KEY("region=%s", kRegion),
+                                 FUSE_OPT_KEY("endpoint=%s", kEndpoint),
+                                 FUSE_OPT_KEY("profile=%s", kProfile),
+                                 FUSE_OPT_KEY("no_sign", kNoSign),
+                                 FUSE_OPT_KEY("addressing=%s", kAddressing),
+                                 FUSE_OPT_KEY("header_file=%s", kHeaderFile),
+                                 FUSE_OPT_KEY("ca_file=%s", kCaFile),
+                                 FUSE_OPT_KEY("cache_dir=%s", kCacheDir),
+                                 FUSE_OPT_KEY("remote_timeout=%s", kRemoteTimeout),
+                                 FUSE_OPT_KEY("remote_connections=%s", kRemoteConnections),
                                  FUSE_OPT_KEY("rw", kReadWrite),
                                  FUSE_OPT_KEY("-h", kHelp),
                                  FUSE_OPT_KEY("--help", kHelp),
@@ -80,6 +103,9 @@ int OptProc(void* data, const char* arg, int key, fuse_args*) {
     case kVersion:
       st->config->show_version = true;
       return 1;
+    case kNoSign:
+      st->values[key] = "";
+      return 0;
     default:
       st->values[key] = std::string(a.substr(a.find('=') + 1));
       return 0;
@@ -200,6 +226,89 @@ Status ApplySizeOptions(const ParseState& st, MountConfig* c) {
   return Status::OK();
 }
 
+// The options of a remote store. Strings must be non-empty; every one of them is refused with a
+// local STORE (it would be ignored silently).
+Status ApplyRemoteOptions(const ParseState& st, MountConfig* c) {
+  static const std::pair<Key, const char*> kNames[] = {{kRegion, "region"},
+                                                       {kEndpoint, "endpoint"},
+                                                       {kProfile, "profile"},
+                                                       {kNoSign, "no_sign"},
+                                                       {kAddressing, "addressing"},
+                                                       {kHeaderFile, "header_file"},
+                                                       {kCaFile, "ca_file"},
+                                                       {kCacheDir, "cache_dir"},
+                                                       {kRemoteTimeout, "remote_timeout"},
+                                                       {kRemoteConnections, "remote_connections"}};
+  const bool remote = IsRemoteUrl(c->store);
+  RemoteOptions& r = c->remote;
+  for (const auto& [key, name] : kNames) {
+    auto it = st.values.find(key);
+    if (it == st.values.end()) continue;
+    const std::string& v = it->second;
+    if (!remote) {
+      return Status::InvalidArgument(std::string("-o ") + name +
+                                     ": only for a remote store (an http://, https:// or s3:// "
+                                     "URL), and " +
+                                     c->store + " is a local path");
+    }
+    if (key != kNoSign && v.empty()) return Bad(name, v, "a value");
+    switch (key) {
+      case kRegion:
+        r.s3.region = v;
+        break;
+      case kEndpoint:
+        r.s3.endpoint = v;
+        break;
+      case kProfile:
+        r.s3.profile = v;
+        break;
+      case kNoSign:
+        r.s3.no_sign = true;
+        break;
+      case kAddressing:
+        if (v == "path") {
+          r.s3.addressing = S3Options::Addressing::kPath;
+        } else if (v == "virtual") {
+          r.s3.addressing = S3Options::Addressing::kVirtualHost;
+        } else {
+          return Bad(name, v, "path or virtual");
+        }
+        break;
+      case kHeaderFile:
+        r.headers_file = v;
+        break;
+      case kCaFile:
+        r.ca_file = v;
+        break;
+      case kCacheDir:
+        r.cache_dir = v;
+        break;
+      case kRemoteTimeout: {
+        auto secs = ParseInteger(name, v, 1, kMaxRemoteTimeoutSeconds);
+        if (!secs) return secs.error();
+        r.timeout = std::chrono::seconds(*secs);
+        break;
+      }
+      case kRemoteConnections: {
+        auto n = ParseInteger(name, v, 1, kMaxRemoteConnections);
+        if (!n) return n.error();
+        r.connections = static_cast<int>(*n);
+        break;
+      }
+      default:
+        break;
+    }
+  }
+  if (!r.s3.endpoint.empty() || !r.s3.region.empty() || !r.s3.profile.empty() || r.s3.no_sign ||
+      r.s3.addressing != S3Options::Addressing::kAuto) {
+    if (remote && !ParseUrl(c->store).map([](const Url& u) { return u.is_s3(); }).value_or(true)) {
+      return Status::InvalidArgument(
+          "-o region, endpoint, profile, no_sign and addressing are for s3:// stores only");
+    }
+  }
+  return Status::OK();
+}
+
 }  // namespace
 
 std::optional<uint64_t> ParseSize(std::string_view text) {
@@ -258,6 +367,7 @@ Result<MountConfig> ParseMountOptions(int argc, const char* const argv[]) {
   PCRFS_RETURN_ERR_IF_ERROR(ApplyLevelOptions(st, &config));
   PCRFS_RETURN_ERR_IF_ERROR(ApplyNumericOptions(st, &config));
   PCRFS_RETURN_ERR_IF_ERROR(ApplySizeOptions(st, &config));
+  PCRFS_RETURN_ERR_IF_ERROR(ApplyRemoteOptions(st, &config));
   return config;
 }
 

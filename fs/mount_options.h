@@ -13,6 +13,7 @@
 
 #include "common/status.h"
 #include "fs/filesystem.h"
+#include "remote/store_location.h"
 
 namespace pcrfs::fs {
 
@@ -22,6 +23,8 @@ inline constexpr unsigned kMaxReadaheadFiles = 1024;
 inline constexpr uint64_t kMinCacheBytes = uint64_t{1} << 20;
 inline constexpr uint64_t kMaxCacheBytes = uint64_t{1} << 40;
 inline constexpr uint64_t kMaxIndexRss = uint64_t{1} << 40;
+inline constexpr uint64_t kMaxRemoteTimeoutSeconds = 3600;
+inline constexpr uint64_t kMaxRemoteConnections = 256;
 // uid_t and gid_t are 32 bits; (uid_t)-1 means "no change" to chown and is no owner.
 inline constexpr uint64_t kMaxId = 4294967294u;
 
@@ -40,6 +43,9 @@ struct MountConfig {
   // -o prefetch_probe or -o prefetch_chunk was given: retired (the record scheduler sizes its
   // reads itself), accepted with any value so old fstab lines still mount, and noted.
   bool retired_options = false;
+  // A remote STORE's options (-o region, endpoint, profile, no_sign, addressing, header_file,
+  // ca_file, cache_dir, remote_timeout, remote_connections); refused for a local STORE.
+  RemoteOptions remote;
   // What libfuse parses itself (fuse_parse_cmdline, fuse_session_new): the program name, the
   // mount point, -f, -d, -s, and every -o option pcrfs does not define (allow_other, ro, ...).
   std::vector<std::string> fuse_args;

@@ -71,7 +71,8 @@ TEST(ReadPredictorTest, ReadingOneFolderFetchesThatFolderOnly) {
 
   std::shared_ptr<LoggingFile> logged;
   index::StoreOptions options;
-  options.open_record = [&](const std::string& path) -> Result<std::unique_ptr<RandomAccessFile>> {
+  options.open_record = [&](const std::string& path,
+                            uint64_t) -> Result<std::unique_ptr<RandomAccessFile>> {
     auto f = index::OpenRecordFileNoFollow(path);
     if (!f) return Err(f.error());
     auto l = std::make_unique<LoggingFile>(std::move(*f));

@@ -142,7 +142,11 @@ Result<std::unique_ptr<Store>> Store::Open(const std::string& dir, StoreOptions 
   std::unique_ptr<Store> store(new Store());
   store->dir_ = dir;
   store->options_ = std::move(options);
-  if (!store->options_.open_record) store->options_.open_record = OpenRecordFileNoFollow;
+  if (!store->options_.open_record) {
+    store->options_.open_record = [](const std::string& path, uint64_t) {
+      return OpenRecordFileNoFollow(path);
+    };
+  }
   store->manifest_ = std::move(*manifest);
   store->index_ = std::move(*index);
   return store;
@@ -162,7 +166,7 @@ Result<Store::OpenRecordFile> Store::GetRecordFile(uint32_t id) const {
     }
     return Err(info.error());
   }
-  auto file = options_.open_record(dir_ + "/" + RecordFileName(id));
+  auto file = options_.open_record(dir_ + "/" + RecordFileName(id), info->file_size);
   if (!file) {
     if (file.error().IsNotFound()) {
       return Err(Status::Corruption(dir_ + "/" + RecordFileName(id) + ": record file is missing"));

@@ -23,10 +23,12 @@ inline constexpr char kManifestFile[] = "manifest.json";
 inline constexpr char kIndexFile[] = "index.lmdb";
 inline constexpr char kRecordsDir[] = "records";
 
-// Opens a record file by its path. The default opens it read-only and never follows a symlink
-// (OpenRecordFileNoFollow); tests inject one that fails or corrupts reads.
-using RecordFileOpener =
-    std::function<Result<std::unique_ptr<RandomAccessFile>>(const std::string& path)>;
+// Opens a record file by its path; expected_size is the record's size per the index (a remote
+// store's opener needs it: it sends no HEAD). The default opens the local file read-only and
+// never follows a symlink (OpenRecordFileNoFollow, which ignores the size: a mismatch is found
+// by the header check); tests inject one that fails or corrupts reads.
+using RecordFileOpener = std::function<Result<std::unique_ptr<RandomAccessFile>>(
+    const std::string& path, uint64_t expected_size)>;
 
 struct StoreOptions {
   RecordFileOpener open_record;  // empty: OpenRecordFileNoFollow

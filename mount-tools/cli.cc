@@ -1,8 +1,13 @@
 #include "mount-tools/cli.h"
 
+#include <chrono>
 #include <cstdio>
+#include <cstdlib>
 #include <iostream>
 #include <string_view>
+
+#include "remote/store_location.h"
+#include "remote/url.h"
 
 namespace pcrfs::tools {
 namespace po = boost::program_options;
@@ -68,9 +73,27 @@ Result<index::Entry> ResolveStorePath(const index::IndexReader& index, const std
   return entry;
 }
 
+Result<std::unique_ptr<index::Store>> OpenStore(const std::string& store) {
+  if (!IsRemoteUrl(store)) return index::Store::Open(store);
+  RemoteOptions options;
+  if (const char* v = std::getenv("PCRFS_CACHE_DIR")) options.cache_dir = v;
+  if (const char* v = std::getenv("PCRFS_HEADER_FILE")) options.headers_file = v;
+  if (const char* v = std::getenv("PCRFS_CA_FILE")) options.ca_file = v;
+  if (const char* v = std::getenv("PCRFS_REMOTE_TIMEOUT")) {
+    char* end = nullptr;
+    const unsigned long secs = std::strtoul(v, &end, 10);
+    if (*v < '0' || *v > '9' || *end != '\0' || secs == 0 || secs > 3600) {
+      return Err(Status::InvalidArgument(std::string("PCRFS_REMOTE_TIMEOUT=") + v +
+                                         ": expected seconds in 1..3600"));
+    }
+    options.timeout = std::chrono::seconds(secs);
+  }
+  return OpenStoreLocation(store, options);
+}
+
 tl::expected<StoreFile, int> OpenStoreFile(const char* command, const std::string& store_dir,
                                            const std::string& path) {
-  auto store = index::Store::Open(store_dir);
+  auto store = OpenStore(store_dir);
   if (!store) {
     std::fprintf(stderr, "pcr %s: %s\n", command, store.error().message().c_str());
     return tl::unexpected(2);

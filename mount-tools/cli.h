@@ -38,6 +38,11 @@ struct StoreFile {
 
 // Opens STORE and finds the file PATH in it. On failure prints "pcr <command>: ..." and returns
 // the exit code: 2 for a bad store, no such file or a folder, 1 for a damaged index.
+// Opens STORE, a folder or a URL (s3://, http(s)://: its metadata cached as pcrfs does). A
+// remote store's options come from the environment: AWS_* for S3 (as the AWS CLI reads them),
+// PCRFS_CACHE_DIR, PCRFS_HEADER_FILE, PCRFS_CA_FILE, PCRFS_REMOTE_TIMEOUT (seconds).
+Result<std::unique_ptr<index::Store>> OpenStore(const std::string& store);
+
 tl::expected<StoreFile, int> OpenStoreFile(const char* command, const std::string& store_dir,
                                            const std::string& path);
 

@@ -132,7 +132,7 @@ int RunInspect(const std::vector<std::string>& args) {
     std::fprintf(stderr, "pcr inspect: STORE is required (see pcr inspect --help)\n");
     return 2;
   }
-  auto store = index::Store::Open(store_dir);
+  auto store = OpenStore(store_dir);
   if (!store) {
     std::fprintf(stderr, "pcr inspect: %s\n", store.error().message().c_str());
     return 2;

@@ -105,8 +105,9 @@ def is_mounted(path):
 class Mount:
     """Runs `pcrfs STORE MNT -f [-o opts]` for the duration of a with-block; always unmounts."""
 
-    def __init__(self, store, mnt, *options, timeout=20):
+    def __init__(self, store, mnt, *options, timeout=20, env=None):
         self.store, self.mnt, self.options, self.timeout = store, mnt, list(options), timeout
+        self.env = env
         self.proc = None
         self.stderr_path = mnt.rstrip("/") + ".stderr"
 
@@ -114,7 +115,7 @@ class Mount:
         os.makedirs(self.mnt, exist_ok=True)
         self.stderr = open(self.stderr_path, "w+b")
         self.proc = subprocess.Popen([PCRFS, self.store, self.mnt, "-f", *self.options],
-                                     stdout=subprocess.DEVNULL, stderr=self.stderr)
+                                     stdout=subprocess.DEVNULL, stderr=self.stderr, env=self.env)
         deadline = time.time() + self.timeout
         while not is_mounted(self.mnt):
             if self.proc.poll() is not None:

@@ -1,0 +1,173 @@
+#include "remote/store_location.h"
+
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdlib>
+#include <filesystem>
+#include <system_error>
+
+#include "common/file_util.h"
+#include "remote/remote_file.h"
+#include "remote/sigv4.h"
+
+namespace pcrfs {
+namespace {
+
+constexpr uint64_t kMaxEtagBytes = 4096;
+
+const char* Getenv(const EnvLookup& env, const char* name) {
+  return env ? env(name) : std::getenv(name);
+}
+
+// The ETag saved beside a downloaded file, or "" when either is missing (then the download is
+// unconditional).
+std::string SavedEtag(const std::string& path) {
+  std::error_code ec;
+  if (!std::filesystem::is_regular_file(path, ec)) return "";
+  auto bytes = ReadWholeFile(path + ".etag", kMaxEtagBytes);
+  if (!bytes) return "";
+  return std::string(bytes->begin(), bytes->end());
+}
+
+// Downloads `name` of the store into the cache folder, conditional on its saved ETag.
+Status FetchOne(HttpClient& client, const StoreLocation& loc, const char* name) {
+  const std::string dest = loc.dir + "/" + name;
+  const std::string url = loc.ObjectUrl(name);
+  auto r = Download(client, url, dest, SavedEtag(dest));
+  if (!r) {
+    const Status& e = r.error();
+    if (e.IsNotFound()) {
+      if (std::string_view(name) == index::kManifestFile) {
+        return Status::InvalidArgument(loc.name + ": not a pcrfs store (no " +
+                                       index::kManifestFile + ")");
+      }
+      return Status::Corruption(loc.name + ": damaged store: " + name + " is missing");
+    }
+    return e;
+  }
+  if (r->modified || !r->etag.empty()) {
+    const std::string etag_path = dest + ".etag";
+    if (r->etag.empty()) {
+      ::unlink(etag_path.c_str());  // no ETag: the next mount downloads again
+    } else if (Status s = WriteFileAtomic(etag_path, r->etag.data(), r->etag.size()); !s.ok()) {
+      return s;
+    }
+  }
+  return Status::OK();
+}
+
+}  // namespace
+
+std::string StoreLocation::ObjectUrl(std::string_view object) const {
+  if (s3) return s3->ObjectUrl(object);
+  return url.Join(object).ToString();
+}
+
+std::string DefaultCacheDir(const std::string& redacted_url, const EnvLookup& env) {
+  const std::string key = Sha256Hex(redacted_url);
+  if (::geteuid() == 0) return "/var/cache/pcrfs/" + key;
+  const char* xdg = Getenv(env, "XDG_CACHE_HOME");
+  if (xdg != nullptr && xdg[0] == '/') return std::string(xdg) + "/pcrfs/" + key;
+  const char* home = Getenv(env, "HOME");
+  return std::string(home != nullptr && home[0] != '\0' ? home : "/tmp") + "/.cache/pcrfs/" + key;
+}
+
+Result<HttpClientOptions> ClientOptionsFor(const StoreLocation& location) {
+  HttpClientOptions o;
+  o.ca_file = location.options.ca_file;
+  o.headers_file = location.options.headers_file;
+  o.deadline = location.options.timeout;
+  o.max_connections_per_host = location.options.connections;
+  o.max_connections = std::max(64, location.options.connections);
+  if (location.s3) o.signer = location.s3->MakeSigner();
+  return o;
+}
+
+Result<StoreLocation> FetchMetadata(const std::string& store, const RemoteOptions& options,
+                                    const EnvLookup& env) {
+  StoreLocation loc;
+  loc.name = store;
+  loc.dir = store;
+  if (!IsRemoteUrl(store)) return loc;
+  auto url = ParseUrl(store);
+  if (!url) return Err(url.error());
+  loc.remote = true;
+  loc.url = *url;
+  loc.name = url->ToString();
+  loc.options = options;
+  if (url->is_s3()) {
+    auto s3 = ResolveS3Config(*url, options.s3, env);
+    if (!s3) return Err(s3.error());
+    loc.s3 = std::move(*s3);
+  }
+  loc.dir = options.cache_dir.empty() ? DefaultCacheDir(loc.name, env) : options.cache_dir;
+  std::error_code ec;
+  std::filesystem::create_directories(loc.dir, ec);
+  if (ec) {
+    return Err(Status::IOError(loc.dir + ": cannot create the cache folder of " + loc.name + ": " +
+                               ec.message()));
+  }
+  auto client_options = ClientOptionsFor(loc);
+  if (!client_options) return Err(client_options.error());
+  auto client = HttpClient::Create(std::move(*client_options));
+  if (!client) return Err(client.error());
+  PCRFS_RETURN_ERR_IF_ERROR(FetchOne(**client, loc, index::kManifestFile));
+  PCRFS_RETURN_ERR_IF_ERROR(FetchOne(**client, loc, index::kIndexFile));
+  return loc;
+}
+
+Result<std::unique_ptr<index::Store>> OpenStoreAt(const StoreLocation& location,
+                                                  std::shared_ptr<HttpClient> client,
+                                                  std::optional<index::FileIdentity> verified) {
+  index::StoreOptions options;
+  options.verified_index = verified;
+  if (location.remote) {
+    // The opener gets the record's path in the cache folder: its name relative to the store
+    // is what follows the folder.
+    options.open_record = [location, client](
+                              const std::string& path,
+                              uint64_t size) -> Result<std::unique_ptr<RandomAccessFile>> {
+      const std::string rel = path.substr(std::min(path.size(), location.dir.size() + 1));
+      if (!client) return Err(Status::IOError(location.name + ": opened without a client", EIO));
+      return std::unique_ptr<RandomAccessFile>(
+          new RemoteFile(client, location.ObjectUrl(rel), size));
+    };
+  }
+  auto store = index::Store::Open(location.dir, std::move(options));
+  if (!store && location.remote) {
+    // The message names the cache folder's files: say which store they came from.
+    const Status& e = store.error();
+    std::string msg = location.name + ": " + e.message();
+    switch (e.code()) {
+      case Status::Code::kCorruption:
+        return Err(Status::Corruption(std::move(msg)));
+      case Status::Code::kNotSupported:
+        return Err(Status::NotSupported(std::move(msg)));
+      case Status::Code::kIOError:
+        return Err(Status::IOError(std::move(msg), e.sys_errno()));
+      default:
+        return Err(Status::InvalidArgument(std::move(msg)));
+    }
+  }
+  return store;
+}
+
+Result<std::unique_ptr<index::Store>> OpenStoreLocation(const std::string& store,
+                                                        const RemoteOptions& options,
+                                                        std::shared_ptr<HttpClient>* client_out) {
+  auto loc = FetchMetadata(store, options);
+  if (!loc) return Err(loc.error());
+  std::shared_ptr<HttpClient> client;
+  if (loc->remote) {
+    auto client_options = ClientOptionsFor(*loc);
+    if (!client_options) return Err(client_options.error());
+    auto c = HttpClient::Create(std::move(*client_options));
+    if (!c) return Err(c.error());
+    client = std::move(*c);
+  }
+  if (client_out != nullptr) *client_out = client;
+  return OpenStoreAt(*loc, client);
+}
+
+}  // namespace pcrfs

@@ -1,0 +1,77 @@
+// Where a store lives: a local folder (exactly as before) or a URL (http://, https://, s3://).
+// A remote store's manifest.json and index.lmdb are downloaded into a per-store cache folder,
+// each conditional on the ETag saved with it (one request each when unchanged), and the store is
+// opened from that folder with record files read by ranged GETs (RemoteFile) of the size the
+// index gives: no LIST, no HEAD.
+//
+// Two steps, because the daemon forks: FetchMetadata() before the fork (errors exit 1 in the
+// foreground; its HTTP client is gone when it returns), OpenStoreAt() after it with a new client
+// (curl threads do not survive fork). OpenStoreLocation() does both, for pcr.
+#pragma once
+
+#include <chrono>
+#include <memory>
+#include <optional>
+#include <string>
+
+#include "common/status.h"
+#include "index/store.h"
+#include "remote/http_client.h"
+#include "remote/s3_config.h"
+#include "remote/url.h"
+
+namespace pcrfs {
+
+// The options of a remote store (pcrfs -o ..., pcr's environment). None of them is a secret:
+// credentials come from the environment or files.
+struct RemoteOptions {
+  S3Options s3;              // region, endpoint, profile, addressing, no_sign
+  std::string headers_file;  // extra "Name: value" lines for every request (a bearer token)
+  std::string ca_file;       // a PEM bundle instead of the system's
+  std::string cache_dir;     // empty: DefaultCacheDir(url)
+  std::chrono::milliseconds timeout{30000};  // per request, all retries included
+  int connections = 16;                      // per host
+};
+
+struct StoreLocation {
+  std::string name;  // what to show: the local path, or the redacted URL
+  bool remote = false;
+  std::string dir;  // the folder Store::Open reads: the local store, or the cache folder
+  // Remote only.
+  Url url;
+  std::optional<S3Config> s3;
+  RemoteOptions options;
+  // The URL of `name` inside the store (S3: ObjectUrl, http(s): Url::Join).
+  std::string ObjectUrl(std::string_view name) const;
+};
+
+// The cache folder of a store URL when -o cache_dir is not given:
+// /var/cache/pcrfs/<sha256 of the redacted URL> for root, else $XDG_CACHE_HOME/pcrfs/<...> or
+// ~/.cache/pcrfs/<...>.
+std::string DefaultCacheDir(const std::string& redacted_url, const EnvLookup& env = nullptr);
+
+// The client options a location's requests need (signer, headers, TLS, timeout, connections).
+Result<HttpClientOptions> ClientOptionsFor(const StoreLocation& location);
+
+// Step 1. A local path: checks nothing, returns {dir = store}. A URL: parses it, resolves S3's
+// configuration, creates the cache folder and downloads manifest.json and index.lmdb into it
+// (conditional on their saved ETags; written atomically). Errors are one line naming the
+// redacted URL: "not a pcrfs store (no manifest.json)" for a 404 manifest, the client's
+// errors otherwise (403 with the S3 code, connection refused, ...).
+Result<StoreLocation> FetchMetadata(const std::string& store, const RemoteOptions& options,
+                                    const EnvLookup& env = nullptr);
+
+// Step 2. Opens the store at the location: local exactly as index::Store::Open; remote from the
+// cache folder, record files as RemoteFiles over `client` (which the store keeps alive; nullptr
+// to check the metadata only: then opening a record fails).
+// verified_index: the identity of the index already verified (skips its CRC pass).
+Result<std::unique_ptr<index::Store>> OpenStoreAt(
+    const StoreLocation& location, std::shared_ptr<HttpClient> client,
+    std::optional<index::FileIdentity> verified_index = std::nullopt);
+
+// Both steps with a new client (nullptr for a local store); `client` (if given) receives it.
+Result<std::unique_ptr<index::Store>> OpenStoreLocation(
+    const std::string& store, const RemoteOptions& options,
+    std::shared_ptr<HttpClient>* client = nullptr);
+
+}  // namespace pcrfs

@@ -1,0 +1,227 @@
+#!/usr/bin/python3
+"""Mounting a remote store (issue 13): a store built by pcr build, served by nginx, by the S3
+server (which checks every SigV4 signature with AWS's own signer) and through the fault proxy,
+mounted with `pcrfs URL MNT` and read by `pcr cat URL`, compared byte for byte with the local
+store. Needs tests/remote/install.sh (nginx, the npm packages of the S3 server)."""
+
+import hashlib
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import unittest
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.join(os.path.dirname(HERE), "remote"))
+
+from pcrtest import PCR, PCRFS, Mount, photo, pil_pixels, run, save_jpeg  # noqa: E402
+from remote_servers import FaultProxy, Nginx, S3Server  # noqa: E402
+
+ACCESS_KEY = "AKIDPCRFSMOUNT"
+SECRET_KEY = "mount/test+secret"
+BUCKET = "pcrfs-mount"
+LEVELS = (1, 5, 10)
+
+
+def read_tree(root):
+    """{relative path: bytes} of every file under a mounted tree."""
+    out = {}
+    for dirpath, _, filenames in os.walk(root):
+        for name in filenames:
+            p = os.path.join(dirpath, name)
+            with open(p, "rb") as f:
+                out[os.path.relpath(p, root)] = f.read()
+    return out
+
+
+def sha(b):
+    return hashlib.sha256(b).hexdigest()
+
+
+class RemoteMountCase(unittest.TestCase):
+    @classmethod
+    def setUpClass(cls):
+        cls.tmp = tempfile.mkdtemp(prefix="remote-mount-e2e-")
+        cls.src = os.path.join(cls.tmp, "src")
+        for i in range(24):
+            save_jpeg(photo(96 + 8 * (i % 5), 80 + 4 * (i % 3), seed=i),
+                      os.path.join(cls.src, f"class{i % 3}", f"img{i:03d}.jpg"),
+                      quality=90, progressive=bool(i % 2))
+        with open(os.path.join(cls.src, "notes.txt"), "w") as f:
+            f.write("not a jpeg\n")
+        cls.www = os.path.join(cls.tmp, "www")
+        cls.store = os.path.join(cls.www, "store")
+        os.makedirs(cls.www)
+        run([PCR, "build", cls.src, cls.store, "--quiet", "--images-per-record", "6"])
+        cls.records = sorted(os.listdir(os.path.join(cls.store, "records")))
+        # The local mount's bytes at each level: what every remote mount must serve.
+        cls.local = {}
+        mnt = os.path.join(cls.tmp, "local-mnt")
+        with Mount(cls.store, mnt):
+            for k in LEVELS:
+                cls.local[k] = read_tree(os.path.join(mnt, f"scan{k}"))
+        cls.env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"),
+                   "HOME": os.path.join(cls.tmp, "home"), "no_proxy": "127.0.0.1,localhost"}
+        os.makedirs(cls.env["HOME"])
+        cls.nginx = Nginx(cls.www).__enter__()
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.nginx.__exit__(None, None, None)
+        shutil.rmtree(cls.tmp, ignore_errors=True)
+
+    def cache(self, name):
+        return os.path.join(self.tmp, "cache-" + name)
+
+    def mount(self, url, name, *options, env=None):
+        mnt = os.path.join(self.tmp, "mnt-" + name)
+        return Mount(url, mnt, "-o", ",".join(["cache_dir=" + self.cache(name), *options]),
+                     env=env or self.env)
+
+    def pcrfs_fails(self, url, *options, env=None):
+        """Runs a mount expected to fail; returns its stderr."""
+        mnt = os.path.join(self.tmp, "mnt-fail")
+        os.makedirs(mnt, exist_ok=True)
+        p = subprocess.run([PCRFS, url, mnt, "-f", *options], env=env or self.env,
+                           capture_output=True, text=True, timeout=120)
+        self.assertEqual(p.returncode, 1, p.stderr)
+        self.assertEqual(len(p.stderr.strip().splitlines()), 1, p.stderr)
+        return p.stderr.strip()
+
+    def assert_same_as_local(self, mnt, levels=LEVELS):
+        for k in levels:
+            got = read_tree(os.path.join(mnt, f"scan{k}"))
+            self.assertEqual(sorted(got), sorted(self.local[k]))
+            for rel, data in got.items():
+                self.assertEqual(sha(data), sha(self.local[k][rel]), f"scan{k}/{rel}")
+
+    def test_http_mount_every_level_and_pixels(self):
+        url = self.nginx.url + "/store"
+        with self.mount(url, "http") as m:
+            self.assert_same_as_local(m.mnt)
+            # Level 10 decodes to the source's pixels.
+            for dirpath, _, names in os.walk(self.src):
+                for name in names:
+                    if not name.endswith(".jpg"):
+                        continue
+                    rel = os.path.relpath(os.path.join(dirpath, name), self.src)
+                    with open(os.path.join(dirpath, name), "rb") as f:
+                        want = pil_pixels(f.read())
+                    with open(os.path.join(m.mnt, "scan10", rel), "rb") as f:
+                        self.assertEqual(pil_pixels(f.read()), want, rel)
+            stats = json.loads(os.getxattr(m.mnt, "user.pcrfs.remote"))
+            self.assertGreater(stats["bytes_served"], 0)
+            self.assertGreater(stats["client"]["requests"], 0)
+            self.assertGreater(stats["client"]["bytes_received"], 0)
+            self.assertIn("user.pcrfs.remote", os.listxattr(m.mnt))
+            self.assertNotIn("fsname", m.log())
+        # The cache holds the metadata, each with its ETag.
+        for name in ("manifest.json", "index.lmdb"):
+            with open(os.path.join(self.cache("http"), name), "rb") as f:
+                with open(os.path.join(self.store, name), "rb") as g:
+                    self.assertEqual(f.read(), g.read())
+            self.assertTrue(os.path.exists(os.path.join(self.cache("http"), name + ".etag")))
+
+    def test_remount_sends_one_conditional_request_per_metadata_file(self):
+        with FaultProxy(self.nginx.url) as proxy:
+            url = proxy.url + "/store"
+            with self.mount(url, "remount"):
+                pass
+            self.assertEqual(proxy.stats()["statuses"], {"200": 2})
+            proxy.reset()
+            with self.mount(url, "remount") as m:
+                self.assertEqual(proxy.stats()["statuses"], {"304": 2})
+                self.assert_same_as_local(m.mnt, levels=(5,))
+
+    def test_faults_cost_time_or_only_their_record(self):
+        with FaultProxy(self.nginx.url) as proxy:
+            url = proxy.url + "/store"
+            with self.mount(url, "faults", "remote_timeout=60") as m:
+                proxy.fault(fault="status", status=503, retry_after="1", count=3,
+                            path=r"/records/")
+                proxy.fault(fault="reset", count=2, path=r"/records/")
+                proxy.fault(fault="truncate", bytes=10, count=1, path=r"/records/")
+                self.assert_same_as_local(m.mnt, levels=(10,))
+                faults = proxy.stats()["faults"]
+                self.assertEqual(faults.get("status"), 3)
+                self.assertEqual(faults.get("reset"), 2)
+                client = json.loads(os.getxattr(m.mnt, "user.pcrfs.remote"))["client"]
+                retries = client["retries"]
+                # curl itself may resend a request whose reused connection was reset.
+                self.assertEqual(retries["slow_down"] + retries["server_error"], 3, client)
+                self.assertEqual(retries["short_body"], 1, client)
+                self.assertEqual(client["failed"], 0, client)
+            # A 404 for one record file: its files get EIO, every other file reads.
+            proxy.reset()
+            victim = self.records[1]
+            proxy.fault(fault="status", status=404, path="/records/" + victim)
+            with self.mount(url, "faults-404") as m:
+                root = os.path.join(m.mnt, "scan3")
+                failed, read = 0, 0
+                for dirpath, _, names in os.walk(root):
+                    for name in names:
+                        p = os.path.join(dirpath, name)
+                        rel = os.path.relpath(p, root)
+                        try:
+                            with open(p, "rb") as f:
+                                f.read()
+                            read += 1
+                        except OSError as e:
+                            self.assertEqual(e.errno, 5, rel)  # EIO
+                            failed += 1
+                self.assertGreater(failed, 0)
+                self.assertGreater(read, 0)
+                self.assertLessEqual(failed, 6)  # at most the files of one record
+                self.assertIn(victim, m.log())
+
+    def test_pcr_cat_and_inspect_over_http(self):
+        url = self.nginx.url + "/store"
+        env = dict(self.env, PCRFS_CACHE_DIR=self.cache("pcr"))
+        for rel in sorted(self.local[5])[:4]:
+            for k in (1, 10):
+                got = run([PCR, "cat", url, rel, "--scans", str(k)], env=env).stdout
+                want = run([PCR, "cat", self.store, rel, "--scans", str(k)]).stdout
+                self.assertEqual(got, want, rel)
+        out = run([PCR, "inspect", url], env=env).stdout.decode()
+        self.assertIn(str(len(self.records)), out)
+
+    def test_clear_errors(self):
+        missing = self.nginx.url + "/nothing-here"
+        err = self.pcrfs_fails(missing, "-o", "cache_dir=" + self.cache("err"))
+        self.assertIn(missing, err)
+        self.assertIn("not a pcrfs store", err)
+        import socket
+        s = socket.socket()
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+        s.close()
+        err = self.pcrfs_fails(f"http://127.0.0.1:{port}/store", "-o",
+                               "cache_dir=" + self.cache("err2") + ",remote_timeout=2")
+        self.assertIn(f"127.0.0.1:{port}/store", err)
+        err = self.pcrfs_fails(self.store, "-o", "endpoint=http://127.0.0.1:1")
+        self.assertIn("only for a remote store", err)
+
+    def test_s3_mount_and_wrong_secret(self):
+        with S3Server(None, BUCKET, ACCESS_KEY, SECRET_KEY) as s3:
+            s3.upload(self.store, prefix="datasets/store")
+            url = f"s3://{BUCKET}/datasets/store"
+            env = dict(self.env, AWS_ACCESS_KEY_ID=ACCESS_KEY, AWS_SECRET_ACCESS_KEY=SECRET_KEY)
+            with self.mount(url, "s3", "endpoint=" + s3.endpoint, env=env) as m:
+                self.assert_same_as_local(m.mnt, levels=(1, 10))
+                xattr = os.getxattr(m.mnt, "user.pcrfs.remote").decode()
+                self.assertNotIn(SECRET_KEY, xattr)
+                self.assertNotIn(ACCESS_KEY, xattr)
+            self.assertGreater(s3.front_stats()["signed_ok"], 0)
+            bad = dict(env, AWS_SECRET_ACCESS_KEY="wrong" + SECRET_KEY)
+            err = self.pcrfs_fails(url, "-o", f"cache_dir={self.cache('s3bad')},"
+                                   f"endpoint={s3.endpoint}", env=bad)
+            self.assertIn(f"/{BUCKET}/datasets/store/manifest.json", err)
+            self.assertIn("403", err)
+            self.assertIn("SignatureDoesNotMatch", err)
+            self.assertNotIn(SECRET_KEY, err)
+
+
+if __name__ == "__main__":
+    unittest.main()
