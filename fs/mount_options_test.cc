@@ -141,5 +141,55 @@ TEST(MountOptionsTest, StoreAndMountPointRequiredExceptForHelp) {
   EXPECT_TRUE(c->show_version);
 }
 
+TEST(MountOptionsTest, RemoteOptionsAreApplied) {
+  auto c = Parse({"s3://bucket/prefix", "mnt", "-o",
+                  "region=eu-west-3,endpoint=http://127.0.0.1:9000,profile=train,no_sign,"
+                  "addressing=virtual,header_file=/etc/h,ca_file=/etc/ca.pem,cache_dir=/c,"
+                  "remote_timeout=7,remote_connections=32,ro"});
+  ASSERT_TRUE(c) << c.error().ToString();
+  EXPECT_EQ(c->store, "s3://bucket/prefix");
+  EXPECT_EQ(c->remote.s3.region, "eu-west-3");
+  EXPECT_EQ(c->remote.s3.endpoint, "http://127.0.0.1:9000");
+  EXPECT_EQ(c->remote.s3.profile, "train");
+  EXPECT_TRUE(c->remote.s3.no_sign);
+  EXPECT_EQ(c->remote.s3.addressing, S3Options::Addressing::kVirtualHost);
+  EXPECT_EQ(c->remote.headers_file, "/etc/h");
+  EXPECT_EQ(c->remote.ca_file, "/etc/ca.pem");
+  EXPECT_EQ(c->remote.cache_dir, "/c");
+  EXPECT_EQ(c->remote.timeout, std::chrono::seconds(7));
+  EXPECT_EQ(c->remote.connections, 32);
+  // None of them reaches libfuse.
+  EXPECT_EQ(c->fuse_args, (std::vector<std::string>{"pcrfs", "-o", "ro", "mnt"}));
+
+  auto d = Parse({"https://h/store", "mnt", "-o", "addressing=path"});
+  ASSERT_FALSE(d);  // S3's options on an http(s) store
+  EXPECT_NE(d.error().message().find("s3://"), std::string::npos);
+  auto e = Parse({"https://h/store", "mnt", "-o", "cache_dir=/c,header_file=/h"});
+  ASSERT_TRUE(e) << e.error().ToString();
+  EXPECT_EQ(e->remote.s3.addressing, S3Options::Addressing::kAuto);
+  const RemoteOptions defaults;
+  EXPECT_EQ(e->remote.timeout, defaults.timeout);
+  EXPECT_EQ(e->remote.connections, defaults.connections);
+}
+
+TEST(MountOptionsTest, RemoteOptionsAreCheckedStrictly) {
+  auto err = [](const char* option) {
+    auto c = Parse({"s3://bucket/prefix", "mnt", "-o", option});
+    return c ? std::string() : c.error().message();
+  };
+  EXPECT_EQ(err("addressing=both"), "-o addressing=both: expected path or virtual");
+  EXPECT_EQ(err("remote_timeout=0"), "-o remote_timeout=0: expected an integer in 1..3600");
+  EXPECT_EQ(err("remote_timeout=5s"), "-o remote_timeout=5s: expected an integer in 1..3600");
+  EXPECT_EQ(err("remote_connections=257"),
+            "-o remote_connections=257: expected an integer in 1..256");
+  EXPECT_EQ(err("region="), "-o region=: expected a value");
+  EXPECT_EQ(err("cache_dir="), "-o cache_dir=: expected a value");
+  // With a local store a remote option would be ignored: refused instead.
+  EXPECT_EQ(ErrorOf("endpoint=http://127.0.0.1:9000"),
+            "-o endpoint: only for a remote store (an http://, https:// or s3:// URL), and st "
+            "is a local path");
+  EXPECT_NE(ErrorOf("no_sign"), "");
+}
+
 }  // namespace
 }  // namespace pcrfs::fs
