@@ -96,12 +96,18 @@ Result<StoreLocation> FetchMetadata(const std::string& store, const RemoteOption
   loc.url = *url;
   loc.name = url->ToString();
   loc.options = options;
+  // Absolute: the daemon changes to / when it forks, and opens these again after.
+  std::error_code abs_ec;
+  for (std::string* path :
+       {&loc.options.headers_file, &loc.options.ca_file, &loc.options.cache_dir}) {
+    if (!path->empty()) *path = std::filesystem::absolute(*path, abs_ec).lexically_normal();
+  }
   if (url->is_s3()) {
     auto s3 = ResolveS3Config(*url, options.s3, env);
     if (!s3) return Err(s3.error());
     loc.s3 = std::move(*s3);
   }
-  loc.dir = options.cache_dir.empty() ? DefaultCacheDir(loc.name, env) : options.cache_dir;
+  loc.dir = loc.options.cache_dir.empty() ? DefaultCacheDir(loc.name, env) : loc.options.cache_dir;
   std::error_code ec;
   std::filesystem::create_directories(loc.dir, ec);
   if (ec) {

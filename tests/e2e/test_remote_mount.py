@@ -187,6 +187,19 @@ class RemoteMountCase(unittest.TestCase):
         out = run([PCR, "inspect", url], env=env).stdout.decode()
         self.assertIn(str(len(self.records)), out)
 
+    def test_daemonized_mount_with_relative_cache_dir(self):
+        # Without -f the daemon changes to / after the fork: the relative cache_dir still holds.
+        mnt = os.path.join(self.tmp, "mnt-daemon")
+        os.makedirs(mnt)
+        p = subprocess.run([PCRFS, self.nginx.url + "/store", mnt, "-o", "cache_dir=rel-cache"],
+                           env=self.env, cwd=self.tmp, capture_output=True, text=True, timeout=120)
+        try:
+            self.assertEqual(p.returncode, 0, p.stderr)
+            self.assert_same_as_local(mnt, levels=(5,))
+            self.assertTrue(os.path.exists(os.path.join(self.tmp, "rel-cache", "index.lmdb")))
+        finally:
+            subprocess.run(["fusermount3", "-u", mnt])
+
     def test_clear_errors(self):
         missing = self.nginx.url + "/nothing-here"
         err = self.pcrfs_fails(missing, "-o", "cache_dir=" + self.cache("err"))
