@@ -17,6 +17,7 @@
 #include <thread>
 #include <unordered_map>
 
+#include "builder/archive_source.h"
 #include "builder/quality_sample.h"
 #include "builder/source_tree.h"
 #include "common/coding.h"
@@ -93,6 +94,12 @@ class Fingerprint {
   uint64_t h_ = 0xcbf29ce484222325ull;
 };
 
+// An archive source is a regular file; a folder source is a folder.
+bool IsArchivePath(const std::string& source) {
+  struct stat st;
+  return ::stat(source.c_str(), &st) == 0 && S_ISREG(st.st_mode);
+}
+
 std::string OptionsText(const BuildConfig& c) {
   return "format=" + std::to_string(index::kStoreFormatVersion) +
          " strip_metadata=" + std::to_string(c.strip_metadata) +
@@ -101,7 +108,9 @@ std::string OptionsText(const BuildConfig& c) {
          " max_image_memory=" + std::to_string(c.max_image_memory) +
          " max_jpeg_bytes=" + std::to_string(c.max_jpeg_bytes) +
          " quality_sample=" + std::to_string(c.quality_sample) +
-         " quality_seed=" + std::to_string(c.quality_seed) + "\n";
+         " quality_seed=" + std::to_string(c.quality_seed) +
+         (IsArchivePath(c.source) ? " archive_nested=" + std::to_string(c.nested_archives) : "") +
+         "\n";
 }
 
 // Files larger than this that are not transcoded are copied into their record a checksum
@@ -141,7 +150,8 @@ struct FileResult {
   // A large passthrough file: copied from `fd` when its record is written (StreamInto).
   bool stream = false;
   UniqueFd fd;
-  FileStat stat;  // the version that was read
+  std::unique_ptr<ArchiveMember> member;  // instead of fd for an archive; raw holds its head
+  FileStat stat;                          // the version that was read
 };
 
 FileResult Unreadable(std::string detail) {
@@ -151,6 +161,8 @@ FileResult Unreadable(std::string detail) {
   r.detail = std::move(detail);
   return r;
 }
+
+void ClassifyBytes(std::vector<uint8_t> data, const BuildConfig& config, FileResult* out);
 
 // One attempt at reading and transcoding a file. *changed: the file changed while it was read.
 FileResult ProcessOnce(const SourceTree& tree, uint32_t node, const BuildConfig& config,
@@ -186,11 +198,18 @@ FileResult ProcessOnce(const SourceTree& tree, uint32_t node, const BuildConfig&
     *changed = true;
     return r;
   }
-  if (data->empty()) {
+  ClassifyBytes(std::move(*data), config, &r);
+  return r;
+}
+
+// Transcodes `data` if it is a JPEG that may be; otherwise keeps it as passthrough bytes.
+void ClassifyBytes(std::vector<uint8_t> data, const BuildConfig& config, FileResult* out) {
+  FileResult& r = *out;
+  if (data.empty()) {
     r.reason = PassthroughReason::kEmpty;
-  } else if (!codec::LooksLikeJpeg(*data)) {
+  } else if (!codec::LooksLikeJpeg(data)) {
     r.reason = PassthroughReason::kNotJpeg;
-  } else if (data->size() > config.max_jpeg_bytes) {
+  } else if (data.size() > config.max_jpeg_bytes) {
     r.reason = PassthroughReason::kTooBig;
     r.detail = "larger than --max-jpeg-bytes (" + std::to_string(config.max_jpeg_bytes) + ")";
   } else {
@@ -198,20 +217,57 @@ FileResult ProcessOnce(const SourceTree& tree, uint32_t node, const BuildConfig&
     opts.strip_metadata = config.strip_metadata;
     opts.max_input_scans = config.max_input_scans;
     opts.max_memory_bytes = config.max_image_memory;
-    codec::TranscodeResult t = codec::Transcode(*data, opts);
+    codec::TranscodeResult t = codec::Transcode(data, opts);
     r.reason = StoredReason(t.reason);
     r.detail = std::move(t.detail);
     if (t.transcoded()) {
       r.jpeg = std::move(t.image);
+      return;
+    }
+  }
+  r.raw = std::move(data);
+}
+
+// Reads member `turn` of an archive source (file node `node`) and transcodes it. A large member
+// that will not be transcoded keeps the archive (res.member) until its record streams it in.
+FileResult ProcessMember(const SourceTree& tree, uint32_t node, size_t turn, ArchiveSource* archive,
+                         const BuildConfig& config) {
+  const SourceNode& n = tree.nodes[node];
+  auto member = archive->OpenMember(turn);
+  if (!member) return Unreadable(member.error().message());
+  FileResult r;
+  r.stat = {n.size, n.mtime_sec, n.mtime_nsec, 0};
+  std::vector<uint8_t> data;
+  if (n.size > kStreamAbove) {
+    data.resize(3);
+    Status s = (*member)->ReadExact(data);
+    if (!s.ok()) return Unreadable(s.message());
+    if (!codec::LooksLikeJpeg(data)) {
+      r.reason = PassthroughReason::kNotJpeg;
+    } else if (n.size > config.max_jpeg_bytes) {
+      r.reason = PassthroughReason::kTooBig;
+      r.detail = "larger than --max-jpeg-bytes (" + std::to_string(config.max_jpeg_bytes) + ")";
+    }
+    if (r.reason != PassthroughReason::kNone) {
+      r.stream = true;
+      r.member = std::move(*member);
+      r.raw = std::move(data);
       return r;
     }
   }
-  r.raw = std::move(*data);
+  const size_t have = data.size();
+  data.resize(n.size);
+  Status s = (*member)->ReadExact(std::span<uint8_t>(data).subspan(have));
+  if (!s.ok()) return Unreadable(s.message());
+  member->reset();  // the next member may be read while this one is transcoded
+  ClassifyBytes(std::move(data), config, &r);
   return r;
 }
 
-FileResult ProcessFile(const SourceTree& tree, uint32_t node, const BuildConfig& config) {
+FileResult ProcessFile(const SourceTree& tree, uint32_t node, const BuildConfig& config,
+                       ArchiveSource* archive, size_t turn) {
   try {
+    if (archive != nullptr) return ProcessMember(tree, node, turn, archive, config);
     for (int attempt = 1;; ++attempt) {
       bool changed = false;
       FileResult r = ProcessOnce(tree, node, config, &changed);
@@ -234,10 +290,12 @@ class OrderedTranscoder {
   static constexpr uint64_t kBufferBudget = uint64_t{128} << 20;
 
   // node_of(i) is the node of file i of count in *tree; it is called from the worker threads.
+  // With an archive, file i is its member turn i (ArchiveSource::StartReading already called).
   OrderedTranscoder(size_t count, const SourceTree* tree, std::function<uint32_t(size_t)> node_of,
-                    const BuildConfig* config, unsigned threads)
+                    const BuildConfig* config, unsigned threads, ArchiveSource* archive)
       : count_(count),
         tree_(tree),
+        archive_(archive),
         node_of_(std::move(node_of)),
         config_(config),
         window_(std::max<size_t>(16, threads * 64)) {
@@ -249,6 +307,7 @@ class OrderedTranscoder {
       std::lock_guard<std::mutex> l(mu_);
       stop_ = true;
     }
+    if (archive_ != nullptr) archive_->Cancel();  // wakes workers waiting for their member
     work_cv_.notify_all();
     for (auto& t : workers_) t.join();
   }
@@ -282,7 +341,7 @@ class OrderedTranscoder {
         if (stop_ || next_claim_ >= count_) return;
         i = next_claim_++;
       }
-      FileResult r = ProcessFile(*tree_, node_of_(i), *config_);
+      FileResult r = ProcessFile(*tree_, node_of_(i), *config_, archive_, i);
       {
         std::lock_guard<std::mutex> l(mu_);
         buffered_ += ResultBytes(r);
@@ -296,6 +355,7 @@ class OrderedTranscoder {
 
   const size_t count_;
   const SourceTree* tree_;
+  ArchiveSource* const archive_;  // null for a folder
   const std::function<uint32_t(size_t)> node_of_;
   const BuildConfig* config_;
   const size_t window_;
@@ -350,9 +410,16 @@ class StoreBuilder {
 
   Result<BuildReport> Run() {
     const auto start = std::chrono::steady_clock::now();
-    auto tree = WalkSource(config_.source);
-    if (!tree) return Err(tree.error());
-    tree_ = std::move(*tree);
+    if (IsArchivePath(config_.source)) {
+      auto archive = ArchiveSource::Open(config_.source, config_.nested_archives);
+      if (!archive) return Err(archive.error());
+      archive_ = std::move(*archive);
+      tree_ = std::move(archive_->tree());
+    } else {
+      auto tree = WalkSource(config_.source);
+      if (!tree) return Err(tree.error());
+      tree_ = std::move(*tree);
+    }
     for (const SourceProblem& p : tree_.problems) {
       report_.problems.push_back({p.rel_path, p.reason, ""});
     }
@@ -508,8 +575,9 @@ class StoreBuilder {
       }
     };
 
+    if (archive_) archive_->StartReading(todo);
     OrderedTranscoder pool(
-        todo.size(), &tree_, [&](size_t i) { return todo[i]; }, &config_, threads_);
+        todo.size(), &tree_, [&](size_t i) { return todo[i]; }, &config_, threads_, archive_.get());
     size_t next = 0;  // index into todo
     for (uint32_t r = 0; r < num_records; ++r) {
       const size_t begin = r * per, end = std::min(n, begin + per);
@@ -573,6 +641,23 @@ class StoreBuilder {
   // cannot be read becomes res->unreadable, and nothing of it stays in the record.
   void StreamInto(index::RecordWriter* writer, const SourceNode& node, FileResult* res) {
     const std::string path = tree_.AbsPath(node);
+    if (res->member) {  // an archive member: one pass, in order, from the archive's stream
+      Status read_status;
+      Status s =
+          writer->AddStream(tree_.RelPath(node), res->reason, res->stat.size,
+                            [&](uint64_t offset, std::span<uint8_t> dst) {
+                              size_t from_head = 0;
+                              if (offset < res->raw.size()) {
+                                from_head = std::min(dst.size(), res->raw.size() - offset);
+                                std::copy_n(res->raw.begin() + offset, from_head, dst.begin());
+                              }
+                              read_status = res->member->ReadExact(dst.subspan(from_head));
+                              return read_status;
+                            });
+      res->member.reset();
+      if (!s.ok() && !read_status.ok()) *res = Unreadable(read_status.message());
+      return;
+    }
     const int fd = res->fd.get();
     for (int attempt = 1;; ++attempt) {
       bool changed = false;
@@ -761,6 +846,7 @@ class StoreBuilder {
 
   const BuildConfig& config_;
   unsigned threads_;
+  std::unique_ptr<ArchiveSource> archive_;  // null for a folder source
   std::string partial_;
   SourceTree tree_;
   std::vector<FileLocation> locations_;  // by position in tree_.files
@@ -791,11 +877,15 @@ Status CheckBuildArguments(const BuildConfig& config) {
   if (::stat(src.c_str(), &st) != 0) {
     return Status::FromErrno(src + ": cannot use as source", errno);
   }
-  if (!S_ISDIR(st.st_mode)) return Status::InvalidArgument(src + ": not a directory");
-  if (::access(src.c_str(), R_OK | X_OK) != 0) {
+  if (S_ISREG(st.st_mode)) {
+    PCRFS_RETURN_IF_ERROR(ProbeArchive(src));
+  } else if (!S_ISDIR(st.st_mode)) {
+    return Status::InvalidArgument(src + ": not a directory or an archive");
+  } else if (::access(src.c_str(), R_OK | X_OK) != 0) {
     return Status::FromErrno(src + ": cannot read source", errno);
+  } else if (IsDirectoryEmpty(src)) {
+    return Status::InvalidArgument(src + ": source folder is empty");
   }
-  if (IsDirectoryEmpty(src)) return Status::InvalidArgument(src + ": source folder is empty");
   if (config.images_per_record == 0 || config.images_per_record > (1u << 20)) {
     return Status::InvalidArgument("--images-per-record must be between 1 and 1048576");
   }

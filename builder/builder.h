@@ -28,6 +28,8 @@ struct BuildConfig {
   bool force = false;   // replace an existing store
   bool resume = false;  // continue STORE.partial
   bool strip_metadata = false;
+  // SRC is an archive: its .tar/.tar.gz/.tgz/.zip members become folders (--no-nested: files).
+  bool nested_archives = true;
   int max_input_scans = 1000;
   uint64_t max_image_memory = uint64_t{1} << 30;
   // JPEGs larger than this are not transcoded but stored whole (reason "too-big").

@@ -93,7 +93,7 @@ int RunBuild(const std::vector<std::string>& args) {
   BuildConfig config;
   po::options_description opts(
       "usage: pcr build SRC STORE [options]\n\n"
-      "Turns the image folder SRC into the pcrfs store STORE. Every JPEG is losslessly\n"
+      "Turns the image folder or archive SRC into the pcrfs store STORE. Every JPEG is losslessly\n"
       "re-encoded as a progressive JPEG in 10 scan groups; every other file is kept byte for\n"
       "byte. SRC is never modified.\n\noptions");
   unsigned threads = 0;
@@ -116,7 +116,9 @@ int RunBuild(const std::vector<std::string>& args) {
       "quality-sample", po::value<uint32_t>(&config.quality_sample)->default_value(100),
       "JPEGs whose PSNR and MS-SSIM at every level go into the manifest (0: none)")(
       "quality-seed", po::value<uint64_t>(&config.quality_seed)->default_value(0),
-      "seed that chooses the quality sample")("quiet,q", "no progress line");
+      "seed that chooses the quality sample")(
+      "no-nested", "SRC is an archive: keep archives inside it as files, not folders")(
+      "quiet,q", "no progress line");
   std::string src, store;
   po::variables_map vm;
   if (auto exit = ParseCommandLine(
@@ -134,6 +136,7 @@ int RunBuild(const std::vector<std::string>& args) {
   config.source = src;
   config.store = store;
   config.threads = threads;
+  config.nested_archives = !vm.count("no-nested");
   if (Status s = CheckBuildArguments(config); !s.ok()) {
     std::fprintf(stderr, "pcr build: %s\n", s.message().c_str());
     return kExitUsage;
