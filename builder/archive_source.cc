@@ -2,6 +2,7 @@
 
 #include <archive.h>
 #include <archive_entry.h>
+#include <locale.h>
 #include <sys/stat.h>
 
 #include <algorithm>
@@ -197,7 +198,10 @@ struct ArchiveSource::Impl {
 
   // Pass 1: what to do with member `e` of an archive landing in folder `dir`.
   uint32_t Classify(archive* a, archive_entry* e, uint32_t dir, int depth) {
-    const char* raw = archive_entry_pathname(e);
+    // UTF-8 when the archive says what its names are (pax, zip's UTF-8 flag), else raw bytes:
+    // in the C locale libarchive cannot convert a non-ASCII name and returns null.
+    const char* raw = archive_entry_pathname_utf8(e);
+    if (raw == nullptr) raw = archive_entry_pathname(e);
     std::string name = raw != nullptr ? raw : "";
     if (name.empty()) {
       Problem(dir, "(member without a name)", "not stored");
@@ -414,7 +418,17 @@ Result<std::unique_ptr<ArchiveSource>> ArchiveSource::Open(const std::string& pa
   if (archive_read_open_filename(a.get(), path.c_str(), kReadBlock) != ARCHIVE_OK) {
     return Err(Status::IOError(path + ": " + ErrorOf(a.get())));
   }
-  m.Walk(a.get(), 0, 0);
+  {
+    // Member names are read as UTF-8 whatever the process's locale: in the C locale libarchive
+    // cannot convert a zip's or pax header's non-ASCII name. This thread only, for pass 1.
+    locale_t utf8 = ::newlocale(LC_CTYPE_MASK, "C.UTF-8", static_cast<locale_t>(0));
+    locale_t old = utf8 != static_cast<locale_t>(0) ? ::uselocale(utf8) : static_cast<locale_t>(0);
+    m.Walk(a.get(), 0, 0);
+    if (utf8 != static_cast<locale_t>(0)) {
+      ::uselocale(old);
+      ::freelocale(utf8);
+    }
+  }
   // Folders no header described get the newest mtime below them: a function of the content
   // alone, so the same archive gives the same store wherever it was copied.
   for (size_t i = tree.nodes.size(); i-- > 1;) {
