@@ -85,17 +85,19 @@ Status ProbeArchive(const std::string& path) {
   struct stat st;
   if (::stat(path.c_str(), &st) != 0)
     return Status::FromErrno(path + ": cannot use as source", errno);
-  if (!S_ISREG(st.st_mode)) return Status::InvalidArgument(path + ": not a folder or an archive");
+  if (!S_ISREG(st.st_mode))
+    return Status::InvalidArgument(path + ": not a directory or an archive");
   ArchivePtr a = NewReader();
   if (!a) return Status::ResourceExhausted(path + ": out of memory");
   if (archive_read_open_filename(a.get(), path.c_str(), kReadBlock) != ARCHIVE_OK) {
-    return Status::InvalidArgument(path + ": cannot read as an archive: " + ErrorOf(a.get()));
+    return Status::InvalidArgument(path + ": not a directory or a readable archive (" +
+                                   ErrorOf(a.get()) + ")");
   }
   archive_entry* e;
   const int r = archive_read_next_header(a.get(), &e);
   if (r == ARCHIVE_EOF) return Status::InvalidArgument(path + ": source archive is empty");
   if (r < ARCHIVE_WARN) {
-    return Status::InvalidArgument(path + ": not a folder or a readable archive (" +
+    return Status::InvalidArgument(path + ": not a directory or a readable archive (" +
                                    ErrorOf(a.get()) + ")");
   }
   return Status::OK();
