@@ -17,8 +17,8 @@
 #include <string>
 #include <vector>
 
-#include "common/status.h"
 #include "builder/source_tree.h"
+#include "common/status.h"
 
 namespace pcrfs::tools {
 
