@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "common/file_util.h"
 #include "common/status.h"
@@ -25,6 +26,21 @@ class RandomAccessFile {
   // reading a range ahead of need makes the later read cheap. Speculative reads
   // (fs/record_scheduler.h) are issued only to such files.
   virtual bool KeepsReads() const { return false; }
+  // A speculative read of [offset, offset + n): fetch it so that a later Read finds it kept.
+  // `scratch` is a buffer the caller reuses. ResourceExhausted: the source keeps enough unread
+  // bytes already; try again later. By default a Read into scratch (the page cache keeps it).
+  virtual Status Warm(uint64_t offset, uint64_t n, std::vector<uint8_t>* scratch) const {
+    scratch->resize(static_cast<size_t>(n));
+    return Read(offset, static_cast<size_t>(n), scratch->data());
+  }
+  // How many speculative reads may run at once while demand reads run too, for a source that
+  // orders its own requests so that demand reads never wait behind speculative ones (a remote
+  // store's HTTP client: background requests get only spare connections). 0: the source has
+  // one queue (a disk), and the scheduler pauses speculation while a demand read runs.
+  virtual int ConcurrentSpeculativeReads() const { return 0; }
+  // Drops any copy of [offset, offset + n) that the source keeps itself (a cache), so the next
+  // Read fetches it from the origin; true if there was one. Called when bytes fail their CRC.
+  virtual bool DropCached(uint64_t /*offset*/, uint64_t /*n*/) const { return false; }
 };
 
 // pread(2) on an open file; thread-safe. The kernel's own readahead is turned off

@@ -250,6 +250,7 @@ int OpenAndServe(fuse_session* se, Filesystem** fs_slot, const MountConfig& conf
                  const fuse_cmdline_opts& opts) {
   FsOptions fs_options = config.fs;
   std::shared_ptr<HttpClient> client;
+  std::shared_ptr<RangeCache> cache;
   if (location.remote) {  // after the fork: curl's threads and handles do not survive one
     auto client_options = ClientOptionsFor(location);
     auto created = client_options
@@ -260,9 +261,22 @@ int OpenAndServe(fuse_session* se, Filesystem** fs_slot, const MountConfig& conf
       return 2;
     }
     client = std::move(*created);
-    fs_options.remote_stats = [c = client.get()] { return c->stats().ToJson(); };
+    std::string note;
+    auto opened = OpenRangeCache(location, &note);
+    if (!opened) {
+      Log(LogLevel::kError, location.name + ": " + opened.error().message());
+      return 2;
+    }
+    cache = std::move(*opened);
+    if (!note.empty()) Log(LogLevel::kWarning, note);
+    // The client's counters, with the cache's as "cache".
+    fs_options.remote_stats = [c = client.get(), k = cache.get()] {
+      std::string json = c->stats().ToJson();
+      json.insert(json.size() - 1, ",\"cache\":" + k->stats().ToJson());
+      return json;
+    };
   }
-  auto store = OpenStoreAt(location, client, verified);
+  auto store = OpenStoreAt(location, client, verified, cache);
   if (!store) {
     Log(LogLevel::kError, store.error().message());
     return 2;
@@ -272,6 +286,9 @@ int OpenAndServe(fuse_session* se, Filesystem** fs_slot, const MountConfig& conf
   Filesystem fs(std::move(*store), fs_options);
   *fs_slot = &fs;
   fs.store().index().SetMappedBudget(config.index_rss);
+  if (location.remote && location.options.disk_cache_fill) {
+    fs.FillLevel(config.fs.fixed_level != 0 ? config.fs.fixed_level : index::kNumGroups);
+  }
   const int rc = ServeLoop(se, config, opts);
   // A SIGTERM, SIGINT or SIGHUP ends the loop with that signal's number: a clean exit.
   return (rc == 0 || rc == SIGTERM || rc == SIGINT || rc == SIGHUP) ? 0 : 2;

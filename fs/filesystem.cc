@@ -41,6 +41,26 @@ Filesystem::Filesystem(std::unique_ptr<index::Store> store, FsOptions options)
   if (root) root_ = std::move(*root);
 }
 
+void Filesystem::FillLevel(int level) {
+  level = std::clamp(level, 1, index::kNumGroups);
+  fill_ = std::jthread([this, level](std::stop_token stop) {
+    const uint64_t records = store_->index().NumRecords();
+    uint64_t queued = 0;
+    for (uint64_t id = 0; id < records && !stop.stop_requested(); ++id) {
+      auto info = store_->index().GetRecord(static_cast<uint32_t>(id));
+      if (!info) continue;
+      auto file = OpenRecord(static_cast<uint32_t>(id));
+      if (!file) continue;  // reported when a file of it is read
+      const uint64_t end = info->group_offset[static_cast<size_t>(level)];
+      scheduler_.Speculate(*file, {{0, end}});
+      queued += end;
+    }
+    Log(LogLevel::kInfo, "disk_cache_fill: level " + std::to_string(level) + " of " +
+                             std::to_string(records) + " records queued (" +
+                             std::to_string(queued >> 20) + " MiB)");
+  });
+}
+
 Result<Filesystem::Resolved> Filesystem::Resolve(uint64_t ino) const {
   Resolved r;
   if (ino == kFuseRootIno) {

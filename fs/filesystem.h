@@ -17,6 +17,7 @@
 #include <set>
 #include <string>
 #include <string_view>
+#include <thread>
 #include <vector>
 
 #include "common/status.h"
@@ -88,6 +89,11 @@ class Filesystem {
 
   struct statvfs StatFs() const;
 
+  // Queues speculative reads of every record's level-`level` prefix (its header, tables and
+  // group regions 1..level), from a thread of its own: what -o disk_cache_fill does. The
+  // source paces them (a remote store fetches while its cache wants more). Returns at once.
+  void FillLevel(int level);
+
   const index::Store& store() const { return *store_; }
   const PieceCache& cache() const { return cache_; }
   const PieceCache& large_file_cache() const { return large_cache_; }
@@ -150,6 +156,8 @@ class Filesystem {
   mutable RecordScheduler scheduler_;
   mutable ReadPredictor predictor_{
       *store_, scheduler_, {options_.prefetch_percent, options_.readahead_slots}};
+  // FillLevel's thread; declared last, so it stops before anything it uses goes.
+  std::jthread fill_;
 };
 
 }  // namespace pcrfs::fs

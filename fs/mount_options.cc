@@ -39,6 +39,9 @@ enum Key : int {
   kCacheDir,
   kRemoteTimeout,
   kRemoteConnections,
+  kRemoteCache,
+  kDiskCache,
+  kDiskCacheFill,
   kReadWrite,
   kHelp,
   kVersion,
@@ -66,6 +69,9 @@ const fuse_opt kOptionSpecs[] = {FUSE_OPT_KEY("scans=%s", kScans),
                                  FUSE_OPT_KEY("cache_dir=%s", kCacheDir),
                                  FUSE_OPT_KEY("remote_timeout=%s", kRemoteTimeout),
                                  FUSE_OPT_KEY("remote_connections=%s", kRemoteConnections),
+                                 FUSE_OPT_KEY("remote_cache=%s", kRemoteCache),
+                                 FUSE_OPT_KEY("disk_cache=%s", kDiskCache),
+                                 FUSE_OPT_KEY("disk_cache_fill", kDiskCacheFill),
                                  FUSE_OPT_KEY("rw", kReadWrite),
                                  FUSE_OPT_KEY("-h", kHelp),
                                  FUSE_OPT_KEY("--help", kHelp),
@@ -238,7 +244,10 @@ Status ApplyRemoteOptions(const ParseState& st, MountConfig* c) {
                                                        {kCaFile, "ca_file"},
                                                        {kCacheDir, "cache_dir"},
                                                        {kRemoteTimeout, "remote_timeout"},
-                                                       {kRemoteConnections, "remote_connections"}};
+                                                       {kRemoteConnections, "remote_connections"},
+                                                       {kRemoteCache, "remote_cache"},
+                                                       {kDiskCache, "disk_cache"},
+                                                       {kDiskCacheFill, "disk_cache_fill"}};
   const bool remote = IsRemoteUrl(c->store);
   RemoteOptions& r = c->remote;
   for (const auto& [key, name] : kNames) {
@@ -251,7 +260,7 @@ Status ApplyRemoteOptions(const ParseState& st, MountConfig* c) {
                                      "URL), and " +
                                      c->store + " is a local path");
     }
-    if (key != kNoSign && v.empty()) return Bad(name, v, "a value");
+    if (key != kNoSign && key != kDiskCacheFill && v.empty()) return Bad(name, v, "a value");
     switch (key) {
       case kRegion:
         r.s3.region = v;
@@ -295,9 +304,29 @@ Status ApplyRemoteOptions(const ParseState& st, MountConfig* c) {
         r.connections = static_cast<int>(*n);
         break;
       }
+      case kRemoteCache: {
+        auto n =
+            ParseSizeOption(name, v, kMinCacheBytes, kMaxCacheBytes, "a size in 1M..1T, e.g. 256M");
+        if (!n) return n.error();
+        r.memory_cache = *n;
+        break;
+      }
+      case kDiskCache: {
+        auto n =
+            ParseSizeOption(name, v, 0, kMaxDiskCacheBytes, "a size in 0..64T, e.g. 20G (0: none)");
+        if (!n) return n.error();
+        r.disk_cache = *n;
+        break;
+      }
+      case kDiskCacheFill:
+        r.disk_cache_fill = true;
+        break;
       default:
         break;
     }
+  }
+  if (r.disk_cache_fill && r.disk_cache == 0) {
+    return Status::InvalidArgument("-o disk_cache_fill: needs -o disk_cache=SIZE");
   }
   if (!r.s3.endpoint.empty() || !r.s3.region.empty() || !r.s3.profile.empty() || r.s3.no_sign ||
       r.s3.addressing != S3Options::Addressing::kAuto) {

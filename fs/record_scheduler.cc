@@ -16,7 +16,7 @@ constexpr uint32_t kLatencyWindow = 256;
 }  // namespace
 
 RecordScheduler::RecordScheduler() {
-  for (int i = 0; i < kMaxInFlight; ++i) pool_.emplace_back([this] { Worker(); });
+  for (int i = 0; i < kWorkers; ++i) pool_.emplace_back([this] { Worker(); });
 }
 
 RecordScheduler::~RecordScheduler() {
@@ -65,8 +65,8 @@ Status RecordScheduler::Demand(uint64_t n, const std::function<Status()>& read) 
     NoteDemandLocked(n, alone ? seconds : 0);
     // Wake a worker only if one is waiting and could start now: a page-cache hit per piece
     // must not cost two thread wake-ups.
-    wake = demand_active_.fetch_sub(1, std::memory_order_acq_rel) == 1 && !queue_.empty() &&
-           idle_workers_ > 0 && in_flight_ < MaxInFlightLocked();
+    wake = demand_active_.fetch_sub(1, std::memory_order_acq_rel) == 1 && idle_workers_ > 0 &&
+           CanStartLocked();
   }
   if (wake) cv_.notify_one();
   return s;
@@ -142,35 +142,57 @@ void RecordScheduler::Worker() {
       // progress ending while work is queued (Read decrements under mu_, so no wake-up is
       // lost). No timeout: an idle daemon does not wake up.
       ++idle_workers_;
-      cv_.wait(l, [&] {
-        return stop_ || (!queue_.empty() && in_flight_ < MaxInFlightLocked() &&
-                         demand_active_.load(std::memory_order_acquire) == 0);
-      });
+      while (!stop_ && !CanStartLocked()) {
+        if (!queue_.empty() && busy_until_ > Clock::now()) {
+          cv_.wait_until(l, busy_until_);
+        } else {
+          cv_.wait(l);
+        }
+      }
       --idle_workers_;
       if (stop_) return;
       Pending& p = queue_.front();
       file = p.file;
       offset = p.offset;
-      n = std::min(chunk_, p.end - p.offset);
+      uint64_t chunk = chunk_;
+      if (file->ConcurrentSpeculativeReads() > 0) chunk = std::max(chunk, kMinConcurrentChunk);
+      n = std::min(chunk, p.end - p.offset);
       p.offset += n;
       if (p.offset >= p.end) queue_.pop_front();
       stats_.queued_bytes -= n;
       ++in_flight_;
       speculative_active_.fetch_add(1, std::memory_order_acq_rel);
+      // A source that takes several at once: another worker may start too.
+      if (idle_workers_ > 0 && CanStartLocked()) cv_.notify_one();
     }
-    if (buffer.size() < n) buffer.resize(n);
     const auto start = Clock::now();
     // Errors are ignored: the demand read of these bytes will report them.
-    (void)file->Read(offset, static_cast<size_t>(n), buffer.data());
+    const Status s = file->Warm(offset, n, &buffer);
     const double seconds = std::chrono::duration<double>(Clock::now() - start).count();
     {
       std::lock_guard<std::mutex> l(mu_);
       --in_flight_;
       speculative_active_.fetch_sub(1, std::memory_order_acq_rel);
-      NoteSpeculativeLocked(n, seconds);
+      if (s.code() == Status::Code::kResourceExhausted) {
+        // The source keeps enough unread bytes: the range goes back to the front, for later.
+        if (!stop_) {
+          queue_.push_front({file, offset, offset + n});
+          stats_.queued_bytes += n;
+          busy_until_ = Clock::now() + kBusyRetry;
+        }
+      } else {
+        NoteSpeculativeLocked(n, seconds);
+      }
     }
     cv_.notify_one();  // the other worker may start (the limit may have changed)
   }
+}
+
+bool RecordScheduler::CanStartLocked() const {
+  if (queue_.empty() || busy_until_ > Clock::now()) return false;
+  const int concurrent = queue_.front().file->ConcurrentSpeculativeReads();
+  if (concurrent > 0) return in_flight_ < std::min(concurrent, kWorkers);
+  return in_flight_ < MaxInFlightLocked() && demand_active_.load(std::memory_order_acquire) == 0;
 }
 
 int RecordScheduler::MaxInFlightLocked() const {

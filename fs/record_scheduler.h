@@ -18,6 +18,11 @@
 // (about 1 MiB at 250 MB/s, 64 KiB at 10 MB/s); on a source with 20 ms latency the chunk grows
 // until transfer time matches the latency (8 MiB at 400 MB/s), as object stores want.
 //
+// A remote source (RandomAccessFile::ConcurrentSpeculativeReads > 0) gives demand reads
+// priority itself (its HTTP client lends speculative requests only spare connections), so
+// there speculative reads run alongside demand reads, several at once, and pause while the
+// source says it keeps enough unread bytes (RandomAccessFile::Warm: ResourceExhausted).
+//
 // Speculation only pays if the source keeps what it read (RandomAccessFile::KeepsReads: the
 // page cache for a local file, a block cache for a remote one), since the later demand read
 // must find the bytes there; the scheduler reads nothing speculatively from a source that
@@ -55,6 +60,14 @@ class RecordScheduler {
   static constexpr uint64_t kFirstChunk = uint64_t{1} << 20;  // before anything was measured
   static constexpr auto kTargetRead = std::chrono::milliseconds(4);
   static constexpr int kMaxInFlight = 2;
+  // A source that orders its own requests (RandomAccessFile::ConcurrentSpeculativeReads > 0, a
+  // remote store) gets up to that many speculative reads at once, demand reads or not, each of
+  // at least kMinConcurrentChunk (a request costs a round trip), from this many workers.
+  static constexpr int kWorkers = 4;
+  static constexpr uint64_t kMinConcurrentChunk = uint64_t{512} << 10;
+  // A source with enough unread bytes already (Warm says ResourceExhausted) is asked again
+  // after this.
+  static constexpr auto kBusyRetry = std::chrono::milliseconds(20);
 
   struct Range {
     uint64_t offset;
@@ -109,6 +122,8 @@ class RecordScheduler {
   void NoteSpeculativeLocked(uint64_t n, double seconds);
   void NoteDemandLocked(uint64_t n, double seconds);
   int MaxInFlightLocked() const;
+  // Whether the front of the queue may start now. REQUIRES: mu_ held.
+  bool CanStartLocked() const;
 
   mutable std::mutex mu_;
   std::condition_variable cv_;
@@ -117,8 +132,9 @@ class RecordScheduler {
   std::unordered_map<const RandomAccessFile*, RangeSet> seen_;  // GUARDED_BY(mu_)
   uint64_t chunk_ = kFirstChunk;                                // GUARDED_BY(mu_)
   int in_flight_ = 0;                                           // GUARDED_BY(mu_)
-  int idle_workers_ = 0;  // GUARDED_BY(mu_); workers waiting in Worker()
-  Stats stats_;           // GUARDED_BY(mu_)
+  int idle_workers_ = 0;            // GUARDED_BY(mu_); workers waiting in Worker()
+  Clock::time_point busy_until_{};  // GUARDED_BY(mu_); nothing starts before (a busy source)
+  Stats stats_;                     // GUARDED_BY(mu_)
   // Recent speculative reads: bytes and seconds, summed over a window that decays.
   double window_bytes_ = 0, window_seconds_ = 0;  // GUARDED_BY(mu_)
   // Shortest demand read of the current and the previous 256 reads.

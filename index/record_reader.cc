@@ -34,6 +34,16 @@ Status ReadChecked(const RandomAccessFile& file, uint64_t offset, uint64_t lengt
     }
   }
   uint32_t actual = crc32c::Value(dst, static_cast<size_t>(length));
+  if (crc32c::Mask(actual) != masked_crc && length > 0 && file.DropCached(offset, length)) {
+    // A damaged cached copy (a remote store's disk cache): read it once more from the origin.
+    Status s = file.Read(offset, static_cast<size_t>(length), dst);
+    if (!s.ok()) {
+      std::string msg = what + " at offset " + U(offset) + ": " + s.message();
+      if (s.IsCorruption()) return Status::Corruption(file.name() + ": " + msg);
+      return Status::IOError(msg, s.sys_errno());
+    }
+    actual = crc32c::Value(dst, static_cast<size_t>(length));
+  }
   if (crc32c::Mask(actual) != masked_crc) {
     return Status::Corruption(file.name() + ": " + what + " at offset " + U(offset) + " (" +
                               U(length) + " bytes): checksum mismatch");

@@ -250,6 +250,8 @@ std::string HttpStats::ToJson() const {
   j["failed"] = failed;
   j["bytes_received"] = bytes_received;
   j["in_flight"] = in_flight;
+  j["background_requests"] = background_requests;
+  j["background_bytes"] = background_bytes;
   nlohmann::json r = nlohmann::json::object();
   for (size_t i = 0; i < retries.size(); ++i) {
     r[RetryReasonName(static_cast<RetryReason>(i))] = retries[i];
@@ -321,6 +323,7 @@ class HttpClient::Impl {
 
   void Submit(std::unique_ptr<Transfer> t) {
     requests_.fetch_add(1, std::memory_order_relaxed);
+    if (t->req.background) background_requests_.fetch_add(1, std::memory_order_relaxed);
     in_flight_.fetch_add(1, std::memory_order_relaxed);
     bool stopped;
     {
@@ -346,6 +349,8 @@ class HttpClient::Impl {
     s.failed = failed_.load(std::memory_order_relaxed);
     s.bytes_received = bytes_received_.load(std::memory_order_relaxed);
     s.in_flight = in_flight_.load(std::memory_order_relaxed);
+    s.background_requests = background_requests_.load(std::memory_order_relaxed);
+    s.background_bytes = background_bytes_.load(std::memory_order_relaxed);
     for (size_t i = 0; i < s.retries.size(); ++i) {
       s.retries[i] = retries_[i].load(std::memory_order_relaxed);
     }
@@ -648,6 +653,7 @@ class HttpClient::Impl {
       if (t->written > 0) r.content_range = ContentRange{0, t->written - 1, t->written};
     }
     bytes_received_.fetch_add(t->written, std::memory_order_relaxed);
+    if (t->req.background) background_bytes_.fetch_add(t->written, std::memory_order_relaxed);
     r.body = std::move(t->body);
     v.result = std::move(r);
     return v;
@@ -689,7 +695,21 @@ class HttpClient::Impl {
     waiting_.emplace(t->next_try, std::move(t));
   }
 
+  // Background transfers wait in background_ until a connection is free for them.
+  int BackgroundSlots() const {
+    return std::max(1, options_.max_connections_per_host - HttpClient::kReservedForDemand);
+  }
+
   void Launch(std::unique_ptr<Transfer> t) {
+    if (t->req.background &&
+        (!background_.empty() || static_cast<int>(active_.size()) >= BackgroundSlots())) {
+      background_.push_back(std::move(t));
+      return;
+    }
+    LaunchNow(std::move(t));
+  }
+
+  void LaunchNow(std::unique_ptr<Transfer> t) {
     Status s = StartTry(t.get());
     if (!s.ok()) {
       ReleaseEasy(t.get());
@@ -719,6 +739,15 @@ class HttpClient::Impl {
         auto node = waiting_.extract(waiting_.begin());
         Launch(std::move(node.mapped()));
       }
+      while (!background_.empty() && static_cast<int>(active_.size()) < BackgroundSlots()) {
+        auto t = std::move(background_.front());
+        background_.pop_front();
+        if (t->attempts == 0) {  // the deadline counts from the first try, not the wait
+          t->start = Clock::now();
+          t->deadline = t->start + options_.deadline;
+        }
+        LaunchNow(std::move(t));
+      }
       int running = 0;
       curl_multi_perform(multi_, &running);
       int left = 0;
@@ -746,6 +775,8 @@ class HttpClient::Impl {
     for (auto& t : fresh) all.push_back(std::move(t));
     for (auto& [when, t] : waiting_) all.push_back(std::move(t));
     waiting_.clear();
+    for (auto& t : background_) all.push_back(std::move(t));
+    background_.clear();
     for (Transfer* t : active_) all.emplace_back(t);
     active_.clear();
     for (auto& t : all) {
@@ -763,6 +794,7 @@ class HttpClient::Impl {
   std::vector<CURL*> idle_;     // I/O thread only
   std::set<Transfer*> active_;  // in curl, owned through CURLOPT_PRIVATE; I/O thread only
   std::multimap<Clock::time_point, std::unique_ptr<Transfer>> waiting_;  // I/O thread only
+  std::deque<std::unique_ptr<Transfer>> background_;                     // I/O thread only
   std::mt19937_64 rng_;                                                  // I/O thread only
 
   std::mutex mu_;
@@ -770,7 +802,7 @@ class HttpClient::Impl {
   bool stop_ = false;                            // GUARDED_BY(mu_)
 
   std::atomic<uint64_t> requests_{0}, attempts_{0}, succeeded_{0}, failed_{0}, bytes_received_{0},
-      in_flight_{0};
+      in_flight_{0}, background_requests_{0}, background_bytes_{0};
   std::array<std::atomic<uint64_t>, static_cast<size_t>(RetryReason::kCount)> retries_{};
   std::array<std::atomic<uint64_t>, HttpStats::kLatencyBoundsMs.size() + 1> latency_{};
 };

@@ -79,6 +79,10 @@ struct HttpRequest {
   uint8_t* dst = nullptr;
   size_t dst_size = 0;
   std::string body_file;
+  // A speculative request (a prefetch): it is handed to curl only while fewer than
+  // max_connections_per_host - kReservedForDemand transfers run, so requests somebody waits
+  // for never queue behind it for a connection.
+  bool background = false;
 };
 
 struct HttpResponse {
@@ -113,6 +117,8 @@ struct HttpStats {
   uint64_t failed = 0;
   uint64_t bytes_received = 0;  // body bytes of successful tries
   uint64_t in_flight = 0;
+  uint64_t background_requests = 0;  // of `requests`: speculative (HttpRequest::background)
+  uint64_t background_bytes = 0;     // of `bytes_received`
   std::array<uint64_t, static_cast<size_t>(RetryReason::kCount)> retries{};
   // Latency of whole requests (first try to answer), in fixed buckets.
   static constexpr std::array<uint32_t, 14> kLatencyBoundsMs = {
@@ -127,6 +133,8 @@ struct HttpStats {
 
 class HttpClient {
  public:
+  // Connections per host that background requests leave to the others (at least one).
+  static constexpr int kReservedForDemand = 4;
   using Callback = std::function<void(Result<HttpResponse>)>;
 
   // Errors: an unreadable or malformed headers_file (naming the file and line, never a value),

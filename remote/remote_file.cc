@@ -2,15 +2,107 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cstdio>
+#include <cstring>
 
 #include "remote/url.h"
 
 namespace pcrfs {
 
-RemoteFile::RemoteFile(std::shared_ptr<HttpClient> client, std::string url, uint64_t size)
-    : client_(std::move(client)), url_(std::move(url)), name_(RedactUrl(url_)), size_(size) {}
+RemoteFile::RemoteFile(std::shared_ptr<HttpClient> client, std::string url, uint64_t size,
+                       std::shared_ptr<RangeCache> cache, uint32_t cache_id)
+    : client_(std::move(client)),
+      url_(std::move(url)),
+      name_(RedactUrl(url_)),
+      size_(size),
+      cache_(std::move(cache)),
+      cache_id_(cache_id),
+      shared_(std::make_shared<Shared>()) {}
+
+Status RemoteFile::CheckResponse(const std::string& name, uint64_t size, uint64_t offset,
+                                 uint64_t n, const HttpResponse& r) {
+  uint64_t total = r.content_range ? r.content_range->total : r.body_bytes;
+  if (total != size) {
+    return Status::Corruption(name + ": the object changed (size " + std::to_string(total) +
+                              ", index says " + std::to_string(size) + "): remount");
+  }
+  if (r.body_bytes != n) {
+    return Status::Corruption(name + ": got " + std::to_string(r.body_bytes) + " of " +
+                              std::to_string(n) + " bytes at " + std::to_string(offset));
+  }
+  return Status::OK();
+}
+
+Status RemoteFile::ReadUncached(uint64_t offset, size_t n, uint8_t* dst) const {
+  HttpRequest req;
+  req.url = url_;
+  req.range = ByteRange{offset, n};
+  req.dst = dst;
+  req.dst_size = n;
+  auto r = client_->FetchBlocking(std::move(req));
+  if (!r.has_value()) return r.error();
+  return CheckResponse(name_, size_, offset, n, *r);
+}
+
+std::shared_ptr<RemoteFile::Fetch> RemoteFile::StartLocked(
+    uint64_t offset, uint64_t end, std::vector<std::shared_ptr<Fetch>>* started) const {
+  auto f = std::make_shared<Fetch>();
+  f->offset = offset;
+  f->end = end;
+  f->bytes = std::make_shared<std::vector<uint8_t>>(static_cast<size_t>(end - offset));
+  f->done = f->promise.get_future().share();
+  shared_->pending[offset] = f;
+  started->push_back(f);
+  return f;
+}
+
+void RemoteFile::CoverLocked(const std::vector<RangeCache::Range>& ranges,
+                             std::vector<std::shared_ptr<Fetch>>* fetches,
+                             std::vector<std::shared_ptr<Fetch>>* started) const {
+  auto& pending = shared_->pending;
+  for (const RangeCache::Range& m : ranges) {
+    const uint64_t end = m.offset + m.length;
+    uint64_t pos = m.offset;
+    auto it = pending.upper_bound(pos);
+    if (it != pending.begin() && std::prev(it)->second->end > pos) --it;
+    for (; it != pending.end() && it->first < end && pos < end; ++it) {
+      if (it->second->end <= pos) continue;
+      if (it->first > pos) fetches->push_back(StartLocked(pos, it->first, started));
+      if (std::find(fetches->begin(), fetches->end(), it->second) == fetches->end()) {
+        fetches->push_back(it->second);
+      }
+      pos = std::max(pos, it->second->end);
+    }
+    if (pos < end) fetches->push_back(StartLocked(pos, end, started));
+  }
+}
+
+void RemoteFile::Submit(const std::vector<std::shared_ptr<Fetch>>& started, bool background) const {
+  for (const auto& f : started) {
+    HttpRequest req;
+    req.url = url_;
+    req.range = ByteRange{f->offset, f->end - f->offset};
+    req.dst = f->bytes->data();
+    req.dst_size = f->bytes->size();
+    req.background = background;
+    // Runs on the client's I/O thread, maybe after this file is gone: only shared state.
+    client_->Fetch(
+        std::move(req), [f, shared = shared_, cache = cache_, id = cache_id_, name = name_,
+                         size = size_, background](Result<HttpResponse> r) {
+          Status s = r.has_value() ? CheckResponse(name, size, f->offset, f->end - f->offset, *r)
+                                   : r.error();
+          if (s.ok() && cache) cache->Insert(id, f->offset, f->bytes, background);
+          {
+            std::lock_guard<std::mutex> l(shared->mu);
+            auto it = shared->pending.find(f->offset);
+            if (it != shared->pending.end() && it->second == f) shared->pending.erase(it);
+          }
+          f->promise.set_value(std::move(s));
+        });
+  }
+}
 
 Status RemoteFile::Read(uint64_t offset, size_t n, uint8_t* dst) const {
   if (n == 0) return Status::OK();
@@ -19,23 +111,76 @@ Status RemoteFile::Read(uint64_t offset, size_t n, uint8_t* dst) const {
                               std::to_string(offset) + " is past the end (size " +
                               std::to_string(size_) + ", truncated)");
   }
-  HttpRequest req;
-  req.url = url_;
-  req.range = ByteRange{offset, n};
-  req.dst = dst;
-  req.dst_size = n;
-  auto r = client_->FetchBlocking(std::move(req));
-  if (!r.has_value()) return r.error();
-  uint64_t total = r->content_range ? r->content_range->total : r->body_bytes;
-  if (total != size_) {
-    return Status::Corruption(name_ + ": the object changed (size " + std::to_string(total) +
-                              ", index says " + std::to_string(size_) + "): remount");
+  if (!cache_) return ReadUncached(offset, n, dst);
+  auto missing = cache_->Copy(cache_id_, offset, n, dst);
+  if (missing.empty()) return Status::OK();
+  std::vector<std::shared_ptr<Fetch>> fetches, started;
+  {
+    std::lock_guard<std::mutex> l(shared_->mu);
+    CoverLocked(missing, &fetches, &started);
   }
-  if (r->body_bytes != n) {
-    return Status::Corruption(name_ + ": got " + std::to_string(r->body_bytes) + " of " +
-                              std::to_string(n) + " bytes at " + std::to_string(offset));
+  Submit(started, /*background=*/false);
+  bool others_failed = false;
+  for (const auto& f : fetches) {
+    const Status& s = f->done.get();
+    if (!s.ok()) {
+      if (std::find(started.begin(), started.end(), f) != started.end()) return s;
+      others_failed = true;  // a speculative fetch failed: fetch its bytes ourselves below
+      continue;
+    }
+    for (const RangeCache::Range& m : missing) {
+      const uint64_t a = std::max(m.offset, f->offset);
+      const uint64_t z = std::min(m.offset + m.length, f->end);
+      if (a < z) std::memcpy(dst + (a - offset), f->bytes->data() + (a - f->offset), z - a);
+    }
+  }
+  if (others_failed) {
+    for (const RangeCache::Range& m : missing) {
+      PCRFS_RETURN_IF_ERROR(
+          ReadUncached(m.offset, static_cast<size_t>(m.length), dst + (m.offset - offset)));
+    }
   }
   return Status::OK();
+}
+
+void RemoteFile::Prefetch(uint64_t offset, uint64_t n) const {
+  if (!cache_ || n == 0 || offset >= size_) return;
+  n = std::min(n, size_ - offset);
+  auto missing = cache_->Missing(cache_id_, offset, n);
+  if (missing.empty()) return;
+  std::vector<std::shared_ptr<Fetch>> fetches, started;
+  {
+    std::lock_guard<std::mutex> l(shared_->mu);
+    CoverLocked(missing, &fetches, &started);
+  }
+  Submit(started, /*background=*/false);
+}
+
+Status RemoteFile::Warm(uint64_t offset, uint64_t n, std::vector<uint8_t>* scratch) const {
+  if (!cache_) return RandomAccessFile::Warm(offset, n, scratch);
+  if (n == 0 || offset >= size_) return Status::OK();
+  n = std::min(n, size_ - offset);
+  if (!cache_->WantsSpeculation()) {
+    return Status::ResourceExhausted(name_ + ": enough bytes fetched ahead");
+  }
+  auto missing = cache_->Missing(cache_id_, offset, n);
+  if (missing.empty()) return Status::OK();
+  std::vector<std::shared_ptr<Fetch>> fetches, started;
+  {
+    std::lock_guard<std::mutex> l(shared_->mu);
+    CoverLocked(missing, &fetches, &started);
+  }
+  Submit(started, /*background=*/true);
+  Status first;
+  for (const auto& f : started) {
+    const Status& s = f->done.get();
+    if (!s.ok() && first.ok()) first = s;
+  }
+  return first;
+}
+
+bool RemoteFile::DropCached(uint64_t offset, uint64_t n) const {
+  return cache_ != nullptr && cache_->Drop(cache_id_, offset, n);
 }
 
 Result<DownloadResult> Download(HttpClient& client, const std::string& url, const std::string& dest,

@@ -2,22 +2,39 @@
 // fetches a whole object (manifest.json, index.lmdb) into a local file, conditionally.
 #pragma once
 
+#include <cstdint>
+#include <future>
+#include <map>
 #include <memory>
+#include <mutex>
 #include <string>
+#include <vector>
 
 #include "common/random_access_file.h"
 #include "remote/http_client.h"
+#include "remote/range_cache.h"
 
 namespace pcrfs {
 
 // A RandomAccessFile over one object whose size is known in advance (the store's index knows
-// every record's size, so opening one costs no request). Read() is one ranged GET into the
-// caller's buffer through the shared client. Thread-safe; the client must outlive the file (it
-// is shared).
+// every record's size, so opening one costs no request). Without a cache, Read() is one ranged
+// GET into the caller's buffer through the shared client.
+//
+// With a RangeCache (the daemon's), what is fetched is kept, and:
+// - Read() copies what the cache holds and fetches only the rest, exact ranges in parallel; a
+//   range already being fetched (by Prefetch or Warm) is waited for, not fetched twice.
+// - Prefetch() starts the fetches of a demand read's ranges at once (the k pieces of a file).
+// - Warm() is a speculative read: background requests (HttpRequest::background, so demand
+//   requests always have connections), refused with ResourceExhausted while the cache holds
+//   enough unread bytes (RangeCache::WantsSpeculation).
+// - DropCached() forgets a range whose CRC failed, so the reread goes to the origin.
+// Thread-safe; the client must outlive the file (it is shared).
 class RemoteFile final : public RandomAccessFile {
  public:
   // `url`: the object's http(s) URL (S3Config::ObjectUrl for s3://). `size`: what the index says.
-  RemoteFile(std::shared_ptr<HttpClient> client, std::string url, uint64_t size);
+  // `cache` (may be null) keeps its bytes under `cache_id` (the record id).
+  RemoteFile(std::shared_ptr<HttpClient> client, std::string url, uint64_t size,
+             std::shared_ptr<RangeCache> cache = nullptr, uint32_t cache_id = 0);
 
   // Reads exactly n bytes at offset. Errors:
   //  - Corruption "URL: read of N bytes at O is past the end (size S)" (no request is sent);
@@ -29,12 +46,52 @@ class RemoteFile final : public RandomAccessFile {
   uint64_t Size() const override { return size_; }
   // The redacted URL.
   const std::string& name() const override { return name_; }
+  void Prefetch(uint64_t offset, uint64_t n) const override;
+  bool KeepsReads() const override { return cache_ != nullptr; }
+  Status Warm(uint64_t offset, uint64_t n, std::vector<uint8_t>* scratch) const override;
+  int ConcurrentSpeculativeReads() const override { return cache_ ? kSpeculativeRequests : 0; }
+  bool DropCached(uint64_t offset, uint64_t n) const override;
+
+  // Speculative requests in flight at once per store (the scheduler's limit for this source).
+  static constexpr int kSpeculativeRequests = 4;
 
  private:
+  // One GET in flight, shared by whoever waits for its bytes.
+  struct Fetch {
+    uint64_t offset = 0, end = 0;
+    std::shared_ptr<std::vector<uint8_t>> bytes;
+    std::promise<Status> promise;
+    std::shared_future<Status> done;
+  };
+  // What the I/O thread's callbacks share with the file (they may outlive it).
+  struct Shared {
+    std::mutex mu;
+    std::map<uint64_t, std::shared_ptr<Fetch>> pending;  // GUARDED_BY(mu); by offset
+  };
+
+  Status ReadUncached(uint64_t offset, size_t n, uint8_t* dst) const;
+  // Checks a response against the expected size and length.
+  static Status CheckResponse(const std::string& name, uint64_t size, uint64_t offset, uint64_t n,
+                              const HttpResponse& r);
+  // For each of `ranges`: the fetches in flight that cover parts of it, and new ones for the
+  // rest (registered as pending, also appended to *started); all appended to *fetches.
+  // REQUIRES: shared_->mu held.
+  void CoverLocked(const std::vector<RangeCache::Range>& ranges,
+                   std::vector<std::shared_ptr<Fetch>>* fetches,
+                   std::vector<std::shared_ptr<Fetch>>* started) const;
+  std::shared_ptr<Fetch> StartLocked(uint64_t offset, uint64_t end,
+                                     std::vector<std::shared_ptr<Fetch>>* started) const;
+  // Sends the GETs of new fetches, outside any lock (a request that fails at once completes
+  // on this thread); each keeps its bytes in the cache and completes its waiters.
+  void Submit(const std::vector<std::shared_ptr<Fetch>>& started, bool background) const;
+
   std::shared_ptr<HttpClient> client_;
   std::string url_;
   std::string name_;
   uint64_t size_;
+  std::shared_ptr<RangeCache> cache_;
+  uint32_t cache_id_;
+  std::shared_ptr<Shared> shared_;
 };
 
 struct DownloadResult {

@@ -1,8 +1,12 @@
 #include "remote/store_location.h"
 
+#include <fcntl.h>
+#include <sys/file.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cerrno>
+#include <cstdio>
 #include <cstdlib>
 #include <filesystem>
 #include <system_error>
@@ -123,21 +127,66 @@ Result<StoreLocation> FetchMetadata(const std::string& store, const RemoteOption
   return loc;
 }
 
+Result<std::shared_ptr<RangeCache>> OpenRangeCache(const StoreLocation& location,
+                                                   std::string* note) {
+  RangeCacheOptions o;
+  o.memory_bytes = location.options.memory_cache;
+  if (location.remote && location.options.disk_cache > 0) {
+    const std::string index = location.dir + "/" + index::kIndexFile;
+    auto fd = OpenFile(index, O_RDONLY | O_CLOEXEC);
+    if (!fd) return Err(fd.error());
+    struct stat st;
+    if (::fstat(fd->get(), &st) != 0 || st.st_size < 32) {
+      return Err(Status::Corruption(index + ": too small for an index"));
+    }
+    uint8_t trailer[32];
+    PCRFS_RETURN_ERR_IF_ERROR(PreadFull(fd->get(), trailer, sizeof(trailer),
+                                        static_cast<uint64_t>(st.st_size) - 32, index));
+    static const char kHex[] = "0123456789abcdef";
+    std::string identity;
+    for (uint8_t b : trailer) {
+      identity += kHex[b >> 4];
+      identity += kHex[b & 15];
+    }
+    const std::string chunks = location.dir + "/chunks";
+    o.disk_dir = chunks + "/" + identity;
+    o.disk_bytes = location.options.disk_cache;
+    // Folders of an earlier index (the store was rebuilt at this URL): gone, unless a mount of
+    // the old store still holds one.
+    std::error_code ec;
+    for (const auto& entry : std::filesystem::directory_iterator(chunks, ec)) {
+      if (entry.path().filename() == identity || !entry.is_directory(ec)) continue;
+      auto lock = OpenFile(entry.path().string() + "/.lock", O_RDWR | O_CLOEXEC);
+      if (lock && ::flock(lock->get(), LOCK_EX | LOCK_NB) != 0) continue;
+      std::filesystem::remove_all(entry.path(), ec);
+    }
+  }
+  return RangeCache::Open(std::move(o), note);
+}
+
 Result<std::unique_ptr<index::Store>> OpenStoreAt(const StoreLocation& location,
                                                   std::shared_ptr<HttpClient> client,
-                                                  std::optional<index::FileIdentity> verified) {
+                                                  std::optional<index::FileIdentity> verified,
+                                                  std::shared_ptr<RangeCache> cache) {
   index::StoreOptions options;
   options.verified_index = verified;
   if (location.remote) {
     // The opener gets the record's path in the cache folder: its name relative to the store
     // is what follows the folder.
-    options.open_record = [location, client](
+    options.open_record = [location, client, cache](
                               const std::string& path,
                               uint64_t size) -> Result<std::unique_ptr<RandomAccessFile>> {
       const std::string rel = path.substr(std::min(path.size(), location.dir.size() + 1));
       if (!client) return Err(Status::IOError(location.name + ": opened without a client", EIO));
+      // The cache keeps bytes by record id: the number of the file name (index::RecordFileName).
+      unsigned int id = 0;
+      int used = 0;
+      if (std::sscanf(rel.c_str(), "records/%u.pcr%n", &id, &used) != 1 ||
+          static_cast<size_t>(used) != rel.size() || index::RecordFileName(id) != rel) {
+        return Err(Status::InvalidArgument(location.name + ": not a record file name: " + rel));
+      }
       return std::unique_ptr<RandomAccessFile>(
-          new RemoteFile(client, location.ObjectUrl(rel), size));
+          new RemoteFile(client, location.ObjectUrl(rel), size, cache, id));
     };
   }
   auto store = index::Store::Open(location.dir, std::move(options));

@@ -17,6 +17,7 @@
 #include "common/status.h"
 #include "index/store.h"
 #include "remote/http_client.h"
+#include "remote/range_cache.h"
 #include "remote/s3_config.h"
 #include "remote/url.h"
 
@@ -31,6 +32,12 @@ struct RemoteOptions {
   std::string cache_dir;     // empty: DefaultCacheDir(url)
   std::chrono::milliseconds timeout{30000};  // per request, all retries included
   int connections = 16;                      // per host
+  // The daemon's cache of fetched record bytes (remote/range_cache.h): memory, and disk under
+  // cache_dir/chunks/<index identity> (0: none); disk_cache_fill: fetch the mounted level of
+  // every record into it in the background at mount.
+  uint64_t memory_cache = uint64_t{256} << 20;
+  uint64_t disk_cache = 0;
+  bool disk_cache_fill = false;
 };
 
 struct StoreLocation {
@@ -65,9 +72,19 @@ Result<StoreLocation> FetchMetadata(const std::string& store, const RemoteOption
 // cache folder, record files as RemoteFiles over `client` (which the store keeps alive; nullptr
 // to check the metadata only: then opening a record fails).
 // verified_index: the identity of the index already verified (skips its CRC pass).
+// cache: keeps what is fetched (OpenRangeCache; nullptr: nothing kept, each read one GET).
 Result<std::unique_ptr<index::Store>> OpenStoreAt(
     const StoreLocation& location, std::shared_ptr<HttpClient> client,
-    std::optional<index::FileIdentity> verified_index = std::nullopt);
+    std::optional<index::FileIdentity> verified_index = std::nullopt,
+    std::shared_ptr<RangeCache> cache = nullptr);
+
+// The cache of fetched record bytes for a remote location's daemon: memory_cache bytes in
+// memory and, with disk_cache > 0, the folder <dir>/chunks/<identity of the index> (the hex of
+// index.lmdb's trailer, which holds the index's size and CRC: a rebuilt store gets a new
+// folder); folders of other identities that no process holds are removed. *note: a line to log
+// (the disk folder is in use by another mount). Errors: the folder cannot be created.
+Result<std::shared_ptr<RangeCache>> OpenRangeCache(const StoreLocation& location,
+                                                   std::string* note);
 
 // Both steps with a new client (nullptr for a local store); `client` (if given) receives it.
 Result<std::unique_ptr<index::Store>> OpenStoreLocation(

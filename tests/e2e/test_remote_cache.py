@@ -1,0 +1,231 @@
+#!/usr/bin/python3
+"""The remote daemon's cache of record bytes (issue 13 item 4): with -o disk_cache=SIZE what a
+mount fetched is kept on disk under cache_dir/chunks/<index identity>, so a remount reads the
+levels it has cached with no request but the two conditional metadata ones (and a record
+cached at level 5 serves levels 1 to 5); a damaged cached chunk is detected by the pieces'
+CRCs, dropped and fetched once more; the size cap holds; -o disk_cache_fill fetches the
+mounted level of every record in the background, so reading it afterwards sends nothing; a
+store rebuilt at the same URL never meets the old bytes. Served by nginx through the fault
+proxy, whose /__stats counts every request and byte. Needs tests/remote/install.sh."""
+
+import hashlib
+import json
+import os
+import random
+import shutil
+import sys
+import tempfile
+import time
+import unittest
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.join(os.path.dirname(HERE), "remote"))
+
+from pcrtest import PCR, Mount, photo, run, save_jpeg  # noqa: E402
+from remote_servers import FaultProxy, Nginx  # noqa: E402
+
+
+def read_tree(root, seed=None):
+    """{relative path: bytes} of every file under a mounted tree (in a shuffled order if seed)."""
+    paths = []
+    for dirpath, _, filenames in os.walk(root):
+        paths += [os.path.join(dirpath, n) for n in filenames]
+    paths.sort()
+    if seed is not None:
+        random.Random(seed).shuffle(paths)
+    out = {}
+    for p in paths:
+        with open(p, "rb") as f:
+            out[os.path.relpath(p, root)] = f.read()
+    return out
+
+
+def sha(b):
+    return hashlib.sha256(b).hexdigest()
+
+
+def chunk_files(cache_dir):
+    """Paths of the disk cache's extent files."""
+    out = []
+    root = os.path.join(cache_dir, "chunks")
+    for dirpath, _, names in os.walk(root):
+        out += [os.path.join(dirpath, n) for n in names if not n.startswith(".")]
+    return out
+
+
+class RemoteCacheCase(unittest.TestCase):
+    @classmethod
+    def setUpClass(cls):
+        cls.tmp = tempfile.mkdtemp(prefix="remote-cache-e2e-")
+        cls.src = os.path.join(cls.tmp, "src")
+        for i in range(48):
+            save_jpeg(photo(480 + 16 * (i % 5), 360 + 8 * (i % 3), seed=100 + i),
+                      os.path.join(cls.src, ("train", "val")[i % 4 == 3], f"c{i % 3}",
+                                   f"img{i:03d}.jpg"), quality=92, progressive=False)
+        cls.www = os.path.join(cls.tmp, "www")
+        cls.store = os.path.join(cls.www, "store")
+        os.makedirs(cls.www)
+        run([PCR, "build", cls.src, cls.store, "--quiet", "--images-per-record", "16",
+             "--quality-sample", "0"])
+        cls.local = {}
+        mnt = os.path.join(cls.tmp, "local-mnt")
+        with Mount(cls.store, mnt):
+            for k in range(1, 11):
+                cls.local[k] = read_tree(os.path.join(mnt, f"scan{k}"))
+        cls.env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"),
+                   "HOME": os.path.join(cls.tmp, "home"), "no_proxy": "127.0.0.1,localhost"}
+        os.makedirs(cls.env["HOME"])
+        cls.nginx = Nginx(cls.www).__enter__()
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.nginx.__exit__(None, None, None)
+        shutil.rmtree(cls.tmp, ignore_errors=True)
+
+    def cache(self, name):
+        return os.path.join(self.tmp, "cache-" + name)
+
+    def mount(self, url, name, *options):
+        mnt = os.path.join(self.tmp, "mnt-" + name)
+        return Mount(url, mnt, "-o", ",".join(["cache_dir=" + self.cache(name), *options]),
+                     env=self.env)
+
+    def assert_level(self, mnt, k, seed=None):
+        got = read_tree(os.path.join(mnt, f"scan{k}"), seed)
+        self.assertEqual(sorted(got), sorted(self.local[k]))
+        for rel, data in got.items():
+            self.assertEqual(sha(data), sha(self.local[k][rel]), f"scan{k}/{rel}")
+        return sum(len(d) for d in got.values())
+
+    def record_requests(self, proxy):
+        return [r for r in proxy.requests() if "/records/" in r.get("path", "")]
+
+    def test_remount_reads_cached_levels_without_requests(self):
+        with FaultProxy(self.nginx.url) as proxy:
+            url = proxy.url + "/store"
+            with self.mount(url, "warm", "disk_cache=64M") as m:
+                self.assert_level(m.mnt, 5, seed=1)
+                stats = json.loads(os.getxattr(m.mnt, "user.pcrfs.remote"))
+                self.assertTrue(stats["client"]["cache"]["disk"], stats)
+                self.assertGreater(stats["client"]["cache"]["disk_bytes"], 0, stats)
+            self.assertTrue(chunk_files(self.cache("warm")))
+            proxy.reset()
+            with self.mount(url, "warm", "disk_cache=64M") as m:
+                # Levels 1..5 are prefixes of what level 5 fetched: no request for any record.
+                for k in (1, 2, 3, 4, 5):
+                    self.assert_level(m.mnt, k, seed=k)
+                self.assertEqual(proxy.stats()["statuses"], {"304": 2}, proxy.requests())
+                cache = json.loads(os.getxattr(m.mnt, "user.pcrfs.remote"))["client"]["cache"]
+                self.assertGreater(cache["disk_hit_bytes"], 0, cache)
+                # Level 10 needs the groups 6..10 still: fetched now, and correct.
+                self.assert_level(m.mnt, 10)
+                self.assertTrue(self.record_requests(proxy))
+
+    def test_damaged_chunk_is_dropped_and_fetched_again(self):
+        with FaultProxy(self.nginx.url) as proxy:
+            url = proxy.url + "/store"
+            with self.mount(url, "damage", "disk_cache=64M") as m:
+                self.assert_level(m.mnt, 10)
+            files = sorted(chunk_files(self.cache("damage")), key=os.path.getsize)
+            victim = files[-1]  # the largest extent: it holds pieces, not only a header
+            with open(victim, "r+b") as f:
+                f.seek(os.path.getsize(victim) // 2)
+                b = f.read(1)
+                f.seek(-1, os.SEEK_CUR)
+                f.write(bytes([b[0] ^ 0xFF]))
+            proxy.reset()
+            with self.mount(url, "damage", "disk_cache=64M") as m:
+                self.assert_level(m.mnt, 10, seed=3)  # every byte right
+                cache = json.loads(os.getxattr(m.mnt, "user.pcrfs.remote"))["client"]["cache"]
+                self.assertGreaterEqual(cache["dropped_damaged"], 1, cache)
+                self.assertTrue(self.record_requests(proxy))  # refetched from the origin
+                self.assertNotIn("damaged data", m.log())
+
+    def test_size_cap_holds(self):
+        cap = 1 << 20
+        level10 = sum(len(d) for d in self.local[10].values())
+        self.assertGreater(level10, 2 * cap)  # the data does not fit
+        url = self.nginx.url + "/store"
+        with self.mount(url, "cap", "disk_cache=1M,remote_cache=1M") as m:
+            self.assert_level(m.mnt, 10, seed=4)
+            cache = json.loads(os.getxattr(m.mnt, "user.pcrfs.remote"))["client"]["cache"]
+            self.assertLessEqual(cache["disk_bytes"], cap, cache)
+            self.assertLessEqual(cache["memory_bytes"], cap, cache)
+            self.assertGreater(cache["evicted_bytes"], 0, cache)
+            on_disk = sum(os.path.getsize(p) for p in chunk_files(self.cache("cap")))
+            self.assertLessEqual(on_disk, cap)
+
+    def test_fill_fetches_the_level_in_the_background(self):
+        with FaultProxy(self.nginx.url) as proxy:
+            url = proxy.url + "/store"
+            with self.mount(url, "fill", "disk_cache=64M,disk_cache_fill,scans=5") as m:
+                want = sum(len(d) for d in self.local[5].values())
+                deadline = time.monotonic() + 60
+                while True:
+                    cache = json.loads(os.getxattr(m.mnt, "user.pcrfs.remote"))["client"]["cache"]
+                    if cache["disk_bytes"] >= want or time.monotonic() > deadline:
+                        break
+                    time.sleep(0.1)
+                self.assertGreaterEqual(cache["disk_bytes"], want, cache)
+                time.sleep(0.3)  # the last chunk's callback
+                proxy.reset()
+                got = read_tree(m.mnt, seed=5)
+                for rel, data in got.items():
+                    self.assertEqual(sha(data), sha(self.local[5][rel]), rel)
+                self.assertEqual(self.record_requests(proxy), [])
+                # Fetched ahead, all of it read now.
+                cache = json.loads(os.getxattr(m.mnt, "user.pcrfs.remote"))["client"]["cache"]
+                self.assertGreater(cache["disk_hit_bytes"] + cache["memory_hit_bytes"], 0)
+
+    def test_rebuilt_store_at_the_same_url_gets_a_new_cache(self):
+        www = os.path.join(self.tmp, "www2")
+        store = os.path.join(www, "store")
+        shutil.copytree(self.store, store)
+        with Nginx(www) as nginx:
+            url = nginx.url + "/store"
+            with self.mount(url, "rebuilt", "disk_cache=64M") as m:
+                self.assert_level(m.mnt, 10)
+            old = {os.path.dirname(p) for p in chunk_files(self.cache("rebuilt"))}
+            self.assertEqual(len(old), 1)
+            # Rebuild with other records: same URL, other bytes at the same offsets.
+            shutil.rmtree(store)
+            run([PCR, "build", self.src, store, "--quiet", "--images-per-record", "7",
+                 "--quality-sample", "0"])
+            with self.mount(url, "rebuilt", "disk_cache=64M") as m:
+                self.assert_level(m.mnt, 10, seed=6)
+                self.assertNotIn("damaged", m.log())
+            new = {os.path.dirname(p) for p in chunk_files(self.cache("rebuilt"))}
+            self.assertEqual(len(new), 1)
+            self.assertNotEqual(old, new)  # the old identity's folder is gone
+
+    def test_second_mount_sharing_the_cache_dir_runs_without_disk_tier(self):
+        url = self.nginx.url + "/store"
+        with self.mount(url, "shared", "disk_cache=64M") as m1:
+            mnt2 = os.path.join(self.tmp, "mnt-shared2")
+            with Mount(url, mnt2, "-o", f"cache_dir={self.cache('shared')},disk_cache=64M",
+                       env=self.env) as m2:
+                self.assert_level(m2.mnt, 3)
+                cache = json.loads(os.getxattr(m2.mnt, "user.pcrfs.remote"))["client"]["cache"]
+                self.assertFalse(cache["disk"], cache)
+                self.assertIn("in use by another pcrfs process", m2.log())
+            self.assert_level(m1.mnt, 3)
+
+    def test_bad_options(self):
+        url = self.nginx.url + "/store"
+        mnt = os.path.join(self.tmp, "mnt-bad")
+        os.makedirs(mnt, exist_ok=True)
+        for opts, words in (("disk_cache=lots", "disk_cache"),
+                            ("disk_cache_fill", "needs -o disk_cache"),
+                            ("remote_cache=1K", "remote_cache")):
+            p = run([os.environ.get("PCRFS", "pcrfs"), url, mnt, "-f", "-o",
+                     f"cache_dir={self.cache('bad')},{opts}"], check=False, env=self.env)
+            self.assertEqual(p.returncode, 1, p.stderr)
+            self.assertIn(words, p.stderr.decode())
+        p = run([os.environ.get("PCRFS", "pcrfs"), self.store, mnt, "-f", "-o", "disk_cache=1G"],
+                check=False)
+        self.assertEqual(p.returncode, 1)
+        self.assertIn("only for a remote store", p.stderr.decode())
+
+
+if __name__ == "__main__":
+    unittest.main()
