@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <condition_variable>
 #include <cstring>
@@ -204,6 +205,110 @@ TEST(RecordSchedulerTest, NoSpeculationFromASourceThatKeepsNothing) {
   std::this_thread::sleep_for(std::chrono::milliseconds(20));
   EXPECT_EQ(s.stats().speculative_reads, 0u);
   EXPECT_TRUE(src->transfers().empty());
+}
+
+// A remote store's file as the scheduler sees it: it orders its own requests
+// (ConcurrentSpeculativeReads), each speculative read takes a latency, and it refuses
+// speculation while `busy` is set (its cache holds enough unread bytes).
+class ConcurrentSource final : public RandomAccessFile {
+ public:
+  explicit ConcurrentSource(uint64_t size) : size_(size) {}
+  Status Read(uint64_t, size_t n, uint8_t* dst) const override {
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    std::memset(dst, 0, n);
+    return Status::OK();
+  }
+  Status Warm(uint64_t offset, uint64_t n, std::vector<uint8_t>*) const override {
+    {
+      std::lock_guard<std::mutex> l(mu_);
+      if (busy_) {
+        ++refused_;
+        return Status::ResourceExhausted("enough unread");
+      }
+      max_in_flight_ = std::max(max_in_flight_, ++in_flight_);
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    std::lock_guard<std::mutex> l(mu_);
+    --in_flight_;
+    warmed_.push_back({offset, n});
+    return Status::OK();
+  }
+  uint64_t Size() const override { return size_; }
+  const std::string& name() const override { return name_; }
+  bool KeepsReads() const override { return true; }
+  int ConcurrentSpeculativeReads() const override { return 4; }
+
+  void set_busy(bool b) {
+    std::lock_guard<std::mutex> l(mu_);
+    busy_ = b;
+  }
+  int max_in_flight() const {
+    std::lock_guard<std::mutex> l(mu_);
+    return max_in_flight_;
+  }
+  int refused() const {
+    std::lock_guard<std::mutex> l(mu_);
+    return refused_;
+  }
+  std::vector<std::pair<uint64_t, uint64_t>> warmed() const {
+    std::lock_guard<std::mutex> l(mu_);
+    return warmed_;
+  }
+
+ private:
+  const uint64_t size_;
+  const std::string name_ = "concurrent";
+  mutable std::mutex mu_;
+  mutable bool busy_ = false;
+  mutable int in_flight_ = 0, max_in_flight_ = 0, refused_ = 0;
+  mutable std::vector<std::pair<uint64_t, uint64_t>> warmed_;
+};
+
+TEST(RecordSchedulerTest, ConcurrentSourceSpeculatesWhileDemandReadsRun) {
+  auto src = std::make_shared<ConcurrentSource>(uint64_t{64} << 20);
+  RecordScheduler s;
+  std::atomic<bool> stop{false};
+  // Demand reads back to back from two threads: a local disk's policy would never speculate.
+  std::vector<std::thread> readers;
+  for (int t = 0; t < 2; ++t) {
+    readers.emplace_back([&] {
+      std::vector<uint8_t> buf(4096);
+      while (!stop.load()) (void)s.Read(*src, 0, buf.size(), buf.data());
+    });
+  }
+  std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  s.Speculate(src, {{0, uint64_t{16} << 20}});
+  WaitIdle(s, uint64_t{16} << 20);
+  stop = true;
+  for (auto& t : readers) t.join();
+  EXPECT_EQ(s.stats().speculative_bytes, uint64_t{16} << 20) << s.Describe();
+  EXPECT_GE(src->max_in_flight(), 2);
+  EXPECT_LE(src->max_in_flight(), 4);
+  for (const auto& [offset, n] : src->warmed()) {
+    if (offset + n == (uint64_t{16} << 20)) continue;    // the rest of the range
+    EXPECT_GE(n, RecordScheduler::kMinConcurrentChunk);  // requests worth a round trip
+  }
+}
+
+TEST(RecordSchedulerTest, ABusySourceIsAskedAgainAndLosesNothing) {
+  auto src = std::make_shared<ConcurrentSource>(uint64_t{8} << 20);
+  src->set_busy(true);
+  RecordScheduler s;
+  s.Speculate(src, {{0, uint64_t{4} << 20}});
+  std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  EXPECT_GT(src->refused(), 0);
+  EXPECT_TRUE(src->warmed().empty());
+  src->set_busy(false);
+  WaitIdle(s, uint64_t{4} << 20);
+  // Every byte warmed exactly once, in order.
+  uint64_t pos = 0;
+  auto warmed = src->warmed();
+  std::sort(warmed.begin(), warmed.end());
+  for (const auto& [offset, n] : warmed) {
+    EXPECT_EQ(offset, pos);
+    pos = offset + n;
+  }
+  EXPECT_EQ(pos, uint64_t{4} << 20);
 }
 
 }  // namespace

@@ -172,6 +172,19 @@ uint64_t RangeCache::NextStartLocked(const Tier& tier, uint32_t id, uint64_t pos
   return it == obj->second.end() ? UINT64_MAX : it->first;
 }
 
+void RangeCache::MarkReadLocked(uint64_t start, Extent& e, uint64_t begin, uint64_t end) {
+  const uint64_t length = e.end - start;
+  if (e.read_pages.empty()) e.read_pages.assign((length + kUnreadPage - 1) / kUnreadPage, false);
+  for (uint64_t p = (begin - start) / kUnreadPage; p * kUnreadPage < end - start; ++p) {
+    if (e.read_pages[p]) continue;
+    e.read_pages[p] = true;
+    const uint64_t bytes = std::min(kUnreadPage, length - p * kUnreadPage);
+    const uint64_t done = std::min(bytes, e.unread);
+    e.unread -= done;
+    unread_ -= done;
+  }
+}
+
 void RangeCache::AddLocked(Tier& tier, uint32_t id, uint64_t start, Extent e) {
   tier.bytes += e.end - start;
   tier.lru.emplace_front(id, start);
@@ -270,10 +283,8 @@ std::vector<RangeCache::Range> RangeCache::Copy(uint32_t id, uint64_t offset, ui
       if (it != obj->second.begin()) --it;
       for (; it != obj->second.end() && it->first < end; ++it) {
         if (it->second.unread == 0 || it->second.end <= offset) continue;
-        const uint64_t overlap = std::min(end, it->second.end) - std::max(offset, it->first);
-        const uint64_t done = std::min(overlap, it->second.unread);
-        it->second.unread -= done;
-        unread_ -= done;
+        MarkReadLocked(it->first, it->second, std::max(offset, it->first),
+                       std::min(end, it->second.end));
       }
     }
   }

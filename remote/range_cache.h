@@ -93,9 +93,13 @@ class RangeCache {
     std::shared_ptr<const std::vector<uint8_t>> bytes;  // memory tier: the bytes are
     size_t bytes_offset = 0;                            //   bytes[bytes_offset, + length)
     uint64_t unread = 0;                                // speculative bytes not copied yet
+    std::vector<bool> read_pages;  // speculative: which kUnreadPage pages were copied
     std::list<std::pair<uint32_t, uint64_t>>::iterator lru;
   };
-  using Extents = std::map<uint64_t, Extent>;  // by start offset
+  using Extents = std::map<uint64_t, Extent>;    // by start offset
+  static constexpr uint64_t kUnreadPage = 4096;  // granularity of "read" for unread bytes
+  // Marks [begin, end) of the extent at `start` read. REQUIRES: mu_ held.
+  void MarkReadLocked(uint64_t start, Extent& e, uint64_t begin, uint64_t end);
   struct Tier {
     bool disk = false;
     uint64_t budget = 0, bytes = 0;
