@@ -59,14 +59,17 @@ struct FileEntry {
 
 class Verifier {
  public:
-  Verifier(const VerifyConfig& config, std::unique_ptr<index::Store> store)
-      : config_(config), store_(std::move(store)), jobs_(ResolveThreads(config.jobs)) {}
+  Verifier(const VerifyConfig& config, std::unique_ptr<index::Store> store, bool local)
+      : config_(config),
+        store_(std::move(store)),
+        local_(local),
+        jobs_(ResolveThreads(config.jobs)) {}
 
   VerifyReport Run() {
     WalkIndex();
     CheckManifestTotals();
     CheckRecords();
-    CheckStoreFolder();
+    if (local_) CheckStoreFolder();  // a remote store cannot be listed (no LIST request)
     if (!config_.source.empty()) CompareWithSource();
     std::sort(report_.findings.begin(), report_.findings.end(),
               [](const VerifyFinding& a, const VerifyFinding& b) {
@@ -211,7 +214,9 @@ class Verifier {
       Add(Kind::kDamaged, name, why);
       for (const FileEntry* f : members) Add(Kind::kDamaged, f->path, name + ": " + why);
     };
-    auto file = PosixRandomAccessFile::Open(store_->dir() + "/" + name);
+    // Through the store: a remote store's record is read by ranged GETs, a local one without
+    // following a symlink.
+    auto file = store_->OpenRecord(id);
     if (!file) {
       damage_all(file.error().IsNotFound() ? "record file is missing" : file.error().message());
       return 0;
@@ -421,6 +426,7 @@ class Verifier {
 
   const VerifyConfig& config_;
   std::unique_ptr<index::Store> store_;
+  const bool local_;
   const unsigned jobs_;
   std::vector<FileEntry> files_;
   std::mutex mu_;
@@ -448,7 +454,12 @@ const char* FindingKindName(VerifyFinding::Kind kind) {
 Result<VerifyReport> VerifyStore(const VerifyConfig& config) {
   auto store = index::Store::Open(config.store);
   if (!store) return Err(store.error());
-  Verifier verifier(config, std::move(*store));
+  return VerifyOpenStore(config, std::move(*store), /*local=*/true);
+}
+
+VerifyReport VerifyOpenStore(const VerifyConfig& config, std::unique_ptr<index::Store> store,
+                             bool local) {
+  Verifier verifier(config, std::move(store), local);
   return verifier.Run();
 }
 

@@ -2,10 +2,12 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <vector>
 
 #include "common/status.h"
+#include "index/store.h"
 
 namespace pcrfs::tools {
 
@@ -42,5 +44,9 @@ struct VerifyReport {
 // 10 decodes to the source's pixels, every passthrough file equals its source byte for byte, and no
 // source file is missing. A non-ok result means the store could not be opened at all.
 Result<VerifyReport> VerifyStore(const VerifyConfig& config);
+// The same for a store already open (config.store only names it): a remote one (local false),
+// whose folder is not listed for stray files, since listing would need a LIST request.
+VerifyReport VerifyOpenStore(const VerifyConfig& config, std::unique_ptr<index::Store> store,
+                             bool local);
 
 }  // namespace pcrfs::tools

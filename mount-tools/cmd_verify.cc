@@ -6,6 +6,7 @@
 #include "builder/verifier.h"
 #include "mount-tools/cli.h"
 #include "mount-tools/commands.h"
+#include "remote/url.h"
 
 namespace pcrfs::tools {
 namespace po = boost::program_options;
@@ -16,7 +17,9 @@ int RunVerify(const std::vector<std::string>& args) {
       "Reads every piece of every record and checks its checksum, every record header and\n"
       "table, and every index entry against its record. With --source, also checks that\n"
       "every JPEG decodes at level 10 to the source's pixels, that every other file equals\n"
-      "its source byte for byte, and that no source file is missing.\n\noptions");
+      "its source byte for byte, and that no source file is missing. STORE may be a URL\n"
+      "(http://, https://, s3://; configured as for pcr cat): every record is then read by\n"
+      "ranged GETs, and stray files are not looked for (that would need a LIST).\n\noptions");
   VerifyConfig config;
   opts.add_options()("help,h", "show this help")("source,s", po::value<std::string>(&config.source),
                                                  "compare with this source folder")(
@@ -32,7 +35,19 @@ int RunVerify(const std::vector<std::string>& args) {
     std::fprintf(stderr, "pcr verify: STORE is required (see pcr verify --help)\n");
     return 2;
   }
-  auto report = VerifyStore(config);
+  Result<VerifyReport> report = Err(Status::InvalidArgument(""));
+  if (IsRemoteUrl(config.store)) {
+    // Every record is read through ranged GETs (nothing is kept); the store's folder cannot be
+    // listed, so stray files are not looked for.
+    auto store = OpenStore(config.store);
+    if (!store) {
+      std::fprintf(stderr, "pcr verify: %s\n", store.error().message().c_str());
+      return store.error().IsCorruption() ? 1 : 2;
+    }
+    report = VerifyOpenStore(config, std::move(*store), /*local=*/false);
+  } else {
+    report = VerifyStore(config);
+  }
   if (!report) {
     std::fprintf(stderr, "pcr verify: %s\n", report.error().message().c_str());
     // A store too damaged to open (its index, or a manifest that disagrees with it) is a

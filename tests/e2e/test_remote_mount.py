@@ -187,6 +187,29 @@ class RemoteMountCase(unittest.TestCase):
         out = run([PCR, "inspect", url], env=env).stdout.decode()
         self.assertIn(str(len(self.records)), out)
 
+    def test_pcr_verify_over_http(self):
+        env = dict(self.env, PCRFS_CACHE_DIR=self.cache("verify"))
+        p = run([PCR, "verify", self.nginx.url + "/store", "--source", self.src], env=env,
+                check=False)
+        self.assertEqual(p.returncode, 0, p.stderr)
+        self.assertIn(str(len(self.records)), p.stdout.decode())
+        # A damaged record served over HTTP: its files are listed, exit 1.
+        www = os.path.join(self.tmp, "www-damaged")
+        shutil.copytree(self.store, os.path.join(www, "store"))
+        victim = os.path.join(www, "store", "records", self.records[2])
+        with open(victim, "r+b") as f:
+            f.seek(os.path.getsize(victim) - 200)
+            b = f.read(1)
+            f.seek(-1, os.SEEK_CUR)
+            f.write(bytes([b[0] ^ 0x55]))
+        with Nginx(www) as nginx:
+            env = dict(self.env, PCRFS_CACHE_DIR=self.cache("verify-damaged"))
+            p = run([PCR, "verify", nginx.url + "/store"], env=env, check=False)
+        self.assertEqual(p.returncode, 1, p.stderr)
+        out = p.stdout.decode() + p.stderr.decode()
+        self.assertIn("damaged", out)
+        self.assertIn(self.records[2], out)
+
     def test_daemonized_mount_with_relative_cache_dir(self):
         # Without -f the daemon changes to / after the fork: the relative cache_dir still holds.
         mnt = os.path.join(self.tmp, "mnt-daemon")
