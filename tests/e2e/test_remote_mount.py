@@ -210,6 +210,29 @@ class RemoteMountCase(unittest.TestCase):
         self.assertIn("damaged", out)
         self.assertIn(self.records[2], out)
 
+    def test_fstab_line_with_a_url(self):
+        """mount(8) -T FSTAB through the installed mount.fuse.pcrfs, as a node's fstab would."""
+        helper = "/sbin/mount.fuse.pcrfs"
+        if not os.path.exists(helper) or shutil.which("pcrfs") is None:
+            self.fail(f"{helper} or pcrfs is not installed: run ./setup.sh (or cmake --install)")
+        mnt = os.path.join(self.tmp, "mnt-fstab")
+        os.makedirs(mnt)
+        fstab = os.path.join(self.tmp, "fstab")
+        url = self.nginx.url + "/store"
+        with open(fstab, "w") as f:
+            f.write(f"{url} {mnt} fuse.pcrfs ro,noauto,_netdev,nofail,scans=5,"
+                    f"cache_dir={self.cache('fstab')},disk_cache=16M 0 0\n")
+        p = subprocess.run(["mount", "-T", fstab, mnt], capture_output=True, text=True,
+                           timeout=60, env=self.env)
+        try:
+            self.assertEqual(p.returncode, 0, p.stderr)
+            got = read_tree(mnt)
+            self.assertEqual(sorted(got), sorted(self.local[5]))
+            for rel, data in got.items():
+                self.assertEqual(sha(data), sha(self.local[5][rel]), rel)
+        finally:
+            subprocess.run(["umount", mnt], timeout=30)
+
     def test_daemonized_mount_with_relative_cache_dir(self):
         # Without -f the daemon changes to / after the fork: the relative cache_dir still holds.
         mnt = os.path.join(self.tmp, "mnt-daemon")
