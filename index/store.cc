@@ -177,6 +177,13 @@ Result<Store::OpenRecordFile> Store::GetRecordFile(uint32_t id) const {
   // each piece's CRC, so a damaged header or footer costs no file, and a truncated record
   // costs only the files whose pieces lie past its new end.
   Status header = CheckRecordHeader(**file, *info);
+  if (!header.ok() && info->file_size >= kRecordFooterSize) {
+    // Bytes a cache kept (a remote store's disk cache) may be the damaged ones: drop them and
+    // check the origin's once more.
+    const bool head = (*file)->DropCached(0, info->data_offset);
+    const bool foot = (*file)->DropCached(info->file_size - kRecordFooterSize, kRecordFooterSize);
+    if (head || foot) header = CheckRecordHeader(**file, *info);
+  }
   OpenRecordFile opened{std::shared_ptr<RandomAccessFile>(std::move(*file)), *info,
                         std::move(header)};
   std::lock_guard<std::mutex> lock(mu_);
