@@ -46,7 +46,7 @@ void PrintUsage(const char* prog) {
       "    -o msssim=X            serve, at the root, the lowest level whose 5th-percentile\n"
       "                           MS-SSIM (measured by pcr build) is at least X\n"
       "    -o threads=N           FUSE worker threads, 1..256 (default: 2 x cores, at\n"
-      "                           least 4)\n"
+      "                           least 4; a remote store: at least remote_connections)\n"
       "    -o cache_size=SIZE     piece cache memory cap, 1M..1T (default 256M)\n"
       "    -o readahead=N         when a folder is read in order, fetch its next N files\n"
       "                           while the device is idle, 0..1024 (default 64; 0: off)\n"
@@ -229,11 +229,17 @@ void AddMountOptions(const std::string& store_dir, fuse_args* args) {
 }
 
 // Serves requests until unmounted or signalled. Returns the session loop's result.
-int ServeLoop(fuse_session* se, const MountConfig& config, const fuse_cmdline_opts& opts) {
+int ServeLoop(fuse_session* se, const MountConfig& config, const fuse_cmdline_opts& opts,
+              bool remote) {
   if (opts.singlethread) return fuse_session_loop(se);
   fuse_loop_config* loop = fuse_loop_cfg_create();
   const unsigned cores = std::max(1u, std::thread::hardware_concurrency());
-  const unsigned threads = config.threads ? config.threads : std::max(4u, 2 * cores);
+  unsigned threads = config.threads ? config.threads : std::max(4u, 2 * cores);
+  // A remote read waits on the network, not a core: as many workers as connections, so the
+  // FUSE threads are not what limits the requests in flight.
+  if (remote && config.threads == 0) {
+    threads = std::max(threads, static_cast<unsigned>(config.remote.connections));
+  }
   fuse_loop_cfg_set_max_threads(loop, threads);
   fuse_loop_cfg_set_idle_threads(loop, threads);
   fuse_loop_cfg_set_clone_fd(loop, opts.clone_fd);
@@ -289,7 +295,7 @@ int OpenAndServe(fuse_session* se, Filesystem** fs_slot, const MountConfig& conf
   if (location.remote && location.options.disk_cache_fill) {
     fs.FillLevel(config.fs.fixed_level != 0 ? config.fs.fixed_level : index::kNumGroups);
   }
-  const int rc = ServeLoop(se, config, opts);
+  const int rc = ServeLoop(se, config, opts, location.remote);
   // A SIGTERM, SIGINT or SIGHUP ends the loop with that signal's number: a clean exit.
   return (rc == 0 || rc == SIGTERM || rc == SIGINT || rc == SIGHUP) ? 0 : 2;
 }
