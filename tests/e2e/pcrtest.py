@@ -4,6 +4,7 @@ import hashlib
 import io
 import json
 import os
+import random
 import shutil
 import subprocess
 import tempfile
@@ -27,6 +28,35 @@ def run(args, check=True, **kw):
         raise AssertionError(f"{args} exited {p.returncode}\nstdout: {p.stdout[-3000:]!r}\n"
                              f"stderr: {p.stderr[-3000:]!r}")
     return p
+
+
+def read_tree(root, seed=None):
+    """{relative path: bytes} of every file under a (mounted) tree, read in sorted order, or
+    in an order shuffled with `seed`."""
+    paths = []
+    for dirpath, _, filenames in os.walk(root):
+        paths += [os.path.join(dirpath, n) for n in filenames]
+    paths.sort()
+    if seed is not None:
+        random.Random(seed).shuffle(paths)
+    out = {}
+    for p in paths:
+        with open(p, "rb") as f:
+            out[os.path.relpath(p, root)] = f.read()
+    return out
+
+
+def sha(b):
+    return hashlib.sha256(b).hexdigest()
+
+
+def remote_env(tmp):
+    """A clean environment for pcrfs/pcr against the loopback test servers: no proxy, no AWS
+    settings of the machine's, a HOME of its own under tmp."""
+    env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": os.path.join(tmp, "home"),
+           "no_proxy": "127.0.0.1,localhost"}
+    os.makedirs(env["HOME"], exist_ok=True)
+    return env
 
 
 def pcr_cat(store, rel, k):

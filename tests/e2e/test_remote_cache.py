@@ -8,10 +8,8 @@ mounted level of every record in the background, so reading it afterwards sends 
 store rebuilt at the same URL never meets the old bytes. Served by nginx through the fault
 proxy, whose /__stats counts every request and byte. Needs tests/remote/install.sh."""
 
-import hashlib
 import json
 import os
-import random
 import shutil
 import sys
 import tempfile
@@ -21,27 +19,11 @@ import unittest
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(os.path.dirname(HERE), "remote"))
 
-from pcrtest import PCR, Mount, photo, run, save_jpeg  # noqa: E402
+from pcrtest import (PCR, Mount, photo, read_tree, remote_env, run, save_jpeg,  # noqa: E402
+                     sha)
 from remote_servers import FaultProxy, Nginx  # noqa: E402
 
 
-def read_tree(root, seed=None):
-    """{relative path: bytes} of every file under a mounted tree (in a shuffled order if seed)."""
-    paths = []
-    for dirpath, _, filenames in os.walk(root):
-        paths += [os.path.join(dirpath, n) for n in filenames]
-    paths.sort()
-    if seed is not None:
-        random.Random(seed).shuffle(paths)
-    out = {}
-    for p in paths:
-        with open(p, "rb") as f:
-            out[os.path.relpath(p, root)] = f.read()
-    return out
-
-
-def sha(b):
-    return hashlib.sha256(b).hexdigest()
 
 
 def chunk_files(cache_dir):
@@ -72,9 +54,7 @@ class RemoteCacheCase(unittest.TestCase):
         with Mount(cls.store, mnt):
             for k in range(1, 11):
                 cls.local[k] = read_tree(os.path.join(mnt, f"scan{k}"))
-        cls.env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"),
-                   "HOME": os.path.join(cls.tmp, "home"), "no_proxy": "127.0.0.1,localhost"}
-        os.makedirs(cls.env["HOME"])
+        cls.env = remote_env(cls.tmp)
         cls.nginx = Nginx(cls.www).__enter__()
 
     @classmethod

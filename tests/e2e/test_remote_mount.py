@@ -4,7 +4,6 @@ server (which checks every SigV4 signature with AWS's own signer) and through th
 mounted with `pcrfs URL MNT` and read by `pcr cat URL`, compared byte for byte with the local
 store. Needs tests/remote/install.sh (nginx, the npm packages of the S3 server)."""
 
-import hashlib
 import json
 import os
 import shutil
@@ -16,7 +15,8 @@ import unittest
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(os.path.dirname(HERE), "remote"))
 
-from pcrtest import PCR, PCRFS, Mount, photo, pil_pixels, run, save_jpeg  # noqa: E402
+from pcrtest import (PCR, PCRFS, Mount, photo, pil_pixels, read_tree, remote_env, run,  # noqa: E402
+                     save_jpeg, sha)
 from remote_servers import FaultProxy, Nginx, S3Server  # noqa: E402
 
 ACCESS_KEY = "AKIDPCRFSMOUNT"
@@ -25,19 +25,6 @@ BUCKET = "pcrfs-mount"
 LEVELS = (1, 5, 10)
 
 
-def read_tree(root):
-    """{relative path: bytes} of every file under a mounted tree."""
-    out = {}
-    for dirpath, _, filenames in os.walk(root):
-        for name in filenames:
-            p = os.path.join(dirpath, name)
-            with open(p, "rb") as f:
-                out[os.path.relpath(p, root)] = f.read()
-    return out
-
-
-def sha(b):
-    return hashlib.sha256(b).hexdigest()
 
 
 class RemoteMountCase(unittest.TestCase):
@@ -62,9 +49,7 @@ class RemoteMountCase(unittest.TestCase):
         with Mount(cls.store, mnt):
             for k in LEVELS:
                 cls.local[k] = read_tree(os.path.join(mnt, f"scan{k}"))
-        cls.env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"),
-                   "HOME": os.path.join(cls.tmp, "home"), "no_proxy": "127.0.0.1,localhost"}
-        os.makedirs(cls.env["HOME"])
+        cls.env = remote_env(cls.tmp)
         cls.nginx = Nginx(cls.www).__enter__()
 
     @classmethod
