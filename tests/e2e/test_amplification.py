@@ -17,7 +17,9 @@ the epoch (mincore(2) on every store file): nothing else reads them, the daemon 
 through the page cache (no O_DIRECT), and kernel readahead, had there been any, would show.
 The daemon's /proc/PID/io read_bytes is printed beside it but not asserted: after the cache
 drop it also counts the daemon's own code and libraries paging in as new paths run, which
-depends on the machine (4 KiB here, 132 KiB on a CI machine), not on the store.
+depends on the machine (4 KiB here, 132 KiB on a CI machine), not on the store. Only if fewer
+store bytes are resident than were served (another process dropped the page cache during the
+epoch: a benchmark on a shared machine) is read_bytes used instead, as an upper bound.
 
 PCRFS_AMPLIFICATION_IMAGES (default 600) sets the dataset's size."""
 
@@ -156,10 +158,17 @@ class ColdAmplificationTest(unittest.TestCase):
         for level in LEVELS:
             with self.subTest(folder=folder, level=level, order=order):
                 device, process_bytes, served = self.cold_epoch(level, folder, order)
+                how = "store pages resident"
+                if device < served:
+                    # Fewer store bytes cached than served: something else dropped the page
+                    # cache during the epoch (a benchmark on a shared machine). Then the
+                    # resident pages say nothing; the daemon's read_bytes, an upper bound (it
+                    # also counts its own code paging in), is what is left.
+                    device, how = process_bytes, "evicted meanwhile: daemon read_bytes + index"
                 ratio = device / served
                 print(f"{folder or 'whole store'} L{level} {order}: read {device} B of the store "
-                      f"(daemon read_bytes + index {process_bytes} B), served {served} B, "
-                      f"amplification {ratio:.3f}", file=sys.stderr)
+                      f"({how}; daemon read_bytes + index {process_bytes} B), served {served} "
+                      f"B, amplification {ratio:.3f}", file=sys.stderr)
                 self.assertLessEqual(ratio, limit, f"bytes of each store file read: "
                                      f"{self.last_resident}")
                 self.assertGreaterEqual(ratio, 1.0)  # every byte served came from storage
