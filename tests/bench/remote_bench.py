@@ -39,7 +39,6 @@ REPO = os.path.dirname(os.path.dirname(HERE))
 sys.path.insert(0, os.path.join(REPO, "tests", "remote"))
 sys.path.insert(0, HERE)
 
-import netns  # noqa: E402
 from remote_servers import NGINX, Nginx, S3Server, die_with_parent, stop_process  # noqa: E402
 
 BENCH = "/var/tmp/pcrfs-bench"
@@ -199,19 +198,28 @@ def prepare_index_stores(args, pcr, www):
 # ----------------------------------------------------------------------------- network
 
 
-def set_cap(mbit):
-    """Caps lo with one HTB class (None: no qdisc at all)."""
-    have = "htb" in sh("tc", "qdisc", "show", "dev", "lo")
+def set_cap(mbit, ports):
+    """Caps what the servers the clients talk to send: packets on lo from a source port in
+    ports go through one HTB class of mbit; everything else (requests, and a proxy's or the S3
+    front's own upstream traffic, which would otherwise cross the cap twice) through an
+    uncapped class. None: no qdisc at all."""
+    if "htb" in sh("tc", "qdisc", "show", "dev", "lo"):
+        sh("tc", "qdisc", "del", "dev", "lo", "root")
     if mbit is None:
-        if have:
-            sh("tc", "qdisc", "del", "dev", "lo", "root")
         return
-    if not have:
-        netns.shape_loopback(f"{mbit:g}", 256)
-    else:
-        sh("tc", "class", "change", "dev", "lo", "parent", "1:", "classid", "1:10", "htb",
-           "rate", f"{mbit:g}mbit", "ceil", f"{mbit:g}mbit", "burst", "256k", "cburst", "256k",
-           "quantum", "65536")
+    sh("tc", "qdisc", "add", "dev", "lo", "root", "handle", "1:", "htb", "default", "20")
+    sh("tc", "class", "add", "dev", "lo", "parent", "1:", "classid", "1:10", "htb",
+       "rate", f"{mbit:g}mbit", "ceil", f"{mbit:g}mbit", "burst", "256k", "cburst", "256k",
+       "quantum", "65536")
+    sh("tc", "class", "add", "dev", "lo", "parent", "1:", "classid", "1:20", "htb",
+       "rate", "40gbit", "ceil", "40gbit", "burst", "8m", "cburst", "8m", "quantum", "65536")
+    for port in ports:
+        sh("tc", "filter", "add", "dev", "lo", "parent", "1:", "protocol", "ip", "prio", "1",
+           "u32", "match", "ip", "sport", str(port), "0xffff", "flowid", "1:10")
+
+
+def url_port(url):
+    return int(url.rsplit(":", 1)[1].split("/")[0])
 
 
 class AutoindexNginx(Nginx):
@@ -221,6 +229,7 @@ class AutoindexNginx(Nginx):
         path = super().write_config()
         with open(path) as f:
             conf = f.read().replace("autoindex off;", "autoindex on; autoindex_exact_size on;")
+        conf = conf.replace(" buffer=64k flush=1s;", ";")  # exact counts at once
         with open(path, "w") as f:
             f.write(conf)
         return path
@@ -267,6 +276,54 @@ class ProxyProcess:
 
     def stats(self):
         return self.control("GET", "/__stats")
+
+
+class NginxDirect:
+    """nginx itself as the origin (no proxy, no added latency): origin bytes and requests from
+    its access log ($body_bytes_sent of the combined format)."""
+
+    def __init__(self, nginx):
+        self.nginx, self.url, self.offset = nginx, nginx.url, 0
+
+    def reset(self, latency_ms=0):
+        assert latency_ms == 0
+        time.sleep(0.2)
+        self.offset = os.path.getsize(self.nginx.access_log)
+
+    def stats(self):
+        time.sleep(0.2)
+        with open(self.nginx.access_log, "rb") as f:
+            f.seek(self.offset)
+            text = f.read().decode(errors="replace")
+        out = {"requests": 0, "bytes_to_client": 0, "statuses": {}}
+        for line in text.splitlines():
+            m = LOG_RE.search(line)
+            if not m:
+                continue
+            out["requests"] += 1
+            out["bytes_to_client"] += int(m.group(2))
+            out["statuses"][m.group(1)] = out["statuses"].get(m.group(1), 0) + 1
+        return out
+
+
+class S3Direct:
+    """The S3 server's front as the origin: its own counters (bytes_to_client, requests)."""
+
+    def __init__(self, s3):
+        self.s3, self.url, self.base = s3, s3.endpoint, None
+
+    def reset(self, latency_ms=0):
+        assert latency_ms == 0
+        self.base = self.s3.front_stats()
+
+    def stats(self):
+        now = self.s3.front_stats()
+        return {"requests": now["requests"] - self.base["requests"],
+                "bytes_to_client": now["bytes_to_client"] - self.base["bytes_to_client"],
+                "statuses": {}}
+
+
+LOG_RE = __import__("re").compile(r'" (\d{3}) (\d+) "')
 
 
 def curl_rate(url, seconds_hint=None):
@@ -345,6 +402,15 @@ class Env:
         os.makedirs(d)
         return d
 
+    def cap_ports(self, latency_ms):
+        """The ports whose answers cross the cap: the proxies' with added latency, else the
+        servers'."""
+        if latency_ms or self.args.always_proxy:
+            return [url_port(o.url) for o in (self.http_proxy, getattr(self, "s3_proxy", None))
+                    if o]
+        return [url_port(o.url) for o in (self.http_direct, getattr(self, "s3_direct", None))
+                if o]
+
     def pcrfs_env(self):
         env = dict(os.environ)
         env.update(AWS_ACCESS_KEY_ID=ACCESS_KEY, AWS_SECRET_ACCESS_KEY=SECRET_KEY,
@@ -360,7 +426,7 @@ def setup_names(args):
     return names
 
 
-def open_setup(env, name, mnt):
+def open_setup(env, name, mnt, origin):
     """A MountProc for a setup (fresh cache dirs); the root to read is the mount point."""
     a = env.args
     log_path = os.path.join(env.tmp, f"{name.replace(' ', '-')}-{env.serial}.log")
@@ -371,16 +437,16 @@ def open_setup(env, name, mnt):
             opts.append(f"disk_cache={a.disk_cache}")
         if " s3 " in name:
             url = f"s3://{BUCKET}/store"
-            opts += ["endpoint=" + env.s3_proxy.url, "addressing=path", "region=" + REGION]
+            opts += ["endpoint=" + origin.url, "addressing=path", "region=" + REGION]
         else:
-            url = env.http_proxy.url + "/store"
+            url = origin.url + "/store"
         argv = [env.pcrfs, url, mnt, "-f", "-o", ",".join(opts)]
         return MountProc(argv, mnt, log_path, env=env.pcrfs_env())
     if name.startswith("rclone"):
         mode = name.split()[1]
         conf = os.path.join(env.tmp, "rclone.conf")
         open(conf, "a").close()
-        argv = ["rclone", "mount", ":http:", mnt, "--http-url", env.http_proxy.url + "/src/",
+        argv = ["rclone", "mount", ":http:", mnt, "--http-url", origin.url + "/src/",
                 "--read-only", "--vfs-cache-mode", mode, "--cache-dir",
                 env.scratch("rclone-cache"), "--config", conf, "--log-level", "NOTICE"]
         return MountProc(argv, mnt, log_path)
@@ -391,7 +457,7 @@ def open_setup(env, name, mnt):
             with os.fdopen(fd, "w") as f:
                 f.write(f"{ACCESS_KEY}:{SECRET_KEY}\n")
         argv = ["s3fs", f"{BUCKET}:/src", mnt, "-f", "-o",
-                f"ro,url={env.s3_proxy.url},use_path_request_style,endpoint={REGION},sigv4,"
+                f"ro,url={origin.url},use_path_request_style,endpoint={REGION},sigv4,"
                 f"passwd_file={pw},dbglevel=warn"]
         return MountProc(argv, mnt, log_path)
     raise ValueError(name)
@@ -498,27 +564,37 @@ def list_tree(root):
     return time.monotonic() - t0, n
 
 
-def proxy_for(env, name):
-    return env.s3_proxy if name in ("s3fs",) or " s3 " in name else env.http_proxy
+def is_s3(name):
+    return name == "s3fs" or " s3 " in name
+
+
+def origin_for(env, name, latency_ms):
+    """Where a setup's requests go: the proxy (added latency), or with none the server itself
+    (the Python proxy costs small requests throughput; see proxy_check)."""
+    if latency_ms or env.args.always_proxy:
+        return env.s3_proxy if is_s3(name) else env.http_proxy
+    return env.s3_direct if is_s3(name) else env.http_direct
 
 
 def measure_setup(env, name, cond, rel):
     """Cold: fresh mount and cache dirs, page cache dropped; listing; epoch 1; epoch 2."""
     a = env.args
     mnt = MNT_PREFIX + name.replace(" ", "-")
-    proxy = proxy_for(env, name)
+    proxy = origin_for(env, name, cond["latency_ms"])
     if not a.no_drop:
         drop_caches()
     proxy.reset(cond["latency_ms"])
-    rec = {"setup": name, **cond}
+    rec = {"setup": name, **cond, "via": "proxy" if isinstance(proxy, ProxyProcess) else "direct"}
     try:
-        with open_setup(env, name, mnt) as m:
+        with open_setup(env, name, mnt, proxy) as m:
             rec["mount_s"] = m.mount_seconds
             rec["list_s"], rec["listed"] = list_tree(mnt)
             st = proxy.stats()
             rec["mount_list_origin_bytes"] = st["bytes_to_client"]
             rec["mount_list_requests"] = st["requests"]
             for epoch in (1, 2):
+                if epoch == 2 and not a.no_drop:
+                    drop_caches()  # the mount's page cache: epoch 2 is served by the daemon
                 proxy.reset(cond["latency_ms"])
                 e = run_epoch(mnt, rel, a.readers, a.seed + epoch, a.epoch_timeout)
                 st = proxy.stats()
@@ -559,6 +635,8 @@ def measure_local(env, rel, levels):
         with MountProc(argv, mnt, log_path) as m:
             list_tree(mnt)
             e1 = run_epoch(mnt, rel, env.args.readers, env.args.seed + 1, env.args.epoch_timeout)
+            if not env.args.no_drop:
+                drop_caches()
             e2 = run_epoch(mnt, rel, env.args.readers, env.args.seed + 2, env.args.epoch_timeout)
             out[k] = {"mount_s": m.mount_seconds, "e1": e1, "e2": e2}
         log(f"local L{k}: e1 {e1.get('files_per_s', 0):.0f} e2 {e2.get('files_per_s', 0):.0f} "
@@ -569,7 +647,7 @@ def measure_local(env, rel, levels):
 def proxy_check(env, rel):
     """The proxy without a cap: curl of a large file and a cold pcrfs/rclone epoch, direct
     to nginx and through the proxy."""
-    set_cap(None)
+    set_cap(None, ())
     big = os.path.join(env.ds["www"], "blob-1g")
     if not os.path.exists(big):
         with open(big, "wb") as f:
@@ -597,15 +675,18 @@ def proxy_check(env, rel):
 
 
 def cap_check(env, mbit):
-    """curl through the proxy at the cap: ~2 s worth of a sparse file."""
-    return curl_rate(f"{env.http_proxy.url}/blob-cap-{mbit}")
+    """curl from nginx and through the proxy at the cap: ~2 s worth of a sparse file."""
+    set_cap(mbit, env.cap_ports(0))
+    direct = curl_rate(f"{env.nginx.url}/blob-cap-{mbit}")
+    set_cap(mbit, env.cap_ports(20))
+    return {"direct": direct, "proxy": curl_rate(f"{env.http_proxy.url}/blob-cap-{mbit}")}
 
 
 # ----------------------------------------------------------------------------- index times
 
 
 def measure_index(env, idx, cap, latency_ms):
-    set_cap(cap)
+    set_cap(cap, env.cap_ports(20))
     out = {}
     for n, info in sorted(idx.items()):
         cache = env.scratch("idx-cache")
@@ -667,12 +748,12 @@ def measure_loader(env, names, cond, rounds):
         order = names[r % len(names):] + names[:r % len(names)]
         for name in order:
             mnt = MNT_PREFIX + name.replace(" ", "-")
-            proxy = proxy_for(env, name)
+            proxy = origin_for(env, name, cond["latency_ms"])
             if not a.no_drop:
                 drop_caches()
             proxy.reset(cond["latency_ms"])
             try:
-                with open_setup(env, name, mnt):
+                with open_setup(env, name, mnt, proxy):
                     root = os.path.join(mnt, "train") if os.path.isdir(
                         os.path.join(mnt, "train")) else mnt
                     p = subprocess.run([sys.executable, os.path.abspath(__file__), "--loader-child",
@@ -754,16 +835,25 @@ def report(args, meta, ds, conds, summ, local, idx_res, loader_res, proxy_chk, c
                  f"L{k} {ds['level_bytes'][k - 1] / 1e6:.1f} MB "
                  f"({100 * ds['level_bytes'][k - 1] / ds['src_bytes']:.0f}%)"
                  for k in args.levels) + ".")
-    L.append("- Network: one network namespace, lo capped by an HTB class; one nginx (autoindex "
+    L.append("- Network: one network namespace; on its lo, an HTB class caps the answers of the "
+             "server a client talks to (packets from its port: nginx or the S3 front, or the "
+             "proxy in front of them; requests and a proxy's own upstream traffic are not "
+             "capped, so no byte crosses the cap twice); one nginx (autoindex "
              "on) serving the store and the folder, one S3 server (s3rver behind the SigV4 "
              "front); a fault proxy process in front of each adds the latency per request and "
              "counts origin bytes (response bodies it sends). Measured through the proxy with "
-             "curl: " + ", ".join(f"cap {c} -> {v:.0f} Mbit/s" for c, v in caps_meas.items())
-             + ".")
+             "curl (from nginx / through the proxy): " + ", ".join(
+                 f"cap {c} -> {v['direct']:.0f} / {v['proxy']:.0f} Mbit/s"
+                 for c, v in caps_meas.items()) + ". Rows with 0 ms talk to the servers "
+             "directly (origin bytes from nginx's access log and the S3 front's counters), rows "
+             "with added latency through the proxy." + (" (--always-proxy: every row through "
+             "the proxy.)" if args.always_proxy else ""))
     L.append(f"- Readers: {args.readers} forked processes, every file once (open, read to EOF, "
              f"close), seeded random order; cold = fresh mount and cache dirs"
              + ("" if args.no_drop else ", `drop_caches`") + "; the listing (a walk) is timed "
-             f"apart; epoch 2 on the same mount, another order. Medians of {args.repeat} "
+             "apart; epoch 2 on the same mount, another order"
+             + ("" if args.no_drop else ", after another `drop_caches` (so the daemon serves "
+                "it, not the kernel's page cache)") + f". Medians of {args.repeat} "
              f"round(s), setups rotated. pcrfs options: "
              f"`{','.join(args.pcrfs_opt) or '(defaults)'}`"
              + (f", `disk_cache={args.disk_cache}`" if meta["disk_cache"] else
@@ -958,7 +1048,7 @@ def inner_main(args):
     pcrfs = find_tool("fs/pcrfs", "pcrfs", args.pcrfs)
     ds = prepare_dataset(args, pcr)
     idx_info = prepare_index_stores(args, pcr, ds["www"]) if args.index_sizes else {}
-    set_cap(None)
+    set_cap(None, ())
     tmp = tempfile.mkdtemp(prefix="remote-bench-")
     help_text = subprocess.run([pcrfs, "--help"], capture_output=True, text=True)
     env = Env(args, tmp, pcr, pcrfs, ds)
@@ -974,6 +1064,7 @@ def inner_main(args):
         with AutoindexNginx(ds["www"], workers=2) as nginx, \
                 ProxyProcess(nginx.url, tmp, "http-proxy") as hp:
             env.nginx, env.http_proxy = nginx, hp
+            env.http_direct = NginxDirect(nginx)
             s3 = None
             if not args.no_s3:
                 log("S3 server: uploading the folder and the store")
@@ -985,21 +1076,21 @@ def inner_main(args):
             try:
                 if s3:
                     env.s3_proxy = ProxyProcess(s3.endpoint, tmp, "s3-proxy").__enter__()
+                    env.s3_direct = S3Direct(s3)
                 if not args.no_proxy_check:
                     proxy_chk = proxy_check(env, ds["files"])
                 for c in args.caps:
                     blob = os.path.join(ds["www"], f"blob-cap-{c}")
                     with open(blob, "wb") as f:
                         f.truncate(int(c * 1e6 / 8 * 2))
-                    set_cap(c)
                     env.http_proxy.reset()
                     caps_meas[c] = cap_check(env, c)
                 if args.local:
-                    set_cap(None)
+                    set_cap(None, ())
                     local = measure_local(env, ds["files"], args.levels)
                 for r in range(args.repeat):
                     for ci, c in enumerate(conds):
-                        set_cap(c["cap_mbit"])
+                        set_cap(c["cap_mbit"], env.cap_ports(c["latency_ms"]))
                         rot = (ci + r) % len(names)
                         for name in names[rot:] + names[:rot]:
                             rec = measure_setup(env, name, c, ds["files"])
@@ -1015,7 +1106,7 @@ def inner_main(args):
                 if args.loader_rounds:
                     c = {"cap_mbit": args.loader_cap, "latency_ms": args.loader_latency,
                          "label": f"{args.loader_cap} Mbit/s, {args.loader_latency} ms"}
-                    set_cap(args.loader_cap)
+                    set_cap(args.loader_cap, env.cap_ports(args.loader_latency))
                     lnames = [f"pcrfs L{k}" for k in args.levels] + ["rclone off"]
                     loader_res = {"label": c["label"],
                                   "runs": measure_loader(env, lnames, c, args.loader_rounds)}
@@ -1025,7 +1116,7 @@ def inner_main(args):
                         env.s3_proxy.__exit__(None, None, None)
                     s3.__exit__(None, None, None)
     finally:
-        set_cap(None)
+        set_cap(None, ())
         shutil.rmtree(tmp, ignore_errors=True)
     meta["load1"] = loadavg()
     meta["elapsed"] = time.monotonic() - t_start
@@ -1076,6 +1167,8 @@ def main():
     ap.add_argument("--no-local", dest="local", action="store_false",
                     help="skip the local-store reference epochs")
     ap.add_argument("--no-proxy-check", action="store_true")
+    ap.add_argument("--always-proxy", action="store_true",
+                    help="0 ms rows through the proxy too (default: straight to the servers)")
     ap.add_argument("--no-drop", action="store_true", help="no drop_caches before cold epochs")
     ap.add_argument("--epoch-timeout", type=float, default=300)
     ap.add_argument("--pcr")
@@ -1090,7 +1183,7 @@ def main():
         return 0
     if args.quick:
         args.images = 1000 if args.images == 3000 else args.images
-        args.latencies = "20"
+        args.latencies = "20" if args.latencies == "0,20" else args.latencies
         args.index_sizes = "10k" if args.index_sizes == "10k,100k,1m" else args.index_sizes
         args.index_caps = "100"
         args.loader_images = min(args.loader_images or 300, 300)
