@@ -1008,9 +1008,22 @@ def plot(args, ds, conds, summ, loader_res, path):
         xs = range(len(names))
         ax.bar([x - 0.2 for x in xs], e1, 0.4, label="epoch 1 (cold)", color="#4477aa")
         ax.bar([x + 0.2 for x in xs], e2, 0.4, label="epoch 2", color="#aaccee")
+        peers = [summ.get((c["label"], p), {}).get("e1") for p in ("rclone off", "rclone full")]
+        peer = max([p for p in peers if p], default=None)
+        tx, ty = [], []
+        for x, nm in zip(xs, names):
+            k = level_of(nm)
+            if peer and k and " s3 " not in nm:
+                tx.append(x - 0.2)
+                ty.append(0.8 * peer * ds["src_bytes"] / ds["level_bytes"][k - 1])
+        if tx:
+            ax.scatter(tx, ty, marker="_", s=300, color="#cc3311", zorder=3,
+                       label="target (epoch 1)")
+        ax.set_yscale("log")
+        ax.set_ylim(bottom=5)
         ax.set_xticks(list(xs))
         ax.set_xticklabels([nm.replace("pcrfs ", "") for nm in names], rotation=30, fontsize=8)
-        ax.set_ylabel("files/s")
+        ax.set_ylabel("files/s (log)")
         ax.set_title(c["label"], fontsize=10)
         ax.legend(fontsize=7)
     if loader_res:
@@ -1143,7 +1156,7 @@ def main():
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--quick", action="store_true",
                     help="1,000 images, 20 ms only, index sizes 10k, one loader round")
-    ap.add_argument("--images", type=int, default=3000, help="generated dataset size")
+    ap.add_argument("--images", type=int, default=2000, help="generated dataset size")
     ap.add_argument("--data", help="an existing JPEG folder instead of the generated one")
     ap.add_argument("--caps", default="100,1000", help="Mbit/s, comma-separated")
     ap.add_argument("--latencies", default="0,20", help="ms added per request, comma-separated")
@@ -1160,7 +1173,7 @@ def main():
     ap.add_argument("--index-caps", default="100,1000")
     ap.add_argument("--index-latency", type=int, default=20)
     ap.add_argument("--loader-rounds", type=int, default=1, help="0: no DataLoader runs")
-    ap.add_argument("--loader-images", type=int, default=1000, help="0: the whole train split")
+    ap.add_argument("--loader-images", type=int, default=500, help="0: the whole train split")
     ap.add_argument("--loader-workers", type=int, default=2)
     ap.add_argument("--loader-cap", type=int, default=100)
     ap.add_argument("--loader-latency", type=int, default=20)
@@ -1182,11 +1195,11 @@ def main():
         loader_child(args.loader_child, args.loader_images, args.seed, args.loader_workers)
         return 0
     if args.quick:
-        args.images = 1000 if args.images == 3000 else args.images
+        args.images = 1000 if args.images == 2000 else args.images
         args.latencies = "20" if args.latencies == "0,20" else args.latencies
         args.index_sizes = "10k" if args.index_sizes == "10k,100k,1m" else args.index_sizes
         args.index_caps = "100"
-        args.loader_images = min(args.loader_images or 300, 300)
+        args.loader_images = min(args.loader_images or 200, 200)
     args.caps = [int(x) for x in args.caps.split(",") if x]
     args.latencies = [int(x) for x in args.latencies.split(",") if x]
     args.levels = [int(x) for x in args.levels.split(",") if x]
