@@ -1155,7 +1155,8 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--quick", action="store_true",
-                    help="1,000 images, 20 ms only, index sizes 10k, one loader round")
+                    help="500 images, 100 Mbit/s + 20 ms only, levels 1 and 10, the 10k index, "
+                         "100 loader images")
     ap.add_argument("--images", type=int, default=2000, help="generated dataset size")
     ap.add_argument("--data", help="an existing JPEG folder instead of the generated one")
     ap.add_argument("--caps", default="100,1000", help="Mbit/s, comma-separated")
@@ -1173,7 +1174,7 @@ def main():
     ap.add_argument("--index-caps", default="100,1000")
     ap.add_argument("--index-latency", type=int, default=20)
     ap.add_argument("--loader-rounds", type=int, default=1, help="0: no DataLoader runs")
-    ap.add_argument("--loader-images", type=int, default=500, help="0: the whole train split")
+    ap.add_argument("--loader-images", type=int, default=300, help="0: the whole train split")
     ap.add_argument("--loader-workers", type=int, default=2)
     ap.add_argument("--loader-cap", type=int, default=100)
     ap.add_argument("--loader-latency", type=int, default=20)
@@ -1195,11 +1196,13 @@ def main():
         loader_child(args.loader_child, args.loader_images, args.seed, args.loader_workers)
         return 0
     if args.quick:
-        args.images = 1000 if args.images == 2000 else args.images
+        args.images = 500 if args.images == 2000 else args.images
+        args.caps = "100" if args.caps == "100,1000" else args.caps
+        args.levels = "1,10" if args.levels == "1,2,5,10" else args.levels
         args.latencies = "20" if args.latencies == "0,20" else args.latencies
         args.index_sizes = "10k" if args.index_sizes == "10k,100k,1m" else args.index_sizes
         args.index_caps = "100"
-        args.loader_images = min(args.loader_images or 200, 200)
+        args.loader_images = min(args.loader_images or 100, 100)
     args.caps = [int(x) for x in args.caps.split(",") if x]
     args.latencies = [int(x) for x in args.latencies.split(",") if x]
     args.levels = [int(x) for x in args.levels.split(",") if x]
