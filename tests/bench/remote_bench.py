@@ -4,8 +4,8 @@ original JPEG folder read through `rclone mount` (http remote) and `s3fs`, all f
 loopback inside a network namespace whose lo is capped (HTB), with latency added by the fault
 proxy of tests/remote. Run as root with /usr/bin/python3, holding the benchmark lock:
 
-  flock /var/tmp/pcrfs-bench/bench.lock /usr/bin/python3 tests/bench/remote_bench.py          # ~30 min
-  flock /var/tmp/pcrfs-bench/bench.lock /usr/bin/python3 tests/bench/remote_bench.py --quick  # a few min
+  flock /var/tmp/pcrfs-bench/bench.lock /usr/bin/python3 tests/bench/remote_bench.py          # ~34 min
+  flock /var/tmp/pcrfs-bench/bench.lock /usr/bin/python3 tests/bench/remote_bench.py --quick  # ~4 min
 
 One nginx (autoindex on, for rclone's http remote) serves www/store (the pcr store) and
 www/src (the JPEG folder it was built from); one fault proxy process in front of it adds the
