@@ -890,8 +890,8 @@ def report(args, meta, ds, conds, summ, local, idx_res, loader_res, proxy_chk, c
     L.append("First epoch: pcrfs Lk files/s >= 0.8 x peer files/s x (source bytes / level bytes), "
              "the peer being the better rclone row; origin bytes <= 1.1 x bytes served.")
     L.append("")
-    L.append("| cap, latency | level | pcrfs files/s | peer files/s | bytes ratio | target files/s | "
-             "verdict | amplification | verdict |")
+    L.append("| cap, latency | level | pcrfs files/s | peer files/s | bytes ratio | "
+             "target files/s | verdict | amplification | verdict |")
     L.append("|---|---|---:|---:|---:|---:|---|---:|---|")
     verdicts = []
     for c in conds:
@@ -972,10 +972,11 @@ def report(args, meta, ds, conds, summ, local, idx_res, loader_res, proxy_chk, c
         for name, runs in loader_res["runs"].items():
             ips = median([r.get("images_per_s") for r in runs])
             err = next((r["error"] for r in runs if "error" in r), "")
+            origin = median([r.get("origin_bytes") for r in runs])
             L.append(f"| {name}{' (error: ' + err[:80] + ')' if err else ''} | "
                      f"{f1(median([r.get('list_s') for r in runs]), '{:.2f}')} | {f1(ips)} | "
                      f"{f1(ips / base if ips and base else None, '{:.2f}x')} | "
-                     f"{f1(median([r.get('origin_bytes') for r in runs]) and median([r.get('origin_bytes') for r in runs]) / 1e6)} |")
+                     f"{f1(origin and origin / 1e6)} |")
         L.append("")
     if proxy_chk:
         k = max(args.levels)
