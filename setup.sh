@@ -27,7 +27,9 @@ deps=(
   fuse3 lmdb-utils attr
   # tests, sample data and benchmarks
   python3 python3-pil python3-numpy python3-opencv python3-torch python3-torchvision
-  python3-skimage
+  python3-skimage python3-matplotlib
+  # remote-store benchmark peers (tests/bench/remote_bench.py)
+  rclone s3fs
   # remote-store test servers (tests/remote/install.sh installs the same and the npm packages)
   nginx-light awscli python3-boto3 curl iproute2
   libjpeg-turbo-progs time util-linux
