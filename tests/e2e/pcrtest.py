@@ -55,6 +55,9 @@ def remote_env(tmp):
     settings of the machine's, a HOME of its own under tmp."""
     env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": os.path.join(tmp, "home"),
            "no_proxy": "127.0.0.1,localhost"}
+    for name in ("ASAN_OPTIONS", "UBSAN_OPTIONS", "TSAN_OPTIONS", "LSAN_OPTIONS"):
+        if name in os.environ:  # a sanitizer build's settings reach the daemon
+            env[name] = os.environ[name]
     os.makedirs(env["HOME"], exist_ok=True)
     return env
 
