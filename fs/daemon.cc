@@ -79,7 +79,13 @@ void PrintUsage(const char* prog) {
       "                           /var/cache/pcrfs/HASH for root, else ~/.cache/pcrfs/HASH)\n"
       "    -o remote_timeout=S    a read fails with EIO after S seconds of retries, 1..3600\n"
       "                           (default 30)\n"
-      "    -o remote_connections=N  connections per host, 1..256 (default 16)\n"
+      "    -o remote_connections=N  connections per host, 1..256 (default 16; 4 are kept\n"
+      "                           for demand reads)\n"
+      "    -o remote_cache=SIZE   memory for fetched record bytes, 1M..1T (default 256M)\n"
+      "    -o disk_cache=SIZE     keep fetched record bytes on disk under cache_dir/chunks,\n"
+      "                           0..64T (default 0: none)\n"
+      "    -o disk_cache_fill     fetch the mounted level of every record into the disk\n"
+      "                           cache in the background at mount\n"
       "\n",
       prog);
 }
