@@ -13,6 +13,11 @@ constexpr char kUsage[] =
     "\n"
     "commands:\n"
     "  build SRC STORE   turn an image folder into a pcrfs store\n"
+    "  build SRC PART --shard I/N\n"
+    "                    build shard I (0..N-1) of N into the part folder PART\n"
+    "  merge PART... STORE\n"
+    "                    join the N parts of a sharded build into STORE, byte-identical to the\n"
+    "                    single build\n"
     "  cat STORE PATH    write one file of the store to stdout at a level (--scans K)\n"
     "  ladder STORE PATH -o OUT.png\n"
     "                    draw one image at levels 1..10 with bytes, PSNR and MS-SSIM\n"
@@ -35,6 +40,7 @@ int main(int argc, char** argv) {
   const std::string command = argv[1];
   std::vector<std::string> args(argv + 2, argv + argc);
   if (command == "build") return pcrfs::tools::RunBuild(args);
+  if (command == "merge") return pcrfs::tools::RunMerge(args);
   if (command == "cat") return pcrfs::tools::RunCat(args);
   if (command == "ladder") return pcrfs::tools::RunLadder(args);
   if (command == "quality-pair") return pcrfs::tools::RunQualityPair(args);
