@@ -30,6 +30,11 @@ def make_source(root):
         f.write(random.Random(5).randbytes(2_500_000))
 
 
+def read_bytes(path):
+    with open(path, "rb") as f:
+        return f.read()
+
+
 class ShardTest(TempDirTest):
     @classmethod
     def setUpClass(cls):
@@ -158,8 +163,10 @@ class ShardTest(TempDirTest):
         # part.json edited (its checksum no longer matches), or cut short.
         def edit_json(p):
             path = os.path.join(p, "part.json")
-            text = open(path).read().replace('"num_files": ', '"num_files": 1')
-            open(path, "w").write(text)
+            with open(path) as f:
+                text = f.read().replace('"num_files": ', '"num_files": 1')
+            with open(path, "w") as f:
+                f.write(text)
         parts = damaged_copy("json", edit_json)
         self.assertIn("checksum mismatch", self.refused(parts, "damaged part"))
         parts = damaged_copy("json2", lambda p: os.truncate(os.path.join(p, "part.json"), 40))
@@ -176,8 +183,8 @@ class ShardTest(TempDirTest):
             for dirpath, _, files in os.walk(self.src):
                 for name in files:
                     rel = os.path.relpath(os.path.join(dirpath, name), self.src)
-                    src_bytes = open(os.path.join(self.src, rel), "rb").read()
-                    got = open(os.path.join(mnt, rel), "rb").read()
+                    src_bytes = read_bytes(os.path.join(self.src, rel))
+                    got = read_bytes(os.path.join(mnt, rel))
                     seen += 1
                     if rel.startswith("class") and rel.endswith(".jpg"):
                         self.assertEqual(pil_pixels(got), pil_pixels(src_bytes), rel)
