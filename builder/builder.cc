@@ -846,6 +846,18 @@ class StoreBuilder {
   }
 
   // Reads `from` whole, copying it to `to` unless empty, and returns its size and CRC32C.
+  // A hard link where the part and the store share a filesystem (records are immutable: no
+  // second copy of the dataset's bytes), else a copy; either way every byte is read and
+  // checked by the caller against *size and *crc.
+  static Status LinkOrCopyChecked(const std::string& from, const std::string& to, uint64_t* size,
+                                  uint32_t* crc) {
+    if (::link(from.c_str(), to.c_str()) == 0) return CopyChecked(to, "", size, crc);
+    if (errno != EXDEV && errno != EPERM && errno != EMLINK && errno != ENOTSUP) {
+      return Status::FromErrno("link " + from + " -> " + to, errno);
+    }
+    return CopyChecked(from, to, size, crc);
+  }
+
   static Status CopyChecked(const std::string& from, const std::string& to, uint64_t* size,
                             uint32_t* crc) {
     auto in = OpenFile(from, O_RDONLY | O_NOFOLLOW);
@@ -922,7 +934,7 @@ class StoreBuilder {
       const std::string from = dir + "/" + index::RecordFileName(rec.id);
       uint64_t size = 0;
       uint32_t crc = 0;
-      PCRFS_RETURN_IF_ERROR(CopyChecked(from, RecordPath(rec.id), &size, &crc));
+      PCRFS_RETURN_IF_ERROR(LinkOrCopyChecked(from, RecordPath(rec.id), &size, &crc));
       if (size != rec.size || crc != rec.crc32c) {
         return Status::Corruption(from + ": damaged part: the record does not match its " +
                                   kPartFile + " (size or CRC32C)");

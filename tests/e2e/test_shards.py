@@ -11,6 +11,7 @@ import shutil
 import signal
 import subprocess
 import tarfile
+import tempfile
 import time
 import unittest
 
@@ -173,6 +174,26 @@ class ShardTest(TempDirTest):
         self.refused(parts, "damaged part")
         parts = damaged_copy("listing", lambda p: flip(os.path.join(p, "listing.bin"), 20))
         self.refused(parts, "listing.bin does not match")
+
+    def test_records_are_linked_on_one_filesystem_and_copied_across(self):
+        store = self.path("linked")
+        self.merge(self.parts3, store)
+        for part in self.parts3:
+            for name in os.listdir(os.path.join(part, "records")):
+                a = os.stat(os.path.join(part, "records", name))
+                b = os.stat(os.path.join(store, "records", name))
+                self.assertEqual((a.st_dev, a.st_ino), (b.st_dev, b.st_ino), name)
+        if os.stat("/dev/shm").st_dev == os.stat(self.tmp).st_dev:
+            self.skipTest("no second filesystem (/dev/shm) to copy across")
+        other = tempfile.mkdtemp(prefix="pcrfs-shards-", dir="/dev/shm")
+        try:
+            store = os.path.join(other, "copied")
+            self.merge(self.parts3, store)
+            self.assert_identical(store, self.single)
+            for name in os.listdir(os.path.join(store, "records")):
+                self.assertEqual(os.stat(os.path.join(store, "records", name)).st_nlink, 1)
+        finally:
+            shutil.rmtree(other, ignore_errors=True)
 
     def test_mount_of_the_merged_store(self):
         store = self.path("merged")
