@@ -21,6 +21,7 @@
 #include "builder/quality_sample.h"
 #include "builder/source_tree.h"
 #include "common/coding.h"
+#include "common/crc32c.h"
 #include "common/file_util.h"
 #include "common/parallel.h"
 #include "index/entry.h"
@@ -67,32 +68,11 @@ constexpr char kOptionsFile[] = "options";
 
 std::string PartialDir(const std::string& store) { return store + ".partial"; }
 
-// FNV-1a, 64 bit: a stable fingerprint of a record's members, to decide on --resume whether a
-// complete record can be kept.
-class Fingerprint {
- public:
-  void Add(std::string_view s) {
-    for (unsigned char c : s) {
-      h_ ^= c;
-      h_ *= 0x100000001b3ull;
-    }
-    Add64(s.size());
-  }
-  void Add64(uint64_t v) {
-    for (int i = 0; i < 8; ++i) {
-      h_ ^= (v >> (8 * i)) & 0xff;
-      h_ *= 0x100000001b3ull;
-    }
-  }
-  std::string Hex() const {
-    char buf[17];
-    std::snprintf(buf, sizeof buf, "%016llx", static_cast<unsigned long long>(h_));
-    return buf;
-  }
-
- private:
-  uint64_t h_ = 0xcbf29ce484222325ull;
-};
+// The records a build writes: all of them, or a shard's range.
+std::pair<uint32_t, uint32_t> RecordRange(const BuildConfig& c, uint32_t num_records) {
+  return c.shard.enabled() ? ShardRecordRange(num_records, c.shard)
+                           : std::make_pair(uint32_t{0}, num_records);
+}
 
 // An archive source is a regular file; a folder source is a folder.
 bool IsArchivePath(const std::string& source) {
@@ -424,11 +404,13 @@ class StoreBuilder {
       report_.problems.push_back({p.rel_path, p.reason, ""});
     }
     report_.files_total = tree_.files.size();
+    if (config_.shard.enabled()) listing_ = EncodeListing(tree_);  // before any change of stats
 
     locations_.assign(tree_.files.size(), FileLocation());
     for (Status (StoreBuilder::*step)() :
          {&StoreBuilder::PreparePartial, &StoreBuilder::WriteRecords,
-          &StoreBuilder::WriteIndexAndManifest, &StoreBuilder::Publish}) {
+          config_.shard.enabled() ? &StoreBuilder::WritePart : &StoreBuilder::WriteIndexAndManifest,
+          &StoreBuilder::Publish}) {
       Status s = (this->*step)();
       if (!s.ok()) return Err(std::move(s));
     }
@@ -447,7 +429,11 @@ class StoreBuilder {
 
   Status PreparePartial() {
     const std::string state = partial_ + "/" + kBuildStateDir;
-    const std::string options = OptionsText(config_);
+    std::string options = OptionsText(config_);
+    if (config_.shard.enabled()) {
+      options.insert(options.size() - 1, " shard=" + std::to_string(config_.shard.index) + "/" +
+                                             std::to_string(config_.shard.count));
+    }
     struct stat st;
     if (::stat(partial_.c_str(), &st) == 0) {
       bool keep = false;
@@ -548,12 +534,18 @@ class StoreBuilder {
     const size_t per = config_.images_per_record;
     const auto num_records = static_cast<uint32_t>((n + per - 1) / per);
     num_records_ = num_records;
+    const auto [first, last] = RecordRange(config_, num_records);
+    const size_t files = std::min(n, last * per) - std::min(n, first * per);
+    report_.record_begin = first;
+    report_.record_end = last;
+    report_.num_records = num_records;
+    report_.shard_files = files;
 
     // Decide which records survive from an interrupted build; transcode only the rest.
     std::vector<std::optional<index::RecordLayout>> reused(num_records);
     std::vector<std::string> fps(num_records);
     std::vector<uint32_t> todo;  // nodes to transcode
-    for (uint32_t r = 0; r < num_records; ++r) {
+    for (uint32_t r = first; r < last; ++r) {
       const size_t begin = r * per, end = std::min(n, begin + per);
       fps[r] = MembersFingerprint(begin, end);
       reused[r] = ReusableRecord(r, begin, end, fps[r]);
@@ -569,9 +561,9 @@ class StoreBuilder {
       done += add;
       if (!config_.progress) return;
       auto now = std::chrono::steady_clock::now();
-      if (now - last_progress >= std::chrono::milliseconds(200) || done == n) {
+      if (now - last_progress >= std::chrono::milliseconds(200) || done == files) {
         last_progress = now;
-        config_.progress(done, n);
+        config_.progress(done, files);
       }
     };
 
@@ -579,7 +571,7 @@ class StoreBuilder {
     OrderedTranscoder pool(
         todo.size(), &tree_, [&](size_t i) { return todo[i]; }, &config_, threads_, archive_.get());
     size_t next = 0;  // index into todo
-    for (uint32_t r = 0; r < num_records; ++r) {
+    for (uint32_t r = first; r < last; ++r) {
       const size_t begin = r * per, end = std::min(n, begin + per);
       if (reused[r]) {
         PCRFS_RETURN_IF_ERROR(Place(r, *reused[r], begin, nullptr));
@@ -592,7 +584,11 @@ class StoreBuilder {
       for (size_t i = begin; i < end; ++i) {
         FileResult res = pool.Take(next++);
         SourceNode& node = tree_.nodes[tree_.files[i]];
+        const size_t changes = report_.changed.size();
         PCRFS_RETURN_IF_ERROR(AddToRecord(writer->get(), &node, &res));
+        if (report_.changed.size() != changes) {
+          changed_.push_back({i, node.size, node.mtime_sec, node.mtime_nsec});
+        }
         tick(1);
       }
       auto layout = (*writer)->Finish();
@@ -821,6 +817,160 @@ class StoreBuilder {
     return WriteFileAtomic(manifest_path, with_quality.data(), with_quality.size());
   }
 
+  // A shard's part.json and listing.bin, after its records (shard_part.h).
+  Status WritePart() {
+    ShardPart part;
+    part.generator = std::string("pcrfs ") + PCRFS_VERSION;
+    part.source = config_.source;
+    part.options = OptionsText(config_);
+    part.options.pop_back();  // the newline
+    part.shard = config_.shard;
+    part.num_files = tree_.files.size();
+    part.num_records = num_records_;
+    part.record_begin = report_.record_begin;
+    part.record_end = report_.record_end;
+    Fingerprint fp;
+    fp.Add(listing_);
+    part.listing_digest = fp.Hex();
+    part.listing_crc32c = crc32c::Value(listing_.data(), listing_.size());
+    for (uint32_t r = part.record_begin; r < part.record_end; ++r) {
+      PartRecord rec{r, 0, 0};
+      PCRFS_RETURN_IF_ERROR(CopyChecked(RecordPath(r), "", &rec.size, &rec.crc32c));
+      part.records.push_back(rec);
+    }
+    part.changed = changed_;
+    PCRFS_RETURN_IF_ERROR(
+        WriteFileAtomic(partial_ + "/" + kListingFile, listing_.data(), listing_.size()));
+    const std::string json = part.ToJson();
+    return WriteFileAtomic(partial_ + "/" + kPartFile, json.data(), json.size());
+  }
+
+  // Reads `from` whole, copying it to `to` unless empty, and returns its size and CRC32C.
+  // A hard link where the part and the store share a filesystem (records are immutable: no
+  // second copy of the dataset's bytes), else a copy; either way every byte is read and
+  // checked by the caller against *size and *crc.
+  static Status LinkOrCopyChecked(const std::string& from, const std::string& to, uint64_t* size,
+                                  uint32_t* crc) {
+    if (::link(from.c_str(), to.c_str()) == 0) return CopyChecked(to, "", size, crc);
+    if (errno != EXDEV && errno != EPERM && errno != EMLINK && errno != ENOTSUP) {
+      return Status::FromErrno("link " + from + " -> " + to, errno);
+    }
+    return CopyChecked(from, to, size, crc);
+  }
+
+  static Status CopyChecked(const std::string& from, const std::string& to, uint64_t* size,
+                            uint32_t* crc) {
+    auto in = OpenFile(from, O_RDONLY | O_NOFOLLOW);
+    if (!in) return in.error();
+    UniqueFd out;
+    if (!to.empty()) {
+      auto created = OpenFile(to, O_WRONLY | O_CREAT | O_TRUNC);
+      if (!created) return created.error();
+      out = std::move(*created);
+    }
+    std::vector<uint8_t> buf(uint64_t{1} << 20);
+    *size = 0;
+    *crc = 0;
+    for (;;) {
+      const ssize_t got = ::read(in->get(), buf.data(), buf.size());
+      if (got < 0 && errno == EINTR) continue;
+      if (got < 0) return Status::FromErrno(from, errno);
+      if (got == 0) break;
+      *crc = crc32c::Extend(*crc, buf.data(), static_cast<size_t>(got));
+      *size += static_cast<uint64_t>(got);
+      if (out.valid()) {
+        PCRFS_RETURN_IF_ERROR(WriteFull(out.get(), buf.data(), static_cast<size_t>(got), to));
+      }
+    }
+    if (out.valid() && ::fsync(out.get()) != 0) return Status::FromErrno("fsync " + to, errno);
+    return Status::OK();
+  }
+
+ public:
+  // `pcr merge`: parts[i] (in folder dirs[i]) is shard i of parts.size(), checked by LoadParts.
+  Result<BuildReport> Merge(const std::vector<std::string>& dirs,
+                            const std::vector<ShardPart>& parts) {
+    const auto start = std::chrono::steady_clock::now();
+    auto bytes = ReadWholeFile(dirs[0] + "/" + kListingFile, UINT64_MAX);
+    if (!bytes) return Err(bytes.error());
+    auto tree = DecodeListing(
+        std::string_view(reinterpret_cast<const char*>(bytes->data()), bytes->size()));
+    if (!tree) return Err(Status::Corruption(dirs[0] + ": " + tree.error().message()));
+    tree_ = std::move(*tree);
+    for (const SourceProblem& p : tree_.problems) {
+      report_.problems.push_back({p.rel_path, p.reason, ""});
+    }
+    report_.files_total = tree_.files.size();
+    locations_.assign(tree_.files.size(), FileLocation());
+    num_records_ = parts[0].num_records;
+    const size_t per = config_.images_per_record;
+    if (tree_.files.size() != parts[0].num_files ||
+        num_records_ != (tree_.files.size() + per - 1) / per) {
+      return Err(
+          Status::Corruption(dirs[0] + ": damaged part: listing.bin disagrees with " + kPartFile));
+    }
+    if (Status s = PreparePartial(); !s.ok()) return Err(std::move(s));
+    for (size_t p = 0; p < parts.size(); ++p) {
+      if (Status s = MergePart(dirs[p], parts[p]); !s.ok()) return Err(std::move(s));
+    }
+    for (Status (StoreBuilder::*step)() :
+         {&StoreBuilder::WriteIndexAndManifest, &StoreBuilder::Publish}) {
+      Status s = (this->*step)();
+      if (!s.ok()) return Err(std::move(s));
+    }
+    report_.num_records = num_records_;
+    report_.record_end = num_records_;
+    report_.seconds =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    return std::move(report_);
+  }
+
+ private:
+  // Copies the records of one part into the store, checking each against part.json, and
+  // places their files; then applies the part's changed file stats.
+  Status MergePart(const std::string& dir, const ShardPart& part) {
+    const size_t n = tree_.files.size(), per = config_.images_per_record;
+    for (const PartRecord& rec : part.records) {
+      const std::string from = dir + "/" + index::RecordFileName(rec.id);
+      uint64_t size = 0;
+      uint32_t crc = 0;
+      PCRFS_RETURN_IF_ERROR(LinkOrCopyChecked(from, RecordPath(rec.id), &size, &crc));
+      if (size != rec.size || crc != rec.crc32c) {
+        return Status::Corruption(from + ": damaged part: the record does not match its " +
+                                  kPartFile + " (size or CRC32C)");
+      }
+      const size_t begin = rec.id * per, end = std::min(n, begin + per);
+      auto file = PosixRandomAccessFile::Open(RecordPath(rec.id));
+      if (!file) return file.error();
+      auto layout = index::ReadRecordLayout(**file);
+      if (!layout) return Status::Corruption(from + ": " + layout.error().message());
+      bool same = layout->images.size() == end - begin;
+      for (size_t i = begin; same && i < end; ++i) {
+        same = layout->images[i - begin].path == tree_.RelPath(tree_.nodes[tree_.files[i]]);
+      }
+      if (!same) {
+        return Status::Corruption(from + ": its files are not those of the source listing");
+      }
+      PCRFS_RETURN_IF_ERROR(Place(rec.id, *layout, begin, nullptr));
+      for (const index::RecordImage& img : layout->images) {
+        if (img.passthrough_reason == PassthroughReason::kUnreadable) {
+          report_.problems.push_back({img.path, "unreadable", "see the report of " + dir});
+        }
+      }
+    }
+    for (const ChangedFile& c : part.changed) {
+      if (c.position < part.record_begin * per ||
+          c.position >= std::min(n, part.record_end * per)) {
+        return Status::Corruption(dir + ": damaged part: a changed file outside its records");
+      }
+      SourceNode& node = tree_.nodes[tree_.files[c.position]];
+      node.size = c.size;
+      node.mtime_sec = c.mtime_sec;
+      node.mtime_nsec = c.mtime_nsec;
+    }
+    return Status::OK();
+  }
+
   Status Publish() {
     PCRFS_RETURN_IF_ERROR(RemoveTree(partial_ + "/" + kBuildStateDir));
     PCRFS_RETURN_IF_ERROR(FsyncPath(partial_ + "/" + index::kRecordsDir));
@@ -865,6 +1015,8 @@ class StoreBuilder {
   }
   uint32_t num_records_ = 0;
   BuildReport report_;
+  std::string listing_;               // a shard: EncodeListing of the walk
+  std::vector<ChangedFile> changed_;  // files whose stats changed while they were read
 };
 
 }  // namespace
@@ -896,13 +1048,21 @@ Status CheckBuildArguments(const BuildConfig& config) {
   const fs::path src_abs = fs::weakly_canonical(fs::absolute(src), ec);
   const fs::path store_abs = fs::weakly_canonical(fs::absolute(store), ec);
   if (ec) return Status::InvalidArgument(store + ": " + ec.message());
-  if (store_abs.filename().empty())
-    return Status::InvalidArgument(store + ": not a valid store name");
   // A store inside its own source would be walked into itself.
   auto [s, t] = std::mismatch(src_abs.begin(), src_abs.end(), store_abs.begin(), store_abs.end());
   if (s == src_abs.end()) {
     return Status::InvalidArgument(store + ": the store cannot be inside the source folder " + src);
   }
+  return CheckStoreTarget(store, config.force);
+}
+
+Status CheckStoreTarget(const std::string& store, bool force) {
+  if (store.empty()) return Status::InvalidArgument("STORE is required");
+  std::error_code ec;
+  const fs::path store_abs = fs::weakly_canonical(fs::absolute(store), ec);
+  if (ec) return Status::InvalidArgument(store + ": " + ec.message());
+  if (store_abs.filename().empty())
+    return Status::InvalidArgument(store + ": not a valid store name");
   const fs::path parent = store_abs.parent_path();
   if (!fs::is_directory(parent, ec)) {
     return Status::NotFound(store + ": parent folder " + parent.string() + " does not exist");
@@ -910,12 +1070,14 @@ Status CheckBuildArguments(const BuildConfig& config) {
   if (::access(parent.c_str(), W_OK) != 0) {
     return Status::FromErrno(store + ": cannot write to " + parent.string(), errno);
   }
+  struct stat st;
   if (::lstat(store.c_str(), &st) == 0) {
-    if (!config.force) {
+    if (!force) {
       return Status::AlreadyExists(store + ": already exists (use --force to replace it)");
     }
-    // --force replaces stores only: never remove a folder of someone's data.
-    const bool is_store = ::access((store + "/" + index::kManifestFile).c_str(), F_OK) == 0;
+    // --force replaces stores and parts only: never remove a folder of someone's data.
+    const bool is_store = ::access((store + "/" + index::kManifestFile).c_str(), F_OK) == 0 ||
+                          ::access((store + "/" + kPartFile).c_str(), F_OK) == 0;
     if (!S_ISDIR(st.st_mode) || !(is_store || IsDirectoryEmpty(store))) {
       return Status::InvalidArgument(store +
                                      ": exists and is not a pcrfs store; refusing to replace it");
@@ -935,6 +1097,164 @@ Result<BuildReport> Build(const BuildConfig& config) {
 Result<BuildReport> BuildLocked(const BuildConfig& config, const StoreWriterLock& /*lock*/) {
   StoreBuilder builder(config);
   return builder.Run();
+}
+
+namespace {
+
+struct LoadedParts {
+  std::vector<std::string> dirs;  // by shard index
+  std::vector<ShardPart> parts;
+};
+
+std::string ShardName(const ShardSpec& s) {
+  return std::to_string(s.index) + "/" + std::to_string(s.count);
+}
+
+Result<ShardPart> LoadPart(const std::string& dir) {
+  const std::string path = dir + "/" + kPartFile;
+  struct stat st;
+  if (::stat(dir.c_str(), &st) != 0 || !S_ISDIR(st.st_mode)) {
+    return Err(Status::NotFound(dir + ": no such part folder"));
+  }
+  if (::access(path.c_str(), F_OK) != 0) {
+    return Err(Status::InvalidArgument(dir + ": not a pcrfs shard part (no " + kPartFile +
+                                       "; was its pcr build --shard completed?)"));
+  }
+  auto text = ReadWholeFile(path, uint64_t{1} << 30);
+  if (!text) return Err(text.error());
+  auto part = ShardPart::FromJson(std::string(text->begin(), text->end()));
+  if (!part) {
+    return Err(
+        Status::Corruption(dir + ": damaged part: " + kPartFile + ": " + part.error().message()));
+  }
+  auto listing = ReadWholeFile(dir + "/" + kListingFile, UINT64_MAX);
+  if (!listing)
+    return Err(Status::Corruption(dir + ": damaged part: " + listing.error().message()));
+  Fingerprint fp;
+  fp.Add(std::string_view(reinterpret_cast<const char*>(listing->data()), listing->size()));
+  if (fp.Hex() != part->listing_digest || crc32c::Value(*listing) != part->listing_crc32c) {
+    return Err(Status::Corruption(dir + ": damaged part: " + kListingFile + " does not match " +
+                                  kPartFile));
+  }
+  for (const PartRecord& r : part->records) {
+    const std::string rec = dir + "/" + index::RecordFileName(r.id);
+    if (::lstat(rec.c_str(), &st) != 0 || !S_ISREG(st.st_mode) ||
+        static_cast<uint64_t>(st.st_size) != r.size) {
+      return Err(Status::Corruption(rec + ": damaged part: missing, or not the size " + kPartFile +
+                                    " gives"));
+    }
+  }
+  return part;
+}
+
+// Every part loaded and checked against the first: one source, one set of options, one N, and
+// each shard 0..N-1 exactly once.
+Result<LoadedParts> LoadParts(const MergeConfig& config) {
+  if (config.parts.empty()) return Err(Status::InvalidArgument("no PART given"));
+  std::vector<ShardPart> given;
+  for (const std::string& dir : config.parts) {
+    auto part = LoadPart(dir);
+    if (!part) return Err(part.error());
+    given.push_back(std::move(*part));
+  }
+  const ShardPart& first = given[0];
+  const std::string& first_dir = config.parts[0];
+  LoadedParts out;
+  out.dirs.resize(first.shard.count);
+  out.parts.resize(first.shard.count);
+  for (size_t i = 0; i < given.size(); ++i) {
+    const ShardPart& p = given[i];
+    const std::string& dir = config.parts[i];
+    if (p.shard.count != first.shard.count) {
+      return Err(Status::InvalidArgument(dir + ": is shard " + ShardName(p.shard) + ", but " +
+                                         first_dir + " is shard " + ShardName(first.shard) +
+                                         ": parts of different N cannot be merged"));
+    }
+    if (p.listing_digest != first.listing_digest || p.num_files != first.num_files) {
+      return Err(Status::InvalidArgument(
+          dir + ": built from a different source than " + first_dir +
+          " (the source listings differ: another folder, or files changed between the shards' "
+          "walks)"));
+    }
+    if (p.options != first.options) {
+      return Err(Status::InvalidArgument(dir + ": built with other options than " + first_dir +
+                                         " (" + p.options + " against " + first.options + ")"));
+    }
+    if (!out.dirs[p.shard.index].empty()) {
+      return Err(Status::InvalidArgument("shard " + ShardName(p.shard) + " given twice: " +
+                                         out.dirs[p.shard.index] + " and " + dir));
+    }
+    out.dirs[p.shard.index] = dir;
+    out.parts[p.shard.index] = p;
+  }
+  for (uint32_t i = 0; i < first.shard.count; ++i) {
+    if (out.dirs[i].empty()) {
+      return Err(Status::InvalidArgument("shard " + ShardName({i, first.shard.count}) +
+                                         " is missing (" + std::to_string(first.shard.count) +
+                                         " parts needed, " + std::to_string(given.size()) +
+                                         " given)"));
+    }
+  }
+  return out;
+}
+
+// The build options from OptionsText.
+Result<BuildConfig> ConfigFromOptions(const std::string& text) {
+  BuildConfig c;
+  std::map<std::string, std::string> kv;
+  size_t pos = 0;
+  while (pos < text.size()) {
+    size_t end = text.find(' ', pos);
+    if (end == std::string::npos) end = text.size();
+    const std::string item = text.substr(pos, end - pos);
+    const size_t eq = item.find('=');
+    if (eq != std::string::npos) kv[item.substr(0, eq)] = item.substr(eq + 1);
+    pos = end + 1;
+  }
+  try {
+    if (std::stoul(kv.at("format")) != index::kStoreFormatVersion) {
+      return Err(Status::NotSupported("store format " + kv.at("format") +
+                                      " is not supported (this pcr writes " +
+                                      std::to_string(index::kStoreFormatVersion) + ")"));
+    }
+    c.strip_metadata = kv.at("strip_metadata") == "1";
+    c.images_per_record = static_cast<uint32_t>(std::stoul(kv.at("images_per_record")));
+    c.max_input_scans = std::stoi(kv.at("max_input_scans"));
+    c.max_image_memory = std::stoull(kv.at("max_image_memory"));
+    c.max_jpeg_bytes = std::stoull(kv.at("max_jpeg_bytes"));
+    c.quality_sample = static_cast<uint32_t>(std::stoul(kv.at("quality_sample")));
+    c.quality_seed = std::stoull(kv.at("quality_seed"));
+  } catch (const std::exception&) {
+    return Err(Status::Corruption("malformed options: " + text));
+  }
+  if (c.images_per_record == 0) return Err(Status::Corruption("malformed options: " + text));
+  return c;
+}
+
+}  // namespace
+
+Status CheckMergeParts(const MergeConfig& config) {
+  auto loaded = LoadParts(config);
+  if (!loaded) return loaded.error();
+  auto options = ConfigFromOptions(loaded->parts[0].options);
+  if (!options) return Status::Corruption(config.parts[0] + ": " + options.error().message());
+  return Status::OK();
+}
+
+Result<BuildReport> MergeLocked(const MergeConfig& config, const StoreWriterLock& /*lock*/) {
+  auto loaded = LoadParts(config);
+  if (!loaded) return Err(loaded.error());
+  auto build = ConfigFromOptions(loaded->parts[0].options);
+  if (!build) return Err(build.error());
+  build->source = loaded->parts[0].source;
+  build->store = config.store;
+  build->threads = config.threads;
+  build->force = config.force;
+  StoreBuilder builder(*build);
+  auto report = builder.Merge(loaded->dirs, loaded->parts);
+  // Unlike a build's, a merge's STORE.partial holds only copies: nothing to resume.
+  if (!report) (void)RemoveTree(PartialDir(config.store));
+  return report;
 }
 
 }  // namespace pcrfs::tools

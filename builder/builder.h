@@ -13,6 +13,7 @@
 #include <string>
 #include <vector>
 
+#include "builder/shard_part.h"
 #include "builder/store_lock.h"
 #include "codec/transcoder.h"
 #include "common/status.h"
@@ -37,6 +38,8 @@ struct BuildConfig {
   // JPEGs whose PSNR and MS-SSIM at every level are measured into the manifest; 0: none.
   uint32_t quality_sample = 100;
   uint64_t quality_seed = 0;
+  // Build only shard I of N into the part folder `store` (shard_part.h); merge with MergeParts.
+  ShardSpec shard;
   // Called about five times a second with (files done, files total). May be empty.
   std::function<void(uint64_t, uint64_t)> progress;
 };
@@ -58,6 +61,10 @@ struct BuildReport {
   std::vector<PassthroughNote> problems;
   // Files that changed between the listing of the source and their reading: stored as read.
   std::vector<PassthroughNote> changed;
+  // A shard (BuildConfig::shard): its records [record_begin, record_end) of num_records, and the
+  // files in them. The manifest is empty: `pcr merge` writes it.
+  uint32_t record_begin = 0, record_end = 0, num_records = 0;
+  uint64_t shard_files = 0;
 };
 
 // Exit codes of `pcr build`, documented in the README.
@@ -68,6 +75,10 @@ enum BuildExit : int {
   kExitProblems = 3,  // the store is complete, but some source entries could not be stored
   kExitBusy = 4,      // another writer holds STORE's lock (StoreWriterLock); nothing was touched
 };
+
+// Checks STORE (or PART) alone: its parent is a writable folder, and it does not exist unless
+// `force` and it is a store, a part or an empty folder.
+Status CheckStoreTarget(const std::string& store, bool force);
 
 // Checks SRC and STORE before any work: InvalidArgument / AlreadyExists / NotFound on bad input.
 Status CheckBuildArguments(const BuildConfig& config);
@@ -81,5 +92,23 @@ Result<BuildReport> Build(const BuildConfig& config);
 // The build itself. REQUIRES: `lock` is held on config.store and CheckBuildArguments passed
 // after it was taken; the lock is held until the caller releases it, after the final rename.
 Result<BuildReport> BuildLocked(const BuildConfig& config, const StoreWriterLock& lock);
+
+struct MergeConfig {
+  std::vector<std::string> parts;  // in any order
+  std::string store;
+  unsigned threads = 0;  // for the quality sample; 0: every core
+  bool force = false;
+};
+
+// Checks the parts before any work: each is a complete, undamaged part (part.json checksum), and
+// together they are the N shards 0..N-1 of one source listing with one set of options.
+// InvalidArgument / Corruption / NotFound naming the part otherwise.
+Status CheckMergeParts(const MergeConfig& config);
+
+// `pcr merge`: joins the parts into config.store, byte-identical to the single build: records
+// copied (each checked against its part's CRC32C), the index written from the listing and the
+// records, the quality sample measured on the merged store as a single build measures it.
+// REQUIRES: `lock` is held on config.store, CheckStoreTarget and CheckMergeParts passed.
+Result<BuildReport> MergeLocked(const MergeConfig& config, const StoreWriterLock& lock);
 
 }  // namespace pcrfs::tools

@@ -32,11 +32,35 @@ std::string HumanBytes(uint64_t bytes) {
 
 namespace {
 
-void PrintReport(const BuildReport& r, const std::string& store) {
+void PrintShardReport(const BuildReport& r, const std::string& part, const ShardSpec& shard) {
+  const std::string records =
+      r.record_end > r.record_begin
+          ? "records " + std::to_string(r.record_begin) + ".." + std::to_string(r.record_end - 1)
+          : std::string("no records");
+  std::printf("pcr build: %s: shard %u/%u: %s of %u (%" PRIu64 " of %" PRIu64 " files) in %.1f s",
+              part.c_str(), shard.index, shard.count, records.c_str(), r.num_records, r.shard_files,
+              r.files_total, r.seconds);
+  if (r.records_reused) std::printf(", %" PRIu64 " records kept", r.records_reused);
+  std::printf("\n  merge all %u parts with: pcr merge PART... STORE\n", shard.count);
+  for (const auto& n : r.passthrough_notes) {
+    std::printf("    %s: %s%s%s\n", n.rel_path.c_str(), n.reason.c_str(),
+                n.detail.empty() ? "" : ": ", n.detail.c_str());
+  }
+  for (const auto& c : r.changed) {
+    std::printf("    %s: %s: %s\n", c.rel_path.c_str(), c.reason.c_str(), c.detail.c_str());
+  }
+  for (const auto& p : r.problems) {
+    std::printf("    NOT STORED %s: %s%s%s\n", p.rel_path.c_str(), p.reason.c_str(),
+                p.detail.empty() ? "" : ": ", p.detail.c_str());
+  }
+}
+
+}  // namespace
+
+void PrintReport(const BuildReport& r, const std::string& store, const char* command) {
   const index::Manifest& m = r.manifest;
-  std::printf("pcr build: %s: %" PRIu64 " files, %" PRIu64
-              " directories in %.1f s (%.1f files/s)\n",
-              store.c_str(), m.num_jpeg + m.num_passthrough, m.num_directories, r.seconds,
+  std::printf("pcr %s: %s: %" PRIu64 " files, %" PRIu64 " directories in %.1f s (%.1f files/s)\n",
+              command, store.c_str(), m.num_jpeg + m.num_passthrough, m.num_directories, r.seconds,
               r.seconds > 0 ? static_cast<double>(r.files_total) / r.seconds : 0.0);
   std::printf("  JPEGs transcoded     %" PRIu64 "\n", m.num_jpeg);
   std::printf("  passthrough files    %" PRIu64 "\n", m.num_passthrough);
@@ -87,8 +111,6 @@ void PrintReport(const BuildReport& r, const std::string& store) {
   }
 }
 
-}  // namespace
-
 int RunBuild(const std::vector<std::string>& args) {
   BuildConfig config;
   po::options_description opts(
@@ -118,7 +140,9 @@ int RunBuild(const std::vector<std::string>& args) {
       "quality-seed", po::value<uint64_t>(&config.quality_seed)->default_value(0),
       "seed that chooses the quality sample")(
       "no-nested", "SRC is an archive: keep archives inside it as files, not folders")(
-      "quiet,q", "no progress line");
+      "shard", po::value<std::string>(),
+      "I/N: write only shard I (0..N-1) of N into the part folder STORE; join the N parts with "
+      "pcr merge")("quiet,q", "no progress line");
   std::string src, store;
   po::variables_map vm;
   if (auto exit = ParseCommandLine(
@@ -137,6 +161,14 @@ int RunBuild(const std::vector<std::string>& args) {
   config.store = store;
   config.threads = threads;
   config.nested_archives = !vm.count("no-nested");
+  if (vm.count("shard")) {
+    auto shard = ParseShardSpec(vm["shard"].as<std::string>());
+    if (!shard) {
+      std::fprintf(stderr, "pcr build: %s\n", shard.error().message().c_str());
+      return kExitUsage;
+    }
+    config.shard = *shard;
+  }
   if (Status s = CheckBuildArguments(config); !s.ok()) {
     std::fprintf(stderr, "pcr build: %s\n", s.message().c_str());
     return kExitUsage;
@@ -174,7 +206,11 @@ int RunBuild(const std::vector<std::string>& args) {
                  "stopped\n");
     return kExitFailed;
   }
-  PrintReport(*report, store);
+  if (config.shard.enabled()) {
+    PrintShardReport(*report, store, config.shard);
+  } else {
+    PrintReport(*report, store, "build");
+  }
   if (!report->problems.empty()) {
     std::fprintf(stderr, "pcr build: %zu source entries could not be stored (listed above)\n",
                  report->problems.size());
