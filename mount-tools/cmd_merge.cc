@@ -56,7 +56,7 @@ int RunMerge(const std::vector<std::string>& args) {
       return kExitUsage;
     }
   }
-  auto lock = StoreWriterLock::Acquire(config.store);
+  auto lock = StoreWriterLock::Acquire(config.store, "merge");
   if (!lock) {
     std::fprintf(stderr, "pcr merge: %s\n", lock.error().message().c_str());
     return lock.error().code() == Status::Code::kAlreadyExists ? kExitBusy : kExitFailed;
