@@ -106,9 +106,11 @@ Status ProbeArchive(const std::string& path) {
 struct ArchiveSource::Impl {
   std::string path;
   bool nested = true;
-  SourceTree* tree = nullptr;  // pass 1 only
-  std::vector<uint32_t> plan;  // by member sequence number
-  size_t seq = 0;              // members met so far in this pass
+  SourceTree* tree = nullptr;                 // pass 1 only
+  const ListingProgress* progress = nullptr;  // pass 1 only
+  uint64_t listed_bytes = 0;                  // pass 1: of the file members so far
+  std::vector<uint32_t> plan;                 // by member sequence number
+  size_t seq = 0;                             // members met so far in this pass
   bool second_pass = false;
   // Pass 1: (parent, name) -> node, to find folders and duplicates; dropped after pass 1.
   std::unordered_multimap<uint64_t, uint32_t> names;
@@ -329,6 +331,8 @@ struct ArchiveSource::Impl {
       tree->nodes[node].size = total;
     }
     tree->files.push_back(node);
+    listed_bytes += tree->nodes[node].size;
+    if (progress != nullptr && *progress) (*progress)(tree->files.size(), listed_bytes);
     return node;
   }
 
@@ -398,7 +402,8 @@ ArchiveSource::~ArchiveSource() {
   if (impl_->reader.joinable()) impl_->reader.join();
 }
 
-Result<std::unique_ptr<ArchiveSource>> ArchiveSource::Open(const std::string& path, bool nested) {
+Result<std::unique_ptr<ArchiveSource>> ArchiveSource::Open(const std::string& path, bool nested,
+                                                           const ListingProgress& progress) {
   if (Status s = ProbeArchive(path); !s.ok()) return Err(std::move(s));
   auto impl = std::make_unique<Impl>();
   impl->path = path;
@@ -415,6 +420,7 @@ Result<std::unique_ptr<ArchiveSource>> ArchiveSource::Open(const std::string& pa
   tree.nodes.push_back(std::move(root));
   m.implied.push_back(true);
   m.tree = &tree;
+  m.progress = &progress;
   ArchivePtr a = NewReader();
   if (!a) return Err(Status::ResourceExhausted(path + ": out of memory"));
   if (archive_read_open_filename(a.get(), path.c_str(), kReadBlock) != ARCHIVE_OK) {
@@ -449,6 +455,7 @@ Result<std::unique_ptr<ArchiveSource>> ArchiveSource::Open(const std::string& pa
   m.names = {};
   m.implied = {};
   m.tree = nullptr;
+  m.progress = nullptr;
   return src;
 }
 

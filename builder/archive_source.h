@@ -54,8 +54,9 @@ class ArchiveMember {
 class ArchiveSource {
  public:
   // Pass 1. Fails only if the archive cannot be opened or its first header cannot be read.
-  // nested: expand .tar/.tar.gz/.tgz/.zip members into folders.
-  static Result<std::unique_ptr<ArchiveSource>> Open(const std::string& path, bool nested);
+  // nested: expand .tar/.tar.gz/.tgz/.zip members into folders. progress: called per file member.
+  static Result<std::unique_ptr<ArchiveSource>> Open(const std::string& path, bool nested,
+                                                     const ListingProgress& progress = {});
   ~ArchiveSource();  // cancels and joins the reader thread
   ArchiveSource(const ArchiveSource&) = delete;
   ArchiveSource& operator=(const ArchiveSource&) = delete;

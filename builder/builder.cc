@@ -18,6 +18,7 @@
 #include <unordered_map>
 
 #include "builder/archive_source.h"
+#include "builder/provenance.h"
 #include "builder/quality_sample.h"
 #include "builder/source_tree.h"
 #include "common/coding.h"
@@ -78,6 +79,11 @@ std::pair<uint32_t, uint32_t> RecordRange(const BuildConfig& c, uint32_t num_rec
 bool IsArchivePath(const std::string& source) {
   struct stat st;
   return ::stat(source.c_str(), &st) == 0 && S_ISREG(st.st_mode);
+}
+
+// provenance.json's kind of source.
+std::string SourceKind(const std::string& source) {
+  return IsArchivePath(source) ? "archive" : "folder";
 }
 
 std::string OptionsText(const BuildConfig& c) {
@@ -390,13 +396,18 @@ class StoreBuilder {
 
   Result<BuildReport> Run() {
     const auto start = std::chrono::steady_clock::now();
+    started_ms_ = UnixMillisNow();
+    const ListingProgress listing = [this](uint64_t files, uint64_t bytes) {
+      Progress(BuildProgress::Stage::kListing, files, 0, bytes, 0);
+    };
+    Progress(BuildProgress::Stage::kListing, 0, 0, 0, 0);
     if (IsArchivePath(config_.source)) {
-      auto archive = ArchiveSource::Open(config_.source, config_.nested_archives);
+      auto archive = ArchiveSource::Open(config_.source, config_.nested_archives, listing);
       if (!archive) return Err(archive.error());
       archive_ = std::move(*archive);
       tree_ = std::move(archive_->tree());
     } else {
-      auto tree = WalkSource(config_.source);
+      auto tree = WalkSource(config_.source, listing);
       if (!tree) return Err(tree.error());
       tree_ = std::move(*tree);
     }
@@ -407,10 +418,11 @@ class StoreBuilder {
     if (config_.shard.enabled()) listing_ = EncodeListing(tree_);  // before any change of stats
 
     locations_.assign(tree_.files.size(), FileLocation());
+    const bool shard = config_.shard.enabled();
     for (Status (StoreBuilder::*step)() :
          {&StoreBuilder::PreparePartial, &StoreBuilder::WriteRecords,
-          config_.shard.enabled() ? &StoreBuilder::WritePart : &StoreBuilder::WriteIndexAndManifest,
-          &StoreBuilder::Publish}) {
+          shard ? &StoreBuilder::WritePart : &StoreBuilder::WriteIndexAndManifest,
+          shard ? &StoreBuilder::NoStep : &StoreBuilder::WriteProvenance, &StoreBuilder::Publish}) {
       Status s = (this->*step)();
       if (!s.ok()) return Err(std::move(s));
     }
@@ -421,6 +433,37 @@ class StoreBuilder {
 
  private:
   std::string RecordPath(uint32_t id) const { return partial_ + "/" + index::RecordFileName(id); }
+
+  void Progress(BuildProgress::Stage stage, uint64_t done, uint64_t total, uint64_t bytes,
+                uint64_t bytes_total) const {
+    if (config_.progress) config_.progress({stage, done, total, bytes, bytes_total});
+  }
+
+  Status NoStep() { return Status::OK(); }
+
+  // provenance.json (builder/provenance.h), the last file before the store is published.
+  Status WriteProvenance() {
+    Provenance p;
+    p.command = shards_ > 0 ? "merge" : "build";
+    p.source_kind = shards_ > 0 ? merged_kind_ : SourceKind(config_.source);
+    std::error_code ec;
+    const fs::path abs = fs::absolute(config_.source, ec);
+    p.source = shards_ > 0 || ec ? config_.source : abs.lexically_normal().string();
+    p.shards = shards_;
+    p.generator = std::string("pcrfs ") + PCRFS_VERSION;
+    p.commit = SourceCommit();
+    p.host = HostName();
+    p.started_ms = started_ms_;
+    p.finished_ms = UnixMillisNow();
+    p.threads = threads_;
+    p.nested_archives = config_.nested_archives;
+    p.files_listed = tree_.files.size();
+    p.not_stored = report_.problems.size();
+    p.changed = report_.changed.size();
+    p.records_kept = report_.records_reused;
+    const std::string json = p.ToJson();
+    return WriteFileAtomic(partial_ + "/" + kProvenanceFile, json.data(), json.size());
+  }
   std::string FingerprintPath(uint32_t id) const {
     char buf[32];
     std::snprintf(buf, sizeof buf, "/%08u.members", id);
@@ -555,17 +598,17 @@ class StoreBuilder {
       }
     }
 
-    uint64_t done = 0;
-    auto last_progress = std::chrono::steady_clock::now();
-    auto tick = [&](uint64_t add) {
-      done += add;
-      if (!config_.progress) return;
-      auto now = std::chrono::steady_clock::now();
-      if (now - last_progress >= std::chrono::milliseconds(200) || done == files) {
-        last_progress = now;
-        config_.progress(done, files);
-      }
+    uint64_t bytes_total = 0;
+    for (size_t i = std::min(n, first * per); i < std::min(n, last * per); ++i) {
+      bytes_total += tree_.nodes[tree_.files[i]].size;
+    }
+    uint64_t done = 0, bytes = 0;
+    auto tick = [&](size_t begin, size_t end) {
+      done += end - begin;
+      for (size_t i = begin; i < end; ++i) bytes += tree_.nodes[tree_.files[i]].size;
+      Progress(BuildProgress::Stage::kFiles, done, files, bytes, bytes_total);
     };
+    Progress(BuildProgress::Stage::kFiles, 0, files, 0, bytes_total);
 
     if (archive_) archive_->StartReading(todo);
     OrderedTranscoder pool(
@@ -576,7 +619,7 @@ class StoreBuilder {
       if (reused[r]) {
         PCRFS_RETURN_IF_ERROR(Place(r, *reused[r], begin, nullptr));
         ++report_.records_reused;
-        tick(end - begin);
+        tick(begin, end);
         continue;
       }
       auto writer = index::RecordWriter::Create(RecordPath(r));
@@ -589,7 +632,7 @@ class StoreBuilder {
         if (report_.changed.size() != changes) {
           changed_.push_back({i, node.size, node.mtime_sec, node.mtime_nsec});
         }
-        tick(1);
+        tick(i, i + 1);
       }
       auto layout = (*writer)->Finish();
       if (!layout) return layout.error();
@@ -807,8 +850,11 @@ class StoreBuilder {
     auto store = index::Store::Open(partial_);
     if (!store) return store.error();
     uint32_t skipped = 0;
-    auto quality = MeasureStoreQuality(**store, config_.quality_sample, config_.quality_seed,
-                                       threads_, &skipped);
+    auto quality =
+        MeasureStoreQuality(**store, config_.quality_sample, config_.quality_seed, threads_,
+                            &skipped, [this](uint64_t done, uint64_t total) {
+                              Progress(BuildProgress::Stage::kQuality, done, total, 0, 0);
+                            });
     if (!quality) return quality.error();
     m.quality.measured = (*quality)[0].n;
     m.quality.seed = config_.quality_seed;
@@ -891,6 +937,10 @@ class StoreBuilder {
   Result<BuildReport> Merge(const std::vector<std::string>& dirs,
                             const std::vector<ShardPart>& parts) {
     const auto start = std::chrono::steady_clock::now();
+    started_ms_ = UnixMillisNow();
+    shards_ = static_cast<uint32_t>(parts.size());
+    merged_kind_ =
+        parts[0].options.find(" archive_nested=") != std::string::npos ? "archive" : "folder";
     auto bytes = ReadWholeFile(dirs[0] + "/" + kListingFile, UINT64_MAX);
     if (!bytes) return Err(bytes.error());
     auto tree = DecodeListing(
@@ -910,11 +960,17 @@ class StoreBuilder {
           Status::Corruption(dirs[0] + ": damaged part: listing.bin disagrees with " + kPartFile));
     }
     if (Status s = PreparePartial(); !s.ok()) return Err(std::move(s));
+    merge_bytes_total_ = 0;
+    for (const ShardPart& part : parts) {
+      for (const PartRecord& rec : part.records) merge_bytes_total_ += rec.size;
+    }
+    Progress(BuildProgress::Stage::kRecords, 0, num_records_, 0, merge_bytes_total_);
     for (size_t p = 0; p < parts.size(); ++p) {
       if (Status s = MergePart(dirs[p], parts[p]); !s.ok()) return Err(std::move(s));
     }
     for (Status (StoreBuilder::*step)() :
-         {&StoreBuilder::WriteIndexAndManifest, &StoreBuilder::Publish}) {
+         {&StoreBuilder::WriteIndexAndManifest, &StoreBuilder::WriteProvenance,
+          &StoreBuilder::Publish}) {
       Status s = (this->*step)();
       if (!s.ok()) return Err(std::move(s));
     }
@@ -952,6 +1008,10 @@ class StoreBuilder {
         return Status::Corruption(from + ": its files are not those of the source listing");
       }
       PCRFS_RETURN_IF_ERROR(Place(rec.id, *layout, begin, nullptr));
+      ++merged_records_;
+      merged_bytes_ += size;
+      Progress(BuildProgress::Stage::kRecords, merged_records_, num_records_, merged_bytes_,
+               merge_bytes_total_);
       for (const index::RecordImage& img : layout->images) {
         if (img.passthrough_reason == PassthroughReason::kUnreadable) {
           report_.problems.push_back({img.path, "unreadable", "see the report of " + dir});
@@ -1015,6 +1075,10 @@ class StoreBuilder {
   }
   uint32_t num_records_ = 0;
   BuildReport report_;
+  int64_t started_ms_ = 0;   // Unix ms, for provenance.json
+  uint32_t shards_ = 0;      // a merge: the number of parts
+  std::string merged_kind_;  // a merge: the parts' kind of source
+  uint64_t merge_bytes_total_ = 0, merged_bytes_ = 0, merged_records_ = 0;  // a merge's progress
   std::string listing_;               // a shard: EncodeListing of the walk
   std::vector<ChangedFile> changed_;  // files whose stats changed while they were read
 };
@@ -1224,6 +1288,7 @@ Result<BuildConfig> ConfigFromOptions(const std::string& text) {
     c.max_jpeg_bytes = std::stoull(kv.at("max_jpeg_bytes"));
     c.quality_sample = static_cast<uint32_t>(std::stoul(kv.at("quality_sample")));
     c.quality_seed = std::stoull(kv.at("quality_seed"));
+    if (kv.count("archive_nested")) c.nested_archives = kv.at("archive_nested") == "1";
   } catch (const std::exception&) {
     return Err(Status::Corruption("malformed options: " + text));
   }
@@ -1250,6 +1315,7 @@ Result<BuildReport> MergeLocked(const MergeConfig& config, const StoreWriterLock
   build->store = config.store;
   build->threads = config.threads;
   build->force = config.force;
+  build->progress = config.progress;
   StoreBuilder builder(*build);
   auto report = builder.Merge(loaded->dirs, loaded->parts);
   // Unlike a build's, a merge's STORE.partial holds only copies: nothing to resume.

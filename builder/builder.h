@@ -21,6 +21,24 @@
 
 namespace pcrfs::tools {
 
+// Where a build is, for a progress line (BuildConfig::progress, MergeConfig::progress).
+struct BuildProgress {
+  enum class Stage {
+    kListing,  // walking the folder, reading the archive's headers: total unknown
+    kFiles,    // reading and transcoding the files of the store (or of the shard)
+    kRecords,  // pcr merge: joining the parts' records
+    kQuality,  // measuring the quality sample
+  };
+  Stage stage = Stage::kListing;
+  uint64_t done = 0;         // files listed or stored, records joined, JPEGs measured
+  uint64_t total = 0;        // 0 while not known
+  uint64_t bytes = 0;        // source bytes listed or stored so far (record bytes: merge)
+  uint64_t bytes_total = 0;  // 0 while not known
+};
+// Called often (up to once per file, from the thread that runs the build); it must be cheap
+// and rate-limit its own output.
+using ProgressFn = std::function<void(const BuildProgress&)>;
+
 struct BuildConfig {
   std::string source;
   std::string store;
@@ -40,8 +58,7 @@ struct BuildConfig {
   uint64_t quality_seed = 0;
   // Build only shard I of N into the part folder `store` (shard_part.h); merge with MergeParts.
   ShardSpec shard;
-  // Called about five times a second with (files done, files total). May be empty.
-  std::function<void(uint64_t, uint64_t)> progress;
+  ProgressFn progress;  // may be empty
 };
 
 struct PassthroughNote {
@@ -98,6 +115,7 @@ struct MergeConfig {
   std::string store;
   unsigned threads = 0;  // for the quality sample; 0: every core
   bool force = false;
+  ProgressFn progress;  // may be empty
 };
 
 // Checks the parts before any work: each is a complete, undamaged part (part.json checksum), and

@@ -9,6 +9,7 @@
 #include <random>
 
 #include "builder/builder.h"
+#include "builder/provenance.h"
 #include "common/test_support.h"
 #include "tests/testdata/jpeg_factory.h"
 
@@ -139,10 +140,12 @@ TEST(ShardPartTest, JsonRoundTripsAndChecksItself) {
   EXPECT_FALSE(ShardPart::FromJson(wrong.ToJson()).has_value());
 }
 
+// Every file of the store's content: all but provenance.json (who built it, when, how).
 std::map<std::string, Bytes> StoreFiles(const std::string& store) {
   std::map<std::string, Bytes> out;
   for (const auto& e : stdfs::recursive_directory_iterator(store)) {
-    if (e.is_regular_file()) out[stdfs::relative(e.path(), store).string()] = ReadAll(e.path());
+    const std::string rel = stdfs::relative(e.path(), store).string();
+    if (e.is_regular_file() && rel != kProvenanceFile) out[rel] = ReadAll(e.path());
   }
   return out;
 }

@@ -5,10 +5,12 @@
 #include <chrono>
 #include <cinttypes>
 #include <cstdio>
+#include <optional>
 
 #include "builder/builder.h"
 #include "mount-tools/cli.h"
 #include "mount-tools/commands.h"
+#include "mount-tools/progress_line.h"
 
 namespace pcrfs::tools {
 namespace po = boost::program_options;
@@ -142,7 +144,9 @@ int RunBuild(const std::vector<std::string>& args) {
       "no-nested", "SRC is an archive: keep archives inside it as files, not folders")(
       "shard", po::value<std::string>(),
       "I/N: write only shard I (0..N-1) of N into the part folder STORE; join the N parts with "
-      "pcr merge")("quiet,q", "no progress line");
+      "pcr merge")("progress",
+                   "print progress to stderr even when it is not a terminal (a line a second)")(
+      "quiet,q", "no progress (by default it is shown when stderr is a terminal)");
   std::string src, store;
   po::variables_map vm;
   if (auto exit = ParseCommandLine(
@@ -184,21 +188,14 @@ int RunBuild(const std::vector<std::string>& args) {
     std::fprintf(stderr, "pcr build: %s\n", s.message().c_str());
     return kExitUsage;
   }
-  const bool tty = !vm.count("quiet") && ::isatty(STDERR_FILENO);
-  const auto start = std::chrono::steady_clock::now();
-  if (tty) {
-    config.progress = [start](uint64_t done, uint64_t total) {
-      const double secs =
-          std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-      const double rate = secs > 0 ? static_cast<double>(done) / secs : 0;
-      const double eta = rate > 0 ? static_cast<double>(total - done) / rate : 0;
-      std::fprintf(stderr, "\r  %" PRIu64 "/%" PRIu64 " files  %.1f files/s  ETA %d:%02d   ", done,
-                   total, rate, static_cast<int>(eta) / 60, static_cast<int>(eta) % 60);
-      std::fflush(stderr);
-    };
+  const bool tty = ::isatty(STDERR_FILENO) != 0;
+  std::optional<ProgressLine> progress;
+  if (!vm.count("quiet") && (tty || vm.count("progress"))) {
+    progress.emplace("build", src, tty);
+    config.progress = [&progress](const BuildProgress& p) { progress->Update(p); };
   }
   auto report = BuildLocked(config, *lock);
-  if (tty) std::fputs("\r\033[K", stderr);
+  if (progress) progress->Finish();
   if (!report) {
     std::fprintf(stderr, "pcr build: %s\n", report.error().message().c_str());
     std::fprintf(stderr,

@@ -1,10 +1,14 @@
 // pcr merge PART... STORE
+#include <unistd.h>
+
 #include <boost/program_options.hpp>
 #include <cstdio>
 #include <iostream>
+#include <optional>
 
 #include "builder/builder.h"
 #include "mount-tools/commands.h"
+#include "mount-tools/progress_line.h"
 
 namespace pcrfs::tools {
 namespace po = boost::program_options;
@@ -20,7 +24,9 @@ int RunMerge(const std::vector<std::string>& args) {
   opts.add_options()("help,h", "show this help")(
       "threads,j", po::value<unsigned>(&config.threads)->default_value(0),
       "threads measuring the quality sample (0: all cores)")(
-      "force", po::bool_switch(&config.force), "replace STORE if it is an existing store");
+      "force", po::bool_switch(&config.force), "replace STORE if it is an existing store")(
+      "progress", "print progress to stderr even when it is not a terminal (a line a second)")(
+      "quiet,q", "no progress (by default it is shown when stderr is a terminal)");
   po::options_description hidden;
   std::vector<std::string> paths;
   hidden.add_options()("paths", po::value<std::vector<std::string>>(&paths));
@@ -65,7 +71,14 @@ int RunMerge(const std::vector<std::string>& args) {
     std::fprintf(stderr, "pcr merge: %s\n", s.message().c_str());
     return kExitUsage;
   }
+  const bool tty = ::isatty(STDERR_FILENO) != 0;
+  std::optional<ProgressLine> progress;
+  if (!vm.count("quiet") && (tty || vm.count("progress"))) {
+    progress.emplace("merge", config.store, tty);
+    config.progress = [&progress](const BuildProgress& p) { progress->Update(p); };
+  }
   auto report = MergeLocked(config, *lock);
+  if (progress) progress->Finish();
   if (!report) {
     std::fprintf(stderr, "pcr merge: %s\n", report.error().message().c_str());
     std::fprintf(stderr, "pcr merge: no store was written\n");
