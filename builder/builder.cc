@@ -20,6 +20,7 @@
 #include "builder/archive_source.h"
 #include "builder/provenance.h"
 #include "builder/quality_sample.h"
+#include "builder/remote_source.h"
 #include "builder/source_tree.h"
 #include "common/coding.h"
 #include "common/crc32c.h"
@@ -81,8 +82,14 @@ bool IsArchivePath(const std::string& source) {
   return ::stat(source.c_str(), &st) == 0 && S_ISREG(st.st_mode);
 }
 
+// An archive: a local file, or a URL naming one (remote_source.h).
+bool IsArchiveSource(const std::string& source) {
+  return IsRemoteUrl(source) ? IsRemoteArchiveUrl(source) : IsArchivePath(source);
+}
+
 // provenance.json's kind of source.
 std::string SourceKind(const std::string& source) {
+  if (IsRemoteUrl(source)) return IsRemoteArchiveUrl(source) ? "remote-archive" : "s3-prefix";
   return IsArchivePath(source) ? "archive" : "folder";
 }
 
@@ -95,7 +102,7 @@ std::string OptionsText(const BuildConfig& c) {
          " max_jpeg_bytes=" + std::to_string(c.max_jpeg_bytes) +
          " quality_sample=" + std::to_string(c.quality_sample) +
          " quality_seed=" + std::to_string(c.quality_seed) +
-         (IsArchivePath(c.source) ? " archive_nested=" + std::to_string(c.nested_archives) : "") +
+         (IsArchiveSource(c.source) ? " archive_nested=" + std::to_string(c.nested_archives) : "") +
          "\n";
 }
 
@@ -137,6 +144,7 @@ struct FileResult {
   bool stream = false;
   UniqueFd fd;
   std::unique_ptr<ArchiveMember> member;  // instead of fd for an archive; raw holds its head
+  bool object = false;                    // instead of fd: an object of a BucketSource
   FileStat stat;                          // the version that was read
 };
 
@@ -250,10 +258,47 @@ FileResult ProcessMember(const SourceTree& tree, uint32_t node, size_t turn, Arc
   return r;
 }
 
+// Bytes of an object fetched per GET: a whole small file in one, a large one in a few.
+constexpr uint64_t kObjectChunk = uint64_t{8} << 20;
+
+// Reads file node `node` of a bucket source and transcodes it. A large object that will not be
+// transcoded is fetched later, when its record streams it in (res.object).
+FileResult ProcessObject(const SourceTree& tree, uint32_t node, const BucketSource& bucket,
+                         const BuildConfig& config) {
+  const SourceNode& n = tree.nodes[node];
+  FileResult r;
+  r.stat = {n.size, n.mtime_sec, n.mtime_nsec, 0};
+  if (n.size > kStreamAbove) {
+    uint8_t head[3] = {};
+    Status s = bucket.Read(tree, node, 0, head);
+    if (!s.ok()) return Unreadable(s.message());
+    if (!codec::LooksLikeJpeg(head)) {
+      r.reason = PassthroughReason::kNotJpeg;
+    } else if (n.size > config.max_jpeg_bytes) {
+      r.reason = PassthroughReason::kTooBig;
+      r.detail = "larger than --max-jpeg-bytes (" + std::to_string(config.max_jpeg_bytes) + ")";
+    }
+    if (r.reason != PassthroughReason::kNone) {
+      r.stream = true;
+      r.object = true;
+      return r;
+    }
+  }
+  std::vector<uint8_t> data(n.size);
+  for (uint64_t at = 0; at < n.size; at += kObjectChunk) {
+    const auto len = static_cast<size_t>(std::min(kObjectChunk, n.size - at));
+    Status s = bucket.Read(tree, node, at, std::span<uint8_t>(data).subspan(at, len));
+    if (!s.ok()) return Unreadable(s.message());
+  }
+  ClassifyBytes(std::move(data), config, &r);
+  return r;
+}
+
 FileResult ProcessFile(const SourceTree& tree, uint32_t node, const BuildConfig& config,
-                       ArchiveSource* archive, size_t turn) {
+                       ArchiveSource* archive, const BucketSource* bucket, size_t turn) {
   try {
     if (archive != nullptr) return ProcessMember(tree, node, turn, archive, config);
+    if (bucket != nullptr) return ProcessObject(tree, node, *bucket, config);
     for (int attempt = 1;; ++attempt) {
       bool changed = false;
       FileResult r = ProcessOnce(tree, node, config, &changed);
@@ -278,10 +323,12 @@ class OrderedTranscoder {
   // node_of(i) is the node of file i of count in *tree; it is called from the worker threads.
   // With an archive, file i is its member turn i (ArchiveSource::StartReading already called).
   OrderedTranscoder(size_t count, const SourceTree* tree, std::function<uint32_t(size_t)> node_of,
-                    const BuildConfig* config, unsigned threads, ArchiveSource* archive)
+                    const BuildConfig* config, unsigned threads, ArchiveSource* archive,
+                    const BucketSource* bucket)
       : count_(count),
         tree_(tree),
         archive_(archive),
+        bucket_(bucket),
         node_of_(std::move(node_of)),
         config_(config),
         window_(std::max<size_t>(16, threads * 64)) {
@@ -327,7 +374,7 @@ class OrderedTranscoder {
         if (stop_ || next_claim_ >= count_) return;
         i = next_claim_++;
       }
-      FileResult r = ProcessFile(*tree_, node_of_(i), *config_, archive_, i);
+      FileResult r = ProcessFile(*tree_, node_of_(i), *config_, archive_, bucket_, i);
       {
         std::lock_guard<std::mutex> l(mu_);
         buffered_ += ResultBytes(r);
@@ -341,7 +388,8 @@ class OrderedTranscoder {
 
   const size_t count_;
   const SourceTree* tree_;
-  ArchiveSource* const archive_;  // null for a folder
+  ArchiveSource* const archive_;      // null unless the source is an archive
+  const BucketSource* const bucket_;  // null unless the source is an S3 prefix
   const std::function<uint32_t(size_t)> node_of_;
   const BuildConfig* config_;
   const size_t window_;
@@ -401,7 +449,25 @@ class StoreBuilder {
       Progress(BuildProgress::Stage::kListing, files, 0, bytes, 0);
     };
     Progress(BuildProgress::Stage::kListing, 0, 0, 0, 0);
-    if (IsArchivePath(config_.source)) {
+    if (IsRemoteUrl(config_.source)) {
+      auto access = RemoteAccess::Create(config_.source, config_.remote);
+      if (!access) return Err(access.error());
+      if (IsRemoteArchiveUrl(config_.source)) {
+        auto shared = std::make_shared<const RemoteAccess>(std::move(*access));
+        auto archive = ArchiveSource::Open(shared->name, config_.nested_archives, listing,
+                                           RemoteArchiveOpener(shared));
+        if (!archive) return Err(archive.error());
+        archive_ = std::move(*archive);
+        tree_ = std::move(archive_->tree());
+      } else {
+        auto bucket = BucketSource::Open(std::move(*access), listing);
+        if (!bucket) return Err(bucket.error());
+        bucket_ = std::move(*bucket);
+        tree_ = std::move(bucket_->tree());
+        // Objects are read over the network: more at once than there are cores.
+        threads_ = std::max<unsigned>(threads_, static_cast<unsigned>(config_.remote.connections));
+      }
+    } else if (IsArchivePath(config_.source)) {
       auto archive = ArchiveSource::Open(config_.source, config_.nested_archives, listing);
       if (!archive) return Err(archive.error());
       archive_ = std::move(*archive);
@@ -433,6 +499,9 @@ class StoreBuilder {
 
  private:
   std::string RecordPath(uint32_t id) const { return partial_ + "/" + index::RecordFileName(id); }
+  uint32_t NodeIndex(const SourceNode& n) const {
+    return static_cast<uint32_t>(&n - tree_.nodes.data());
+  }
 
   void Progress(BuildProgress::Stage stage, uint64_t done, uint64_t total, uint64_t bytes,
                 uint64_t bytes_total) const {
@@ -448,7 +517,11 @@ class StoreBuilder {
     p.source_kind = shards_ > 0 ? merged_kind_ : SourceKind(config_.source);
     std::error_code ec;
     const fs::path abs = fs::absolute(config_.source, ec);
-    p.source = shards_ > 0 || ec ? config_.source : abs.lexically_normal().string();
+    if (IsRemoteUrl(config_.source)) {
+      p.source = RedactUrl(config_.source);
+    } else {
+      p.source = shards_ > 0 || ec ? config_.source : abs.lexically_normal().string();
+    }
     p.shards = shards_;
     p.generator = std::string("pcrfs ") + PCRFS_VERSION;
     p.commit = SourceCommit();
@@ -612,7 +685,8 @@ class StoreBuilder {
 
     if (archive_) archive_->StartReading(todo);
     OrderedTranscoder pool(
-        todo.size(), &tree_, [&](size_t i) { return todo[i]; }, &config_, threads_, archive_.get());
+        todo.size(), &tree_, [&](size_t i) { return todo[i]; }, &config_, threads_, archive_.get(),
+        bucket_.get());
     size_t next = 0;  // index into todo
     for (uint32_t r = first; r < last; ++r) {
       const size_t begin = r * per, end = std::min(n, begin + per);
@@ -694,6 +768,35 @@ class StoreBuilder {
                               return read_status;
                             });
       res->member.reset();
+      if (!s.ok() && !read_status.ok()) *res = Unreadable(read_status.message());
+      return;
+    }
+    if (res->object) {  // an object of a bucket: sequential ranged GETs, one chunk in memory
+      Status read_status;
+      std::vector<uint8_t> chunk;
+      uint64_t chunk_at = 0;
+      Status s = writer->AddStream(
+          tree_.RelPath(node), res->reason, res->stat.size,
+          [&](uint64_t offset, std::span<uint8_t> dst) {
+            size_t done = 0;
+            while (done < dst.size()) {
+              const uint64_t at = offset + done;
+              if (at < chunk_at || at >= chunk_at + chunk.size()) {
+                chunk_at = at;
+                chunk.resize(static_cast<size_t>(std::min(kObjectChunk, res->stat.size - at)));
+                read_status = bucket_->Read(tree_, NodeIndex(node), at, chunk);
+                if (!read_status.ok()) {
+                  chunk.clear();
+                  return read_status;
+                }
+              }
+              const size_t from = static_cast<size_t>(at - chunk_at);
+              const size_t n = std::min(dst.size() - done, chunk.size() - from);
+              std::copy_n(chunk.begin() + static_cast<ptrdiff_t>(from), n, dst.begin() + done);
+              done += n;
+            }
+            return Status::OK();
+          });
       if (!s.ok() && !read_status.ok()) *res = Unreadable(read_status.message());
       return;
     }
@@ -939,8 +1042,9 @@ class StoreBuilder {
     const auto start = std::chrono::steady_clock::now();
     started_ms_ = UnixMillisNow();
     shards_ = static_cast<uint32_t>(parts.size());
-    merged_kind_ =
-        parts[0].options.find(" archive_nested=") != std::string::npos ? "archive" : "folder";
+    merged_kind_ = IsRemoteUrl(parts[0].source) ? SourceKind(parts[0].source)
+                   : parts[0].options.find(" archive_nested=") != std::string::npos ? "archive"
+                                                                                    : "folder";
     auto bytes = ReadWholeFile(dirs[0] + "/" + kListingFile, UINT64_MAX);
     if (!bytes) return Err(bytes.error());
     auto tree = DecodeListing(
@@ -1056,7 +1160,8 @@ class StoreBuilder {
 
   const BuildConfig& config_;
   unsigned threads_;
-  std::unique_ptr<ArchiveSource> archive_;  // null for a folder source
+  std::unique_ptr<ArchiveSource> archive_;  // null unless the source is an archive
+  std::unique_ptr<BucketSource> bucket_;    // null unless the source is an S3 prefix
   std::string partial_;
   SourceTree tree_;
   std::vector<FileLocation> locations_;  // by position in tree_.files
@@ -1089,6 +1194,18 @@ Status CheckBuildArguments(const BuildConfig& config) {
   const std::string& src = config.source;
   const std::string& store = config.store;
   if (src.empty() || store.empty()) return Status::InvalidArgument("SRC and STORE are required");
+  if (IsRemoteUrl(src)) {  // reached when the build starts; only its form is checked here
+    auto url = ParseUrl(src);
+    if (!url) return url.error();
+    if (!url->is_s3() && !IsRemoteArchiveUrl(src)) {
+      return Status::InvalidArgument(url->ToString() + ": not an archive URL");
+    }
+    if (config.images_per_record == 0 || config.images_per_record > (1u << 20)) {
+      return Status::InvalidArgument("--images-per-record must be between 1 and 1048576");
+    }
+    if (config.max_input_scans < 1) return Status::InvalidArgument("--max-scans must be >= 1");
+    return CheckStoreTarget(store, config.force);
+  }
   struct stat st;
   if (::stat(src.c_str(), &st) != 0) {
     return Status::FromErrno(src + ": cannot use as source", errno);

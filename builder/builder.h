@@ -18,6 +18,7 @@
 #include "codec/transcoder.h"
 #include "common/status.h"
 #include "index/manifest.h"
+#include "remote/store_location.h"
 
 namespace pcrfs::tools {
 
@@ -49,6 +50,10 @@ struct BuildConfig {
   bool strip_metadata = false;
   // SRC is an archive: its .tar/.tar.gz/.tgz/.zip members become folders (--no-nested: files).
   bool nested_archives = true;
+  // SRC is a URL (s3://BUCKET/PREFIX, or an archive at an s3:// or http(s):// URL): how to
+  // reach it, as for a remote store (region, endpoint, credentials, headers, CA, timeout,
+  // connections: also the number of objects read at once).
+  RemoteOptions remote;
   int max_input_scans = 1000;
   uint64_t max_image_memory = uint64_t{1} << 30;
   // JPEGs larger than this are not transcoded but stored whole (reason "too-big").

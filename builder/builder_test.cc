@@ -13,6 +13,7 @@
 #include <random>
 
 #include "builder/provenance.h"
+#include "builder/remote_source.h"
 #include "builder/verifier.h"
 #include "common/test_support.h"
 #include "index/record_format.h"
@@ -275,6 +276,23 @@ TEST(ProvenanceTest, WrittenBesideTheManifestAndRoundTrips) {
   }
   EXPECT_EQ(FormatUtc(0), "1970-01-01 00:00:00 UTC");
   EXPECT_EQ(FormatUtc(1795445181741), "2026-11-23 14:46:21 UTC");
+}
+
+TEST(RemoteSourceTest, WhatAUrlNames) {
+  EXPECT_FALSE(IsRemoteArchiveUrl("s3://bucket/datasets/train"));
+  EXPECT_FALSE(IsRemoteArchiveUrl("s3://bucket"));
+  EXPECT_FALSE(IsRemoteArchiveUrl("s3://bucket/x.tar.d"));
+  EXPECT_TRUE(IsRemoteArchiveUrl("s3://bucket/archives/train.TAR"));
+  EXPECT_TRUE(IsRemoteArchiveUrl("s3://bucket/a.tar.gz"));
+  EXPECT_TRUE(IsRemoteArchiveUrl("s3://bucket/a.tgz"));
+  EXPECT_TRUE(IsRemoteArchiveUrl("s3://bucket/a.zip"));
+  EXPECT_TRUE(IsRemoteArchiveUrl("https://example.org/data"));  // http(s): always an archive
+  EXPECT_FALSE(IsRemoteArchiveUrl("/local/train.tar"));
+  // A URL is checked for its form before the lock; it is reached only when the build starts.
+  BuildConfig c;
+  c.source = "s3://bucket/p?x=1";
+  c.store = "/nonexistent-parent/st";
+  EXPECT_FALSE(CheckBuildArguments(c).ok());
 }
 
 }  // namespace

@@ -1,4 +1,5 @@
 // pcr build SRC STORE
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <boost/program_options.hpp>
@@ -11,6 +12,7 @@
 #include "mount-tools/cli.h"
 #include "mount-tools/commands.h"
 #include "mount-tools/progress_line.h"
+#include "remote/url.h"
 
 namespace pcrfs::tools {
 namespace po = boost::program_options;
@@ -119,7 +121,9 @@ int RunBuild(const std::vector<std::string>& args) {
       "usage: pcr build SRC STORE [options]\n\n"
       "Turns the image folder or archive SRC into the pcrfs store STORE. Every JPEG is losslessly\n"
       "re-encoded as a progressive JPEG in 10 scan groups; every other file is kept byte for\n"
-      "byte. SRC is never modified.\n\noptions");
+      "byte. SRC is never modified. SRC may be a URL: s3://BUCKET/PREFIX (the objects under it),\n"
+      "or an archive at an http(s):// or s3:// URL, reached as pcr cat reaches a remote store\n"
+      "(AWS_* for S3, PCRFS_HEADER_FILE, PCRFS_CA_FILE, PCRFS_REMOTE_TIMEOUT).\n\noptions");
   unsigned threads = 0;
   opts.add_options()("help,h", "show this help")("threads,j",
                                                  po::value<unsigned>(&threads)->default_value(0),
@@ -165,6 +169,14 @@ int RunBuild(const std::vector<std::string>& args) {
   config.store = store;
   config.threads = threads;
   config.nested_archives = !vm.count("no-nested");
+  if (IsRemoteUrl(src)) {
+    auto remote = RemoteOptionsFromEnv();
+    if (!remote) {
+      std::fprintf(stderr, "pcr build: %s\n", remote.error().message().c_str());
+      return kExitUsage;
+    }
+    config.remote = std::move(*remote);
+  }
   if (vm.count("shard")) {
     auto shard = ParseShardSpec(vm["shard"].as<std::string>());
     if (!shard) {
@@ -198,6 +210,14 @@ int RunBuild(const std::vector<std::string>& args) {
   if (progress) progress->Finish();
   if (!report) {
     std::fprintf(stderr, "pcr build: %s\n", report.error().message().c_str());
+    struct stat st;
+    if (::stat((store + ".partial").c_str(), &st) != 0) {
+      // Stopped before anything was written: the source could not be read or listed (a URL
+      // that is not there, refused credentials). A missing source is a bad argument.
+      const Status& e = report.error();
+      return e.IsNotFound() || e.code() == Status::Code::kInvalidArgument ? kExitUsage
+                                                                          : kExitFailed;
+    }
     std::fprintf(stderr,
                  "pcr build: no store was written; rerun with --resume to continue where it "
                  "stopped\n");

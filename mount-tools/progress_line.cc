@@ -91,14 +91,23 @@ void ProgressLine::Update(const BuildProgress& p) {
   const Clock::time_point now = Clock::now();
   const bool new_stage = !any_ || p.stage != stage_;
   if (new_stage) {
+    if (any_ && !last_printed_) Print(last_, last_seconds_);
     stage_ = p.stage;
     stage_start_ = now;
   }
+  last_ = p;
+  last_seconds_ = std::chrono::duration<double>(now - stage_start_).count();
+  last_printed_ = false;
   const bool complete = p.stage != BuildProgress::Stage::kListing && p.done >= p.total;
   if (!new_stage && !complete && now - last_print_ < interval_) return;
-  any_ = true;
   last_print_ = now;
-  const std::string line = Format(p, std::chrono::duration<double>(now - stage_start_).count());
+  Print(p, last_seconds_);
+}
+
+void ProgressLine::Print(const BuildProgress& p, double seconds) {
+  any_ = true;
+  last_printed_ = true;  // p is the last update, or the one before a new stage's first
+  const std::string line = Format(p, seconds);
   if (terminal_) {
     std::fprintf(out_, "\r%s\033[K", line.c_str());
   } else {

@@ -2,8 +2,9 @@
 // where the total is known (files of the store or shard, records of a merge, the quality
 // sample), files and bytes so far and their rate where it is not (listing the source). On a
 // terminal one line is redrawn in place; elsewhere (--progress into a log) one line is written
-// per update. Updates are printed when the stage changes, when a stage completes, and otherwise
-// at most once per `interval`.
+// per update. Updates are printed when the stage changes (after the last update of the stage
+// before, if it was not printed: so a log shows how many files the listing found), when a stage
+// completes, and otherwise at most once per `interval`.
 #pragma once
 
 #include <chrono>
@@ -40,6 +41,11 @@ class ProgressLine {
   BuildProgress::Stage stage_ = BuildProgress::Stage::kListing;
   Clock::time_point stage_start_;
   Clock::time_point last_print_;
+  BuildProgress last_;        // the last update
+  double last_seconds_ = 0;   // its time into its stage
+  bool last_printed_ = true;  // whether it was printed
+
+  void Print(const BuildProgress& p, double seconds);
 };
 
 // "1:02:03" or "2:03" for a number of seconds.
