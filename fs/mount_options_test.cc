@@ -106,8 +106,9 @@ TEST(MountOptionsTest, Sizes) {
   EXPECT_EQ(ErrorOf("cache_size=2T"), "-o cache_size=2T: expected a size in 1M..1T, e.g. 256M");
   EXPECT_EQ(ErrorOf("index_rss=-1"),
             "-o index_rss=-1: expected a size in 0..1T, e.g. 16M (0: never unmap)");
-  EXPECT_EQ(ErrorOf("kernel_readahead=32M"),
-            "-o kernel_readahead=32M: expected a size in 0..16M, e.g. 1M (0: the kernel's default)");
+  EXPECT_EQ(
+      ErrorOf("kernel_readahead=32M"),
+      "-o kernel_readahead=32M: expected a size in 0..16M, e.g. 1M (0: the kernel's default)");
   // Retired options take any value (old fstab lines must still mount).
   for (const char* old : {"prefetch_chunk=1K", "prefetch_chunk=auto", "prefetch_probe=2"}) {
     auto c = Parse({"st", "mnt", "-o", old});
