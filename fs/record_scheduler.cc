@@ -74,7 +74,8 @@ Status RecordScheduler::Demand(uint64_t n, const std::function<Status()>& read) 
 
 void RecordScheduler::WillRead(const RandomAccessFile& file, const std::vector<Range>& ranges) {
   std::vector<Range> promoted;
-  if (file.ConcurrentSpeculativeReads() > 0) {
+  if (file.ConcurrentSpeculativeReads() > 0 &&
+      demand_active_.load(std::memory_order_acquire) >= kPromoteAtDemandReads) {
     std::lock_guard<std::mutex> l(mu_);
     for (const Range& r : ranges) PromoteLocked(file, r, &promoted);
   }

@@ -65,6 +65,7 @@ class RecordScheduler {
   // at least kMinConcurrentChunk (a request costs a round trip), from this many workers.
   static constexpr int kWorkers = 4;
   static constexpr uint64_t kMinConcurrentChunk = uint64_t{512} << 10;
+  static constexpr int kPromoteAtDemandReads = 3;
   // A source with enough unread bytes already (Warm says ResourceExhausted) is asked again
   // after this.
   static constexpr auto kBusyRetry = std::chrono::milliseconds(20);
@@ -102,7 +103,9 @@ class RecordScheduler {
   // read soon anyway, and one request of a chunk costs about one round trip like the piece
   // alone, where leaving it queued would cut the later speculative read into one request per
   // gap between pieces already fetched (8 readers at level 5 and 20 ms: 12 KiB per
-  // speculative request, every piece a round trip).
+  // speculative request, every piece a round trip). Only while at least kPromoteAtDemandReads
+  // other demand reads are in progress: readers that outrun single-piece fetches; a reader or
+  // two (a decoding DataLoader) would only wait longer for its own file.
   void WillRead(const RandomAccessFile& file, const std::vector<Range>& ranges);
   // Queues speculative reads of these ranges (in this order), minus every byte already read
   // or queued for `file`. Never blocks on I/O.

@@ -328,9 +328,32 @@ TEST(RecordSchedulerTest, ADemandPieceInAQueuedRangeTakesAChunkOfIt) {
   RecordScheduler s;
   const uint64_t mib = uint64_t{1} << 20;
   s.Speculate(src, {{0, 4 * mib}});
+  // A lone reader (a decoding DataLoader's worker): only its pieces.
+  s.WillRead(*src, {{2 * mib, 5000}});
+  EXPECT_EQ(src->prefetched().size(), 1u);
+  EXPECT_EQ(s.stats().promoted_bytes, 0u);
+  // Readers that outrun single-piece fetches: demand reads in progress.
+  std::atomic<int> reading{0};
+  std::atomic<bool> release{false};
+  std::vector<std::thread> readers;
+  for (int i = 0; i < RecordScheduler::kPromoteAtDemandReads; ++i) {
+    readers.emplace_back([&] {
+      (void)s.Demand(1, [&] {
+        ++reading;
+        while (!release.load()) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+        return Status::OK();
+      });
+    });
+  }
+  while (reading.load() < RecordScheduler::kPromoteAtDemandReads) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
   s.WillRead(*src, {{mib + 100, 5000}, {6 * mib, 5000}});  // inside, and not queued
-  const auto prefetched = src->prefetched();
-  ASSERT_EQ(prefetched.size(), 3u);
+  release = true;
+  for (auto& t : readers) t.join();
+  auto prefetched = src->prefetched();
+  ASSERT_EQ(prefetched.size(), 4u);
+  prefetched.erase(prefetched.begin());
   EXPECT_EQ(prefetched[0],
             (std::pair<uint64_t, uint64_t>{mib + 100, RecordScheduler::kFirstChunk}));
   EXPECT_EQ(prefetched[1], (std::pair<uint64_t, uint64_t>{mib + 100, 5000}));  // joins it
