@@ -61,6 +61,9 @@ void PrintUsage(const char* prog) {
       "    -o index_rss=SIZE      unmap index pages once the daemon's file-backed resident\n"
       "                           memory passes SIZE, 0..1T (default 16M; 0: never).\n"
       "                           They stay in the page cache.\n"
+      "    -o kernel_readahead=SIZE  the kernel's readahead window for files read in\n"
+      "                           order, 0..16M (default 1M; 0: the kernel's, 128K). Needs\n"
+      "                           root; otherwise the kernel's\n"
       "    -o uid=N,gid=N         owner of every file, 0..4294967294 (default: the mounting\n"
       "                           user)\n"
       "    -o allow_other         let other users read (implies default_permissions)\n"
@@ -90,19 +93,25 @@ void PrintUsage(const char* prog) {
       prog);
 }
 
-// The file system type mounted at `mnt` per /proc/self/mountinfo ("fuse.pcrfs"), or "".
-std::string MountedType(const std::string& mnt) {
+// What /proc/self/mountinfo says of the mount visible at `mnt` (the last one on that point).
+struct MountInfo {
+  std::string type;    // "fuse.pcrfs"; empty if nothing is mounted there
+  std::string device;  // "MAJOR:MINOR", which names its bdi in /sys/class/bdi
+};
+
+MountInfo FindMount(const std::string& mnt) {
   std::error_code ec;
-  const std::string want = std::filesystem::absolute(mnt, ec).lexically_normal().string();
+  std::string want = std::filesystem::absolute(mnt, ec).lexically_normal().string();
+  if (want.size() > 1 && want.back() == '/') want.pop_back();
+  MountInfo found;
   FILE* f = std::fopen("/proc/self/mountinfo", "re");
-  if (f == nullptr) return "";
-  std::string type;
+  if (f == nullptr) return found;
   char line[4096];
   while (std::fgets(line, sizeof line, f) != nullptr) {
     // id parent major:minor root MOUNTPOINT options [optional...] - TYPE source super
-    char point[4096], fstype[256];
+    char device[64], point[4096], fstype[256];
     const char* sep = std::strstr(line, " - ");
-    if (sep == nullptr || std::sscanf(line, "%*s %*s %*s %*s %4095s", point) != 1 ||
+    if (sep == nullptr || std::sscanf(line, "%*s %*s %63s %*s %4095s", device, point) != 2 ||
         std::sscanf(sep + 3, "%255s", fstype) != 1) {
       continue;
     }
@@ -117,12 +126,37 @@ std::string MountedType(const std::string& mnt) {
     }
     std::string normal = std::filesystem::path(unescaped).lexically_normal().string();
     if (normal.size() > 1 && normal.back() == '/') normal.pop_back();
-    std::string w = want;
-    if (w.size() > 1 && w.back() == '/') w.pop_back();
-    if (normal == w) type = fstype;  // the last mount on a point is the visible one
+    if (normal == want) found = {fstype, device};  // the last mount on a point is the visible one
   }
   std::fclose(f);
-  return type;
+  return found;
+}
+
+std::string MountedType(const std::string& mnt) { return FindMount(mnt).type; }
+
+// Sets the kernel's readahead window of the mount at `mnt` (its bdi's read_ahead_kb), before
+// the session answers FUSE_INIT: the kernel then takes the smaller of the window and INIT's
+// max_readahead (FsOptions::max_readahead, the same size). The bdi's window is 128 KiB by
+// default, so a file read in order arrived in 128 KiB requests, a FUSE round trip each
+// (cat of a 300 MB file 0.33-0.53 s cold, 0.17 s with 1 MiB). Only root may write it; anyone
+// else keeps the default, quietly. Done from /proc, never by a stat of the mount point, which
+// would wait for this daemon to answer.
+void SetKernelReadahead(const std::string& mnt, uint64_t bytes) {
+  if (bytes == 0) return;
+  const MountInfo m = FindMount(mnt);
+  if (m.type != "fuse.pcrfs" || m.device.empty()) return;
+  const std::string path = "/sys/class/bdi/" + m.device + "/read_ahead_kb";
+  FILE* f = std::fopen(path.c_str(), "we");
+  if (f == nullptr) {
+    if (errno != EACCES && errno != EROFS && errno != ENOENT) {
+      Log(LogLevel::kWarning, path + ": " + std::strerror(errno) + "; kernel readahead unchanged");
+    }
+    return;
+  }
+  const bool ok = std::fprintf(f, "%llu\n", static_cast<unsigned long long>(bytes >> 10)) > 0;
+  if (std::fclose(f) != 0 || !ok) {
+    Log(LogLevel::kWarning, path + ": " + std::strerror(errno) + "; kernel readahead unchanged");
+  }
 }
 
 // Nothing is mounted over a missing, non-directory or non-empty mount point, over a live
@@ -293,6 +327,9 @@ int OpenAndServe(fuse_session* se, Filesystem** fs_slot, const MountConfig& conf
     Log(LogLevel::kError, store.error().message());
     return 2;
   }
+  if (config.kernel_readahead != 0) {
+    fs_options.max_readahead = static_cast<uint32_t>(config.kernel_readahead);
+  }
   fs_options.uid = config.uid.value_or(::getuid());
   fs_options.gid = config.gid.value_or(::getgid());
   Filesystem fs(std::move(*store), fs_options);
@@ -324,6 +361,7 @@ int MountAndServe(const MountConfig& config, StoreLocation location,
   int rc = 2;
   if (fuse_set_signal_handlers(se) == 0) {
     if (fuse_session_mount(se, cmdline.opts.mountpoint) == 0) {
+      SetKernelReadahead(cmdline.opts.mountpoint, config.kernel_readahead);
       fuse_daemonize(cmdline.opts.foreground);
       // Once daemonized, stderr is /dev/null: damage reports go to syslog.
       SetLogSink(cmdline.opts.foreground ? LogSink::kStderr : LogSink::kSyslog);

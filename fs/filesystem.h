@@ -49,6 +49,9 @@ struct FsOptions {
   // and `find` over a million files took 3.9x native and 1.2 GB of kernel memory (plain:
   // 0.6x, nothing). Opening a file then costs one LOOKUP, once per mount.
   ReaddirPlus readdirplus = ReaddirPlus::kNever;
+  // FUSE_INIT's max_readahead. The kernel takes the smaller of it and the mount's bdi window
+  // (read_ahead_kb, 128 KiB unless the daemon raised it before INIT: -o kernel_readahead).
+  uint32_t max_readahead = 1u << 20;
   // A remote store: the HTTP client's counters as a JSON object, shown with the bytes served
   // in the root's user.pcrfs.remote. Empty: a local store (no such xattr).
   std::function<std::string()> remote_stats;

@@ -81,7 +81,7 @@ void OpInit(void* userdata, fuse_conn_info* conn) {
   if (conn->capable & FUSE_CAP_PARALLEL_DIROPS) conn->want |= FUSE_CAP_PARALLEL_DIROPS;
   if (conn->capable & FUSE_CAP_SPLICE_WRITE) conn->want |= FUSE_CAP_SPLICE_WRITE;
   conn->want &= ~FUSE_CAP_AUTO_INVAL_DATA;  // nothing ever changes: never invalidate on mtime
-  conn->max_readahead = 1u << 20;
+  conn->max_readahead = fs ? fs->options().max_readahead : 1u << 20;
 }
 
 void OpLookup(fuse_req_t req, fuse_ino_t parent, const char* name) {

@@ -29,6 +29,7 @@ enum Key : int {
   kMsssim,
   kReaddirplus,
   kIndexRss,
+  kKernelReadahead,
   kRegion,
   kEndpoint,
   kProfile,
@@ -59,6 +60,7 @@ const fuse_opt kOptionSpecs[] = {FUSE_OPT_KEY("scans=%s", kScans),
                                  FUSE_OPT_KEY("msssim=%s", kMsssim),
                                  FUSE_OPT_KEY("readdirplus=%s", kReaddirplus),
                                  FUSE_OPT_KEY("index_rss=%s", kIndexRss),
+                                 FUSE_OPT_KEY("kernel_readahead=%s", kKernelReadahead),
                                  FUSE_OPT_KEY("region=%s", kRegion),
                                  FUSE_OPT_KEY("endpoint=%s", kEndpoint),
                                  FUSE_OPT_KEY("profile=%s", kProfile),
@@ -216,6 +218,12 @@ Status ApplySizeOptions(const ParseState& st, MountConfig* c) {
                              "a size in 0..1T, e.g. 16M (0: never unmap)");
     if (!v) return v.error();
     c->index_rss = *v;
+  }
+  if (auto it = st.values.find(kKernelReadahead); it != st.values.end()) {
+    auto v = ParseSizeOption("kernel_readahead", it->second, 0, kMaxKernelReadahead,
+                             "a size in 0..16M, e.g. 1M (0: the kernel's default)");
+    if (!v) return v.error();
+    c->kernel_readahead = *v;
   }
   if (auto it = st.values.find(kReaddirplus); it != st.values.end()) {
     const std::string& mode = it->second;

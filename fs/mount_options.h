@@ -23,6 +23,7 @@ inline constexpr unsigned kMaxReadaheadFiles = 1024;
 inline constexpr uint64_t kMinCacheBytes = uint64_t{1} << 20;
 inline constexpr uint64_t kMaxCacheBytes = uint64_t{1} << 40;
 inline constexpr uint64_t kMaxIndexRss = uint64_t{1} << 40;
+inline constexpr uint64_t kMaxKernelReadahead = uint64_t{16} << 20;
 inline constexpr uint64_t kMaxRemoteTimeoutSeconds = 3600;
 inline constexpr uint64_t kMaxRemoteConnections = 256;
 inline constexpr uint64_t kMaxDiskCacheBytes = uint64_t{64} << 40;
@@ -40,6 +41,10 @@ struct MountConfig {
   std::optional<gid_t> gid;
   unsigned threads = 0;  // FUSE workers; 0: 2 x cores, at least 4
   uint64_t index_rss = uint64_t{16} << 20;
+  // The kernel's readahead window for this mount (the bdi's read_ahead_kb, which caps what
+  // FUSE's max_readahead asks for: 128 KiB by default, so a large file was read in 128 KiB
+  // requests, one FUSE round trip each). 0: leave the kernel's default.
+  uint64_t kernel_readahead = uint64_t{1} << 20;
   std::optional<double> msssim;  // choose the level from the store's quality sample
   // -o prefetch_probe or -o prefetch_chunk was given: retired (the record scheduler sizes its
   // reads itself), accepted with any value so old fstab lines still mount, and noted.

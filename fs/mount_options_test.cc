@@ -31,6 +31,7 @@ TEST(MountOptionsTest, Defaults) {
   EXPECT_FALSE(c->uid.has_value());
   EXPECT_FALSE(c->msssim.has_value());
   EXPECT_EQ(c->index_rss, uint64_t{16} << 20);
+  EXPECT_EQ(c->kernel_readahead, uint64_t{1} << 20);
   const FsOptions defaults;
   EXPECT_EQ(c->fs.cache_bytes, defaults.cache_bytes);
   EXPECT_EQ(c->fs.readahead_slots, defaults.readahead_slots);
@@ -42,7 +43,7 @@ TEST(MountOptionsTest, EveryOptionIsApplied) {
   auto c = Parse({"-f", "st", "mnt", "-o",
                   "scans=3,threads=8,cache_size=512M,uid=1000,gid=4294967294,readahead=0,"
                   "prefetch=100,prefetch_probe=0,prefetch_chunk=64KiB,readdirplus=auto,"
-                  "index_rss=0,allow_other,ro"});
+                  "index_rss=0,kernel_readahead=4M,allow_other,ro"});
   ASSERT_TRUE(c) << c.error().ToString();
   EXPECT_EQ(c->fs.fixed_level, 3);
   EXPECT_EQ(c->threads, 8u);
@@ -54,6 +55,7 @@ TEST(MountOptionsTest, EveryOptionIsApplied) {
   EXPECT_TRUE(c->retired_options);  // prefetch_probe and prefetch_chunk: accepted, noted
   EXPECT_EQ(c->fs.readdirplus, ReaddirPlus::kAuto);
   EXPECT_EQ(c->index_rss, 0u);
+  EXPECT_EQ(c->kernel_readahead, uint64_t{4} << 20);
   // Options pcrfs does not define go to libfuse (fuse_opt puts -o options first).
   EXPECT_EQ(c->fuse_args, (std::vector<std::string>{"pcrfs", "-o", "allow_other,ro", "-f", "mnt"}));
 }
@@ -104,6 +106,9 @@ TEST(MountOptionsTest, Sizes) {
   EXPECT_EQ(ErrorOf("cache_size=2T"), "-o cache_size=2T: expected a size in 1M..1T, e.g. 256M");
   EXPECT_EQ(ErrorOf("index_rss=-1"),
             "-o index_rss=-1: expected a size in 0..1T, e.g. 16M (0: never unmap)");
+  EXPECT_EQ(
+      ErrorOf("kernel_readahead=32M"),
+      "-o kernel_readahead=32M: expected a size in 0..16M, e.g. 1M (0: the kernel's default)");
   // Retired options take any value (old fstab lines must still mount).
   for (const char* old : {"prefetch_chunk=1K", "prefetch_chunk=auto", "prefetch_probe=2"}) {
     auto c = Parse({"st", "mnt", "-o", old});

@@ -73,7 +73,39 @@ Status RecordScheduler::Demand(uint64_t n, const std::function<Status()>& read) 
 }
 
 void RecordScheduler::WillRead(const RandomAccessFile& file, const std::vector<Range>& ranges) {
+  std::vector<Range> promoted;
+  if (file.ConcurrentSpeculativeReads() > 0 &&
+      demand_active_.load(std::memory_order_acquire) >= kPromoteAtDemandReads) {
+    std::lock_guard<std::mutex> l(mu_);
+    for (const Range& r : ranges) PromoteLocked(file, r, &promoted);
+  }
+  // The promoted windows first: the pieces inside them then join those fetches.
+  for (const Range& w : promoted) file.Prefetch(w.offset, w.length);
   for (const Range& r : ranges) file.Prefetch(r.offset, r.length);
+}
+
+void RecordScheduler::PromoteLocked(const RandomAccessFile& file, const Range& r,
+                                    std::vector<Range>* promoted) {
+  for (auto it = queue_.begin(); it != queue_.end(); ++it) {
+    if (it->file.get() != &file || r.offset < it->offset || r.offset >= it->end) continue;
+    // The window [r.offset, end): at least the piece, at most one chunk past its start, within
+    // what is queued. What is left of the queued range on either side stays queued.
+    const uint64_t end = std::min(it->end, r.offset + std::max(r.length, chunk_));
+    promoted->push_back({r.offset, end - r.offset});
+    stats_.queued_bytes -= end - r.offset;
+    ++stats_.promoted_reads;
+    stats_.promoted_bytes += end - r.offset;
+    Pending right{it->file, end, it->end};
+    if (r.offset > it->offset) {
+      it->end = r.offset;
+      if (right.offset < right.end) queue_.insert(std::next(it), std::move(right));
+    } else if (right.offset < right.end) {
+      *it = std::move(right);
+    } else {
+      queue_.erase(it);
+    }
+    return;
+  }
 }
 
 void RecordScheduler::Speculate(const std::shared_ptr<RandomAccessFile>& file,
@@ -219,7 +251,9 @@ std::string RecordScheduler::Describe() const {
                     mib(static_cast<double>(s.speculative_bytes)) + " MiB), queued " +
                     mib(static_cast<double>(s.queued_bytes)) +
                     " MiB; demand reads: " + std::to_string(s.demand_reads) + " (" +
-                    mib(static_cast<double>(s.demand_bytes)) + " MiB); chunk " +
+                    mib(static_cast<double>(s.demand_bytes)) +
+                    " MiB); promoted to demand: " + std::to_string(s.promoted_reads) + " (" +
+                    mib(static_cast<double>(s.promoted_bytes)) + " MiB); chunk " +
                     std::to_string(s.chunk >> 10) + " KiB";
   if (s.rate > 0)
     out += ", measured " + std::to_string(static_cast<uint64_t>(s.rate / 1e6)) + " MB/s";

@@ -233,10 +233,18 @@ class ConcurrentSource final : public RandomAccessFile {
     warmed_.push_back({offset, n});
     return Status::OK();
   }
+  void Prefetch(uint64_t offset, uint64_t n) const override {
+    std::lock_guard<std::mutex> l(mu_);
+    prefetched_.push_back({offset, n});
+  }
   uint64_t Size() const override { return size_; }
   const std::string& name() const override { return name_; }
   bool KeepsReads() const override { return true; }
   int ConcurrentSpeculativeReads() const override { return 4; }
+  std::vector<std::pair<uint64_t, uint64_t>> prefetched() const {
+    std::lock_guard<std::mutex> l(mu_);
+    return prefetched_;
+  }
 
   void set_busy(bool b) {
     std::lock_guard<std::mutex> l(mu_);
@@ -261,7 +269,7 @@ class ConcurrentSource final : public RandomAccessFile {
   mutable std::mutex mu_;
   mutable bool busy_ = false;
   mutable int in_flight_ = 0, max_in_flight_ = 0, refused_ = 0;
-  mutable std::vector<std::pair<uint64_t, uint64_t>> warmed_;
+  mutable std::vector<std::pair<uint64_t, uint64_t>> warmed_, prefetched_;
 };
 
 TEST(RecordSchedulerTest, ConcurrentSourceSpeculatesWhileDemandReadsRun) {
@@ -309,6 +317,60 @@ TEST(RecordSchedulerTest, ABusySourceIsAskedAgainAndLosesNothing) {
     pos = offset + n;
   }
   EXPECT_EQ(pos, uint64_t{4} << 20);
+}
+
+// A demand piece inside a range queued for speculation takes one chunk of that range with it
+// (from the piece on), and the rest of the range stays queued: every byte is still fetched
+// exactly once, by the promoted window or by speculation.
+TEST(RecordSchedulerTest, ADemandPieceInAQueuedRangeTakesAChunkOfIt) {
+  auto src = std::make_shared<ConcurrentSource>(uint64_t{8} << 20);
+  src->set_busy(true);  // keep the range queued
+  RecordScheduler s;
+  const uint64_t mib = uint64_t{1} << 20;
+  s.Speculate(src, {{0, 4 * mib}});
+  // A lone reader (a decoding DataLoader's worker): only its pieces.
+  s.WillRead(*src, {{2 * mib, 5000}});
+  EXPECT_EQ(src->prefetched().size(), 1u);
+  EXPECT_EQ(s.stats().promoted_bytes, 0u);
+  // Readers that outrun single-piece fetches: demand reads in progress.
+  std::atomic<int> reading{0};
+  std::atomic<bool> release{false};
+  std::vector<std::thread> readers;
+  for (int i = 0; i < RecordScheduler::kPromoteAtDemandReads; ++i) {
+    readers.emplace_back([&] {
+      (void)s.Demand(1, [&] {
+        ++reading;
+        while (!release.load()) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+        return Status::OK();
+      });
+    });
+  }
+  while (reading.load() < RecordScheduler::kPromoteAtDemandReads) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  s.WillRead(*src, {{mib + 100, 5000}, {6 * mib, 5000}});  // inside, and not queued
+  release = true;
+  for (auto& t : readers) t.join();
+  auto prefetched = src->prefetched();
+  ASSERT_EQ(prefetched.size(), 4u);
+  prefetched.erase(prefetched.begin());
+  EXPECT_EQ(prefetched[0],
+            (std::pair<uint64_t, uint64_t>{mib + 100, RecordScheduler::kFirstChunk}));
+  EXPECT_EQ(prefetched[1], (std::pair<uint64_t, uint64_t>{mib + 100, 5000}));  // joins it
+  EXPECT_EQ(prefetched[2], (std::pair<uint64_t, uint64_t>{6 * mib, 5000}));
+  EXPECT_EQ(s.stats().promoted_bytes, RecordScheduler::kFirstChunk);
+  EXPECT_EQ(s.stats().queued_bytes, 4 * mib - RecordScheduler::kFirstChunk);
+  src->set_busy(false);
+  WaitIdle(s, 4 * mib - RecordScheduler::kFirstChunk);
+  auto covered = src->warmed();
+  covered.push_back(prefetched[0]);
+  std::sort(covered.begin(), covered.end());
+  uint64_t pos = 0;
+  for (const auto& [offset, n] : covered) {
+    EXPECT_EQ(offset, pos);
+    pos = offset + n;
+  }
+  EXPECT_EQ(pos, 4 * mib);
 }
 
 }  // namespace

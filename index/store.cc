@@ -153,12 +153,38 @@ Result<std::unique_ptr<Store>> Store::Open(const std::string& dir, StoreOptions 
 }
 
 Result<Store::OpenRecordFile> Store::GetRecordFile(uint32_t id) const {
+  std::promise<Result<OpenRecordFile>> mine;
+  std::shared_future<Result<OpenRecordFile>> other;
   {
     std::lock_guard<std::mutex> lock(mu_);
     auto it = records_.find(id);
     if (it != records_.end()) return it->second;
+    auto opening = opening_.find(id);
+    if (opening != opening_.end()) {
+      other = opening->second;
+    } else {
+      opening_.emplace(id, mine.get_future().share());
+    }
   }
-  // Open outside the lock: a slow disk must not block readers of records already open.
+  if (other.valid()) return other.get();
+  // Open outside the lock: a slow disk or network must not block readers of records already
+  // open. Concurrent callers for this record wait above for this result.
+  Result<OpenRecordFile> r = Err(Status::IOError(dir_ + "/" + RecordFileName(id) + ": not opened"));
+  try {
+    r = OpenRecordFileNow(id);
+  } catch (const std::exception& e) {  // (bad_alloc) waiters must not wait forever
+    r = Err(Status::IOError(dir_ + "/" + RecordFileName(id) + ": " + e.what()));
+  }
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (r) records_.emplace(id, *r);
+    opening_.erase(id);  // an error is not kept: the next caller tries again
+  }
+  mine.set_value(r);
+  return r;
+}
+
+Result<Store::OpenRecordFile> Store::OpenRecordFileNow(uint32_t id) const {
   auto info = index_->GetRecord(id);
   if (!info) {
     if (info.error().IsNotFound()) {
@@ -184,11 +210,8 @@ Result<Store::OpenRecordFile> Store::GetRecordFile(uint32_t id) const {
     const bool foot = (*file)->DropCached(info->file_size - kRecordFooterSize, kRecordFooterSize);
     if (head || foot) header = CheckRecordHeader(**file, *info);
   }
-  OpenRecordFile opened{std::shared_ptr<RandomAccessFile>(std::move(*file)), *info,
+  return OpenRecordFile{std::shared_ptr<RandomAccessFile>(std::move(*file)), *info,
                         std::move(header)};
-  std::lock_guard<std::mutex> lock(mu_);
-  auto [it, inserted] = records_.emplace(id, std::move(opened));
-  return it->second;  // if another thread won the race, share its file
 }
 
 Result<std::shared_ptr<RandomAccessFile>> Store::OpenRecord(uint32_t id,

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <functional>
+#include <future>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -88,9 +89,15 @@ class Store {
     Status header_status;  // the file's header, footer and size checked against info
   };
   Result<OpenRecordFile> GetRecordFile(uint32_t id) const;
+  // Opens record `id` and checks its header: what GetRecordFile does for the first caller.
+  Result<OpenRecordFile> OpenRecordFileNow(uint32_t id) const;
 
   mutable std::mutex mu_;
   mutable std::unordered_map<uint32_t, OpenRecordFile> records_;  // GUARDED_BY(mu_)
+  // Records being opened: later callers wait for the first one's result instead of opening
+  // (and, for a remote store, fetching the header and tables) again.
+  mutable std::unordered_map<uint32_t, std::shared_future<Result<OpenRecordFile>>>
+      opening_;  // GUARDED_BY(mu_)
   // Format 2 indexes only: block CRCs computed from large pieces, by (record, slot, group).
   struct DerivedKey {
     uint32_t record, slot;

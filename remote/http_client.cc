@@ -661,6 +661,7 @@ class HttpClient::Impl {
 
   void OnDone(Transfer* raw, CURLcode rc) {
     active_.erase(raw);
+    if (raw->req.background) --background_active_;
     std::unique_ptr<Transfer> t(raw);
     Verdict v = Judge(t.get(), rc);
     ReleaseEasy(t.get());
@@ -695,18 +696,51 @@ class HttpClient::Impl {
     waiting_.emplace(t->next_try, std::move(t));
   }
 
-  // Background transfers wait in background_ until a connection is free for them.
-  int BackgroundSlots() const {
-    return std::max(1, options_.max_connections_per_host - HttpClient::kReservedForDemand);
+  // Transfers wait in demand_ or background_ until the client hands them to curl (Dispatch),
+  // so the client, not curl's connection queue, decides who gets the next free connection.
+  void Launch(std::unique_ptr<Transfer> t) {
+    if (t->req.background) {
+      background_.push_back(std::move(t));
+    } else {
+      demand_.push_back(std::move(t));
+    }
   }
 
-  void Launch(std::unique_ptr<Transfer> t) {
-    if (t->req.background &&
-        (!background_.empty() || static_cast<int>(active_.size()) >= BackgroundSlots())) {
-      background_.push_back(std::move(t));
-      return;
+  // At most max_connections_per_host transfers run (a client talks to one store's host).
+  // Demand requests come first, with two limits that keep speculation alive under a steady
+  // demand load (8 readers at level 10 keep 80 piece requests queued; before, speculation then
+  // never got a connection, so every piece stayed a latency-bound demand request):
+  // - background requests use at most max - kReservedForDemand connections, so demand always
+  //   has kReservedForDemand of its own;
+  // - while background requests wait and fewer than kGuaranteedBackground run, demand takes at
+  //   most max - kGuaranteedBackground: the speculative reads that turn later demand reads into
+  //   cache hits keep a share of the link.
+  void Dispatch() {
+    const int max = std::max(1, options_.max_connections_per_host);
+    const int background_max = std::max(1, max - HttpClient::kReservedForDemand);
+    const int guaranteed = std::min(HttpClient::kGuaranteedBackground, background_max);
+    for (;;) {
+      const int active = static_cast<int>(active_.size());
+      if (active >= max) return;
+      const bool background_may = !background_.empty() && background_active_ < background_max;
+      const bool background_owed = background_may && background_active_ < guaranteed;
+      const int demand_max = background_owed ? max - (guaranteed - background_active_) : max;
+      std::unique_ptr<Transfer> t;
+      if (!demand_.empty() && active < demand_max) {
+        t = std::move(demand_.front());
+        demand_.pop_front();
+      } else if (background_may) {
+        t = std::move(background_.front());
+        background_.pop_front();
+        if (t->attempts == 0) {  // the deadline counts from the first try, not the wait
+          t->start = Clock::now();
+          t->deadline = t->start + options_.deadline;
+        }
+      } else {
+        return;
+      }
+      LaunchNow(std::move(t));
     }
-    LaunchNow(std::move(t));
   }
 
   void LaunchNow(std::unique_ptr<Transfer> t) {
@@ -717,6 +751,7 @@ class HttpClient::Impl {
       return;
     }
     active_.insert(t.get());
+    if (t->req.background) ++background_active_;
     t.release();  // owned by its easy handle (CURLOPT_PRIVATE) until OnDone
   }
 
@@ -739,15 +774,7 @@ class HttpClient::Impl {
         auto node = waiting_.extract(waiting_.begin());
         Launch(std::move(node.mapped()));
       }
-      while (!background_.empty() && static_cast<int>(active_.size()) < BackgroundSlots()) {
-        auto t = std::move(background_.front());
-        background_.pop_front();
-        if (t->attempts == 0) {  // the deadline counts from the first try, not the wait
-          t->start = Clock::now();
-          t->deadline = t->start + options_.deadline;
-        }
-        LaunchNow(std::move(t));
-      }
+      Dispatch();
       int running = 0;
       curl_multi_perform(multi_, &running);
       int left = 0;
@@ -757,6 +784,7 @@ class HttpClient::Impl {
         curl_easy_getinfo(m->easy_handle, CURLINFO_PRIVATE, reinterpret_cast<char**>(&t));
         OnDone(t, m->data.result);
       }
+      Dispatch();  // connections the finished transfers freed (a new handle makes the poll short)
       int timeout_ms = 1000;
       if (!waiting_.empty()) {
         auto until =
@@ -775,10 +803,13 @@ class HttpClient::Impl {
     for (auto& t : fresh) all.push_back(std::move(t));
     for (auto& [when, t] : waiting_) all.push_back(std::move(t));
     waiting_.clear();
+    for (auto& t : demand_) all.push_back(std::move(t));
+    demand_.clear();
     for (auto& t : background_) all.push_back(std::move(t));
     background_.clear();
     for (Transfer* t : active_) all.emplace_back(t);
     active_.clear();
+    background_active_ = 0;
     for (auto& t : all) {
       ReleaseEasy(t.get());
       Status s = Status::IOError(t->shown_url + ": the client is shutting down");
@@ -794,8 +825,10 @@ class HttpClient::Impl {
   std::vector<CURL*> idle_;     // I/O thread only
   std::set<Transfer*> active_;  // in curl, owned through CURLOPT_PRIVATE; I/O thread only
   std::multimap<Clock::time_point, std::unique_ptr<Transfer>> waiting_;  // I/O thread only
-  std::deque<std::unique_ptr<Transfer>> background_;                     // I/O thread only
-  std::mt19937_64 rng_;                                                  // I/O thread only
+  std::deque<std::unique_ptr<Transfer>> demand_;      // I/O thread only; not yet in curl
+  std::deque<std::unique_ptr<Transfer>> background_;  // I/O thread only; not yet in curl
+  int background_active_ = 0;                         // I/O thread only; of active_
+  std::mt19937_64 rng_;                               // I/O thread only
 
   std::mutex mu_;
   std::deque<std::unique_ptr<Transfer>> queue_;  // GUARDED_BY(mu_)

@@ -79,9 +79,10 @@ struct HttpRequest {
   uint8_t* dst = nullptr;
   size_t dst_size = 0;
   std::string body_file;
-  // A speculative request (a prefetch): it is handed to curl only while fewer than
-  // max_connections_per_host - kReservedForDemand transfers run, so requests somebody waits
-  // for never queue behind it for a connection.
+  // A speculative request (a prefetch). Requests somebody waits for go first: a background
+  // request gets a connection only when no demand request waits for one, and never one of the
+  // last kReservedForDemand; but while fewer than kGuaranteedBackground background requests
+  // run, demand requests leave that many connections to them (HttpClient::Impl::Dispatch).
   bool background = false;
 };
 
@@ -135,6 +136,8 @@ class HttpClient {
  public:
   // Connections per host that background requests leave to the others (at least one).
   static constexpr int kReservedForDemand = 4;
+  // Connections demand requests leave to waiting background ones (if max allows).
+  static constexpr int kGuaranteedBackground = 4;
   using Callback = std::function<void(Result<HttpResponse>)>;
 
   // Errors: an unreadable or malformed headers_file (naming the file and line, never a value),

@@ -2,10 +2,14 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <atomic>
 #include <filesystem>
 #include <fstream>
 #include <future>
+#include <mutex>
+#include <thread>
+#include <vector>
 
 #include "remote/test_server.h"
 
@@ -156,6 +160,107 @@ TEST(HttpClientTest, ManyConcurrentAsyncFetches) {
   }
   all.get_future().wait();
   EXPECT_EQ(ok.load(), kN);
+}
+
+// Demand requests go first, yet speculation keeps a share of the connections: with demand
+// requests queued, background ones still run (kGuaranteedBackground of them), never more than
+// max - kReservedForDemand, and never more than max of both. Each request is held 30 ms at the
+// server, which counts how many of each kind it serves at once.
+class ConcurrencyServer {
+ public:
+  explicit ConcurrencyServer(std::string obj)
+      : obj_(std::move(obj)), server_([this](const std::string& req, int) { return Hold(req); }) {}
+  std::string url(const std::string& path) const { return server_.url(path); }
+  struct Seen {
+    int demand_max = 0, background_max = 0, total_max = 0;
+    std::vector<char> order;  // 'd' or 'b' as the requests arrived
+  };
+  Seen seen() {
+    std::lock_guard<std::mutex> l(mu_);
+    return seen_;
+  }
+
+ private:
+  TestReply Hold(const std::string& req) {
+    const bool bg = req.rfind("GET /b", 0) == 0;
+    {
+      std::lock_guard<std::mutex> l(mu_);
+      ++(bg ? background_ : demand_);
+      seen_.demand_max = std::max(seen_.demand_max, demand_);
+      seen_.background_max = std::max(seen_.background_max, background_);
+      seen_.total_max = std::max(seen_.total_max, demand_ + background_);
+      seen_.order.push_back(bg ? 'b' : 'd');
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(30));
+    {
+      std::lock_guard<std::mutex> l(mu_);
+      --(bg ? background_ : demand_);
+    }
+    return Serve(obj_, req);
+  }
+  const std::string obj_;
+  std::mutex mu_;
+  int demand_ = 0, background_ = 0;
+  Seen seen_;
+  TestHttpServer server_;
+};
+
+// Sends `demand` requests for /d and `background` ones for /b at once; all must succeed.
+void FetchMany(HttpClient& client, const ConcurrencyServer& server, const std::string& obj,
+               int demand, int background) {
+  const int n = demand + background;
+  std::vector<std::string> bufs(static_cast<size_t>(n), std::string(1024, '\0'));
+  std::atomic<int> ok{0}, done{0};
+  std::promise<void> all;
+  for (int i = 0; i < n; ++i) {
+    HttpRequest r;
+    r.background = i >= demand;
+    r.url = server.url(r.background ? "/b" : "/d");
+    r.range = ByteRange{static_cast<uint64_t>(i) * 1024, 1024};
+    r.dst = reinterpret_cast<uint8_t*>(bufs[i].data());
+    r.dst_size = 1024;
+    client.Fetch(r, [&, i](Result<HttpResponse> res) {
+      if (res.has_value() && bufs[i] == obj.substr(static_cast<size_t>(i) * 1024, 1024)) ++ok;
+      if (++done == n) all.set_value();
+    });
+  }
+  all.get_future().wait();
+  EXPECT_EQ(ok.load(), n);
+}
+
+TEST(HttpClientTest, DemandFirstButSpeculationKeepsItsShare) {
+  const std::string obj = Object(1 << 17);
+  HttpClientOptions o = Fast();
+  o.max_connections_per_host = 12;
+  const int background_max = 12 - HttpClient::kReservedForDemand;
+  {
+    ConcurrencyServer server(obj);
+    auto client = MakeClient(o);
+    FetchMany(*client, server, obj, 48, 16);
+    const auto seen = server.seen();
+    EXPECT_LE(seen.total_max, 12);
+    EXPECT_LE(seen.background_max, background_max);
+    // Background requests ran while demand ones were still queued: the guaranteed share
+    // arrived before the last few demand requests did (before: only once demand drained).
+    EXPECT_GE(seen.background_max, HttpClient::kGuaranteedBackground);
+    const auto first_bg = std::find(seen.order.begin(), seen.order.end(), 'b');
+    const auto demand_after = std::count(first_bg, seen.order.end(), 'd');
+    EXPECT_GE(demand_after, 24) << "speculation waited until demand drained";
+    // And demand still had most of the connections.
+    EXPECT_GE(seen.demand_max, 12 - HttpClient::kGuaranteedBackground);
+  }
+  {  // Demand alone uses every connection; background alone all but the reserved ones.
+    ConcurrencyServer server(obj);
+    auto client = MakeClient(o);
+    FetchMany(*client, server, obj, 36, 0);
+    EXPECT_EQ(server.seen().demand_max, 12);
+  }
+  {
+    ConcurrencyServer server(obj);
+    auto client = MakeClient(o);
+    FetchMany(*client, server, obj, 0, 24);
+    EXPECT_EQ(server.seen().background_max, background_max);
+  }
 }
 
 TEST(HttpClientTest, RetriesServerErrorsHonouringRetryAfter) {

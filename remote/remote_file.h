@@ -79,6 +79,10 @@ class RemoteFile final : public RandomAccessFile {
   void CoverLocked(const std::vector<RangeCache::Range>& ranges,
                    std::vector<std::shared_ptr<Fetch>>* fetches,
                    std::vector<std::shared_ptr<Fetch>>* started) const;
+  // The parts of `missing` (ranges a Copy missed) the cache still lacks; the parts it has now
+  // (a fetch ended since) are appended to *arrived. REQUIRES: shared_->mu held.
+  std::vector<RangeCache::Range> StillMissingLocked(const std::vector<RangeCache::Range>& missing,
+                                                    std::vector<RangeCache::Range>* arrived) const;
   std::shared_ptr<Fetch> StartLocked(uint64_t offset, uint64_t end,
                                      std::vector<std::shared_ptr<Fetch>>* started) const;
   // Sends the GETs of new fetches, outside any lock (a request that fails at once completes

@@ -91,6 +91,7 @@ class BadOptionsTest(unittest.TestCase):
             ("prefetch=101", "-o prefetch=101: expected a percentage"),
             ("cache_size=1Mixx", "-o cache_size=1Mixx: expected a size in 1M..1T"),
             ("msssim=2", "-o msssim=2: expected a number in (0, 1]"),
+            ("kernel_readahead=17M", "-o kernel_readahead=17M: expected a size in 0..16M"),
             ("rw", "-o rw: the store is read-only"),
             ("allow_other,rw", "-o rw: the store is read-only"),
         ]
@@ -108,6 +109,30 @@ class BadOptionsTest(unittest.TestCase):
             self.assertIn("jpegs", os.listdir(mnt))
             with self.assertRaises(OSError):
                 open(os.path.join(mnt, "new"), "w")
+
+
+def bdi_read_ahead_kb(mnt):
+    """The read_ahead_kb of the bdi of the mount at mnt (from mountinfo, no FUSE request)."""
+    dev = None
+    with open("/proc/self/mountinfo") as f:
+        for line in f:
+            fields = line.split()
+            if fields[4] == os.path.realpath(mnt):
+                dev = fields[2]
+    with open(f"/sys/class/bdi/{dev}/read_ahead_kb") as f:
+        return int(f.read())
+
+
+class KernelReadaheadTest(unittest.TestCase):
+    @unittest.skipUnless(os.geteuid() == 0, "only root may set a bdi's readahead")
+    def test_the_mount_gets_the_readahead_window_asked_for(self):
+        mnt = os.path.join(WORK, "mnt-ra")
+        with Mount(STORE, mnt):
+            self.assertEqual(bdi_read_ahead_kb(mnt), 1024)  # the default, 1M
+        with Mount(STORE, mnt, "-o", "kernel_readahead=4M"):
+            self.assertEqual(bdi_read_ahead_kb(mnt), 4096)
+        with Mount(STORE, mnt, "-o", "kernel_readahead=0"):
+            self.assertEqual(bdi_read_ahead_kb(mnt), 128)  # the kernel's own for FUSE
 
 
 class XattrTest(unittest.TestCase):
