@@ -230,12 +230,15 @@ class TreeBuilder {
 // Sequential ranged GETs of an archive, one chunk in memory.
 class RemoteArchiveStream final : public ArchiveStream {
  public:
+  static constexpr uint64_t kFirstChunk = uint64_t{256} << 10;
+
   RemoteArchiveStream(std::shared_ptr<const RemoteAccess> access, uint64_t chunk)
       : access_(std::move(access)), url_(access_->ObjectUrl("")), chunk_(chunk) {}
 
   Result<std::span<const uint8_t>> Read() override {
     if (known_size_ && pos_ >= size_) return std::span<const uint8_t>();
-    uint64_t n = chunk_;
+    // The first request is small: a probe of the format (ProbeArchive) reads only that much.
+    uint64_t n = known_size_ ? chunk_ : std::min(chunk_, kFirstChunk);
     if (known_size_) n = std::min(n, size_ - pos_);
     buf_.resize(n);
     HttpRequest req;

@@ -78,8 +78,9 @@ class BucketSource {
   SourceTree tree_;
 };
 
-// Opens streams of the archive at `access`'s URL: sequential ranged GETs of `chunk` bytes, one
-// chunk in memory; Skip moves past bytes without fetching them when they lie beyond the chunk.
+// Opens streams of the archive at `access`'s URL: sequential ranged GETs of `chunk` bytes (the
+// first of each stream 256 KiB, so a probe of the format costs little), one chunk in memory;
+// Skip moves past bytes without fetching them when they lie beyond the chunk.
 ArchiveStreamOpener RemoteArchiveOpener(std::shared_ptr<const RemoteAccess> access,
                                         uint64_t chunk = uint64_t{8} << 20);
 
