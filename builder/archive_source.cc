@@ -63,6 +63,55 @@ la_ssize_t NestedRead(archive* inner, void* ctx, const void** out) {
   return n;
 }
 
+// libarchive's callbacks over an ArchiveStream.
+struct StreamInput {
+  std::unique_ptr<ArchiveStream> stream;
+};
+
+la_ssize_t StreamRead(archive* a, void* ctx, const void** out) {
+  auto* in = static_cast<StreamInput*>(ctx);
+  auto got = in->stream->Read();
+  if (!got) {
+    archive_set_error(a, EIO, "%s", got.error().message().c_str());
+    return -1;
+  }
+  *out = got->data();
+  return static_cast<la_ssize_t>(got->size());
+}
+
+la_int64_t StreamSkip(archive* a, void* ctx, la_int64_t request) {
+  auto* in = static_cast<StreamInput*>(ctx);
+  if (request <= 0) return 0;
+  auto skipped = in->stream->Skip(static_cast<uint64_t>(request));
+  if (!skipped) {
+    archive_set_error(a, EIO, "%s", skipped.error().message().c_str());
+    return ARCHIVE_FATAL;
+  }
+  return static_cast<la_int64_t>(*skipped);
+}
+
+int StreamClose(archive*, void* ctx) {
+  delete static_cast<StreamInput*>(ctx);
+  return ARCHIVE_OK;
+}
+
+// Opens `a` on the local file `path`, or on a new stream of `opener`. Not ARCHIVE_OK: the error
+// is in archive_error_string(a).
+int OpenInput(archive* a, const std::string& path, const ArchiveStreamOpener& opener) {
+  if (!opener) return archive_read_open_filename(a, path.c_str(), kReadBlock);
+  auto stream = opener();
+  if (!stream) {
+    archive_set_error(a, EIO, "%s", stream.error().message().c_str());
+    return ARCHIVE_FATAL;
+  }
+  auto* in = new StreamInput{std::move(*stream)};
+  archive_read_set_callback_data(a, in);
+  archive_read_set_read_callback(a, StreamRead);
+  archive_read_set_skip_callback(a, StreamSkip);
+  archive_read_set_close_callback(a, StreamClose);
+  return archive_read_open1(a);  // calls StreamClose (freeing `in`) on failure and at the end
+}
+
 bool EndsWith(const std::string& s, const char* suffix) {
   const size_t n = std::strlen(suffix);
   if (s.size() <= n) return false;
@@ -81,15 +130,15 @@ std::string NestedFolderName(const std::string& name) {
   return {};
 }
 
-Status ProbeArchive(const std::string& path) {
+Status ProbeArchive(const std::string& path, const ArchiveStreamOpener& opener) {
   struct stat st;
-  if (::stat(path.c_str(), &st) != 0)
+  if (!opener && ::stat(path.c_str(), &st) != 0)
     return Status::FromErrno(path + ": cannot use as source", errno);
-  if (!S_ISREG(st.st_mode))
+  if (!opener && !S_ISREG(st.st_mode))
     return Status::InvalidArgument(path + ": not a directory or an archive");
   ArchivePtr a = NewReader();
   if (!a) return Status::ResourceExhausted(path + ": out of memory");
-  if (archive_read_open_filename(a.get(), path.c_str(), kReadBlock) != ARCHIVE_OK) {
+  if (OpenInput(a.get(), path, opener) != ARCHIVE_OK) {
     return Status::InvalidArgument(path + ": not a directory or a readable archive (" +
                                    ErrorOf(a.get()) + ")");
   }
@@ -105,10 +154,13 @@ Status ProbeArchive(const std::string& path) {
 
 struct ArchiveSource::Impl {
   std::string path;
+  ArchiveStreamOpener opener;  // empty: `path` is a local file
   bool nested = true;
-  SourceTree* tree = nullptr;  // pass 1 only
-  std::vector<uint32_t> plan;  // by member sequence number
-  size_t seq = 0;              // members met so far in this pass
+  SourceTree* tree = nullptr;                 // pass 1 only
+  const ListingProgress* progress = nullptr;  // pass 1 only
+  uint64_t listed_bytes = 0;                  // pass 1: of the file members so far
+  std::vector<uint32_t> plan;                 // by member sequence number
+  size_t seq = 0;                             // members met so far in this pass
   bool second_pass = false;
   // Pass 1: (parent, name) -> node, to find folders and duplicates; dropped after pass 1.
   std::unordered_multimap<uint64_t, uint32_t> names;
@@ -329,6 +381,8 @@ struct ArchiveSource::Impl {
       tree->nodes[node].size = total;
     }
     tree->files.push_back(node);
+    listed_bytes += tree->nodes[node].size;
+    if (progress != nullptr && *progress) (*progress)(tree->files.size(), listed_bytes);
     return node;
   }
 
@@ -378,7 +432,7 @@ struct ArchiveSource::Impl {
     ArchivePtr a = NewReader();
     if (!a) {
       error = "out of memory";
-    } else if (archive_read_open_filename(a.get(), path.c_str(), kReadBlock) != ARCHIVE_OK) {
+    } else if (OpenInput(a.get(), path, opener) != ARCHIVE_OK) {
       error = ErrorOf(a.get());
     } else {
       Walk(a.get(), 0, 0);
@@ -398,26 +452,30 @@ ArchiveSource::~ArchiveSource() {
   if (impl_->reader.joinable()) impl_->reader.join();
 }
 
-Result<std::unique_ptr<ArchiveSource>> ArchiveSource::Open(const std::string& path, bool nested) {
-  if (Status s = ProbeArchive(path); !s.ok()) return Err(std::move(s));
+Result<std::unique_ptr<ArchiveSource>> ArchiveSource::Open(const std::string& path, bool nested,
+                                                           const ListingProgress& progress,
+                                                           ArchiveStreamOpener opener) {
+  if (Status s = ProbeArchive(path, opener); !s.ok()) return Err(std::move(s));
   auto impl = std::make_unique<Impl>();
   impl->path = path;
+  impl->opener = std::move(opener);
   impl->nested = nested;
   std::unique_ptr<ArchiveSource> src(new ArchiveSource(std::move(impl)));
   Impl& m = *src->impl_;
   SourceTree& tree = src->tree_;
   tree.root = path;
   struct stat st;
-  if (::stat(path.c_str(), &st) != 0) return Err(Status::FromErrno(path, errno));
+  if (!m.opener && ::stat(path.c_str(), &st) != 0) return Err(Status::FromErrno(path, errno));
   SourceNode root;
   root.is_dir = true;
   root.mode = 0755;
   tree.nodes.push_back(std::move(root));
   m.implied.push_back(true);
   m.tree = &tree;
+  m.progress = &progress;
   ArchivePtr a = NewReader();
   if (!a) return Err(Status::ResourceExhausted(path + ": out of memory"));
-  if (archive_read_open_filename(a.get(), path.c_str(), kReadBlock) != ARCHIVE_OK) {
+  if (OpenInput(a.get(), path, m.opener) != ARCHIVE_OK) {
     return Err(Status::IOError(path + ": " + ErrorOf(a.get())));
   }
   {
@@ -449,6 +507,7 @@ Result<std::unique_ptr<ArchiveSource>> ArchiveSource::Open(const std::string& pa
   m.names = {};
   m.implied = {};
   m.tree = nullptr;
+  m.progress = nullptr;
   return src;
 }
 

@@ -12,6 +12,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <span>
 #include <string>
@@ -22,9 +23,23 @@
 
 namespace pcrfs::tools {
 
-// OK if `path` is a regular file that libarchive reads as an archive with at least one member;
-// InvalidArgument naming the path and the reason otherwise.
-Status ProbeArchive(const std::string& path);
+// The bytes of an archive that is not a local file (an http(s) or s3 URL: builder/
+// remote_source.h), read from the start, in order.
+class ArchiveStream {
+ public:
+  virtual ~ArchiveStream() = default;
+  // The next bytes, empty at the end; valid until the next call. Errors name the source.
+  virtual Result<std::span<const uint8_t>> Read() = 0;
+  // Skips up to n bytes without reading them where it can; returns how many were skipped.
+  virtual Result<uint64_t> Skip(uint64_t n) = 0;
+};
+// Opens a new stream at the archive's start: once per pass.
+using ArchiveStreamOpener = std::function<Result<std::unique_ptr<ArchiveStream>>()>;
+
+// OK if `path` is a regular file that libarchive reads as an archive with at least one member
+// (with `opener`: if that stream is one; `path` only names it); InvalidArgument naming the path
+// and the reason otherwise.
+Status ProbeArchive(const std::string& path, const ArchiveStreamOpener& opener = {});
 
 // "n01440764.tar" -> "n01440764" for the names that become folders (.tar, .tar.gz, .tgz, .zip,
 // any case); empty for other names.
@@ -54,8 +69,11 @@ class ArchiveMember {
 class ArchiveSource {
  public:
   // Pass 1. Fails only if the archive cannot be opened or its first header cannot be read.
-  // nested: expand .tar/.tar.gz/.tgz/.zip members into folders.
-  static Result<std::unique_ptr<ArchiveSource>> Open(const std::string& path, bool nested);
+  // nested: expand .tar/.tar.gz/.tgz/.zip members into folders. progress: called per file member.
+  // opener: read the archive from streams it opens (each pass one), `path` only names it.
+  static Result<std::unique_ptr<ArchiveSource>> Open(const std::string& path, bool nested,
+                                                     const ListingProgress& progress = {},
+                                                     ArchiveStreamOpener opener = {});
   ~ArchiveSource();  // cancels and joins the reader thread
   ArchiveSource(const ArchiveSource&) = delete;
   ArchiveSource& operator=(const ArchiveSource&) = delete;

@@ -18,9 +18,12 @@
 #include <unordered_map>
 
 #include "builder/archive_source.h"
+#include "builder/provenance.h"
 #include "builder/quality_sample.h"
+#include "builder/remote_source.h"
 #include "builder/source_tree.h"
 #include "common/coding.h"
+#include "common/crc32c.h"
 #include "common/file_util.h"
 #include "common/parallel.h"
 #include "index/entry.h"
@@ -67,37 +70,27 @@ constexpr char kOptionsFile[] = "options";
 
 std::string PartialDir(const std::string& store) { return store + ".partial"; }
 
-// FNV-1a, 64 bit: a stable fingerprint of a record's members, to decide on --resume whether a
-// complete record can be kept.
-class Fingerprint {
- public:
-  void Add(std::string_view s) {
-    for (unsigned char c : s) {
-      h_ ^= c;
-      h_ *= 0x100000001b3ull;
-    }
-    Add64(s.size());
-  }
-  void Add64(uint64_t v) {
-    for (int i = 0; i < 8; ++i) {
-      h_ ^= (v >> (8 * i)) & 0xff;
-      h_ *= 0x100000001b3ull;
-    }
-  }
-  std::string Hex() const {
-    char buf[17];
-    std::snprintf(buf, sizeof buf, "%016llx", static_cast<unsigned long long>(h_));
-    return buf;
-  }
-
- private:
-  uint64_t h_ = 0xcbf29ce484222325ull;
-};
+// The records a build writes: all of them, or a shard's range.
+std::pair<uint32_t, uint32_t> RecordRange(const BuildConfig& c, uint32_t num_records) {
+  return c.shard.enabled() ? ShardRecordRange(num_records, c.shard)
+                           : std::make_pair(uint32_t{0}, num_records);
+}
 
 // An archive source is a regular file; a folder source is a folder.
 bool IsArchivePath(const std::string& source) {
   struct stat st;
   return ::stat(source.c_str(), &st) == 0 && S_ISREG(st.st_mode);
+}
+
+// An archive: a local file, or a URL naming one (remote_source.h).
+bool IsArchiveSource(const std::string& source) {
+  return IsRemoteUrl(source) ? IsRemoteArchiveUrl(source) : IsArchivePath(source);
+}
+
+// provenance.json's kind of source.
+std::string SourceKind(const std::string& source) {
+  if (IsRemoteUrl(source)) return IsRemoteArchiveUrl(source) ? "remote-archive" : "s3-prefix";
+  return IsArchivePath(source) ? "archive" : "folder";
 }
 
 std::string OptionsText(const BuildConfig& c) {
@@ -109,7 +102,7 @@ std::string OptionsText(const BuildConfig& c) {
          " max_jpeg_bytes=" + std::to_string(c.max_jpeg_bytes) +
          " quality_sample=" + std::to_string(c.quality_sample) +
          " quality_seed=" + std::to_string(c.quality_seed) +
-         (IsArchivePath(c.source) ? " archive_nested=" + std::to_string(c.nested_archives) : "") +
+         (IsArchiveSource(c.source) ? " archive_nested=" + std::to_string(c.nested_archives) : "") +
          "\n";
 }
 
@@ -151,6 +144,7 @@ struct FileResult {
   bool stream = false;
   UniqueFd fd;
   std::unique_ptr<ArchiveMember> member;  // instead of fd for an archive; raw holds its head
+  bool object = false;                    // instead of fd: an object of a BucketSource
   FileStat stat;                          // the version that was read
 };
 
@@ -264,10 +258,47 @@ FileResult ProcessMember(const SourceTree& tree, uint32_t node, size_t turn, Arc
   return r;
 }
 
+// Bytes of an object fetched per GET: a whole small file in one, a large one in a few.
+constexpr uint64_t kObjectChunk = uint64_t{8} << 20;
+
+// Reads file node `node` of a bucket source and transcodes it. A large object that will not be
+// transcoded is fetched later, when its record streams it in (res.object).
+FileResult ProcessObject(const SourceTree& tree, uint32_t node, const BucketSource& bucket,
+                         const BuildConfig& config) {
+  const SourceNode& n = tree.nodes[node];
+  FileResult r;
+  r.stat = {n.size, n.mtime_sec, n.mtime_nsec, 0};
+  if (n.size > kStreamAbove) {
+    uint8_t head[3] = {};
+    Status s = bucket.Read(tree, node, 0, head);
+    if (!s.ok()) return Unreadable(s.message());
+    if (!codec::LooksLikeJpeg(head)) {
+      r.reason = PassthroughReason::kNotJpeg;
+    } else if (n.size > config.max_jpeg_bytes) {
+      r.reason = PassthroughReason::kTooBig;
+      r.detail = "larger than --max-jpeg-bytes (" + std::to_string(config.max_jpeg_bytes) + ")";
+    }
+    if (r.reason != PassthroughReason::kNone) {
+      r.stream = true;
+      r.object = true;
+      return r;
+    }
+  }
+  std::vector<uint8_t> data(n.size);
+  for (uint64_t at = 0; at < n.size; at += kObjectChunk) {
+    const auto len = static_cast<size_t>(std::min(kObjectChunk, n.size - at));
+    Status s = bucket.Read(tree, node, at, std::span<uint8_t>(data).subspan(at, len));
+    if (!s.ok()) return Unreadable(s.message());
+  }
+  ClassifyBytes(std::move(data), config, &r);
+  return r;
+}
+
 FileResult ProcessFile(const SourceTree& tree, uint32_t node, const BuildConfig& config,
-                       ArchiveSource* archive, size_t turn) {
+                       ArchiveSource* archive, const BucketSource* bucket, size_t turn) {
   try {
     if (archive != nullptr) return ProcessMember(tree, node, turn, archive, config);
+    if (bucket != nullptr) return ProcessObject(tree, node, *bucket, config);
     for (int attempt = 1;; ++attempt) {
       bool changed = false;
       FileResult r = ProcessOnce(tree, node, config, &changed);
@@ -292,10 +323,12 @@ class OrderedTranscoder {
   // node_of(i) is the node of file i of count in *tree; it is called from the worker threads.
   // With an archive, file i is its member turn i (ArchiveSource::StartReading already called).
   OrderedTranscoder(size_t count, const SourceTree* tree, std::function<uint32_t(size_t)> node_of,
-                    const BuildConfig* config, unsigned threads, ArchiveSource* archive)
+                    const BuildConfig* config, unsigned threads, ArchiveSource* archive,
+                    const BucketSource* bucket)
       : count_(count),
         tree_(tree),
         archive_(archive),
+        bucket_(bucket),
         node_of_(std::move(node_of)),
         config_(config),
         window_(std::max<size_t>(16, threads * 64)) {
@@ -341,7 +374,7 @@ class OrderedTranscoder {
         if (stop_ || next_claim_ >= count_) return;
         i = next_claim_++;
       }
-      FileResult r = ProcessFile(*tree_, node_of_(i), *config_, archive_, i);
+      FileResult r = ProcessFile(*tree_, node_of_(i), *config_, archive_, bucket_, i);
       {
         std::lock_guard<std::mutex> l(mu_);
         buffered_ += ResultBytes(r);
@@ -355,7 +388,8 @@ class OrderedTranscoder {
 
   const size_t count_;
   const SourceTree* tree_;
-  ArchiveSource* const archive_;  // null for a folder
+  ArchiveSource* const archive_;      // null unless the source is an archive
+  const BucketSource* const bucket_;  // null unless the source is an S3 prefix
   const std::function<uint32_t(size_t)> node_of_;
   const BuildConfig* config_;
   const size_t window_;
@@ -410,13 +444,36 @@ class StoreBuilder {
 
   Result<BuildReport> Run() {
     const auto start = std::chrono::steady_clock::now();
-    if (IsArchivePath(config_.source)) {
-      auto archive = ArchiveSource::Open(config_.source, config_.nested_archives);
+    started_ms_ = UnixMillisNow();
+    const ListingProgress listing = [this](uint64_t files, uint64_t bytes) {
+      Progress(BuildProgress::Stage::kListing, files, 0, bytes, 0);
+    };
+    Progress(BuildProgress::Stage::kListing, 0, 0, 0, 0);
+    if (IsRemoteUrl(config_.source)) {
+      auto access = RemoteAccess::Create(config_.source, config_.remote);
+      if (!access) return Err(access.error());
+      if (IsRemoteArchiveUrl(config_.source)) {
+        auto shared = std::make_shared<const RemoteAccess>(std::move(*access));
+        auto archive = ArchiveSource::Open(shared->name, config_.nested_archives, listing,
+                                           RemoteArchiveOpener(shared));
+        if (!archive) return Err(archive.error());
+        archive_ = std::move(*archive);
+        tree_ = std::move(archive_->tree());
+      } else {
+        auto bucket = BucketSource::Open(std::move(*access), listing);
+        if (!bucket) return Err(bucket.error());
+        bucket_ = std::move(*bucket);
+        tree_ = std::move(bucket_->tree());
+        // Objects are read over the network: more at once than there are cores.
+        threads_ = std::max<unsigned>(threads_, static_cast<unsigned>(config_.remote.connections));
+      }
+    } else if (IsArchivePath(config_.source)) {
+      auto archive = ArchiveSource::Open(config_.source, config_.nested_archives, listing);
       if (!archive) return Err(archive.error());
       archive_ = std::move(*archive);
       tree_ = std::move(archive_->tree());
     } else {
-      auto tree = WalkSource(config_.source);
+      auto tree = WalkSource(config_.source, listing);
       if (!tree) return Err(tree.error());
       tree_ = std::move(*tree);
     }
@@ -424,11 +481,14 @@ class StoreBuilder {
       report_.problems.push_back({p.rel_path, p.reason, ""});
     }
     report_.files_total = tree_.files.size();
+    if (config_.shard.enabled()) listing_ = EncodeListing(tree_);  // before any change of stats
 
     locations_.assign(tree_.files.size(), FileLocation());
+    const bool shard = config_.shard.enabled();
     for (Status (StoreBuilder::*step)() :
          {&StoreBuilder::PreparePartial, &StoreBuilder::WriteRecords,
-          &StoreBuilder::WriteIndexAndManifest, &StoreBuilder::Publish}) {
+          shard ? &StoreBuilder::WritePart : &StoreBuilder::WriteIndexAndManifest,
+          shard ? &StoreBuilder::NoStep : &StoreBuilder::WriteProvenance, &StoreBuilder::Publish}) {
       Status s = (this->*step)();
       if (!s.ok()) return Err(std::move(s));
     }
@@ -439,6 +499,44 @@ class StoreBuilder {
 
  private:
   std::string RecordPath(uint32_t id) const { return partial_ + "/" + index::RecordFileName(id); }
+  uint32_t NodeIndex(const SourceNode& n) const {
+    return static_cast<uint32_t>(&n - tree_.nodes.data());
+  }
+
+  void Progress(BuildProgress::Stage stage, uint64_t done, uint64_t total, uint64_t bytes,
+                uint64_t bytes_total) const {
+    if (config_.progress) config_.progress({stage, done, total, bytes, bytes_total});
+  }
+
+  Status NoStep() { return Status::OK(); }
+
+  // provenance.json (builder/provenance.h), the last file before the store is published.
+  Status WriteProvenance() {
+    Provenance p;
+    p.command = shards_ > 0 ? "merge" : "build";
+    p.source_kind = shards_ > 0 ? merged_kind_ : SourceKind(config_.source);
+    std::error_code ec;
+    const fs::path abs = fs::absolute(config_.source, ec);
+    if (IsRemoteUrl(config_.source)) {
+      p.source = RedactUrl(config_.source);
+    } else {
+      p.source = shards_ > 0 || ec ? config_.source : abs.lexically_normal().string();
+    }
+    p.shards = shards_;
+    p.generator = std::string("pcrfs ") + PCRFS_VERSION;
+    p.commit = SourceCommit();
+    p.host = HostName();
+    p.started_ms = started_ms_;
+    p.finished_ms = UnixMillisNow();
+    p.threads = threads_;
+    p.nested_archives = config_.nested_archives;
+    p.files_listed = tree_.files.size();
+    p.not_stored = report_.problems.size();
+    p.changed = report_.changed.size();
+    p.records_kept = report_.records_reused;
+    const std::string json = p.ToJson();
+    return WriteFileAtomic(partial_ + "/" + kProvenanceFile, json.data(), json.size());
+  }
   std::string FingerprintPath(uint32_t id) const {
     char buf[32];
     std::snprintf(buf, sizeof buf, "/%08u.members", id);
@@ -447,7 +545,11 @@ class StoreBuilder {
 
   Status PreparePartial() {
     const std::string state = partial_ + "/" + kBuildStateDir;
-    const std::string options = OptionsText(config_);
+    std::string options = OptionsText(config_);
+    if (config_.shard.enabled()) {
+      options.insert(options.size() - 1, " shard=" + std::to_string(config_.shard.index) + "/" +
+                                             std::to_string(config_.shard.count));
+    }
     struct stat st;
     if (::stat(partial_.c_str(), &st) == 0) {
       bool keep = false;
@@ -548,12 +650,18 @@ class StoreBuilder {
     const size_t per = config_.images_per_record;
     const auto num_records = static_cast<uint32_t>((n + per - 1) / per);
     num_records_ = num_records;
+    const auto [first, last] = RecordRange(config_, num_records);
+    const size_t files = std::min(n, last * per) - std::min(n, first * per);
+    report_.record_begin = first;
+    report_.record_end = last;
+    report_.num_records = num_records;
+    report_.shard_files = files;
 
     // Decide which records survive from an interrupted build; transcode only the rest.
     std::vector<std::optional<index::RecordLayout>> reused(num_records);
     std::vector<std::string> fps(num_records);
     std::vector<uint32_t> todo;  // nodes to transcode
-    for (uint32_t r = 0; r < num_records; ++r) {
+    for (uint32_t r = first; r < last; ++r) {
       const size_t begin = r * per, end = std::min(n, begin + per);
       fps[r] = MembersFingerprint(begin, end);
       reused[r] = ReusableRecord(r, begin, end, fps[r]);
@@ -563,28 +671,29 @@ class StoreBuilder {
       }
     }
 
-    uint64_t done = 0;
-    auto last_progress = std::chrono::steady_clock::now();
-    auto tick = [&](uint64_t add) {
-      done += add;
-      if (!config_.progress) return;
-      auto now = std::chrono::steady_clock::now();
-      if (now - last_progress >= std::chrono::milliseconds(200) || done == n) {
-        last_progress = now;
-        config_.progress(done, n);
-      }
+    uint64_t bytes_total = 0;
+    for (size_t i = std::min(n, first * per); i < std::min(n, last * per); ++i) {
+      bytes_total += tree_.nodes[tree_.files[i]].size;
+    }
+    uint64_t done = 0, bytes = 0;
+    auto tick = [&](size_t begin, size_t end) {
+      done += end - begin;
+      for (size_t i = begin; i < end; ++i) bytes += tree_.nodes[tree_.files[i]].size;
+      Progress(BuildProgress::Stage::kFiles, done, files, bytes, bytes_total);
     };
+    Progress(BuildProgress::Stage::kFiles, 0, files, 0, bytes_total);
 
     if (archive_) archive_->StartReading(todo);
     OrderedTranscoder pool(
-        todo.size(), &tree_, [&](size_t i) { return todo[i]; }, &config_, threads_, archive_.get());
+        todo.size(), &tree_, [&](size_t i) { return todo[i]; }, &config_, threads_, archive_.get(),
+        bucket_.get());
     size_t next = 0;  // index into todo
-    for (uint32_t r = 0; r < num_records; ++r) {
+    for (uint32_t r = first; r < last; ++r) {
       const size_t begin = r * per, end = std::min(n, begin + per);
       if (reused[r]) {
         PCRFS_RETURN_IF_ERROR(Place(r, *reused[r], begin, nullptr));
         ++report_.records_reused;
-        tick(end - begin);
+        tick(begin, end);
         continue;
       }
       auto writer = index::RecordWriter::Create(RecordPath(r));
@@ -592,8 +701,12 @@ class StoreBuilder {
       for (size_t i = begin; i < end; ++i) {
         FileResult res = pool.Take(next++);
         SourceNode& node = tree_.nodes[tree_.files[i]];
+        const size_t changes = report_.changed.size();
         PCRFS_RETURN_IF_ERROR(AddToRecord(writer->get(), &node, &res));
-        tick(1);
+        if (report_.changed.size() != changes) {
+          changed_.push_back({i, node.size, node.mtime_sec, node.mtime_nsec});
+        }
+        tick(i, i + 1);
       }
       auto layout = (*writer)->Finish();
       if (!layout) return layout.error();
@@ -655,6 +768,35 @@ class StoreBuilder {
                               return read_status;
                             });
       res->member.reset();
+      if (!s.ok() && !read_status.ok()) *res = Unreadable(read_status.message());
+      return;
+    }
+    if (res->object) {  // an object of a bucket: sequential ranged GETs, one chunk in memory
+      Status read_status;
+      std::vector<uint8_t> chunk;
+      uint64_t chunk_at = 0;
+      Status s = writer->AddStream(
+          tree_.RelPath(node), res->reason, res->stat.size,
+          [&](uint64_t offset, std::span<uint8_t> dst) {
+            size_t done = 0;
+            while (done < dst.size()) {
+              const uint64_t at = offset + done;
+              if (at < chunk_at || at >= chunk_at + chunk.size()) {
+                chunk_at = at;
+                chunk.resize(static_cast<size_t>(std::min(kObjectChunk, res->stat.size - at)));
+                read_status = bucket_->Read(tree_, NodeIndex(node), at, chunk);
+                if (!read_status.ok()) {
+                  chunk.clear();
+                  return read_status;
+                }
+              }
+              const size_t from = static_cast<size_t>(at - chunk_at);
+              const size_t n = std::min(dst.size() - done, chunk.size() - from);
+              std::copy_n(chunk.begin() + static_cast<ptrdiff_t>(from), n, dst.begin() + done);
+              done += n;
+            }
+            return Status::OK();
+          });
       if (!s.ok() && !read_status.ok()) *res = Unreadable(read_status.message());
       return;
     }
@@ -811,14 +953,186 @@ class StoreBuilder {
     auto store = index::Store::Open(partial_);
     if (!store) return store.error();
     uint32_t skipped = 0;
-    auto quality = MeasureStoreQuality(**store, config_.quality_sample, config_.quality_seed,
-                                       threads_, &skipped);
+    auto quality =
+        MeasureStoreQuality(**store, config_.quality_sample, config_.quality_seed, threads_,
+                            &skipped, [this](uint64_t done, uint64_t total) {
+                              Progress(BuildProgress::Stage::kQuality, done, total, 0, 0);
+                            });
     if (!quality) return quality.error();
     m.quality.measured = (*quality)[0].n;
     m.quality.seed = config_.quality_seed;
     m.quality.levels = *quality;
     const std::string with_quality = m.ToJson();
     return WriteFileAtomic(manifest_path, with_quality.data(), with_quality.size());
+  }
+
+  // A shard's part.json and listing.bin, after its records (shard_part.h).
+  Status WritePart() {
+    ShardPart part;
+    part.generator = std::string("pcrfs ") + PCRFS_VERSION;
+    part.source = config_.source;
+    part.options = OptionsText(config_);
+    part.options.pop_back();  // the newline
+    part.shard = config_.shard;
+    part.num_files = tree_.files.size();
+    part.num_records = num_records_;
+    part.record_begin = report_.record_begin;
+    part.record_end = report_.record_end;
+    Fingerprint fp;
+    fp.Add(listing_);
+    part.listing_digest = fp.Hex();
+    part.listing_crc32c = crc32c::Value(listing_.data(), listing_.size());
+    for (uint32_t r = part.record_begin; r < part.record_end; ++r) {
+      PartRecord rec{r, 0, 0};
+      PCRFS_RETURN_IF_ERROR(CopyChecked(RecordPath(r), "", &rec.size, &rec.crc32c));
+      part.records.push_back(rec);
+    }
+    part.changed = changed_;
+    PCRFS_RETURN_IF_ERROR(
+        WriteFileAtomic(partial_ + "/" + kListingFile, listing_.data(), listing_.size()));
+    const std::string json = part.ToJson();
+    return WriteFileAtomic(partial_ + "/" + kPartFile, json.data(), json.size());
+  }
+
+  // Reads `from` whole, copying it to `to` unless empty, and returns its size and CRC32C.
+  // A hard link where the part and the store share a filesystem (records are immutable: no
+  // second copy of the dataset's bytes), else a copy; either way every byte is read and
+  // checked by the caller against *size and *crc.
+  static Status LinkOrCopyChecked(const std::string& from, const std::string& to, uint64_t* size,
+                                  uint32_t* crc) {
+    if (::link(from.c_str(), to.c_str()) == 0) return CopyChecked(to, "", size, crc);
+    if (errno != EXDEV && errno != EPERM && errno != EMLINK && errno != ENOTSUP) {
+      return Status::FromErrno("link " + from + " -> " + to, errno);
+    }
+    return CopyChecked(from, to, size, crc);
+  }
+
+  static Status CopyChecked(const std::string& from, const std::string& to, uint64_t* size,
+                            uint32_t* crc) {
+    auto in = OpenFile(from, O_RDONLY | O_NOFOLLOW);
+    if (!in) return in.error();
+    UniqueFd out;
+    if (!to.empty()) {
+      auto created = OpenFile(to, O_WRONLY | O_CREAT | O_TRUNC);
+      if (!created) return created.error();
+      out = std::move(*created);
+    }
+    std::vector<uint8_t> buf(uint64_t{1} << 20);
+    *size = 0;
+    *crc = 0;
+    for (;;) {
+      const ssize_t got = ::read(in->get(), buf.data(), buf.size());
+      if (got < 0 && errno == EINTR) continue;
+      if (got < 0) return Status::FromErrno(from, errno);
+      if (got == 0) break;
+      *crc = crc32c::Extend(*crc, buf.data(), static_cast<size_t>(got));
+      *size += static_cast<uint64_t>(got);
+      if (out.valid()) {
+        PCRFS_RETURN_IF_ERROR(WriteFull(out.get(), buf.data(), static_cast<size_t>(got), to));
+      }
+    }
+    if (out.valid() && ::fsync(out.get()) != 0) return Status::FromErrno("fsync " + to, errno);
+    return Status::OK();
+  }
+
+ public:
+  // `pcr merge`: parts[i] (in folder dirs[i]) is shard i of parts.size(), checked by LoadParts.
+  Result<BuildReport> Merge(const std::vector<std::string>& dirs,
+                            const std::vector<ShardPart>& parts) {
+    const auto start = std::chrono::steady_clock::now();
+    started_ms_ = UnixMillisNow();
+    shards_ = static_cast<uint32_t>(parts.size());
+    merged_kind_ = IsRemoteUrl(parts[0].source) ? SourceKind(parts[0].source)
+                   : parts[0].options.find(" archive_nested=") != std::string::npos ? "archive"
+                                                                                    : "folder";
+    auto bytes = ReadWholeFile(dirs[0] + "/" + kListingFile, UINT64_MAX);
+    if (!bytes) return Err(bytes.error());
+    auto tree = DecodeListing(
+        std::string_view(reinterpret_cast<const char*>(bytes->data()), bytes->size()));
+    if (!tree) return Err(Status::Corruption(dirs[0] + ": " + tree.error().message()));
+    tree_ = std::move(*tree);
+    for (const SourceProblem& p : tree_.problems) {
+      report_.problems.push_back({p.rel_path, p.reason, ""});
+    }
+    report_.files_total = tree_.files.size();
+    locations_.assign(tree_.files.size(), FileLocation());
+    num_records_ = parts[0].num_records;
+    const size_t per = config_.images_per_record;
+    if (tree_.files.size() != parts[0].num_files ||
+        num_records_ != (tree_.files.size() + per - 1) / per) {
+      return Err(
+          Status::Corruption(dirs[0] + ": damaged part: listing.bin disagrees with " + kPartFile));
+    }
+    if (Status s = PreparePartial(); !s.ok()) return Err(std::move(s));
+    merge_bytes_total_ = 0;
+    for (const ShardPart& part : parts) {
+      for (const PartRecord& rec : part.records) merge_bytes_total_ += rec.size;
+    }
+    Progress(BuildProgress::Stage::kRecords, 0, num_records_, 0, merge_bytes_total_);
+    for (size_t p = 0; p < parts.size(); ++p) {
+      if (Status s = MergePart(dirs[p], parts[p]); !s.ok()) return Err(std::move(s));
+    }
+    for (Status (StoreBuilder::*step)() :
+         {&StoreBuilder::WriteIndexAndManifest, &StoreBuilder::WriteProvenance,
+          &StoreBuilder::Publish}) {
+      Status s = (this->*step)();
+      if (!s.ok()) return Err(std::move(s));
+    }
+    report_.num_records = num_records_;
+    report_.record_end = num_records_;
+    report_.seconds =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    return std::move(report_);
+  }
+
+ private:
+  // Copies the records of one part into the store, checking each against part.json, and
+  // places their files; then applies the part's changed file stats.
+  Status MergePart(const std::string& dir, const ShardPart& part) {
+    const size_t n = tree_.files.size(), per = config_.images_per_record;
+    for (const PartRecord& rec : part.records) {
+      const std::string from = dir + "/" + index::RecordFileName(rec.id);
+      uint64_t size = 0;
+      uint32_t crc = 0;
+      PCRFS_RETURN_IF_ERROR(LinkOrCopyChecked(from, RecordPath(rec.id), &size, &crc));
+      if (size != rec.size || crc != rec.crc32c) {
+        return Status::Corruption(from + ": damaged part: the record does not match its " +
+                                  kPartFile + " (size or CRC32C)");
+      }
+      const size_t begin = rec.id * per, end = std::min(n, begin + per);
+      auto file = PosixRandomAccessFile::Open(RecordPath(rec.id));
+      if (!file) return file.error();
+      auto layout = index::ReadRecordLayout(**file);
+      if (!layout) return Status::Corruption(from + ": " + layout.error().message());
+      bool same = layout->images.size() == end - begin;
+      for (size_t i = begin; same && i < end; ++i) {
+        same = layout->images[i - begin].path == tree_.RelPath(tree_.nodes[tree_.files[i]]);
+      }
+      if (!same) {
+        return Status::Corruption(from + ": its files are not those of the source listing");
+      }
+      PCRFS_RETURN_IF_ERROR(Place(rec.id, *layout, begin, nullptr));
+      ++merged_records_;
+      merged_bytes_ += size;
+      Progress(BuildProgress::Stage::kRecords, merged_records_, num_records_, merged_bytes_,
+               merge_bytes_total_);
+      for (const index::RecordImage& img : layout->images) {
+        if (img.passthrough_reason == PassthroughReason::kUnreadable) {
+          report_.problems.push_back({img.path, "unreadable", "see the report of " + dir});
+        }
+      }
+    }
+    for (const ChangedFile& c : part.changed) {
+      if (c.position < part.record_begin * per ||
+          c.position >= std::min(n, part.record_end * per)) {
+        return Status::Corruption(dir + ": damaged part: a changed file outside its records");
+      }
+      SourceNode& node = tree_.nodes[tree_.files[c.position]];
+      node.size = c.size;
+      node.mtime_sec = c.mtime_sec;
+      node.mtime_nsec = c.mtime_nsec;
+    }
+    return Status::OK();
   }
 
   Status Publish() {
@@ -846,7 +1160,8 @@ class StoreBuilder {
 
   const BuildConfig& config_;
   unsigned threads_;
-  std::unique_ptr<ArchiveSource> archive_;  // null for a folder source
+  std::unique_ptr<ArchiveSource> archive_;  // null unless the source is an archive
+  std::unique_ptr<BucketSource> bucket_;    // null unless the source is an S3 prefix
   std::string partial_;
   SourceTree tree_;
   std::vector<FileLocation> locations_;  // by position in tree_.files
@@ -865,6 +1180,12 @@ class StoreBuilder {
   }
   uint32_t num_records_ = 0;
   BuildReport report_;
+  int64_t started_ms_ = 0;   // Unix ms, for provenance.json
+  uint32_t shards_ = 0;      // a merge: the number of parts
+  std::string merged_kind_;  // a merge: the parts' kind of source
+  uint64_t merge_bytes_total_ = 0, merged_bytes_ = 0, merged_records_ = 0;  // a merge's progress
+  std::string listing_;               // a shard: EncodeListing of the walk
+  std::vector<ChangedFile> changed_;  // files whose stats changed while they were read
 };
 
 }  // namespace
@@ -873,6 +1194,18 @@ Status CheckBuildArguments(const BuildConfig& config) {
   const std::string& src = config.source;
   const std::string& store = config.store;
   if (src.empty() || store.empty()) return Status::InvalidArgument("SRC and STORE are required");
+  if (IsRemoteUrl(src)) {  // reached when the build starts; only its form is checked here
+    auto url = ParseUrl(src);
+    if (!url) return url.error();
+    if (!url->is_s3() && !IsRemoteArchiveUrl(src)) {
+      return Status::InvalidArgument(url->ToString() + ": not an archive URL");
+    }
+    if (config.images_per_record == 0 || config.images_per_record > (1u << 20)) {
+      return Status::InvalidArgument("--images-per-record must be between 1 and 1048576");
+    }
+    if (config.max_input_scans < 1) return Status::InvalidArgument("--max-scans must be >= 1");
+    return CheckStoreTarget(store, config.force);
+  }
   struct stat st;
   if (::stat(src.c_str(), &st) != 0) {
     return Status::FromErrno(src + ": cannot use as source", errno);
@@ -896,13 +1229,21 @@ Status CheckBuildArguments(const BuildConfig& config) {
   const fs::path src_abs = fs::weakly_canonical(fs::absolute(src), ec);
   const fs::path store_abs = fs::weakly_canonical(fs::absolute(store), ec);
   if (ec) return Status::InvalidArgument(store + ": " + ec.message());
-  if (store_abs.filename().empty())
-    return Status::InvalidArgument(store + ": not a valid store name");
   // A store inside its own source would be walked into itself.
   auto [s, t] = std::mismatch(src_abs.begin(), src_abs.end(), store_abs.begin(), store_abs.end());
   if (s == src_abs.end()) {
     return Status::InvalidArgument(store + ": the store cannot be inside the source folder " + src);
   }
+  return CheckStoreTarget(store, config.force);
+}
+
+Status CheckStoreTarget(const std::string& store, bool force) {
+  if (store.empty()) return Status::InvalidArgument("STORE is required");
+  std::error_code ec;
+  const fs::path store_abs = fs::weakly_canonical(fs::absolute(store), ec);
+  if (ec) return Status::InvalidArgument(store + ": " + ec.message());
+  if (store_abs.filename().empty())
+    return Status::InvalidArgument(store + ": not a valid store name");
   const fs::path parent = store_abs.parent_path();
   if (!fs::is_directory(parent, ec)) {
     return Status::NotFound(store + ": parent folder " + parent.string() + " does not exist");
@@ -910,12 +1251,14 @@ Status CheckBuildArguments(const BuildConfig& config) {
   if (::access(parent.c_str(), W_OK) != 0) {
     return Status::FromErrno(store + ": cannot write to " + parent.string(), errno);
   }
+  struct stat st;
   if (::lstat(store.c_str(), &st) == 0) {
-    if (!config.force) {
+    if (!force) {
       return Status::AlreadyExists(store + ": already exists (use --force to replace it)");
     }
-    // --force replaces stores only: never remove a folder of someone's data.
-    const bool is_store = ::access((store + "/" + index::kManifestFile).c_str(), F_OK) == 0;
+    // --force replaces stores and parts only: never remove a folder of someone's data.
+    const bool is_store = ::access((store + "/" + index::kManifestFile).c_str(), F_OK) == 0 ||
+                          ::access((store + "/" + kPartFile).c_str(), F_OK) == 0;
     if (!S_ISDIR(st.st_mode) || !(is_store || IsDirectoryEmpty(store))) {
       return Status::InvalidArgument(store +
                                      ": exists and is not a pcrfs store; refusing to replace it");
@@ -935,6 +1278,166 @@ Result<BuildReport> Build(const BuildConfig& config) {
 Result<BuildReport> BuildLocked(const BuildConfig& config, const StoreWriterLock& /*lock*/) {
   StoreBuilder builder(config);
   return builder.Run();
+}
+
+namespace {
+
+struct LoadedParts {
+  std::vector<std::string> dirs;  // by shard index
+  std::vector<ShardPart> parts;
+};
+
+std::string ShardName(const ShardSpec& s) {
+  return std::to_string(s.index) + "/" + std::to_string(s.count);
+}
+
+Result<ShardPart> LoadPart(const std::string& dir) {
+  const std::string path = dir + "/" + kPartFile;
+  struct stat st;
+  if (::stat(dir.c_str(), &st) != 0 || !S_ISDIR(st.st_mode)) {
+    return Err(Status::NotFound(dir + ": no such part folder"));
+  }
+  if (::access(path.c_str(), F_OK) != 0) {
+    return Err(Status::InvalidArgument(dir + ": not a pcrfs shard part (no " + kPartFile +
+                                       "; was its pcr build --shard completed?)"));
+  }
+  auto text = ReadWholeFile(path, uint64_t{1} << 30);
+  if (!text) return Err(text.error());
+  auto part = ShardPart::FromJson(std::string(text->begin(), text->end()));
+  if (!part) {
+    return Err(
+        Status::Corruption(dir + ": damaged part: " + kPartFile + ": " + part.error().message()));
+  }
+  auto listing = ReadWholeFile(dir + "/" + kListingFile, UINT64_MAX);
+  if (!listing)
+    return Err(Status::Corruption(dir + ": damaged part: " + listing.error().message()));
+  Fingerprint fp;
+  fp.Add(std::string_view(reinterpret_cast<const char*>(listing->data()), listing->size()));
+  if (fp.Hex() != part->listing_digest || crc32c::Value(*listing) != part->listing_crc32c) {
+    return Err(Status::Corruption(dir + ": damaged part: " + kListingFile + " does not match " +
+                                  kPartFile));
+  }
+  for (const PartRecord& r : part->records) {
+    const std::string rec = dir + "/" + index::RecordFileName(r.id);
+    if (::lstat(rec.c_str(), &st) != 0 || !S_ISREG(st.st_mode) ||
+        static_cast<uint64_t>(st.st_size) != r.size) {
+      return Err(Status::Corruption(rec + ": damaged part: missing, or not the size " + kPartFile +
+                                    " gives"));
+    }
+  }
+  return part;
+}
+
+// Every part loaded and checked against the first: one source, one set of options, one N, and
+// each shard 0..N-1 exactly once.
+Result<LoadedParts> LoadParts(const MergeConfig& config) {
+  if (config.parts.empty()) return Err(Status::InvalidArgument("no PART given"));
+  std::vector<ShardPart> given;
+  for (const std::string& dir : config.parts) {
+    auto part = LoadPart(dir);
+    if (!part) return Err(part.error());
+    given.push_back(std::move(*part));
+  }
+  const ShardPart& first = given[0];
+  const std::string& first_dir = config.parts[0];
+  LoadedParts out;
+  out.dirs.resize(first.shard.count);
+  out.parts.resize(first.shard.count);
+  for (size_t i = 0; i < given.size(); ++i) {
+    const ShardPart& p = given[i];
+    const std::string& dir = config.parts[i];
+    if (p.shard.count != first.shard.count) {
+      return Err(Status::InvalidArgument(dir + ": is shard " + ShardName(p.shard) + ", but " +
+                                         first_dir + " is shard " + ShardName(first.shard) +
+                                         ": parts of different N cannot be merged"));
+    }
+    if (p.listing_digest != first.listing_digest || p.num_files != first.num_files) {
+      return Err(Status::InvalidArgument(
+          dir + ": built from a different source than " + first_dir +
+          " (the source listings differ: another folder, or files changed between the shards' "
+          "walks)"));
+    }
+    if (p.options != first.options) {
+      return Err(Status::InvalidArgument(dir + ": built with other options than " + first_dir +
+                                         " (" + p.options + " against " + first.options + ")"));
+    }
+    if (!out.dirs[p.shard.index].empty()) {
+      return Err(Status::InvalidArgument("shard " + ShardName(p.shard) + " given twice: " +
+                                         out.dirs[p.shard.index] + " and " + dir));
+    }
+    out.dirs[p.shard.index] = dir;
+    out.parts[p.shard.index] = p;
+  }
+  for (uint32_t i = 0; i < first.shard.count; ++i) {
+    if (out.dirs[i].empty()) {
+      return Err(Status::InvalidArgument("shard " + ShardName({i, first.shard.count}) +
+                                         " is missing (" + std::to_string(first.shard.count) +
+                                         " parts needed, " + std::to_string(given.size()) +
+                                         " given)"));
+    }
+  }
+  return out;
+}
+
+// The build options from OptionsText.
+Result<BuildConfig> ConfigFromOptions(const std::string& text) {
+  BuildConfig c;
+  std::map<std::string, std::string> kv;
+  size_t pos = 0;
+  while (pos < text.size()) {
+    size_t end = text.find(' ', pos);
+    if (end == std::string::npos) end = text.size();
+    const std::string item = text.substr(pos, end - pos);
+    const size_t eq = item.find('=');
+    if (eq != std::string::npos) kv[item.substr(0, eq)] = item.substr(eq + 1);
+    pos = end + 1;
+  }
+  try {
+    if (std::stoul(kv.at("format")) != index::kStoreFormatVersion) {
+      return Err(Status::NotSupported("store format " + kv.at("format") +
+                                      " is not supported (this pcr writes " +
+                                      std::to_string(index::kStoreFormatVersion) + ")"));
+    }
+    c.strip_metadata = kv.at("strip_metadata") == "1";
+    c.images_per_record = static_cast<uint32_t>(std::stoul(kv.at("images_per_record")));
+    c.max_input_scans = std::stoi(kv.at("max_input_scans"));
+    c.max_image_memory = std::stoull(kv.at("max_image_memory"));
+    c.max_jpeg_bytes = std::stoull(kv.at("max_jpeg_bytes"));
+    c.quality_sample = static_cast<uint32_t>(std::stoul(kv.at("quality_sample")));
+    c.quality_seed = std::stoull(kv.at("quality_seed"));
+    if (kv.count("archive_nested")) c.nested_archives = kv.at("archive_nested") == "1";
+  } catch (const std::exception&) {
+    return Err(Status::Corruption("malformed options: " + text));
+  }
+  if (c.images_per_record == 0) return Err(Status::Corruption("malformed options: " + text));
+  return c;
+}
+
+}  // namespace
+
+Status CheckMergeParts(const MergeConfig& config) {
+  auto loaded = LoadParts(config);
+  if (!loaded) return loaded.error();
+  auto options = ConfigFromOptions(loaded->parts[0].options);
+  if (!options) return Status::Corruption(config.parts[0] + ": " + options.error().message());
+  return Status::OK();
+}
+
+Result<BuildReport> MergeLocked(const MergeConfig& config, const StoreWriterLock& /*lock*/) {
+  auto loaded = LoadParts(config);
+  if (!loaded) return Err(loaded.error());
+  auto build = ConfigFromOptions(loaded->parts[0].options);
+  if (!build) return Err(build.error());
+  build->source = loaded->parts[0].source;
+  build->store = config.store;
+  build->threads = config.threads;
+  build->force = config.force;
+  build->progress = config.progress;
+  StoreBuilder builder(*build);
+  auto report = builder.Merge(loaded->dirs, loaded->parts);
+  // Unlike a build's, a merge's STORE.partial holds only copies: nothing to resume.
+  if (!report) (void)RemoveTree(PartialDir(config.store));
+  return report;
 }
 
 }  // namespace pcrfs::tools

@@ -13,12 +13,32 @@
 #include <string>
 #include <vector>
 
+#include "builder/shard_part.h"
 #include "builder/store_lock.h"
 #include "codec/transcoder.h"
 #include "common/status.h"
 #include "index/manifest.h"
+#include "remote/store_location.h"
 
 namespace pcrfs::tools {
+
+// Where a build is, for a progress line (BuildConfig::progress, MergeConfig::progress).
+struct BuildProgress {
+  enum class Stage {
+    kListing,  // walking the folder, reading the archive's headers: total unknown
+    kFiles,    // reading and transcoding the files of the store (or of the shard)
+    kRecords,  // pcr merge: joining the parts' records
+    kQuality,  // measuring the quality sample
+  };
+  Stage stage = Stage::kListing;
+  uint64_t done = 0;         // files listed or stored, records joined, JPEGs measured
+  uint64_t total = 0;        // 0 while not known
+  uint64_t bytes = 0;        // source bytes listed or stored so far (record bytes: merge)
+  uint64_t bytes_total = 0;  // 0 while not known
+};
+// Called often (up to once per file, from the thread that runs the build); it must be cheap
+// and rate-limit its own output.
+using ProgressFn = std::function<void(const BuildProgress&)>;
 
 struct BuildConfig {
   std::string source;
@@ -30,6 +50,10 @@ struct BuildConfig {
   bool strip_metadata = false;
   // SRC is an archive: its .tar/.tar.gz/.tgz/.zip members become folders (--no-nested: files).
   bool nested_archives = true;
+  // SRC is a URL (s3://BUCKET/PREFIX, or an archive at an s3:// or http(s):// URL): how to
+  // reach it, as for a remote store (region, endpoint, credentials, headers, CA, timeout,
+  // connections: also the number of objects read at once).
+  RemoteOptions remote;
   int max_input_scans = 1000;
   uint64_t max_image_memory = uint64_t{1} << 30;
   // JPEGs larger than this are not transcoded but stored whole (reason "too-big").
@@ -37,8 +61,9 @@ struct BuildConfig {
   // JPEGs whose PSNR and MS-SSIM at every level are measured into the manifest; 0: none.
   uint32_t quality_sample = 100;
   uint64_t quality_seed = 0;
-  // Called about five times a second with (files done, files total). May be empty.
-  std::function<void(uint64_t, uint64_t)> progress;
+  // Build only shard I of N into the part folder `store` (shard_part.h); merge with MergeParts.
+  ShardSpec shard;
+  ProgressFn progress;  // may be empty
 };
 
 struct PassthroughNote {
@@ -58,6 +83,10 @@ struct BuildReport {
   std::vector<PassthroughNote> problems;
   // Files that changed between the listing of the source and their reading: stored as read.
   std::vector<PassthroughNote> changed;
+  // A shard (BuildConfig::shard): its records [record_begin, record_end) of num_records, and the
+  // files in them. The manifest is empty: `pcr merge` writes it.
+  uint32_t record_begin = 0, record_end = 0, num_records = 0;
+  uint64_t shard_files = 0;
 };
 
 // Exit codes of `pcr build`, documented in the README.
@@ -68,6 +97,10 @@ enum BuildExit : int {
   kExitProblems = 3,  // the store is complete, but some source entries could not be stored
   kExitBusy = 4,      // another writer holds STORE's lock (StoreWriterLock); nothing was touched
 };
+
+// Checks STORE (or PART) alone: its parent is a writable folder, and it does not exist unless
+// `force` and it is a store, a part or an empty folder.
+Status CheckStoreTarget(const std::string& store, bool force);
 
 // Checks SRC and STORE before any work: InvalidArgument / AlreadyExists / NotFound on bad input.
 Status CheckBuildArguments(const BuildConfig& config);
@@ -81,5 +114,24 @@ Result<BuildReport> Build(const BuildConfig& config);
 // The build itself. REQUIRES: `lock` is held on config.store and CheckBuildArguments passed
 // after it was taken; the lock is held until the caller releases it, after the final rename.
 Result<BuildReport> BuildLocked(const BuildConfig& config, const StoreWriterLock& lock);
+
+struct MergeConfig {
+  std::vector<std::string> parts;  // in any order
+  std::string store;
+  unsigned threads = 0;  // for the quality sample; 0: every core
+  bool force = false;
+  ProgressFn progress;  // may be empty
+};
+
+// Checks the parts before any work: each is a complete, undamaged part (part.json checksum), and
+// together they are the N shards 0..N-1 of one source listing with one set of options.
+// InvalidArgument / Corruption / NotFound naming the part otherwise.
+Status CheckMergeParts(const MergeConfig& config);
+
+// `pcr merge`: joins the parts into config.store, byte-identical to the single build: records
+// copied (each checked against its part's CRC32C), the index written from the listing and the
+// records, the quality sample measured on the merged store as a single build measures it.
+// REQUIRES: `lock` is held on config.store, CheckStoreTarget and CheckMergeParts passed.
+Result<BuildReport> MergeLocked(const MergeConfig& config, const StoreWriterLock& lock);
 
 }  // namespace pcrfs::tools

@@ -9,8 +9,11 @@
 #include <filesystem>
 #include <fstream>
 #include <map>
+#include <optional>
 #include <random>
 
+#include "builder/provenance.h"
+#include "builder/remote_source.h"
 #include "builder/verifier.h"
 #include "common/test_support.h"
 #include "index/record_format.h"
@@ -58,10 +61,12 @@ BuildConfig Config(const std::string& src, const std::string& store) {
   return c;
 }
 
+// Every file of the store's content: all but provenance.json (who built it, when, how).
 std::map<std::string, Bytes> StoreFiles(const std::string& store) {
   std::map<std::string, Bytes> out;
   for (const auto& e : stdfs::recursive_directory_iterator(store)) {
-    if (e.is_regular_file()) out[stdfs::relative(e.path(), store).string()] = ReadAll(e.path());
+    const std::string rel = stdfs::relative(e.path(), store).string();
+    if (e.is_regular_file() && rel != kProvenanceFile) out[rel] = ReadAll(e.path());
   }
   return out;
 }
@@ -193,6 +198,101 @@ TEST(VerifierTest, FindsDamageDifferencesAndStrays) {
   EXPECT_TRUE(has(VerifyFinding::Kind::kDiffers, "labels.csv"));
   EXPECT_TRUE(has(VerifyFinding::Kind::kStray, "stray.tmp"));
   EXPECT_FALSE(has(VerifyFinding::Kind::kDamaged, "cats/a.jpg"));
+}
+
+TEST(BuildProgressTest, StagesInOrderEndingAtTheirTotals) {
+  TempDir dir;
+  const std::string src = dir.Join("src"), store = dir.Join("st");
+  MakeSource(src);
+  BuildConfig c = Config(src, store);
+  c.quality_sample = 3;
+  std::vector<BuildProgress> seen;
+  c.progress = [&](const BuildProgress& p) { seen.push_back(p); };
+  auto report = Build(c);
+  ASSERT_TRUE(report.has_value()) << report.error().ToString();
+  using Stage = BuildProgress::Stage;
+  ASSERT_FALSE(seen.empty());
+  // Stages never go back, counts never fall within a stage.
+  for (size_t i = 1; i < seen.size(); ++i) {
+    ASSERT_GE(seen[i].stage, seen[i - 1].stage);
+    if (seen[i].stage == seen[i - 1].stage) {
+      EXPECT_GE(seen[i].done, seen[i - 1].done);
+      EXPECT_GE(seen[i].bytes, seen[i - 1].bytes);
+    }
+  }
+  auto last_of = [&](Stage s) {
+    std::optional<BuildProgress> last;
+    for (const auto& p : seen) {
+      if (p.stage == s) last = p;
+    }
+    return last;
+  };
+  const uint64_t source_bytes = report->manifest.source_bytes;
+  auto listing = last_of(Stage::kListing);
+  ASSERT_TRUE(listing.has_value());
+  EXPECT_EQ(listing->done, 6u);
+  EXPECT_EQ(listing->bytes, source_bytes);
+  EXPECT_EQ(listing->total, 0u);  // not known while listing
+  auto files = last_of(Stage::kFiles);
+  ASSERT_TRUE(files.has_value());
+  EXPECT_EQ(files->done, 6u);
+  EXPECT_EQ(files->total, 6u);
+  EXPECT_EQ(files->bytes, source_bytes);
+  EXPECT_EQ(files->bytes_total, source_bytes);
+  auto quality = last_of(Stage::kQuality);
+  ASSERT_TRUE(quality.has_value());
+  EXPECT_EQ(quality->done, 3u);
+  EXPECT_EQ(quality->total, 3u);
+}
+
+TEST(ProvenanceTest, WrittenBesideTheManifestAndRoundTrips) {
+  TempDir dir;
+  const std::string src = dir.Join("src"), store = dir.Join("st");
+  MakeSource(src);
+  const int64_t before = UnixMillisNow();
+  auto report = Build(Config(src, store));
+  ASSERT_TRUE(report.has_value()) << report.error().ToString();
+  const Bytes bytes = ReadAll(store + "/" + kProvenanceFile);
+  auto p = Provenance::FromJson(std::string(bytes.begin(), bytes.end()));
+  ASSERT_TRUE(p.has_value()) << p.error().ToString();
+  EXPECT_EQ(p->command, "build");
+  EXPECT_EQ(p->source_kind, "folder");
+  EXPECT_EQ(p->source, src);
+  EXPECT_EQ(p->shards, 0u);
+  EXPECT_EQ(p->threads, 2u);
+  EXPECT_EQ(p->files_listed, 6u);
+  EXPECT_GE(p->started_ms, before);
+  EXPECT_GE(p->finished_ms, p->started_ms);
+  EXPECT_LE(p->finished_ms, UnixMillisNow());
+  EXPECT_EQ(Provenance::FromJson(p->ToJson())->ToJson(), p->ToJson());
+  // The manifest holds none of it.
+  const Bytes manifest = ReadAll(store + "/manifest.json");
+  const std::string m(manifest.begin(), manifest.end());
+  EXPECT_EQ(m.find(src), std::string::npos);
+  EXPECT_EQ(m.find(std::to_string(p->started_ms)), std::string::npos);
+
+  for (const char* bad : {"", "[]", "{\"command\": 1}", "{\"command\": \"build\"}"}) {
+    EXPECT_FALSE(Provenance::FromJson(bad).has_value()) << bad;
+  }
+  EXPECT_EQ(FormatUtc(0), "1970-01-01 00:00:00 UTC");
+  EXPECT_EQ(FormatUtc(1795445181741), "2026-11-23 14:46:21 UTC");
+}
+
+TEST(RemoteSourceTest, WhatAUrlNames) {
+  EXPECT_FALSE(IsRemoteArchiveUrl("s3://bucket/datasets/train"));
+  EXPECT_FALSE(IsRemoteArchiveUrl("s3://bucket"));
+  EXPECT_FALSE(IsRemoteArchiveUrl("s3://bucket/x.tar.d"));
+  EXPECT_TRUE(IsRemoteArchiveUrl("s3://bucket/archives/train.TAR"));
+  EXPECT_TRUE(IsRemoteArchiveUrl("s3://bucket/a.tar.gz"));
+  EXPECT_TRUE(IsRemoteArchiveUrl("s3://bucket/a.tgz"));
+  EXPECT_TRUE(IsRemoteArchiveUrl("s3://bucket/a.zip"));
+  EXPECT_TRUE(IsRemoteArchiveUrl("https://example.org/data"));  // http(s): always an archive
+  EXPECT_FALSE(IsRemoteArchiveUrl("/local/train.tar"));
+  // A URL is checked for its form before the lock; it is reached only when the build starts.
+  BuildConfig c;
+  c.source = "s3://bucket/p?x=1";
+  c.store = "/nonexistent-parent/st";
+  EXPECT_FALSE(CheckBuildArguments(c).ok());
 }
 
 }  // namespace

@@ -92,11 +92,9 @@ void Summarize(std::vector<double>& v, double* mean, double* p5, double* min) {
 
 }  // namespace
 
-Result<std::array<LevelQuality, codec::kNumGroups>> MeasureStoreQuality(const index::Store& store,
-                                                                        uint32_t sample,
-                                                                        uint64_t seed,
-                                                                        unsigned threads,
-                                                                        uint32_t* skipped) {
+Result<std::array<LevelQuality, codec::kNumGroups>> MeasureStoreQuality(
+    const index::Store& store, uint32_t sample, uint64_t seed, unsigned threads, uint32_t* skipped,
+    const std::function<void(uint64_t, uint64_t)>& progress) {
   const index::IndexReader& idx = store.index();
   // Inodes are 1..NumEntries (assigned breadth-first by the builder). Only the inode numbers
   // of the JPEGs are kept (8 bytes each, not a decoded entry), and the index pages this walk
@@ -131,11 +129,17 @@ Result<std::array<LevelQuality, codec::kNumGroups>> MeasureStoreQuality(const in
   std::mutex mu;
   std::optional<Status> error;  // GUARDED_BY(mu): the failure of the lowest-numbered image
   size_t error_index = n;       // GUARDED_BY(mu)
+  uint64_t done = 0;            // GUARDED_BY(mu)
+  if (progress) progress(0, n);
   ParallelFor(n, threads, [&](size_t i) {
     if (failed) return;
     auto q = MeasureImage(store, jpegs[i]);
     if (q) {
       results[i] = *q;
+      if (progress) {
+        std::lock_guard<std::mutex> lock(mu);
+        progress(++done, n);
+      }
       return;
     }
     std::lock_guard<std::mutex> lock(mu);

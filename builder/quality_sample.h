@@ -4,6 +4,7 @@
 
 #include <array>
 #include <cstdint>
+#include <functional>
 
 #include "codec/transcoder.h"
 #include "common/status.h"
@@ -22,8 +23,10 @@ using LevelQuality = index::LevelQuality;
 // and returns the statistics for levels 1..10 (index k-1).
 // Images smaller than the 11x11 SSIM window are left out (counted by *skipped when not null).
 // Errors: the first read or decode failure (a damaged store), naming the entry.
+// progress (may be empty) gets (images measured, images to measure), one call at a time.
 Result<std::array<LevelQuality, codec::kNumGroups>> MeasureStoreQuality(
     const index::Store& store, uint32_t sample, uint64_t seed, unsigned threads = 0,
-    uint32_t* skipped = nullptr);
+    uint32_t* skipped = nullptr,
+    const std::function<void(uint64_t done, uint64_t total)>& progress = {});
 
 }  // namespace pcrfs::tools

@@ -25,7 +25,7 @@ struct DirId {
 
 class Walker {
  public:
-  explicit Walker(SourceTree* tree) : tree_(tree) {}
+  Walker(SourceTree* tree, const ListingProgress& progress) : tree_(tree), progress_(progress) {}
 
   // Reads the directory at node `dir_index` (already stat'ed) and recurses.
   void WalkDir(uint32_t dir_index, int dirfd, std::vector<DirId>* ancestors) {
@@ -86,6 +86,8 @@ class Walker {
 
       if (S_ISREG(st.st_mode)) {
         tree_->files.push_back(child);
+        bytes_ += static_cast<uint64_t>(st.st_size);
+        if (progress_) progress_(tree_->files.size(), bytes_);
         continue;
       }
       const DirId id{st.st_dev, st.st_ino};
@@ -126,6 +128,8 @@ class Walker {
   }
 
   SourceTree* tree_;
+  const ListingProgress& progress_;
+  uint64_t bytes_ = 0;
 };
 
 }  // namespace
@@ -152,7 +156,7 @@ Result<UniqueFd> SourceTree::OpenFile(uint32_t node) const {
   return UniqueFd(fd);
 }
 
-Result<SourceTree> WalkSource(const std::string& root) {
+Result<SourceTree> WalkSource(const std::string& root, const ListingProgress& progress) {
   SourceTree tree;
   tree.root = root;
   while (tree.root.size() > 1 && tree.root.back() == '/') tree.root.pop_back();
@@ -165,7 +169,7 @@ Result<SourceTree> WalkSource(const std::string& root) {
   Walker::Fill(&node, st);
   tree.nodes.push_back(std::move(node));
   std::vector<DirId> ancestors{{st.st_dev, st.st_ino}};
-  Walker walker(&tree);
+  Walker walker(&tree, progress);
   walker.WalkDir(0, fd, &ancestors);
   return tree;
 }

@@ -5,6 +5,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -54,7 +55,11 @@ struct SourceTree {
   Result<UniqueFd> OpenFile(uint32_t node) const;
 };
 
+// Called as a listing goes with the files and their bytes found so far (cheap: it may be
+// called once per file).
+using ListingProgress = std::function<void(uint64_t files, uint64_t bytes)>;
+
 // Fails (before any work) only if root itself is missing, not a directory or unreadable.
-Result<SourceTree> WalkSource(const std::string& root);
+Result<SourceTree> WalkSource(const std::string& root, const ListingProgress& progress = {});
 
 }  // namespace pcrfs::tools

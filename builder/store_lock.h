@@ -1,6 +1,6 @@
-// One writer per store. `pcr build` (and any later command that writes a store) holds an
-// exclusive flock(2) on STORE.lock, beside STORE, from before it touches STORE.partial until
-// STORE.partial has become STORE; a second writer is refused at once, told the holder's pid.
+// One writer per store. `pcr build` and `pcr merge` (and any later command that writes a store)
+// hold an exclusive flock(2) on STORE.lock, beside STORE, from before it touches STORE.partial
+// until STORE.partial has become STORE; a second writer is refused at once, told the holder's pid.
 //
 // Why beside STORE and not inside STORE.partial: the lock must outlive the rename of
 // STORE.partial to STORE (and --force's rename of the old STORE), and a fresh build removes
@@ -8,6 +8,7 @@
 #pragma once
 
 #include <string>
+#include <string_view>
 
 #include "common/file_util.h"
 #include "common/status.h"
@@ -19,10 +20,12 @@ class StoreWriterLock {
   // The lock file of `store`: STORE.lock (trailing slashes of STORE ignored).
   static std::string LockPath(const std::string& store);
 
-  // Takes the lock without waiting. AlreadyExists naming the holder's pid (and host) when
-  // another process, or another StoreWriterLock of this process, holds it; IOError when the
-  // lock file cannot be created or locked (e.g. ENOLCK on a file system without locks).
-  static Result<StoreWriterLock> Acquire(const std::string& store);
+  // Takes the lock without waiting for `command` ("build", "merge": a word, named to a refused
+  // writer). AlreadyExists naming the holder's command, pid and host when another process, or
+  // another StoreWriterLock of this process, holds it; IOError when the lock file cannot be
+  // created or locked (e.g. ENOLCK on a file system without locks).
+  static Result<StoreWriterLock> Acquire(const std::string& store,
+                                         std::string_view command = "build");
 
   StoreWriterLock(StoreWriterLock&&) = default;
   StoreWriterLock& operator=(StoreWriterLock&&) = default;

@@ -1,5 +1,6 @@
 #include "builder/store_lock.h"
 
+#include <fcntl.h>
 #include <gtest/gtest.h>
 #include <sys/file.h>
 #include <sys/stat.h>
@@ -53,6 +54,34 @@ TEST(StoreWriterLock, SecondWriterIsRefusedWithTheHoldersPid) {
   EXPECT_NE(::access((store + ".lock").c_str(), F_OK), 0);
   auto again = StoreWriterLock::Acquire(store);
   EXPECT_TRUE(again.has_value()) << again.error().ToString();
+}
+
+TEST(StoreWriterLock, RefusalNamesTheHoldersCommand) {
+  test::TempDir dir;
+  const std::string store = dir.Join("st");
+  auto merge = StoreWriterLock::Acquire(store, "merge");
+  ASSERT_TRUE(merge.has_value()) << merge.error().ToString();
+  EXPECT_EQ(ReadText(store + ".lock").substr(ReadText(store + ".lock").size() - 7), " merge\n");
+  auto build = StoreWriterLock::Acquire(store, "build");
+  ASSERT_FALSE(build.has_value());
+  EXPECT_NE(build.error().message().find("another pcr merge (pid " + std::to_string(::getpid())),
+            std::string::npos)
+      << build.error().message();
+}
+
+TEST(StoreWriterLock, OlderLockFilesNameNoCommand) {
+  // "PID HOST\n", as an older pcr writes it while holding the lock: that was a build.
+  test::TempDir dir;
+  const std::string store = dir.Join("st");
+  UniqueFd fd(::open((store + ".lock").c_str(), O_RDWR | O_CREAT, 0644));
+  ASSERT_TRUE(fd.valid());
+  ASSERT_EQ(::flock(fd.get(), LOCK_EX | LOCK_NB), 0);
+  ASSERT_EQ(::pwrite(fd.get(), "77 somehost\n", 12, 0), 12);
+  auto refused = StoreWriterLock::Acquire(store);
+  ASSERT_FALSE(refused.has_value());
+  EXPECT_NE(refused.error().message().find("another pcr build (pid 77 on host somehost)"),
+            std::string::npos)
+      << refused.error().message();
 }
 
 TEST(StoreWriterLock, AnotherProcessHoldsIt) {

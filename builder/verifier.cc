@@ -14,6 +14,7 @@
 #include <string_view>
 #include <unordered_map>
 
+#include "builder/provenance.h"
 #include "builder/source_tree.h"
 #include "codec/decoder.h"
 #include "codec/transcoder.h"
@@ -280,6 +281,16 @@ class Verifier {
     const uint32_t num_records = store_->manifest().num_records;
     Status s = ListDir(dir, [&](const std::string& name, bool is_dir) {
       if (name == index::kManifestFile || name == index::kIndexFile) return;
+      if (name == kProvenanceFile && !is_dir) {
+        // Not the store's content, but a damaged one would mislead whoever reads it.
+        auto bytes = ReadWholeFile(dir + "/" + name, 1 << 20);
+        if (!bytes) {
+          Add(Kind::kDamaged, name, bytes.error().message());
+        } else if (auto p = Provenance::FromJson(std::string(bytes->begin(), bytes->end())); !p) {
+          Add(Kind::kDamaged, name, p.error().message());
+        }
+        return;
+      }
       if (name == index::kRecordsDir && is_dir) {
         Status r = ListDir(dir + "/" + name, [&](const std::string& rec, bool rec_is_dir) {
           const std::string rel = std::string(index::kRecordsDir) + "/" + rec;

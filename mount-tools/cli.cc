@@ -75,6 +75,12 @@ Result<index::Entry> ResolveStorePath(const index::IndexReader& index, const std
 
 Result<std::unique_ptr<index::Store>> OpenStore(const std::string& store) {
   if (!IsRemoteUrl(store)) return index::Store::Open(store);
+  auto options = RemoteOptionsFromEnv();
+  if (!options) return Err(options.error());
+  return OpenStoreLocation(store, *options);
+}
+
+Result<RemoteOptions> RemoteOptionsFromEnv() {
   RemoteOptions options;
   if (const char* v = std::getenv("PCRFS_CACHE_DIR")) options.cache_dir = v;
   if (const char* v = std::getenv("PCRFS_HEADER_FILE")) options.headers_file = v;
@@ -88,7 +94,7 @@ Result<std::unique_ptr<index::Store>> OpenStore(const std::string& store) {
     }
     options.timeout = std::chrono::seconds(secs);
   }
-  return OpenStoreLocation(store, options);
+  return options;
 }
 
 tl::expected<StoreFile, int> OpenStoreFile(const char* command, const std::string& store_dir,

@@ -12,6 +12,7 @@
 
 #include "index/entry.h"
 #include "index/store.h"
+#include "remote/store_location.h"
 
 namespace pcrfs::tools {
 
@@ -42,6 +43,11 @@ struct StoreFile {
 // remote store's options come from the environment: AWS_* for S3 (as the AWS CLI reads them),
 // PCRFS_CACHE_DIR, PCRFS_HEADER_FILE, PCRFS_CA_FILE, PCRFS_REMOTE_TIMEOUT (seconds).
 Result<std::unique_ptr<index::Store>> OpenStore(const std::string& store);
+
+// The options of a remote store or source from the environment, as OpenStore reads them
+// (PCRFS_CACHE_DIR, PCRFS_HEADER_FILE, PCRFS_CA_FILE, PCRFS_REMOTE_TIMEOUT; S3's settings are
+// resolved from AWS_* later). InvalidArgument naming the variable for a bad value.
+Result<RemoteOptions> RemoteOptionsFromEnv();
 
 tl::expected<StoreFile, int> OpenStoreFile(const char* command, const std::string& store_dir,
                                            const std::string& path);

@@ -1,14 +1,18 @@
 // pcr build SRC STORE
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <boost/program_options.hpp>
 #include <chrono>
 #include <cinttypes>
 #include <cstdio>
+#include <optional>
 
 #include "builder/builder.h"
 #include "mount-tools/cli.h"
 #include "mount-tools/commands.h"
+#include "mount-tools/progress_line.h"
+#include "remote/url.h"
 
 namespace pcrfs::tools {
 namespace po = boost::program_options;
@@ -32,11 +36,35 @@ std::string HumanBytes(uint64_t bytes) {
 
 namespace {
 
-void PrintReport(const BuildReport& r, const std::string& store) {
+void PrintShardReport(const BuildReport& r, const std::string& part, const ShardSpec& shard) {
+  const std::string records =
+      r.record_end > r.record_begin
+          ? "records " + std::to_string(r.record_begin) + ".." + std::to_string(r.record_end - 1)
+          : std::string("no records");
+  std::printf("pcr build: %s: shard %u/%u: %s of %u (%" PRIu64 " of %" PRIu64 " files) in %.1f s",
+              part.c_str(), shard.index, shard.count, records.c_str(), r.num_records, r.shard_files,
+              r.files_total, r.seconds);
+  if (r.records_reused) std::printf(", %" PRIu64 " records kept", r.records_reused);
+  std::printf("\n  merge all %u parts with: pcr merge PART... STORE\n", shard.count);
+  for (const auto& n : r.passthrough_notes) {
+    std::printf("    %s: %s%s%s\n", n.rel_path.c_str(), n.reason.c_str(),
+                n.detail.empty() ? "" : ": ", n.detail.c_str());
+  }
+  for (const auto& c : r.changed) {
+    std::printf("    %s: %s: %s\n", c.rel_path.c_str(), c.reason.c_str(), c.detail.c_str());
+  }
+  for (const auto& p : r.problems) {
+    std::printf("    NOT STORED %s: %s%s%s\n", p.rel_path.c_str(), p.reason.c_str(),
+                p.detail.empty() ? "" : ": ", p.detail.c_str());
+  }
+}
+
+}  // namespace
+
+void PrintReport(const BuildReport& r, const std::string& store, const char* command) {
   const index::Manifest& m = r.manifest;
-  std::printf("pcr build: %s: %" PRIu64 " files, %" PRIu64
-              " directories in %.1f s (%.1f files/s)\n",
-              store.c_str(), m.num_jpeg + m.num_passthrough, m.num_directories, r.seconds,
+  std::printf("pcr %s: %s: %" PRIu64 " files, %" PRIu64 " directories in %.1f s (%.1f files/s)\n",
+              command, store.c_str(), m.num_jpeg + m.num_passthrough, m.num_directories, r.seconds,
               r.seconds > 0 ? static_cast<double>(r.files_total) / r.seconds : 0.0);
   std::printf("  JPEGs transcoded     %" PRIu64 "\n", m.num_jpeg);
   std::printf("  passthrough files    %" PRIu64 "\n", m.num_passthrough);
@@ -87,15 +115,15 @@ void PrintReport(const BuildReport& r, const std::string& store) {
   }
 }
 
-}  // namespace
-
 int RunBuild(const std::vector<std::string>& args) {
   BuildConfig config;
   po::options_description opts(
       "usage: pcr build SRC STORE [options]\n\n"
       "Turns the image folder or archive SRC into the pcrfs store STORE. Every JPEG is losslessly\n"
       "re-encoded as a progressive JPEG in 10 scan groups; every other file is kept byte for\n"
-      "byte. SRC is never modified.\n\noptions");
+      "byte. SRC is never modified. SRC may be a URL: s3://BUCKET/PREFIX (the objects under it),\n"
+      "or an archive at an http(s):// or s3:// URL, reached as pcr cat reaches a remote store\n"
+      "(AWS_* for S3, PCRFS_HEADER_FILE, PCRFS_CA_FILE, PCRFS_REMOTE_TIMEOUT).\n\noptions");
   unsigned threads = 0;
   opts.add_options()("help,h", "show this help")("threads,j",
                                                  po::value<unsigned>(&threads)->default_value(0),
@@ -118,7 +146,11 @@ int RunBuild(const std::vector<std::string>& args) {
       "quality-seed", po::value<uint64_t>(&config.quality_seed)->default_value(0),
       "seed that chooses the quality sample")(
       "no-nested", "SRC is an archive: keep archives inside it as files, not folders")(
-      "quiet,q", "no progress line");
+      "shard", po::value<std::string>(),
+      "I/N: write only shard I (0..N-1) of N into the part folder STORE; join the N parts with "
+      "pcr merge")("progress",
+                   "print progress to stderr even when it is not a terminal (a line a second)")(
+      "quiet,q", "no progress (by default it is shown when stderr is a terminal)");
   std::string src, store;
   po::variables_map vm;
   if (auto exit = ParseCommandLine(
@@ -137,6 +169,22 @@ int RunBuild(const std::vector<std::string>& args) {
   config.store = store;
   config.threads = threads;
   config.nested_archives = !vm.count("no-nested");
+  if (IsRemoteUrl(src)) {
+    auto remote = RemoteOptionsFromEnv();
+    if (!remote) {
+      std::fprintf(stderr, "pcr build: %s\n", remote.error().message().c_str());
+      return kExitUsage;
+    }
+    config.remote = std::move(*remote);
+  }
+  if (vm.count("shard")) {
+    auto shard = ParseShardSpec(vm["shard"].as<std::string>());
+    if (!shard) {
+      std::fprintf(stderr, "pcr build: %s\n", shard.error().message().c_str());
+      return kExitUsage;
+    }
+    config.shard = *shard;
+  }
   if (Status s = CheckBuildArguments(config); !s.ok()) {
     std::fprintf(stderr, "pcr build: %s\n", s.message().c_str());
     return kExitUsage;
@@ -152,29 +200,34 @@ int RunBuild(const std::vector<std::string>& args) {
     std::fprintf(stderr, "pcr build: %s\n", s.message().c_str());
     return kExitUsage;
   }
-  const bool tty = !vm.count("quiet") && ::isatty(STDERR_FILENO);
-  const auto start = std::chrono::steady_clock::now();
-  if (tty) {
-    config.progress = [start](uint64_t done, uint64_t total) {
-      const double secs =
-          std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-      const double rate = secs > 0 ? static_cast<double>(done) / secs : 0;
-      const double eta = rate > 0 ? static_cast<double>(total - done) / rate : 0;
-      std::fprintf(stderr, "\r  %" PRIu64 "/%" PRIu64 " files  %.1f files/s  ETA %d:%02d   ", done,
-                   total, rate, static_cast<int>(eta) / 60, static_cast<int>(eta) % 60);
-      std::fflush(stderr);
-    };
+  const bool tty = ::isatty(STDERR_FILENO) != 0;
+  std::optional<ProgressLine> progress;
+  if (!vm.count("quiet") && (tty || vm.count("progress"))) {
+    progress.emplace("build", src, tty);
+    config.progress = [&progress](const BuildProgress& p) { progress->Update(p); };
   }
   auto report = BuildLocked(config, *lock);
-  if (tty) std::fputs("\r\033[K", stderr);
+  if (progress) progress->Finish();
   if (!report) {
     std::fprintf(stderr, "pcr build: %s\n", report.error().message().c_str());
+    struct stat st;
+    if (::stat((store + ".partial").c_str(), &st) != 0) {
+      // Stopped before anything was written: the source could not be read or listed (a URL
+      // that is not there, refused credentials). A missing source is a bad argument.
+      const Status& e = report.error();
+      return e.IsNotFound() || e.code() == Status::Code::kInvalidArgument ? kExitUsage
+                                                                          : kExitFailed;
+    }
     std::fprintf(stderr,
                  "pcr build: no store was written; rerun with --resume to continue where it "
                  "stopped\n");
     return kExitFailed;
   }
-  PrintReport(*report, store);
+  if (config.shard.enabled()) {
+    PrintShardReport(*report, store, config.shard);
+  } else {
+    PrintReport(*report, store, "build");
+  }
   if (!report->problems.empty()) {
     std::fprintf(stderr, "pcr build: %zu source entries could not be stored (listed above)\n",
                  report->problems.size());

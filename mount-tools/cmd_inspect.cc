@@ -5,8 +5,11 @@
 #include <cstdio>
 #include <iostream>
 #include <nlohmann/json.hpp>
+#include <optional>
 
+#include "builder/provenance.h"
 #include "builder/quality_sample.h"
+#include "common/file_util.h"
 #include "index/store.h"
 #include "mount-tools/cli.h"
 #include "mount-tools/commands.h"
@@ -37,6 +40,37 @@ void PrintQuality(const index::QualitySample& q, const char* origin) {
     std::printf("%5d   %6.2f dB %6.2f %6.2f   %12.4f %7.4f %7.4f\n", k, l.mean_psnr, l.p5_psnr,
                 l.min_psnr, l.mean_msssim, l.p5_msssim, l.min_msssim);
   }
+}
+
+// The store's provenance.json: nullopt when it has none (built by an older pcr, or a remote
+// store, whose provenance.json is not fetched); `*problem` says why when it is unreadable.
+std::optional<Provenance> LoadProvenance(const index::Store& store, std::string* problem) {
+  const std::string path = store.dir() + "/" + kProvenanceFile;
+  auto bytes = ReadWholeFile(path, 1 << 20);
+  if (!bytes) {
+    if (!bytes.error().IsNotFound()) *problem = bytes.error().message();
+    return std::nullopt;
+  }
+  auto p = Provenance::FromJson(std::string(bytes->begin(), bytes->end()));
+  if (!p) {
+    *problem = p.error().message();
+    return std::nullopt;
+  }
+  return *p;
+}
+
+std::string DescribeSource(const Provenance& p) {
+  std::string kind = p.source_kind == "s3-prefix"        ? "the objects under"
+                     : p.source_kind == "remote-archive" ? "the archive at"
+                                                         : "the " + p.source_kind;
+  std::string s = "pcr " + p.command + " of " + kind + " " + p.source;
+  if (p.shards > 0) s += " (a sharded build: " + std::to_string(p.shards) + " parts merged)";
+  return s;
+}
+
+nlohmann::ordered_json ProvenanceJson(const std::optional<Provenance>& p) {
+  if (!p) return nullptr;
+  return nlohmann::ordered_json::parse(p->ToJson());
 }
 
 nlohmann::ordered_json InspectJson(const index::Store& store) {
@@ -70,6 +104,8 @@ nlohmann::ordered_json InspectJson(const index::Store& store) {
                       {"mean_bytes_per_jpeg", m.num_jpeg ? jpeg / m.num_jpeg : 0}});
   }
   j["levels"] = levels;
+  std::string problem;
+  j["built"] = ProvenanceJson(LoadProvenance(store, &problem));
   return j;
 }
 
@@ -88,9 +124,28 @@ void PrintInspect(const index::Store& store) {
   for (const auto& [reason, count] : m.passthrough_by_reason) {
     std::printf("  %-14s %" PRIu64 "\n", reason.c_str(), count);
   }
-  std::printf("source           %s (%" PRIu64 " bytes; JPEGs %s)\n\n",
+  std::printf("source           %s (%" PRIu64 " bytes; JPEGs %s)\n",
               HumanBytes(m.source_bytes).c_str(), m.source_bytes,
               HumanBytes(m.source_jpeg_bytes).c_str());
+  std::string problem;
+  const std::optional<Provenance> p = LoadProvenance(store, &problem);
+  if (!p) {
+    std::printf("built by         unknown (%s)\n\n",
+                problem.empty() ? "no provenance.json: built by an older pcr, or a remote store"
+                                : problem.c_str());
+  } else {
+    std::printf("built by         %s\n", DescribeSource(*p).c_str());
+    std::printf("                 %s%s%s%s, %u threads\n", p->generator.c_str(),
+                p->commit.empty() ? "" : " (commit ", p->commit.c_str(),
+                p->commit.empty() ? "" : ")", p->threads);
+    std::printf("                 from %s to %s (%.1f s)%s%s\n", FormatUtc(p->started_ms).c_str(),
+                FormatUtc(p->finished_ms).c_str(),
+                static_cast<double>(p->finished_ms - p->started_ms) / 1000.0,
+                p->host.empty() ? "" : " on ", p->host.c_str());
+    std::printf("                 %" PRIu64 " files listed, %" PRIu64 " not stored, %" PRIu64
+                " changed while read, %" PRIu64 " records kept by --resume\n\n",
+                p->files_listed, p->not_stored, p->changed, p->records_kept);
+  }
   std::printf("level        bytes  %% of source   mean bytes/JPEG  JPEGs: %% of source\n");
   for (int k = 1; k <= index::kNumGroups; ++k) {
     const uint64_t jpeg = m.jpeg_level_bytes[k - 1];

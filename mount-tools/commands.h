@@ -9,6 +9,7 @@
 namespace pcrfs::tools {
 
 int RunBuild(const std::vector<std::string>& args);
+int RunMerge(const std::vector<std::string>& args);
 int RunCat(const std::vector<std::string>& args);
 int RunLadder(const std::vector<std::string>& args);
 // Internal, for the tests (docs/quality.md): not in the usage text.
@@ -16,6 +17,10 @@ int RunQualityPair(const std::vector<std::string>& args);
 int RunQualitySample(const std::vector<std::string>& args);
 int RunInspect(const std::vector<std::string>& args);
 int RunVerify(const std::vector<std::string>& args);
+
+// The report of `pcr build` and `pcr merge` (cmd_build.cc).
+struct BuildReport;
+void PrintReport(const BuildReport& r, const std::string& store, const char* command);
 
 // "1.5 MiB", "730 B"
 std::string HumanBytes(uint64_t bytes);

@@ -101,11 +101,14 @@ def tree_digest(root):
 
 
 def store_bytes(store):
-    """{relative path: bytes} of every file in a store folder."""
+    """{relative path: bytes} of every file of a store's content: all but provenance.json, which
+    says when, where and from what kind of source the store was built (docs/format.md)."""
     out = {}
     for dirpath, _, filenames in os.walk(store):
         for name in filenames:
             p = os.path.join(dirpath, name)
+            if os.path.relpath(p, store) == "provenance.json":
+                continue
             with open(p, "rb") as f:
                 out[os.path.relpath(p, store)] = f.read()
     return out

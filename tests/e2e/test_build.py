@@ -227,7 +227,7 @@ class BuildTest(TempDirTest):
             save_jpeg(photo(200, 150, i), os.path.join(src, f"{i}.jpg"))
         store = self.path("store")
         p = run(["script", "-qec", f"'{PCR}' build '{src}' '{store}'", "/dev/null"], text=True)
-        self.assertRegex(p.stdout, r"30/30 files +[0-9.]+ files/s +ETA 0:00")
+        self.assertRegex(p.stdout, r"30/30 files \(100.0%\), .*, [0-9.]+ files/s, .*, ETA 0:00")
         self.assertIn("JPEGs transcoded     30", p.stdout)
 
     def test_non_utf8_names_are_kept_exactly(self):

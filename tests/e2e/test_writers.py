@@ -1,5 +1,6 @@
 #!/usr/bin/python3
-"""One writer per store (STORE.lock) and `pcr verify`'s report of stray files in a store."""
+"""One writer per store (STORE.lock, taken by pcr build and pcr merge) and `pcr verify`'s report
+of stray files in a store."""
 
 import json
 import os
@@ -122,6 +123,55 @@ class WritersTest(TempDirTest):
                 text=True)
         self.assertEqual(p.returncode, 0, p.stderr)
         self.assertIn("kept from the interrupted build", p.stdout)
+        self.check_store()
+
+
+    def test_merge_takes_the_same_lock(self):
+        # Two parts of the source: the merge that joins them holds STORE.lock from before it
+        # touches STORE.partial until STORE exists, against builds and merges alike.
+        opts = [a for a in self.args if a != "--quiet"]
+        parts = []
+        for i in range(2):
+            part = self.path(f"part{i}")
+            run([PCR, "build", self.src, part, *opts, "--quiet", "--shard", f"{i}/2"])
+            parts.append(part)
+
+        first = self.start()
+        self.wait_for_lock(first)
+        first.send_signal(signal.SIGSTOP)
+        try:
+            p = run([PCR, "merge", *parts, self.store], check=False, text=True, timeout=60)
+            self.assertEqual(p.returncode, EXIT_BUSY, p.stderr)
+            self.assertIn(f"another pcr build (pid {first.pid}", p.stderr)
+            self.assertEqual(len(p.stderr.strip().splitlines()), 1, p.stderr)
+        finally:
+            first.send_signal(signal.SIGCONT)
+        out, err = first.communicate(timeout=600)
+        self.assertEqual(first.returncode, 0, err)
+        shutil.rmtree(self.store)
+
+        merge = subprocess.Popen([PCR, "merge", *parts, self.store, "-j", "1"],
+                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        self.procs.append(merge)
+        self.wait_for_lock(merge)
+        merge.send_signal(signal.SIGSTOP)
+        try:
+            with open(self.store + ".lock") as f:
+                self.assertTrue(f.read().endswith(" merge\n"))
+            for argv in ([PCR, "build", self.src, self.store, *self.args, "--resume"],
+                         [PCR, "build", self.src, self.store, *self.args, "--force"],
+                         [PCR, "merge", *parts, self.store, "--force"]):
+                with self.subTest(argv=argv[1]):
+                    p = run(argv, check=False, text=True, timeout=60)
+                    self.assertEqual(p.returncode, EXIT_BUSY, p.stderr)
+                    self.assertIn(f"another pcr merge (pid {merge.pid}", p.stderr)
+                    self.assertIn("is writing this store", p.stderr)
+                    self.assertEqual(len(p.stderr.strip().splitlines()), 1, p.stderr)
+                    self.assertEqual(lock_holder(self.store), merge.pid)
+        finally:
+            merge.send_signal(signal.SIGCONT)
+        out, err = merge.communicate(timeout=600)
+        self.assertEqual(merge.returncode, 0, err)
         self.check_store()
 
 
