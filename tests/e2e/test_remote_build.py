@@ -164,6 +164,26 @@ class RemoteBuildTest(unittest.TestCase):
         _, p = self.build(f"s3://{BUCKET}/archives/missing.tar", "missing-tar", expect=2)
         self.one_line_error(p, "missing.tar")
 
+    def test_keys_no_folder_could_hold_are_reported(self):
+        # (Keys with empty, "." or ".." components are refused too, but the test server keeps
+        # objects in files and normalizes such keys away: "h/./i.txt" is stored as "h/i.txt".)
+        client = self.s3.client()
+        for key, body in [("odd/ok.txt", b"ok\n"), ("odd/folder/", b""), ("odd/x", b"x"),
+                          ("odd/x/y.txt", b"y")]:
+            client.put_object(Bucket=BUCKET, Key=key, Body=body)
+        client.close()
+        store, p = self.build(f"s3://{BUCKET}/odd", "odd", expect=3)
+        self.assertIn("NOT STORED (1 source entries", p.stdout)
+        # s3rver lists x/y.txt before x (S3 would list x first: then x/y.txt is the refused one).
+        self.assertRegex(p.stdout, r"(x: also a folder of other objects|x/y.txt: a folder on its "
+                                   r"path is also an object) \(not stored\)")
+        self.assertEqual(run([PCR, "cat", store, "ok.txt"]).stdout, b"ok\n")
+        kept, body = ("x/y.txt", b"y") if "x: also a folder" in p.stdout else ("x", b"x")
+        self.assertEqual(run([PCR, "cat", store, kept]).stdout, body)
+        # The folder marker is not a file of the store.
+        self.assertIn("no such file", run([PCR, "cat", store, "folder"], check=False,
+                                          text=True).stderr)
+
     def test_archive_at_an_http_url(self):
         with Nginx(self.www) as nginx:
             url = f"{nginx.url}/src.tar"
