@@ -134,13 +134,17 @@ class TreeBuilder {
     tree_->nodes.push_back(std::move(root));
   }
 
+  // An object, or with a trailing '/' a folder marker (the folder, perhaps empty, whose mtime
+  // is at least the marker's).
   void AddObject(const std::string& rel, uint64_t size, int64_t sec, uint32_t nsec) {
+    const bool marker = rel.back() == '/';
+    const std::string path = marker ? rel.substr(0, rel.size() - 1) : rel;
     std::vector<std::string> parts;
     size_t at = 0;
-    while (at <= rel.size()) {
-      size_t slash = rel.find('/', at);
-      if (slash == std::string::npos) slash = rel.size();
-      parts.push_back(rel.substr(at, slash - at));
+    while (at <= path.size()) {
+      size_t slash = path.find('/', at);
+      if (slash == std::string::npos) slash = path.size();
+      parts.push_back(path.substr(at, slash - at));
       at = slash + 1;
     }
     for (const std::string& p : parts) {
@@ -152,7 +156,7 @@ class TreeBuilder {
       }
     }
     uint32_t dir = 0;
-    for (size_t i = 0; i + 1 < parts.size(); ++i) {
+    for (size_t i = 0; i + (marker ? 0 : 1) < parts.size(); ++i) {
       auto it = children_.find(Key(dir, parts[i]));
       if (it == children_.end()) {
         dir = Add(dir, parts[i], true);
@@ -162,6 +166,14 @@ class TreeBuilder {
       } else {
         dir = it->second;
       }
+    }
+    if (marker) {
+      SourceNode& d = tree_->nodes[dir];
+      if (sec > d.mtime_sec || (sec == d.mtime_sec && nsec > d.mtime_nsec)) {
+        d.mtime_sec = sec;
+        d.mtime_nsec = nsec;
+      }
+      return;
     }
     if (children_.count(Key(dir, parts.back()))) {
       tree_->problems.push_back({rel, "also a folder of other objects (not stored)"});
@@ -404,10 +416,12 @@ Result<std::unique_ptr<BucketSource>> BucketSource::Open(RemoteAccess access,
         return Err(Status::Corruption(src->access_.name + ": listed a key outside the prefix"));
       }
       const std::string rel = key->substr(prefix.size());
-      if (rel.empty() || rel.back() == '/') continue;  // a folder marker
+      if (rel.empty()) continue;  // the prefix's own folder marker
       builder.AddObject(rel, size, sec, nsec);
-      ++files;
-      bytes += size;
+      if (rel.back() != '/') {
+        ++files;
+        bytes += size;
+      }
       if (progress) progress(files, bytes);
     }
     const auto truncated = Element(xml, "IsTruncated");

@@ -54,10 +54,12 @@ class BucketSource {
   // sets fewer, so tests meet continuation tokens with a few objects.
   static constexpr uint32_t kListPage = 1000;
 
-  // Lists every object under the prefix. Keys ending in '/' (folder markers) are skipped; keys
-  // that cannot be a path in a tree (empty, "." or ".." components, a name that is both a file
-  // and a folder, a name longer than 255 bytes) become SourceProblems. Files get their listed
-  // size and LastModified as mtime, mode 0644; folders 0755 and the newest mtime below them.
+  // Lists every object under the prefix. A key ending in '/' (a folder marker, as consoles make
+  // for empty folders) is a folder, even if nothing is below it; keys that cannot be a path in a
+  // tree (empty, "." or ".." components, a name that is both a file and a folder, a name longer
+  // than 255 bytes) become SourceProblems. Files get their listed
+  // size and LastModified as mtime, mode 0644; folders 0755 and the newest mtime below them (or
+  // of their marker).
   // Errors: the first listing request's (403, 404 NoSuchBucket, ...), InvalidArgument for an
   // empty prefix listing ("no objects under URL"), Corruption for an unreadable listing.
   static Result<std::unique_ptr<BucketSource>> Open(RemoteAccess access,

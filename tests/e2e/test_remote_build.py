@@ -35,6 +35,7 @@ def make_source(root):
     with open(os.path.join(root, "labels.csv"), "w") as f:
         f.write("img,label\n")
     open(os.path.join(root, "class1", "empty.txt"), "w").close()
+    os.makedirs(os.path.join(root, "class0", "empty folder"))  # a folder marker in the bucket
     with open(os.path.join(root, "class2", "caf\u00e9 & co.txt"), "w") as f:
         f.write("a unicode name with an XML entity\n")
     # Larger than the builder's streaming threshold (16 MiB): fetched in 8 MiB ranges while its
@@ -45,29 +46,33 @@ def make_source(root):
 
 def match_listing(root, client, bucket, prefix):
     """Gives the local tree what a listing says of the objects: each file the LastModified of its
-    object, mode 0644; each folder mode 0755 and the newest mtime below it."""
+    object, mode 0644; each folder mode 0755 and the newest mtime below it or of its marker."""
     modified = {}
+    files = 0
     paginator = client.get_paginator("list_objects_v2")
     for page in paginator.paginate(Bucket=bucket, Prefix=prefix + "/"):
         for o in page.get("Contents", []):
             t = o["LastModified"]
             modified[o["Key"][len(prefix) + 1:]] = (calendar.timegm(t.utctimetuple()) * 10**9 +
                                                     t.microsecond // 1000 * 10**6)
+            files += not o["Key"].endswith("/")
     newest = {}
     for dirpath, dirnames, filenames in os.walk(root, topdown=False):
         best = 0
         for name in filenames:
             path = os.path.join(dirpath, name)
             ns = modified[os.path.relpath(path, root)]
+            del modified[os.path.relpath(path, root)]
             os.chmod(path, 0o644)
             os.utime(path, ns=(ns, ns))
             best = max(best, ns)
         for name in dirnames:
             best = max(best, newest[os.path.join(dirpath, name)])
+        best = max(best, modified.get(os.path.relpath(dirpath, root) + "/", 0))
         newest[dirpath] = best
         os.chmod(dirpath, 0o755)
         os.utime(dirpath, ns=(best, best))
-    return len(modified)
+    return files
 
 
 class RemoteBuildTest(unittest.TestCase):
@@ -84,6 +89,9 @@ class RemoteBuildTest(unittest.TestCase):
         cls.env = remote_env(cls.tmp)
         cls.s3 = S3Server(None, BUCKET, ACCESS_KEY, SECRET_KEY).__enter__()
         cls.s3.upload(cls.src, prefix="data/train")
+        client = cls.s3.client()
+        client.put_object(Bucket=BUCKET, Key="data/train/class0/empty folder/", Body=b"")
+        client.close()
         cls.s3.upload(cls.www, prefix="archives")
         client = cls.s3.client()
         cls.objects = match_listing(cls.src, client, BUCKET, "data/train")
@@ -180,9 +188,10 @@ class RemoteBuildTest(unittest.TestCase):
         self.assertEqual(run([PCR, "cat", store, "ok.txt"]).stdout, b"ok\n")
         kept, body = ("x/y.txt", b"y") if "x: also a folder" in p.stdout else ("x", b"x")
         self.assertEqual(run([PCR, "cat", store, kept]).stdout, body)
-        # The folder marker is not a file of the store.
-        self.assertIn("no such file", run([PCR, "cat", store, "folder"], check=False,
-                                          text=True).stderr)
+        # The folder marker is an empty folder.
+        self.assertIn("is a directory", run([PCR, "cat", store, "folder"], check=False,
+                                            text=True).stderr)
+        self.assertIn("2 files, 3 directories", p.stdout)  # the root, folder/ and x/ or h/
 
     def test_archive_at_an_http_url(self):
         with Nginx(self.www) as nginx:
