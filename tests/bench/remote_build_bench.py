@@ -85,7 +85,8 @@ def main():
         a, b = store_bytes(local), store_bytes(s3_store)
         assert {k: v for k, v in a.items() if k.startswith("records/")} == \
             {k: v for k, v in b.items() if k.startswith("records/")}, "s3 records differ"
-        print(json.dumps(results, indent=1))
+        print(json.dumps({k: round(v, 2) if isinstance(v, float) else v
+                          for k, v in results.items()}, indent=1))
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
 
