@@ -24,8 +24,6 @@ epoch: a benchmark on a shared machine) is read_bytes used instead, as an upper 
 PCRFS_AMPLIFICATION_IMAGES (default 600) sets the dataset's size."""
 
 import os
-import ctypes
-import mmap
 import random
 import shutil
 import subprocess
@@ -34,7 +32,7 @@ import tempfile
 import time
 import unittest
 
-from pcrtest import PCR, Mount, run
+from pcrtest import PCR, Mount, run, store_resident, store_resident_bytes
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 MAKE_DATASET = os.path.join(HERE, "..", "data", "make_dataset.py")
@@ -47,54 +45,6 @@ def read_bytes(pid):
             if line.startswith("read_bytes:"):
                 return int(line.split()[1])
     raise AssertionError("no read_bytes in /proc/PID/io")
-
-
-_libc = ctypes.CDLL(None, use_errno=True)
-_libc.mmap.restype = ctypes.c_void_p
-_libc.mmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int, ctypes.c_int, ctypes.c_int,
-                       ctypes.c_long]
-_libc.munmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t]
-_libc.mincore.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_char_p]
-
-
-def resident_bytes(path):
-    """Bytes of `path` in the page cache (mincore(2) on a read-only shared mapping: mapping
-    reads nothing, and mincore reports the file's cached pages)."""
-    size = os.path.getsize(path)
-    if size == 0:
-        return 0
-    page = mmap.PAGESIZE
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        addr = _libc.mmap(None, size, mmap.PROT_READ, mmap.MAP_SHARED, fd, 0)
-        if addr in (None, ctypes.c_void_p(-1).value):
-            raise OSError(ctypes.get_errno(), f"mmap {path}")
-        try:
-            pages = (size + page - 1) // page
-            vec = ctypes.create_string_buffer(pages)
-            if _libc.mincore(addr, size, vec) != 0:
-                raise OSError(ctypes.get_errno(), f"mincore {path}")
-            resident = sum(b & 1 for b in vec.raw)
-        finally:
-            _libc.munmap(addr, size)
-    finally:
-        os.close(fd)
-    return min(resident * page, size)
-
-
-def store_resident(store):
-    """{path relative to the store: resident bytes} for every file of the store."""
-    out = {}
-    for d, _, names in os.walk(store):
-        for n in sorted(names):
-            p = os.path.join(d, n)
-            if os.path.isfile(p):
-                out[os.path.relpath(p, store)] = resident_bytes(p)
-    return out
-
-
-def store_resident_bytes(store):
-    return sum(store_resident(store).values())
 
 
 def drop_caches():

@@ -10,7 +10,8 @@ import threading
 import time
 import unittest
 
-from pcrtest import PCR, Mount, TempDirTest, is_mounted, photo, run, save_jpeg
+from pcrtest import (PCR, Mount, TempDirTest, is_mounted, photo, run, save_jpeg,
+                     store_resident)
 
 MIB = 1 << 20
 # In a sanitizer build (ASan's shadow memory and quarantine of freed blocks) resident memory is
@@ -125,8 +126,13 @@ class LargeFileTest(TempDirTest):
                 f.seek(123 * MIB + 777)
                 self.assertEqual(got, f.read(4096))
             # About one checksum block (kernel readahead may add one more), never the 200 MB
-            # piece (the index pages it touched count too).
-            self.assertLess(moved, 4 * MIB, f"daemon read {moved} bytes for a 4 KiB read")
+            # piece (the index pages it touched count too): the store's pages brought into the
+            # page cache. The daemon's read_bytes also counts its own code paged back in after
+            # drop_caches, 7.6 MB for an ASan build, so it is shown, not asserted.
+            resident = store_resident(self.store)
+            self.assertLess(sum(resident.values()), 4 * MIB,
+                            f"the store's resident bytes after a 4 KiB read: {resident} "
+                            f"(daemon read_bytes {moved})")
 
     def test_cat_and_verify_stream(self):
         for name in ("video.bin", "f70.bin"):
