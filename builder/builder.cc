@@ -14,6 +14,7 @@
 #include <functional>
 #include <mutex>
 #include <optional>
+#include <span>
 #include <thread>
 #include <unordered_map>
 
@@ -158,6 +159,22 @@ FileResult Unreadable(std::string detail) {
 
 void ClassifyBytes(std::vector<uint8_t> data, const BuildConfig& config, FileResult* out);
 
+// Whether a file of `size` bytes starting with `head` (at least its first 3 bytes) is kept byte
+// for byte without transcoding: not a JPEG, or a JPEG over --max-jpeg-bytes; sets r's reason.
+// Folders, archives and buckets decide the same way, before reading a large file whole.
+bool KeptAsIs(std::span<const uint8_t> head, uint64_t size, const BuildConfig& config,
+              FileResult* r) {
+  if (!codec::LooksLikeJpeg(head)) {
+    r->reason = PassthroughReason::kNotJpeg;
+  } else if (size > config.max_jpeg_bytes) {
+    r->reason = PassthroughReason::kTooBig;
+    r->detail = "larger than --max-jpeg-bytes (" + std::to_string(config.max_jpeg_bytes) + ")";
+  } else {
+    return false;
+  }
+  return true;
+}
+
 // One attempt at reading and transcoding a file. *changed: the file changed while it was read.
 FileResult ProcessOnce(const SourceTree& tree, uint32_t node, const BuildConfig& config,
                        bool* changed) {
@@ -172,13 +189,7 @@ FileResult ProcessOnce(const SourceTree& tree, uint32_t node, const BuildConfig&
     uint8_t head[3] = {};
     Status s = PreadFull(fd->get(), head, sizeof head, 0, path);
     if (!s.ok()) return Unreadable(s.message());
-    if (!codec::LooksLikeJpeg(head)) {
-      r.reason = PassthroughReason::kNotJpeg;
-    } else if (before->size > config.max_jpeg_bytes) {
-      r.reason = PassthroughReason::kTooBig;
-      r.detail = "larger than --max-jpeg-bytes (" + std::to_string(config.max_jpeg_bytes) + ")";
-    }
-    if (r.reason != PassthroughReason::kNone) {
+    if (KeptAsIs(head, before->size, config, &r)) {
       r.stream = true;
       r.fd = std::move(*fd);
       return r;
@@ -201,12 +212,7 @@ void ClassifyBytes(std::vector<uint8_t> data, const BuildConfig& config, FileRes
   FileResult& r = *out;
   if (data.empty()) {
     r.reason = PassthroughReason::kEmpty;
-  } else if (!codec::LooksLikeJpeg(data)) {
-    r.reason = PassthroughReason::kNotJpeg;
-  } else if (data.size() > config.max_jpeg_bytes) {
-    r.reason = PassthroughReason::kTooBig;
-    r.detail = "larger than --max-jpeg-bytes (" + std::to_string(config.max_jpeg_bytes) + ")";
-  } else {
+  } else if (!KeptAsIs(data, data.size(), config, &r)) {
     codec::TranscodeOptions opts;
     opts.strip_metadata = config.strip_metadata;
     opts.max_input_scans = config.max_input_scans;
@@ -236,13 +242,7 @@ FileResult ProcessMember(const SourceTree& tree, uint32_t node, size_t turn, Arc
     data.resize(3);
     Status s = (*member)->ReadExact(data);
     if (!s.ok()) return Unreadable(s.message());
-    if (!codec::LooksLikeJpeg(data)) {
-      r.reason = PassthroughReason::kNotJpeg;
-    } else if (n.size > config.max_jpeg_bytes) {
-      r.reason = PassthroughReason::kTooBig;
-      r.detail = "larger than --max-jpeg-bytes (" + std::to_string(config.max_jpeg_bytes) + ")";
-    }
-    if (r.reason != PassthroughReason::kNone) {
+    if (KeptAsIs(data, n.size, config, &r)) {
       r.stream = true;
       r.member = std::move(*member);
       r.raw = std::move(data);
@@ -272,13 +272,7 @@ FileResult ProcessObject(const SourceTree& tree, uint32_t node, const BucketSour
     uint8_t head[3] = {};
     Status s = bucket.Read(tree, node, 0, head);
     if (!s.ok()) return Unreadable(s.message());
-    if (!codec::LooksLikeJpeg(head)) {
-      r.reason = PassthroughReason::kNotJpeg;
-    } else if (n.size > config.max_jpeg_bytes) {
-      r.reason = PassthroughReason::kTooBig;
-      r.detail = "larger than --max-jpeg-bytes (" + std::to_string(config.max_jpeg_bytes) + ")";
-    }
-    if (r.reason != PassthroughReason::kNone) {
+    if (KeptAsIs(head, n.size, config, &r)) {
       r.stream = true;
       r.object = true;
       return r;
