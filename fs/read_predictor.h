@@ -9,6 +9,12 @@
 // - A walk: when a reader goes from one child to the next (a directory walk; children have
 //   consecutive inode numbers in name order), fetch the next `readahead_files` children, and
 //   again whenever the walk gets within half of that of the end.
+// - Dense siblings: once `dense_percent` of a directory's subdirectories (at least 3) are dense
+//   by their own reads, the reads hop between sibling folders as a shuffled epoch over the
+//   parent does (a class-per-folder dataset): every subdirectory of that parent is planned, a
+//   few per read (kExpandPerRead children of the parent), and a subdirectory first read before
+//   its turn is planned at its first read. Only direct subdirectories: a parent planned this
+//   way does not count toward its own parent.
 // A planned file contributes its level-k pieces, one per group region; pieces of consecutive
 // files in a region are adjacent and merge into one range. Files of other directories in the
 // same records are never part of a plan, so a folder read cold reads the folder's bytes only.
@@ -35,6 +41,9 @@ class ReadPredictor {
   // A plan lists at most this many children of a directory (a directory of a million files is
   // fetched in windows as it is read).
   static constexpr uint64_t kMaxPlanFiles = 65536;
+  // Children of a parent whose subdirectories are dense looked at per read (the planning runs
+  // on the reading thread before its read is sent: bounded work per read).
+  static constexpr uint64_t kExpandPerRead = 8;
 
   ReadPredictor(const index::Store& store, RecordScheduler& scheduler, Options options)
       : store_(store), scheduler_(scheduler), options_(options) {}
@@ -52,8 +61,21 @@ class ReadPredictor {
     uint64_t last_ino = 0;                       // the file read last in this directory
     uint64_t distinct = 0;                       // files read (a re-read counts again)
     uint64_t readahead_end = 0;                  // inodes below this are planned
+    uint64_t parent = 0;                         // this directory's parent
     bool planned_all = false;
   };
+  // A directory whose subdirectories are being read (by (dir, level)).
+  struct ParentAccess {
+    uint64_t first_child = 0, num_children = 0, num_subdirs = 0;
+    uint64_t dense_subdirs = 0;  // subdirectories dense by their own reads
+    uint64_t cursor = 0;         // children [0, cursor) were looked at by the expansion
+    bool expanding = false;      // enough subdirectories are dense: plan them all
+  };
+  // A subdirectory of `parent` became dense by its own reads: counts it, and returns whether
+  // the parent's subdirectories are to be planned now.
+  bool NoteDense(uint64_t parent, int level);
+  // Plans the subdirectories among the next kExpandPerRead children of an expanding parent.
+  void Expand(uint64_t parent, int level);
   // Queues the level-k pieces of children [first, first + count) of `dir`.
   void Plan(uint64_t dir, uint64_t first, uint64_t count, int level);
 
@@ -61,7 +83,8 @@ class ReadPredictor {
   RecordScheduler& scheduler_;
   const Options options_;
   std::mutex mu_;
-  std::map<std::pair<uint64_t, int>, DirAccess> dirs_;  // GUARDED_BY(mu_); by (dir, level)
+  std::map<std::pair<uint64_t, int>, DirAccess> dirs_;        // GUARDED_BY(mu_); by (dir, level)
+  std::map<std::pair<uint64_t, int>, ParentAccess> parents_;  // GUARDED_BY(mu_)
 };
 
 }  // namespace pcrfs::fs

@@ -5,9 +5,11 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <mutex>
 #include <thread>
 
@@ -45,17 +47,18 @@ class LoggingFile final : public RandomAccessFile {
   mutable std::vector<RecordScheduler::Range> reads_;
 };
 
-TEST(ReadPredictorTest, ReadingOneFolderFetchesThatFolderOnly) {
-  const std::string dir =
-      stdfs::temp_directory_path() / ("pcrfs-predictor-test-" + std::to_string(::getpid()));
+// Writes `files` test JPEGs into each of `folders` under dir/src and builds dir/store with
+// everything in one record.
+void BuildStore(const std::string& dir, const std::vector<std::string>& folders, int files) {
   stdfs::remove_all(dir);
-  for (const char* folder : {"a", "b"}) {
+  uint32_t seed = 0;
+  for (const std::string& folder : folders) {
     stdfs::create_directories(dir + "/src/" + folder);
-    for (int i = 0; i < 8; ++i) {
+    for (int i = 0; i < files; ++i) {
       testdata::JpegSpec spec;
       spec.width = 160 + 8 * i;
       spec.height = 120;
-      spec.seed = static_cast<uint32_t>(i + (folder[0] == 'b' ? 100 : 0));
+      spec.seed = ++seed;
       auto jpeg = testdata::MakeTestJpeg(spec);
       ASSERT_TRUE(jpeg.has_value());
       std::ofstream(dir + "/src/" + folder + "/" + std::to_string(i) + ".jpg", std::ios::binary)
@@ -66,19 +69,99 @@ TEST(ReadPredictorTest, ReadingOneFolderFetchesThatFolderOnly) {
   tools::BuildConfig config;
   config.source = dir + "/src";
   config.store = dir + "/store";
-  config.images_per_record = 64;  // both folders in one record
+  config.images_per_record = 1024;  // every folder in one record
   ASSERT_TRUE(tools::Build(config).has_value());
+}
 
-  std::shared_ptr<LoggingFile> logged;
+// Opens dir/store with every record file logging its reads.
+Result<std::unique_ptr<index::Store>> OpenLogged(const std::string& dir) {
   index::StoreOptions options;
-  options.open_record = [&](const std::string& path,
-                            uint64_t) -> Result<std::unique_ptr<RandomAccessFile>> {
+  options.open_record = [](const std::string& path,
+                           uint64_t) -> Result<std::unique_ptr<RandomAccessFile>> {
     auto f = index::OpenRecordFileNoFollow(path);
     if (!f) return Err(f.error());
-    auto l = std::make_unique<LoggingFile>(std::move(*f));
-    return std::unique_ptr<RandomAccessFile>(std::move(l));
+    return std::unique_ptr<RandomAccessFile>(std::make_unique<LoggingFile>(std::move(*f)));
   };
-  auto store = index::Store::Open(dir + "/store", options);
+  return index::Store::Open(dir + "/store", options);
+}
+
+// The files of a folder (a path from the mount's root).
+std::vector<index::Entry> FilesOf(const Filesystem& fs, const std::string& path) {
+  std::vector<index::Entry> files;
+  auto dir = fs.store().index().LookupPath(path);
+  EXPECT_TRUE(dir.has_value()) << path;
+  if (!dir) return files;
+  EXPECT_TRUE(fs.store()
+                  .index()
+                  .List(*dir, 0,
+                        [&](const index::Entry& e) {
+                          files.push_back(e);
+                          return true;
+                        })
+                  .ok());
+  return files;
+}
+
+// Whether the record's logged reads cover the first `level` pieces of every file of `files`.
+bool Covered(const LoggingFile& log, const std::vector<index::Entry>& files, int level) {
+  const auto reads = log.reads();
+  for (const auto& e : files) {
+    for (int g = 0; g < level; ++g) {
+      const index::PieceRef& p = e.pieces[static_cast<size_t>(g)];
+      const bool in = std::any_of(reads.begin(), reads.end(), [&](const auto& r) {
+        return r.offset <= p.offset && p.offset + p.length <= r.offset + r.length;
+      });
+      if (!in) return false;
+    }
+  }
+  return true;
+}
+
+// Whether any logged read touches a piece (of any level) of `files`.
+bool Touched(const LoggingFile& log, const std::vector<index::Entry>& files) {
+  for (const auto& r : log.reads()) {
+    for (const auto& e : files) {
+      for (const index::PieceRef& p : e.pieces) {
+        if (p.length > 0 && r.offset < p.offset + p.length && p.offset < r.offset + r.length) {
+          return true;
+        }
+      }
+    }
+  }
+  return false;
+}
+
+// Reads the files named (under folder) through fs.
+void ReadFiles(Filesystem& fs, const std::string& folder, const std::vector<std::string>& names) {
+  uint64_t ino = kFuseRootIno;
+  for (const auto& part : stdfs::path(folder)) {
+    auto st = fs.Lookup(ino, part.string());
+    ASSERT_TRUE(st.has_value()) << folder;
+    ino = st->st_ino;
+  }
+  std::vector<uint8_t> buf(1 << 20);
+  for (const std::string& name : names) {
+    auto st = fs.Lookup(ino, name);
+    ASSERT_TRUE(st.has_value()) << folder << "/" << name;
+    ASSERT_TRUE(fs.Read(st->st_ino, 0, buf.size(), buf.data()).has_value());
+  }
+}
+
+// Waits (at most 10 s) until pred() holds.
+bool Eventually(const std::function<bool()>& pred) {
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+  while (!pred()) {
+    if (std::chrono::steady_clock::now() > deadline) return false;
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  return true;
+}
+
+TEST(ReadPredictorTest, ReadingOneFolderFetchesThatFolderOnly) {
+  const std::string dir =
+      stdfs::temp_directory_path() / ("pcrfs-predictor-test-" + std::to_string(::getpid()));
+  BuildStore(dir, {"a", "b"}, 8);  // both folders in one record
+  auto store = OpenLogged(dir);
   ASSERT_TRUE(store.has_value());
   FsOptions fo;
   fo.fixed_level = 5;
@@ -140,6 +223,65 @@ TEST(ReadPredictorTest, ReadingOneFolderFetchesThatFolderOnly) {
         }
       }
       ASSERT_TRUE(ok) << "read of byte " << b << " which no file of a/ needs at level 5";
+    }
+  }
+  stdfs::remove_all(dir);
+}
+
+// A shuffled epoch over train/ hops between its class folders: once enough of them (3 of 6
+// here) are dense by their own reads, every class folder of train/ is fetched, but nothing of
+// val/, a sibling of train/ whose folders nobody read.
+TEST(ReadPredictorTest, DenseSiblingFoldersFetchTheirParentsOtherFolders) {
+  const std::string dir =
+      stdfs::temp_directory_path() / ("pcrfs-predictor-siblings-" + std::to_string(::getpid()));
+  const std::vector<std::string> train = {"train/c0", "train/c1", "train/c2",
+                                          "train/c3", "train/c4", "train/c5"};
+  std::vector<std::string> all = train;
+  all.insert(all.end(), {"val/v0", "val/v1"});
+  BuildStore(dir, all, 4);
+  auto store = OpenLogged(dir);
+  ASSERT_TRUE(store.has_value());
+  FsOptions fo;
+  fo.fixed_level = 2;
+  fo.prefetch_percent = 50;  // a folder is dense after 2 of its 4 files
+  fo.readahead_slots = 0;
+  Filesystem fs(std::move(*store), fo);
+  const auto c0 = FilesOf(fs, "train/c0");
+  ASSERT_EQ(c0.size(), 4u);
+  auto rec = fs.store().OpenRecord(c0[0].record, nullptr);
+  ASSERT_TRUE(rec.has_value());
+  const auto* log = dynamic_cast<const LoggingFile*>(rec->get());
+  ASSERT_NE(log, nullptr);
+
+  // Two dense folders: their own files only.
+  ReadFiles(fs, "train/c0", {"3.jpg", "1.jpg"});
+  ReadFiles(fs, "train/c1", {"0.jpg", "2.jpg"});
+  ASSERT_TRUE(Eventually([&] {
+    return Covered(*log, FilesOf(fs, "train/c0"), 2) && Covered(*log, FilesOf(fs, "train/c1"), 2);
+  }));
+  for (const char* other : {"train/c3", "train/c4", "train/c5", "val/v0"}) {
+    EXPECT_FALSE(Touched(*log, FilesOf(fs, other))) << other << " read before its parent is dense";
+  }
+  // The third: every class folder of train/, none of val/.
+  ReadFiles(fs, "train/c2", {"1.jpg", "2.jpg"});
+  EXPECT_TRUE(Eventually([&] {
+    return std::all_of(train.begin(), train.end(),
+                       [&](const std::string& f) { return Covered(*log, FilesOf(fs, f), 2); });
+  })) << "the class folders of train/ were not all fetched";
+  for (const char* other : {"val/v0", "val/v1"}) {
+    EXPECT_FALSE(Touched(*log, FilesOf(fs, other))) << other << " is not being read";
+  }
+  // Nothing above level 2 either.
+  for (const auto& r : log->reads()) {
+    for (const std::string& f : all) {
+      for (const auto& e : FilesOf(fs, f)) {
+        for (size_t g = 2; g < e.pieces.size(); ++g) {
+          const index::PieceRef& p = e.pieces[g];
+          EXPECT_FALSE(p.length > 0 && r.offset < p.offset + p.length &&
+                       p.offset < r.offset + r.length)
+              << "read of level " << g + 1 << " of " << f << "/" << e.name;
+        }
+      }
     }
   }
   stdfs::remove_all(dir);

@@ -24,6 +24,7 @@ RecordScheduler::~RecordScheduler() {
     std::lock_guard<std::mutex> l(mu_);
     stop_ = true;
     queue_.clear();
+    queued_.clear();
   }
   cv_.notify_all();
   for (auto& t : pool_) t.join();
@@ -84,27 +85,88 @@ void RecordScheduler::WillRead(const RandomAccessFile& file, const std::vector<R
   for (const Range& r : ranges) file.Prefetch(r.offset, r.length);
 }
 
+void RecordScheduler::UnindexLocked(const Pending& p) {
+  auto f = queued_.find(p.file.get());
+  if (f == queued_.end()) return;
+  f->second.erase(p.offset);
+  if (f->second.empty()) queued_.erase(f);
+}
+
+void RecordScheduler::EnqueueLocked(const std::shared_ptr<RandomAccessFile>& file, uint64_t offset,
+                                    uint64_t end, bool front) {
+  if (offset >= end) return;
+  stats_.queued_bytes += end - offset;
+  QueueIndex& index = queued_[file.get()];
+  auto next = index.lower_bound(offset);  // the first range at or after offset
+  const bool joins_next = next != index.end() && next->first == end;
+  if (next != index.begin()) {
+    auto prev = std::prev(next);
+    if (prev->second->end == offset) {  // extends the range before it
+      prev->second->end = end;
+      if (joins_next) {  // and closes the gap to the one after it
+        prev->second->end = next->second->end;
+        queue_.erase(next->second);
+        index.erase(next);
+      }
+      return;
+    }
+  }
+  if (joins_next) {  // starts the range after it earlier
+    auto q = next->second;
+    index.erase(next);
+    q->offset = offset;
+    index.emplace(offset, q);
+    return;
+  }
+  auto q = front ? queue_.insert(queue_.begin(), Pending{file, offset, end})
+                 : queue_.insert(queue_.end(), Pending{file, offset, end});
+  index.emplace(offset, q);
+}
+
+RecordScheduler::Pending RecordScheduler::TakeFrontLocked(uint64_t n) {
+  Pending& p = queue_.front();
+  Pending taken{p.file, p.offset, p.offset + std::min(n, p.end - p.offset)};
+  UnindexLocked(p);
+  p.offset = taken.end;
+  if (p.offset >= p.end) {
+    queue_.pop_front();
+  } else {
+    queued_[p.file.get()].emplace(p.offset, queue_.begin());
+  }
+  stats_.queued_bytes -= taken.end - taken.offset;
+  return taken;
+}
+
 void RecordScheduler::PromoteLocked(const RandomAccessFile& file, const Range& r,
                                     std::vector<Range>* promoted) {
-  for (auto it = queue_.begin(); it != queue_.end(); ++it) {
-    if (it->file.get() != &file || r.offset < it->offset || r.offset >= it->end) continue;
-    // The window [r.offset, end): at least the piece, at most one chunk past its start, within
-    // what is queued. What is left of the queued range on either side stays queued.
-    const uint64_t end = std::min(it->end, r.offset + std::max(r.length, chunk_));
-    promoted->push_back({r.offset, end - r.offset});
-    stats_.queued_bytes -= end - r.offset;
-    ++stats_.promoted_reads;
-    stats_.promoted_bytes += end - r.offset;
-    Pending right{it->file, end, it->end};
-    if (r.offset > it->offset) {
-      it->end = r.offset;
-      if (right.offset < right.end) queue_.insert(std::next(it), std::move(right));
-    } else if (right.offset < right.end) {
-      *it = std::move(right);
-    } else {
-      queue_.erase(it);
-    }
+  auto f = queued_.find(&file);
+  if (f == queued_.end()) return;
+  QueueIndex& index = f->second;
+  auto found = index.upper_bound(r.offset);  // the queued range holding r.offset, if any
+  if (found == index.begin()) return;
+  --found;
+  const Queue::iterator it = found->second;
+  if (r.offset >= it->end) return;
+  // The window [r.offset, end): at least the piece, at most one chunk past its start, within
+  // what is queued. What is left of the queued range on either side stays queued, in place.
+  const uint64_t end = std::min(it->end, r.offset + std::max(r.length, chunk_));
+  promoted->push_back({r.offset, end - r.offset});
+  stats_.queued_bytes -= end - r.offset;
+  ++stats_.promoted_reads;
+  stats_.promoted_bytes += end - r.offset;
+  const Pending right{it->file, end, it->end};
+  if (r.offset > it->offset) {
+    it->end = r.offset;
+    if (right.offset < right.end) index.emplace(right.offset, queue_.insert(std::next(it), right));
     return;
+  }
+  index.erase(found);
+  if (right.offset < right.end) {
+    *it = right;
+    index.emplace(right.offset, it);
+  } else {
+    queue_.erase(it);
+    if (index.empty()) queued_.erase(f);
   }
 }
 
@@ -121,10 +183,7 @@ void RecordScheduler::Speculate(const std::shared_ptr<RandomAccessFile>& file,
       if (r.offset >= size) continue;
       Insert(&seen, r.offset, r.offset + std::min(r.length, size - r.offset), &added);
     }
-    for (const Range& r : added) {
-      queue_.push_back({file, r.offset, r.offset + r.length});
-      stats_.queued_bytes += r.length;
-    }
+    for (const Range& r : added) EnqueueLocked(file, r.offset, r.offset + r.length, false);
   }
   if (!added.empty()) cv_.notify_one();
 }
@@ -183,15 +242,14 @@ void RecordScheduler::Worker() {
       }
       --idle_workers_;
       if (stop_) return;
-      Pending& p = queue_.front();
-      file = p.file;
-      offset = p.offset;
       uint64_t chunk = chunk_;
-      if (file->ConcurrentSpeculativeReads() > 0) chunk = std::max(chunk, kMinConcurrentChunk);
-      n = std::min(chunk, p.end - p.offset);
-      p.offset += n;
-      if (p.offset >= p.end) queue_.pop_front();
-      stats_.queued_bytes -= n;
+      if (queue_.front().file->ConcurrentSpeculativeReads() > 0) {
+        chunk = std::max(chunk, kMinConcurrentChunk);
+      }
+      Pending taken = TakeFrontLocked(chunk);
+      file = std::move(taken.file);
+      offset = taken.offset;
+      n = taken.end - taken.offset;
       ++in_flight_;
       speculative_active_.fetch_add(1, std::memory_order_acq_rel);
       // A source that takes several at once: another worker may start too.
@@ -208,8 +266,7 @@ void RecordScheduler::Worker() {
       if (s.code() == Status::Code::kResourceExhausted) {
         // The source keeps enough unread bytes: the range goes back to the front, for later.
         if (!stop_) {
-          queue_.push_front({file, offset, offset + n});
-          stats_.queued_bytes += n;
+          EnqueueLocked(file, offset, offset + n, /*front=*/true);
           busy_until_ = Clock::now() + kBusyRetry;
         }
       } else {

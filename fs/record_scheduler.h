@@ -38,8 +38,8 @@
 #include <chrono>
 #include <condition_variable>
 #include <cstdint>
-#include <deque>
 #include <functional>
+#include <list>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -122,6 +122,9 @@ class RecordScheduler {
     uint64_t offset;
     uint64_t end;
   };
+  using Queue = std::list<Pending>;
+  // The queued ranges of one file by offset (disjoint: a byte is queued at most once).
+  using QueueIndex = std::map<uint64_t, Queue::iterator>;
   // Byte ranges of one file, merged: begin -> end.
   using RangeSet = std::map<uint64_t, uint64_t>;
   // Adds [begin, end) to `set`; appends to `added` (if not null) the parts that were new.
@@ -137,14 +140,24 @@ class RecordScheduler {
   void PromoteLocked(const RandomAccessFile& file, const Range& r, std::vector<Range>* promoted);
   // Whether the front of the queue may start now. REQUIRES: mu_ held.
   bool CanStartLocked() const;
+  // Queues [offset, end) of `file` (no byte of it queued yet): merged into a queued range it
+  // touches, else at the back (at the front if `front`). A range planned folder by folder
+  // thus becomes one long range where the folders lie side by side in the record, and a
+  // speculative read is a chunk, not one folder's region. REQUIRES: mu_ held.
+  void EnqueueLocked(const std::shared_ptr<RandomAccessFile>& file, uint64_t offset, uint64_t end,
+                     bool front);
+  // Takes up to n bytes from the front of the queue. REQUIRES: mu_ held, queue not empty.
+  Pending TakeFrontLocked(uint64_t n);
+  void UnindexLocked(const Pending& p);
 
   mutable std::mutex mu_;
   std::condition_variable cv_;
-  bool stop_ = false;                                           // GUARDED_BY(mu_)
-  std::deque<Pending> queue_;                                   // GUARDED_BY(mu_)
-  std::unordered_map<const RandomAccessFile*, RangeSet> seen_;  // GUARDED_BY(mu_)
-  uint64_t chunk_ = kFirstChunk;                                // GUARDED_BY(mu_)
-  int in_flight_ = 0;                                           // GUARDED_BY(mu_)
+  bool stop_ = false;                                               // GUARDED_BY(mu_)
+  Queue queue_;                                                     // GUARDED_BY(mu_)
+  std::unordered_map<const RandomAccessFile*, QueueIndex> queued_;  // GUARDED_BY(mu_)
+  std::unordered_map<const RandomAccessFile*, RangeSet> seen_;      // GUARDED_BY(mu_)
+  uint64_t chunk_ = kFirstChunk;                                    // GUARDED_BY(mu_)
+  int in_flight_ = 0;                                               // GUARDED_BY(mu_)
   int idle_workers_ = 0;            // GUARDED_BY(mu_); workers waiting in Worker()
   Clock::time_point busy_until_{};  // GUARDED_BY(mu_); nothing starts before (a busy source)
   Stats stats_;                     // GUARDED_BY(mu_)

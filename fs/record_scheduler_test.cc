@@ -373,5 +373,30 @@ TEST(RecordSchedulerTest, ADemandPieceInAQueuedRangeTakesAChunkOfIt) {
   EXPECT_EQ(pos, 4 * mib);
 }
 
+// Ranges planned apart (folder by folder, group region by group region) that lie side by side
+// in the record are one queued range, so a speculative read is a chunk, not one folder's
+// region (40 class folders at level 1: ~50 KiB per request, each a round trip).
+TEST(RecordSchedulerTest, QueuedRangesThatTouchAreReadAsOne) {
+  auto src = std::make_shared<ConcurrentSource>(uint64_t{8} << 20);
+  src->set_busy(true);  // keep everything queued until all is planned
+  RecordScheduler s;
+  const uint64_t kib = 1024;
+  s.Speculate(src, {{0, 64 * kib}});
+  s.Speculate(src, {{256 * kib, 64 * kib}, {128 * kib, 64 * kib}});
+  s.Speculate(src, {{64 * kib, 64 * kib}});    // joins [0, 64K) and [128K, 192K)
+  s.Speculate(src, {{192 * kib, 64 * kib}});   // joins [0, 192K) and [256K, 320K)
+  s.Speculate(src, {{1024 * kib, 64 * kib}});  // apart
+  s.Speculate(src, {{960 * kib, 64 * kib}});   // ends where the one before starts
+  EXPECT_EQ(s.stats().queued_bytes, 448 * kib);
+  src->set_busy(false);
+  WaitIdle(s, 448 * kib);
+  auto warmed = src->warmed();
+  std::sort(warmed.begin(), warmed.end());
+  ASSERT_EQ(warmed.size(), 2u) << s.Describe();
+  EXPECT_EQ(warmed[0], (std::pair<uint64_t, uint64_t>{0, 320 * kib}));
+  EXPECT_EQ(warmed[1], (std::pair<uint64_t, uint64_t>{960 * kib, 128 * kib}));
+  EXPECT_EQ(s.stats().queued_bytes, 0u);
+}
+
 }  // namespace
 }  // namespace pcrfs::fs

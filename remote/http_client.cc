@@ -281,6 +281,9 @@ struct Transfer {
   std::string etag, content_range, retry_after;
   uint64_t written = 0;
   bool overflow = false;
+  int progress = 0;        // on_progress for this try: 0 not decided yet, 1 yes, -1 no
+  uint64_t total = 0;      // the object's size per this try's Content-Range
+  uint64_t reported = 0;   // over all tries: bytes of dst handed to on_progress
   std::string body;        // the body when no dst or file
   std::string error_body;  // the body of a non-2xx answer (capped)
   char errbuf[CURL_ERROR_SIZE] = {};
@@ -394,7 +397,17 @@ class HttpClient::Impl {
         t->overflow = true;
         return 0;  // aborts the transfer: CURLE_WRITE_ERROR
       }
-      std::memcpy(t->req.dst + t->written, data, len);
+      // Bytes already reported may be being read: never written again.
+      const uint64_t skip =
+          std::min<uint64_t>(len, t->reported - std::min(t->reported, t->written));
+      std::memcpy(t->req.dst + t->written + skip, data + skip, len - skip);
+      if (t->req.on_progress) {
+        if (t->progress == 0) t->progress = ProgressiveTry(t) ? 1 : -1;
+        if (t->progress > 0 && t->written + len > t->reported) {
+          t->reported = t->written + len;
+          t->req.on_progress(t->reported, t->total);
+        }
+      }
     } else if (t->file != nullptr) {
       if (std::fwrite(data, 1, len, t->file) != len) return 0;
     } else {
@@ -402,6 +415,17 @@ class HttpClient::Impl {
     }
     t->written += len;
     return len;
+  }
+
+  // Whether this try's body may be handed out as it arrives: a 206 for exactly the asked range.
+  static bool ProgressiveTry(Transfer* t) {
+    if (t->status != 206 || !t->req.range) return false;
+    auto cr = ParseContentRange(t->content_range);
+    if (!cr || cr->start != t->req.range->offset) return false;
+    const uint64_t want_end = t->req.range->offset + t->req.range->length - 1;
+    if (cr->end != want_end && !(cr->end + 1 == cr->total && cr->end < want_end)) return false;
+    t->total = cr->total;
+    return true;
   }
 
   Status StartTry(Transfer* t) {
@@ -413,6 +437,7 @@ class HttpClient::Impl {
     t->retry_after.clear();
     t->written = 0;
     t->overflow = false;
+    t->progress = 0;
     t->body.clear();
     t->error_body.clear();
     t->errbuf[0] = 0;

@@ -84,6 +84,13 @@ struct HttpRequest {
   // last kReservedForDemand; but while fewer than kGuaranteedBackground background requests
   // run, demand requests leave that many connections to them (HttpClient::Impl::Dispatch).
   bool background = false;
+  // Called on the I/O thread as the body of a ranged GET into dst arrives, once the answer is
+  // known to be a 206 for exactly the asked range: `written` bytes from dst's start are the
+  // object's (never decreasing over tries), `total` is the object's size per Content-Range.
+  // Bytes once reported are never written again (a retry skips them), so a reader may copy
+  // them while the transfer goes on: a waiter for the first piece of a long range gets it
+  // after that piece, not after the whole range.
+  std::function<void(uint64_t written, uint64_t total)> on_progress;
 };
 
 struct HttpResponse {

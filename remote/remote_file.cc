@@ -102,6 +102,14 @@ void RemoteFile::Submit(const std::vector<std::shared_ptr<Fetch>>& started, bool
     req.dst = f->bytes->data();
     req.dst_size = f->bytes->size();
     req.background = background;
+    req.on_progress = [f, size = size_](uint64_t written, uint64_t total) {
+      if (total != size) return;  // the object changed: the completion says so
+      {
+        std::lock_guard<std::mutex> l(f->mu);
+        f->arrived = written;
+      }
+      f->arrived_cv.notify_all();
+    };
     // Runs on the client's I/O thread, maybe after this file is gone: only shared state.
     client_->Fetch(
         std::move(req), [f, shared = shared_, cache = cache_, id = cache_id_, name = name_,
@@ -115,8 +123,19 @@ void RemoteFile::Submit(const std::vector<std::shared_ptr<Fetch>>& started, bool
             if (it != shared->pending.end() && it->second == f) shared->pending.erase(it);
           }
           f->promise.set_value(std::move(s));
+          {
+            std::lock_guard<std::mutex> l(f->mu);
+            f->finished = true;
+          }
+          f->arrived_cv.notify_all();
         });
   }
+}
+
+bool RemoteFile::WaitArrived(Fetch& f, uint64_t until) {
+  std::unique_lock<std::mutex> l(f.mu);
+  f.arrived_cv.wait(l, [&] { return f.finished || f.offset + f.arrived >= until; });
+  return f.offset + f.arrived >= until;
 }
 
 Status RemoteFile::Read(uint64_t offset, size_t n, uint8_t* dst) const {
@@ -149,11 +168,19 @@ Status RemoteFile::Read(uint64_t offset, size_t n, uint8_t* dst) const {
   Submit(started, /*background=*/false);
   bool others_failed = false;
   for (const auto& f : fetches) {
-    const Status& s = f->done.get();
-    if (!s.ok()) {
-      if (std::find(started.begin(), started.end(), f) != started.end()) return s;
-      others_failed = true;  // a speculative fetch failed: fetch its bytes ourselves below
-      continue;
+    uint64_t until = f->offset;  // what this read needs of f
+    for (const RangeCache::Range& m : missing) {
+      if (m.offset < f->end && f->offset < m.offset + m.length) {
+        until = std::max(until, std::min(f->end, m.offset + m.length));
+      }
+    }
+    if (!WaitArrived(*f, until)) {
+      const Status& s = f->done.get();
+      if (!s.ok()) {
+        if (std::find(started.begin(), started.end(), f) != started.end()) return s;
+        others_failed = true;  // a speculative fetch failed: fetch its bytes ourselves below
+        continue;
+      }
     }
     for (const RangeCache::Range& m : missing) {
       const uint64_t a = std::max(m.offset, f->offset);

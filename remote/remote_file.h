@@ -2,6 +2,7 @@
 // fetches a whole object (manifest.json, index.lmdb) into a local file, conditionally.
 #pragma once
 
+#include <condition_variable>
 #include <cstdint>
 #include <future>
 #include <map>
@@ -56,13 +57,21 @@ class RemoteFile final : public RandomAccessFile {
   static constexpr int kSpeculativeRequests = 4;
 
  private:
-  // One GET in flight, shared by whoever waits for its bytes.
+  // One GET in flight, shared by whoever waits for its bytes. A waiter for a part of it waits
+  // only until that part has arrived (HttpRequest::on_progress), not for the whole range.
   struct Fetch {
     uint64_t offset = 0, end = 0;
     std::shared_ptr<std::vector<uint8_t>> bytes;
     std::promise<Status> promise;
     std::shared_future<Status> done;
+    std::mutex mu;
+    std::condition_variable arrived_cv;
+    uint64_t arrived = 0;   // GUARDED_BY(mu); bytes from offset that may be copied
+    bool finished = false;  // GUARDED_BY(mu); the promise is set
   };
+  // Waits until bytes [f->offset, until) of f may be copied (true), or f finished without
+  // them (false: f->done has its status; OK when the answer was not a progressive one).
+  static bool WaitArrived(Fetch& f, uint64_t until);
   // What the I/O thread's callbacks share with the file (they may outlive it).
   struct Shared {
     std::mutex mu;

@@ -62,6 +62,34 @@ TEST(RemoteFileTest, ReadsExactRanges) {
   EXPECT_EQ(server.requests(), before);  // refused without a request
 }
 
+// A read of the start of a range being fetched gets its bytes when they arrive, not when the
+// whole range has: the server sends the first 64 KiB of a 1 MiB answer, then stalls until
+// the read has returned.
+TEST(RemoteFileTest, AReadOfAPendingRangeGetsItsBytesAsTheyArrive) {
+  std::string obj = Object(2 << 20);
+  TestHttpServer server([&](const std::string& req, int) {
+    TestReply r = Serve(obj, "\"e\"", req);
+    r.hold_after = r.bytes.size() - (1 << 20) + (64 << 10);  // headers and 64 KiB of body
+    return r;
+  });
+  RangeCacheOptions o;
+  o.memory_bytes = 8 << 20;
+  auto cache = RangeCache::Open(o, nullptr);
+  ASSERT_TRUE(cache.has_value());
+  RemoteFile f(Client(), server.url("/r.pcr"), obj.size(), *cache, 1);
+  f.Prefetch(4096, 1 << 20);  // one GET of 1 MiB
+  std::string buf(16384, '\0');
+  ASSERT_TRUE(f.Read(4096 + 1000, buf.size(), reinterpret_cast<uint8_t*>(buf.data())).ok());
+  EXPECT_EQ(buf, obj.substr(4096 + 1000, buf.size()));
+  EXPECT_EQ(server.requests(), 1) << "the read joins the pending fetch";
+  server.Release();
+  // The rest of the range arrives, whole and once.
+  std::string rest(1 << 20, '\0');
+  ASSERT_TRUE(f.Read(4096, rest.size(), reinterpret_cast<uint8_t*>(rest.data())).ok());
+  EXPECT_EQ(rest, obj.substr(4096, rest.size()));
+  EXPECT_EQ(server.requests(), 1);
+}
+
 TEST(RemoteFileTest, ChangedObjectIsCorruptionNeverBytes) {
   std::string obj = Object(5000);
   TestHttpServer server([&](const std::string& req, int) { return Serve(obj, "\"e\"", req); });

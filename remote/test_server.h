@@ -9,6 +9,7 @@
 #include <unistd.h>
 
 #include <atomic>
+#include <condition_variable>
 #include <functional>
 #include <mutex>
 #include <string>
@@ -21,6 +22,9 @@ struct TestReply {
   std::string bytes;   // status line, headers and body as sent
   bool reset = false;  // RST instead of FIN after sending
   int delay_ms = 0;    // before sending
+  // After this many bytes of `bytes` are sent, wait until Release() (a body that stalls; 0:
+  // never).
+  size_t hold_after = 0;
 };
 
 class TestHttpServer {
@@ -54,7 +58,11 @@ class TestHttpServer {
     thread_ = std::thread([this] { Serve(); });
   }
   ~TestHttpServer() {
-    stop_ = true;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      stop_ = true;
+      released_cv_.notify_all();
+    }
     ::shutdown(fd_, SHUT_RDWR);
     ::close(fd_);
     thread_.join();
@@ -69,6 +77,13 @@ class TestHttpServer {
   std::vector<std::string> received() {
     std::lock_guard<std::mutex> lock(mu_);
     return received_;
+  }
+
+  // Lets every reply held at hold_after go on.
+  void Release() {
+    std::lock_guard<std::mutex> lock(mu_);
+    released_ = true;
+    released_cv_.notify_all();
   }
 
   static TestReply Reply(int status, const std::string& reason, const std::string& body,
@@ -103,9 +118,15 @@ class TestHttpServer {
     if (r.delay_ms > 0) std::this_thread::sleep_for(std::chrono::milliseconds(r.delay_ms));
     size_t off = 0;
     while (off < r.bytes.size()) {
-      ssize_t w = ::send(c, r.bytes.data() + off, r.bytes.size() - off, MSG_NOSIGNAL);
+      size_t stop = r.bytes.size();
+      if (r.hold_after > off && r.hold_after < stop) stop = r.hold_after;
+      ssize_t w = ::send(c, r.bytes.data() + off, stop - off, MSG_NOSIGNAL);
       if (w <= 0) break;
       off += static_cast<size_t>(w);
+      if (off == r.hold_after) {
+        std::unique_lock<std::mutex> lock(mu_);
+        released_cv_.wait(lock, [&] { return released_ || stop_; });
+      }
     }
     if (r.reset) {
       linger l{1, 0};
@@ -125,6 +146,8 @@ class TestHttpServer {
   std::mutex mu_;
   std::vector<std::thread> workers_;
   std::vector<std::string> received_;
+  std::condition_variable released_cv_;
+  bool released_ = false;  // GUARDED_BY(mu_)
 };
 
 }  // namespace pcrfs
