@@ -437,6 +437,10 @@ def one_epoch(args, facts, disk, cap, setup, order_seed):
                      daemon_cpu=s["cpu"] - snap["dcpu"], daemon_hwm=s["hwm"],
                      daemon_threads=len(os.listdir(f"/proc/{mount.pid}/task")))
             r["daemon_cpu_frac"] = r["daemon_cpu"] / r["wall"]
+            try:  # the record scheduler's counters: speculative and demand reads, chunk, rate
+                r["prefetch"] = os.getxattr(mount.mnt, "user.pcrfs.prefetch").decode()
+            except OSError:
+                r["prefetch"] = None
         else:
             r.update(daemon_read_bytes=None, daemon_cpu=0.0, daemon_cpu_frac=0.0)
         return r
@@ -527,7 +531,8 @@ def run_rounds(args, facts, disk):
                 log(f"  {cap_name(cap)} {setup_name(setup)}: {r['files_per_s']:,.0f} files/s, "
                     f"{r['mb_per_s']:.1f} MB/s served, device {r['device_mb_per_s']:.1f} MB/s"
                     f"{dcpu}, readers CPU {r['reader_cpu']:.2f} s, listing "
-                    f"{r['listing_s']:.2f} s")
+                    f"{r['listing_s']:.2f} s"
+                    + (f"; scheduler: {r['prefetch']}" if r.get("prefetch") else ""))
     return caps, setups, epochs, probes, discarded
 
 

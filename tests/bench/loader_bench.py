@@ -8,6 +8,7 @@ Usage:
   tests/bench/loader_bench.py [--images N] [--levels 1,2,5,10] [--cap MB_PER_S,...] [--no-warm]
                               [--batch-size 64] [--workers 2] [--seed 1] [--decode-sample 500]
                               [--rebuild] [--out FILE] [--json FILE] [--plot FILE] [-o OPT ...]
+                              [--variant OPT ...]
 
 What one epoch is (the "loader"): torchvision.datasets.ImageFolder over the dataset root (one
 folder per class), with the default PIL loader semantics (open, read, PIL decode, convert('RGB')),
@@ -30,7 +31,10 @@ time spent in read (I/O wait), the workers' CPU / wall, and the CPU per image of
 involved (workers + main + pcrfs daemon: on a 2-core machine they compete for the same cores).
 
 Setups: native (the dataset folder on ext4) and pcrfs levels 1, 2, 5, 10 (--levels), one
-`pcrfs -f -o scans=K STORE MNT` mount per level, ImageFolder over the mount's root.
+`pcrfs -f -o scans=K STORE MNT` mount per level, ImageFolder over the mount's root. --variant OPT
+(repeatable) adds pcrfs at every level with an extra -o option as a setup of its own, side by
+side in the same rounds (e.g. --variant prefetch=0,readahead=0, no speculative reads), and a
+table of the defaults' images/s over the variant's.
 
 Disk and bandwidth cap: the dataset (a seeded --images subset of --source, copied into
 DISK/data/<class>/<file>) and its store (`pcr build`, defaults, DISK/data.pcrstore) live on an
@@ -329,8 +333,16 @@ def prepare_disk_contents(args, disk, subset):
 
 # ---------------------------------------------------------------- conditions and rounds
 
-def setup_name(level):
-    return f"pcrfs L{level}" if level else "native"
+NATIVE = (0, "")
+
+
+def setup_name(setup):
+    """setup = (level, variant): (0, '') is native, (k, '') pcrfs at level k with the default
+    options (and -o), (k, 'prefetch=0') the same with an extra -o option (--variant)."""
+    level, variant = setup
+    if not level:
+        return "native"
+    return f"pcrfs L{level}" + (f" {variant}" if variant else "")
 
 
 def cond_name(cond):
@@ -340,10 +352,12 @@ def cond_name(cond):
     return "warm (page cache)"
 
 
-def mount_level(args, facts, level, disk):
-    mnt = os.path.join(BENCH_ROOT, f"mnt-loader-L{level}")
-    log_path = os.path.join(BENCH_ROOT, f"loader-daemon-L{level}.log")
-    opts = [f"scans={level}"] + args.pcrfs_opts
+def mount_level(args, facts, setup, disk):
+    level, variant = setup
+    tag = f"L{level}" + (f"-v{args.variants.index(variant) + 1}" if variant else "")
+    mnt = os.path.join(BENCH_ROOT, f"mnt-loader-{tag}")
+    log_path = os.path.join(BENCH_ROOT, f"loader-daemon-{tag}.log")
+    opts = [f"scans={level}"] + args.pcrfs_opts + ([variant] if variant else [])
     m = Mount([args.pcrfs, facts["store"], mnt, "-f", "-o", ",".join(opts)], mnt, log_path)
     from throttle import cgroup_of
     cg = cgroup_of(m.pid)
@@ -353,7 +367,7 @@ def mount_level(args, facts, level, disk):
     return m
 
 
-def measured_epoch(args, facts, disk, level, root, mount, seed, drops0=None):
+def measured_epoch(args, facts, disk, root, mount, seed, drops0=None):
     """One epoch with the device, cgroup and daemon counters around it. drops0: the
     drop_caches count from which a foreign cache drop would spoil the epoch (default: now)."""
     drops0 = cache_drops() if drops0 is None else drops0
@@ -382,18 +396,18 @@ def measured_epoch(args, facts, disk, level, root, mount, seed, drops0=None):
     return r
 
 
-def cold_epoch(args, facts, disk, level, cap, seed):
+def cold_epoch(args, facts, disk, setup, cap, seed):
     disk.cap(cap)
     drop_caches()
     warm_programs(args.program_files)
     mount = None
     try:
         t0 = time.monotonic()
-        if level:
-            mount = mount_level(args, facts, level, disk)
+        if setup[0]:
+            mount = mount_level(args, facts, setup, disk)
         mount_s = time.monotonic() - t0
         root = mount.mnt if mount else facts["data"]
-        r = measured_epoch(args, facts, disk, level, root, mount, seed)
+        r = measured_epoch(args, facts, disk, root, mount, seed)
         r["mount_s"] = mount_s
         return r
     finally:
@@ -417,16 +431,15 @@ def warm_epochs(args, facts, disk, setups, seed):
     try:
         roots = {}
         drops0 = cache_drops()
-        for level in setups:
-            if level:
-                mounts[level] = mount_level(args, facts, level, disk)
-                roots[level] = mounts[level].mnt
+        for s in setups:
+            if s[0]:
+                mounts[s] = mount_level(args, facts, s, disk)
+                roots[s] = mounts[s].mnt
             else:
-                roots[level] = facts["data"]
-            read_all(roots[level])
-        for level in setups:
-            out[level] = measured_epoch(args, facts, disk, level, roots[level],
-                                        mounts.get(level), seed, drops0)
+                roots[s] = facts["data"]
+            read_all(roots[s])
+        for s in setups:
+            out[s] = measured_epoch(args, facts, disk, roots[s], mounts.get(s), seed, drops0)
     finally:
         for m in mounts.values():
             m.close()
@@ -434,7 +447,8 @@ def warm_epochs(args, facts, disk, setups, seed):
 
 
 def run_rounds(args, facts, disk):
-    setups = [0] + args.levels
+    setups = [NATIVE] + [(k, "") for k in args.levels] + [(k, v) for v in args.variants
+                                                           for k in args.levels]
     conds = ([("warm", None)] if args.warm else []) + [("cold", None)] \
         + [("cold", c) for c in sorted(args.caps, reverse=True)]
     res = {(c, s): [] for c in conds for s in setups}
@@ -446,22 +460,22 @@ def run_rounds(args, facts, disk):
                 f"{', '.join(setup_name(s) for s in order)} (load {loadavg()})")
             if cond[0] == "cold":
                 got = {}
-                for level in order:
-                    got[level] = cold_epoch(args, facts, disk, level, cond[1], seed)
-                    log_epoch(cond, level, got[level])
+                for s in order:
+                    got[s] = cold_epoch(args, facts, disk, s, cond[1], seed)
+                    log_epoch(cond, s, got[s])
             else:
                 got = warm_epochs(args, facts, disk, order, seed)
-                for level in order:
-                    log_epoch(cond, level, got[level])
-            for level in setups:
-                got[level]["round"] = rnd
-                got[level]["loadavg"] = loadavg()
-                res[(cond, level)].append(got[level])
+                for s in order:
+                    log_epoch(cond, s, got[s])
+            for s in setups:
+                got[s]["round"] = rnd
+                got[s]["loadavg"] = loadavg()
+                res[(cond, s)].append(got[s])
     return conds, setups, res
 
 
-def log_epoch(cond, level, r):
-    log(f"  {cond_name(cond)}, {setup_name(level)}: {r['images_per_s']:,.0f} images/s "
+def log_epoch(cond, setup, r):
+    log(f"  {cond_name(cond)}, {setup_name(setup)}: {r['images_per_s']:,.0f} images/s "
         + (f"[{r['foreign_drops']} FOREIGN CACHE DROPS] " if r["foreign_drops"] else "") +
         f"({r['wall']:.1f} s), read {r['read_ms']:.2f} decode {r['decode_ms']:.2f} transform "
         f"{r['transform_ms']:.2f} ms/image, I/O wait {r['io_wait_frac'] * 100:.0f}%, device "
@@ -496,7 +510,7 @@ def decode_bench(args, facts, disk, subset):
     blobs = {}
     for level in setups:
         if level:
-            m = mount_level(args, facts, level, disk)
+            m = mount_level(args, facts, (level, ""), disk)
             try:
                 blobs[level] = [open(os.path.join(m.mnt, p), "rb").read() for p in sample]
             finally:
@@ -553,7 +567,8 @@ def report(args, facts, conds, setups, res, summ, dec, started, elapsed, load0, 
              f"numpy {np.__version__}, Python {platform.python_version()}")
     L.append(f"- pcrfs: `{args.pcrfs}` (installed "
              f"{time.strftime('%Y-%m-%d %H:%M', time.localtime(os.path.getmtime(args.pcrfs)))}), repository at `{head[:90]}`; mount options "
-             f"`scans=K{''.join(',' + o for o in args.pcrfs_opts)}`, one mount per level")
+             f"`scans=K{''.join(',' + o for o in args.pcrfs_opts)}`, one mount per level"
+             + "".join(f"; variant: the same with `,{v}`" for v in args.variants))
     L.append(f"- Dataset: {args.images:,} JPEGs, a seeded subset (seed {args.seed}) of "
              f"`{args.source}` copied to `{facts['data']}` (one folder per class, "
              f"{len(facts['classes'])} classes), {facts['source_bytes'] / MB:,.1f} MB, mean "
@@ -572,7 +587,7 @@ def report(args, facts, conds, setups, res, summ, dec, started, elapsed, load0, 
              "the phase; I/O wait = share of the workers' wall time spent in read; CPU ms/image "
              "= (workers + main + pcrfs daemon CPU) / images. MB = 10^6 bytes.")
     L.append("")
-    nat = {c: summ[(c, 0)] for c in conds}
+    nat = {c: summ[(c, NATIVE)] for c in conds}
     L.append("## Images/s")
     L.append("")
     L.append("| setup | served MB | " + " | ".join(cond_name(c) for c in conds) + " |")
@@ -581,11 +596,22 @@ def report(args, facts, conds, setups, res, summ, dec, started, elapsed, load0, 
         cells = [setup_name(s), f"{summ[(conds[0], s)]['bytes'] / MB:,.1f}"]
         for c in conds:
             v = summ[(c, s)]["images_per_s"]
-            cells.append(f"{v:,.0f}" + (f" ({v / nat[c]['images_per_s']:.2f}x)" if s else ""))
+            cells.append(f"{v:,.0f}" + (f" ({v / nat[c]['images_per_s']:.2f}x)" if s[0] else ""))
         L.append("| " + " | ".join(cells) + " |")
     L.append("")
     L.append("(x = images/s relative to native under the same condition.)")
     L.append("")
+    for v in args.variants:
+        L.append(f"Defaults over `{v}` (images/s of pcrfs with the defaults / with `{v}`, "
+                 f"medians of the same rounds; >= 1 means the defaults are at least as fast):")
+        L.append("")
+        L.append("| condition | " + " | ".join(f"L{k}" for k in args.levels) + " |")
+        L.append("|---|" + "--:|" * len(args.levels))
+        for c in conds:
+            L.append(f"| {cond_name(c)} | " + " | ".join(
+                f"{summ[(c, (k, ''))]['images_per_s'] / summ[(c, (k, v))]['images_per_s']:.2f}"
+                for k in args.levels) + " |")
+        L.append("")
     L.append("## Where the time goes")
     L.append("")
     L.append("| condition | setup | images/s | read ms | decode ms | transform ms | collate ms | "
@@ -622,9 +648,9 @@ def report(args, facts, conds, setups, res, summ, dec, started, elapsed, load0, 
     L.append("| setup | mean KiB | progressive files | decode CPU ms/image | / native | "
              "decode wall ms/image |")
     L.append("|---|--:|--:|--:|--:|--:|")
-    for s in setups:
+    for s in [0] + args.levels:
         d = lv[s]
-        L.append(f"| {setup_name(s)} | {d['mean_bytes'] / 1024:.1f} | {d['progressive']} | "
+        L.append(f"| {setup_name((s, ''))} | {d['mean_bytes'] / 1024:.1f} | {d['progressive']} | "
                  f"{d['cpu_ms']:.2f} | {d['cpu_ms'] / lv[0]['cpu_ms']:.2f}x | {d['wall_ms']:.2f} |")
     L.append("")
     if dec["l10_pixel_mismatches"] is not None:
@@ -651,7 +677,7 @@ def report(args, facts, conds, setups, res, summ, dec, started, elapsed, load0, 
              f"drop_pagecache; marked * above): {spoiled} of {total}.")
     L.append("")
     mounts = [f"{setup_name(s)} {summ[(c, s)]['mount_s']:.2f}" for c in conds for s in setups
-              if s and "mount_s" in summ[(c, s)] and c == conds[0]]
+              if s[0] and "mount_s" in summ[(c, s)] and c == conds[0]]
     if mounts:
         L.append(f"Mount time, {cond_name(conds[0])} (s): " + ", ".join(mounts) + ". ImageFolder "
                  "listing (s, cold uncapped): " + ", ".join(
@@ -661,10 +687,12 @@ def report(args, facts, conds, setups, res, summ, dec, started, elapsed, load0, 
     bad = []
     lb = m["level_bytes"]
     for s in setups:
-        if s and summ[(conds[0], s)]["bytes"] != lb[s - 1]:
-            bad.append(f"L{s} served {summ[(conds[0], s)]['bytes']} vs manifest {lb[s - 1]}")
-    if summ[(conds[0], 0)]["bytes"] != facts["source_bytes"]:
-        bad.append(f"native served {summ[(conds[0], 0)]['bytes']} vs {facts['source_bytes']}")
+        if s[0] and summ[(conds[0], s)]["bytes"] != lb[s[0] - 1]:
+            bad.append(f"{setup_name(s)} served {summ[(conds[0], s)]['bytes']} vs manifest "
+                       f"{lb[s[0] - 1]}")
+    if summ[(conds[0], NATIVE)]["bytes"] != facts["source_bytes"]:
+        bad.append(f"native served {summ[(conds[0], NATIVE)]['bytes']} vs "
+                   f"{facts['source_bytes']}")
     dev = sum(e["device_bytes"] for (c, s), v in res.items() for e in v if c[0] == "cold")
     chg = sum(e["charged_bytes"] for (c, s), v in res.items() for e in v if c[0] == "cold")
     if dev:
@@ -735,12 +763,12 @@ def plot(args, conds, setups, summ, dec, path):
 
     ax = axes[2]
     lv = dec["levels"]
-    ys = [lv[s]["cpu_ms"] for s in setups]
-    ax.bar(range(len(setups)), ys, 0.6, color=["#7f7f7f"] + ["#1f77b4"] * len(args.levels))
+    ys = [lv[s]["cpu_ms"] for s in [0] + args.levels]
+    ax.bar(range(len(ys)), ys, 0.6, color=["#7f7f7f"] + ["#1f77b4"] * len(args.levels))
     for j, v in enumerate(ys):
         ax.text(j, v, f"{v / ys[0]:.2f}x", ha="center", va="bottom", fontsize=7)
-    ax.set_xticks(range(len(setups)))
-    ax.set_xticklabels(names)
+    ax.set_xticks(range(len(ys)))
+    ax.set_xticklabels(["native"] + [f"L{k}" for k in args.levels])
     ax.set_ylabel("decode CPU ms per image")
     ax.set_title("PIL decode, 1 process, in memory", fontsize=9)
     ax.grid(axis="y", alpha=0.3)
@@ -787,6 +815,9 @@ def main():
                     "store again")
     ap.add_argument("-o", dest="pcrfs_opts", action="append", default=[],
                     help="extra pcrfs -o option (repeatable)")
+    ap.add_argument("--variant", dest="variants", action="append", default=[],
+                    help="also run pcrfs at every level with this extra -o option, as its own "
+                         "setup side by side (repeatable), e.g. --variant prefetch=0,readahead=0")
     ap.add_argument("--timeout", type=float, default=300, help="seconds per batch")
     ap.add_argument("--pcr", help="pcr binary (default: the one on PATH, /usr/local/bin/pcr)")
     ap.add_argument("--pcrfs", help="pcrfs binary (default: the one on PATH)")
@@ -884,7 +915,7 @@ def main():
                    "conditions": [cond_name(c) for c in conds],
                    "epochs": {f"{cond_name(c)} | {setup_name(s)}": v for (c, s), v in res.items()},
                    "summary": {f"{cond_name(c)} | {setup_name(s)}": v for (c, s), v in summ.items()},
-                   "decode": {setup_name(k): v for k, v in dec["levels"].items()},
+                   "decode": {setup_name((k, "")): v for k, v in dec["levels"].items()},
                    "l10_pixel_mismatches": dec["l10_pixel_mismatches"]}, f, indent=1, default=str)
     size = plot(args, conds, setups, summ, dec, args.plot)
     log(f"results in {args.out} and {args.json}; plot {args.plot} ({size / 1024:.0f} KiB)")
