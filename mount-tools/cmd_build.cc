@@ -230,12 +230,9 @@ int RunBuild(const std::vector<std::string>& args) {
     std::fprintf(stderr, "pcr build: %s\n", s.message().c_str());
     return kExitUsage;
   }
-  const bool tty = ::isatty(STDERR_FILENO) != 0;
   std::optional<ProgressLine> progress;
-  if (!vm.count("quiet") && (tty || vm.count("progress"))) {
-    progress.emplace("build", src, tty);
-    config.progress = [&progress](const BuildProgress& p) { progress->Update(p); };
-  }
+  StartProgressLine("build", src, vm.count("quiet") > 0, vm.count("progress") > 0, &progress,
+                    &config.progress);
   auto report = BuildLocked(config, *lock);
   if (progress) progress->Finish();
   if (!report) return FailedBuildExit(report.error(), store);
