@@ -22,8 +22,9 @@ constexpr size_t kReadBlock = size_t{1} << 20;  // bytes per read of the archive
 constexpr int kMaxNesting = 8;                  // deeper archives stay files
 
 // What pass 1 decided for the seq-th member met in the walk, so pass 2 does the same.
-constexpr uint32_t kSkip = UINT32_MAX;        // not stored (a problem, or a folder entry)
-constexpr uint32_t kNested = UINT32_MAX - 1;  // an archive expanded into a folder
+constexpr uint32_t kSkip = UINT32_MAX;            // not stored (a problem, or a folder entry)
+constexpr uint32_t kNested = UINT32_MAX - 1;      // an archive expanded into a folder
+constexpr uint32_t kKeepAsFile = UINT32_MAX - 2;  // (TryNested) not an archive: a file
 // any other value: the file node the member's bytes belong to
 
 struct ArchiveDeleter {
@@ -256,71 +257,22 @@ struct ArchiveSource::Impl {
     // in the C locale libarchive cannot convert a non-ASCII name and returns null.
     const char* raw = archive_entry_pathname_utf8(e);
     if (raw == nullptr) raw = archive_entry_pathname(e);
-    std::string name = raw != nullptr ? raw : "";
-    if (name.empty()) {
-      Problem(dir, "(member without a name)", "not stored");
-      return kSkip;
-    }
-    if (name[0] == '/') {
-      Problem(dir, name, "absolute path in the archive (not stored)");
-      return kSkip;
-    }
+    const std::string name = raw != nullptr ? raw : "";
     std::vector<std::string> parts;
-    size_t at = 0;
-    while (at <= name.size()) {
-      size_t slash = name.find('/', at);
-      if (slash == std::string::npos) slash = name.size();
-      std::string part = name.substr(at, slash - at);
-      at = slash + 1;
-      if (part.empty() || part == ".") continue;
-      if (part == "..") {
-        Problem(dir, name, "'..' in the member name would leave the tree (not stored)");
-        return kSkip;
-      }
-      if (!index::IsValidName(part)) {
-        Problem(dir, name, "not a valid file name (not stored)");
-        return kSkip;
-      }
-      parts.push_back(std::move(part));
-    }
+    if (!SplitMemberName(dir, name, &parts)) return kSkip;
     if (parts.empty()) return kSkip;  // "./": the folder itself
-    const mode_t type = archive_entry_filetype(e);
-    if (archive_entry_hardlink(e) != nullptr) {
-      Problem(dir, name,
-              std::string("hard link to ") + archive_entry_hardlink(e) + " (links are not stored)");
-      return kSkip;
-    }
-    if (type == AE_IFLNK) {
-      const char* to = archive_entry_symlink(e);
-      Problem(dir, name,
-              std::string("symbolic link to ") + (to ? to : "?") + " (links are not stored)");
-      return kSkip;
-    }
-    if (type != AE_IFDIR && type != AE_IFREG) {
-      Problem(dir, name, "not a regular file or folder (not stored)");
-      return kSkip;
-    }
-    // The folders on the way, made as needed.
-    uint32_t parent = dir;
-    for (size_t i = 0; i + 1 < parts.size(); ++i) {
-      const int64_t found = Find(parent, parts[i]);
-      if (found < 0) {
-        parent = AddNode(parent, parts[i], true);
-      } else if (!tree->nodes[found].is_dir) {
-        Problem(dir, name, "a folder on its path is a file of the archive (not stored)");
-        return kSkip;
-      } else {
-        parent = static_cast<uint32_t>(found);
-      }
-    }
+    if (!IsStorableType(e, dir, name)) return kSkip;
+    const int64_t parent = MakeFoldersOnPath(dir, name, parts);
+    if (parent < 0) return kSkip;
     const std::string& leaf = parts.back();
-    const int64_t found = Find(parent, leaf);
-    if (type == AE_IFDIR) {
+    const int64_t found = Find(static_cast<uint32_t>(parent), leaf);
+    if (archive_entry_filetype(e) == AE_IFDIR) {
       if (found >= 0 && !(tree->nodes[found].is_dir && implied[found])) {
         Problem(dir, name, "duplicate name (the first one is stored)");
         return kSkip;
       }
-      const uint32_t node = found >= 0 ? static_cast<uint32_t>(found) : AddNode(parent, leaf, true);
+      const uint32_t node = found >= 0 ? static_cast<uint32_t>(found)
+                                       : AddNode(static_cast<uint32_t>(parent), leaf, true);
       implied[node] = false;
       SetAttributes(e, &tree->nodes[node]);
       return kSkip;
@@ -330,41 +282,123 @@ struct ArchiveSource::Impl {
       return kSkip;
     }
     if (nested && depth < kMaxNesting) {
-      const std::string folder = NestedFolderName(leaf);
-      if (!folder.empty() && index::IsValidName(folder)) {
-        const int64_t existing = Find(parent, folder);
-        if (existing < 0 || tree->nodes[existing].is_dir) {
-          const bool made = existing < 0;
-          const uint32_t node =
-              made ? AddNode(parent, folder, true) : static_cast<uint32_t>(existing);
-          if (made) {
-            implied[node] = false;
-            SetAttributes(e, &tree->nodes[node]);
-            tree->nodes[node].mode = 0755;
-          }
-          bool not_archive = false;
-          Descend(a, node, depth, &not_archive);
-          if (!not_archive) return kNested;
-          if (made) {  // nothing was added under it: take it back
-            tree->nodes[parent].children.pop_back();
-            tree->nodes.pop_back();
-            implied.pop_back();
-            auto [b, en] = names.equal_range(Key(parent, folder));
-            for (auto it = b; it != en; ++it) {
-              if (it->second == node) {
-                names.erase(it);
-                break;
-              }
-            }
-          }
-          // Kept as a file. Its size must come from the header: the data was read already.
-          if (!archive_entry_size_is_set(e)) {
-            Problem(dir, name, "neither an archive nor a file of known size (not stored)");
-            return kSkip;
-          }
+      const uint32_t plan = TryNested(a, e, dir, depth, static_cast<uint32_t>(parent), leaf, name);
+      if (plan != kKeepAsFile) return plan;
+    }
+    return AddFile(a, e, static_cast<uint32_t>(parent), leaf);
+  }
+
+  // The parts of a member's name, "." and empty parts left out; false (reported) for a name
+  // that is empty, absolute, leaves the tree or holds an invalid file name.
+  bool SplitMemberName(uint32_t dir, const std::string& name, std::vector<std::string>* parts) {
+    if (name.empty()) {
+      Problem(dir, "(member without a name)", "not stored");
+      return false;
+    }
+    if (name[0] == '/') {
+      Problem(dir, name, "absolute path in the archive (not stored)");
+      return false;
+    }
+    size_t at = 0;
+    while (at <= name.size()) {
+      size_t slash = name.find('/', at);
+      if (slash == std::string::npos) slash = name.size();
+      std::string part = name.substr(at, slash - at);
+      at = slash + 1;
+      if (part.empty() || part == ".") continue;
+      if (part == "..") {
+        Problem(dir, name, "'..' in the member name would leave the tree (not stored)");
+        return false;
+      }
+      if (!index::IsValidName(part)) {
+        Problem(dir, name, "not a valid file name (not stored)");
+        return false;
+      }
+      parts->push_back(std::move(part));
+    }
+    return true;
+  }
+
+  // Only regular files and folders are stored; links and other types are reported.
+  bool IsStorableType(archive_entry* e, uint32_t dir, const std::string& name) {
+    const mode_t type = archive_entry_filetype(e);
+    if (archive_entry_hardlink(e) != nullptr) {
+      Problem(dir, name,
+              std::string("hard link to ") + archive_entry_hardlink(e) + " (links are not stored)");
+      return false;
+    }
+    if (type == AE_IFLNK) {
+      const char* to = archive_entry_symlink(e);
+      Problem(dir, name,
+              std::string("symbolic link to ") + (to ? to : "?") + " (links are not stored)");
+      return false;
+    }
+    if (type != AE_IFDIR && type != AE_IFREG) {
+      Problem(dir, name, "not a regular file or folder (not stored)");
+      return false;
+    }
+    return true;
+  }
+
+  // The folders on the way to the leaf of `parts`, made as needed: the leaf's parent, or -1
+  // (reported) where one of them is a file of the archive.
+  int64_t MakeFoldersOnPath(uint32_t dir, const std::string& name,
+                            const std::vector<std::string>& parts) {
+    uint32_t parent = dir;
+    for (size_t i = 0; i + 1 < parts.size(); ++i) {
+      const int64_t found = Find(parent, parts[i]);
+      if (found < 0) {
+        parent = AddNode(parent, parts[i], true);
+      } else if (!tree->nodes[found].is_dir) {
+        Problem(dir, name, "a folder on its path is a file of the archive (not stored)");
+        return -1;
+      } else {
+        parent = static_cast<uint32_t>(found);
+      }
+    }
+    return parent;
+  }
+
+  // A member that may be an archive itself: expanded into a folder named after it (kNested),
+  // kKeepAsFile when it is not an archive, or kSkip (reported) when it cannot be kept either.
+  uint32_t TryNested(archive* a, archive_entry* e, uint32_t dir, int depth, uint32_t parent,
+                     const std::string& leaf, const std::string& name) {
+    const std::string folder = NestedFolderName(leaf);
+    if (folder.empty() || !index::IsValidName(folder)) return kKeepAsFile;
+    const int64_t existing = Find(parent, folder);
+    if (existing >= 0 && !tree->nodes[existing].is_dir) return kKeepAsFile;
+    const bool made = existing < 0;
+    const uint32_t node = made ? AddNode(parent, folder, true) : static_cast<uint32_t>(existing);
+    if (made) {
+      implied[node] = false;
+      SetAttributes(e, &tree->nodes[node]);
+      tree->nodes[node].mode = 0755;
+    }
+    bool not_archive = false;
+    Descend(a, node, depth, &not_archive);
+    if (!not_archive) return kNested;
+    if (made) {  // nothing was added under it: take it back
+      tree->nodes[parent].children.pop_back();
+      tree->nodes.pop_back();
+      implied.pop_back();
+      auto [b, en] = names.equal_range(Key(parent, folder));
+      for (auto it = b; it != en; ++it) {
+        if (it->second == node) {
+          names.erase(it);
+          break;
         }
       }
     }
+    // Kept as a file. Its size must come from the header: the data was read already.
+    if (!archive_entry_size_is_set(e)) {
+      Problem(dir, name, "neither an archive nor a file of known size (not stored)");
+      return kSkip;
+    }
+    return kKeepAsFile;
+  }
+
+  // A regular member stored as file `leaf` of folder `parent`.
+  uint32_t AddFile(archive* a, archive_entry* e, uint32_t parent, const std::string& leaf) {
     const uint32_t node = AddNode(parent, leaf, false);
     SetAttributes(e, &tree->nodes[node]);
     if (archive_entry_size_is_set(e)) {

@@ -827,31 +827,140 @@ class StoreBuilder {
     }
   }
 
-  Status WriteIndexAndManifest() {
-    // Inode numbers: breadth-first, so the children of every directory are consecutive and in
-    // name order (readdir walks an inode range). Files that could not be stored get none.
-    std::vector<int64_t> file_pos(tree_.nodes.size(), -1);
-    for (size_t i = 0; i < tree_.files.size(); ++i)
-      file_pos[tree_.files[i]] = static_cast<int64_t>(i);
-    auto included = [&](uint32_t node) {
-      return tree_.nodes[node].is_dir || locations_[static_cast<size_t>(file_pos[node])].stored;
-    };
+  // Inode numbers: breadth-first, so the children of every directory are consecutive and in
+  // name order (readdir walks an inode range). Files that could not be stored get none.
+  struct InodeLayout {
+    std::vector<int64_t> file_pos;      // position in tree_.files by node, -1 for directories
+    std::vector<uint32_t> order;        // node index by inode - 1
+    std::vector<uint64_t> ino;          // inode by node index (0: not stored)
+    std::vector<uint64_t> first_child;  // of each directory, by node index
+  };
 
-    std::vector<uint32_t> order{0};  // node index by inode - 1
-    std::vector<uint64_t> ino(tree_.nodes.size(), 0);
-    ino[0] = index::kRootIno;
-    std::vector<uint64_t> first_child(tree_.nodes.size(), 0);
-    for (size_t q = 0; q < order.size(); ++q) {
-      const uint32_t dir = order[q];
+  bool Included(const InodeLayout& layout, uint32_t node) const {
+    return tree_.nodes[node].is_dir ||
+           locations_[static_cast<size_t>(layout.file_pos[node])].stored;
+  }
+
+  InodeLayout AssignInodes() const {
+    InodeLayout l;
+    l.file_pos.assign(tree_.nodes.size(), -1);
+    for (size_t i = 0; i < tree_.files.size(); ++i)
+      l.file_pos[tree_.files[i]] = static_cast<int64_t>(i);
+    l.order = {0};
+    l.ino.assign(tree_.nodes.size(), 0);
+    l.ino[0] = index::kRootIno;
+    l.first_child.assign(tree_.nodes.size(), 0);
+    for (size_t q = 0; q < l.order.size(); ++q) {
+      const uint32_t dir = l.order[q];
       if (!tree_.nodes[dir].is_dir) continue;
-      first_child[dir] = order.size() + 1;
+      l.first_child[dir] = l.order.size() + 1;
       for (uint32_t c : tree_.nodes[dir].children) {
-        if (!included(c)) continue;
-        ino[c] = order.size() + 1;
-        order.push_back(c);
+        if (!Included(l, c)) continue;
+        l.ino[c] = l.order.size() + 1;
+        l.order.push_back(c);
       }
     }
+    return l;
+  }
 
+  // The index entry of node `node_index`, counted into the manifest's totals.
+  index::Entry EntryOf(const InodeLayout& l, uint32_t node_index, index::Manifest* m) const {
+    const SourceNode& n = tree_.nodes[node_index];
+    index::Entry e;
+    e.ino = l.ino[node_index];
+    e.parent = l.ino[n.parent];
+    e.name = n.name;
+    e.mode = n.mode;
+    e.mtime_sec = n.mtime_sec;
+    e.mtime_nsec = n.mtime_nsec;
+    if (n.is_dir) {
+      e.kind = index::EntryKind::kDirectory;
+      e.first_child = l.first_child[node_index];
+      for (uint32_t c : n.children) {
+        if (!Included(l, c)) continue;
+        ++e.num_children;
+        if (tree_.nodes[c].is_dir) ++e.num_subdirs;
+      }
+      ++m->num_directories;
+    } else {
+      const FileLocation& loc = locations_[static_cast<size_t>(l.file_pos[node_index])];
+      e.kind = loc.kind;
+      e.passthrough_reason = loc.reason;
+      e.source_size = n.size;
+      e.record = loc.record;
+      e.slot = loc.slot;
+      e.pieces = PiecesOf(loc);
+      m->source_bytes += n.size;
+      if (loc.kind == index::EntryKind::kJpeg) {
+        ++m->num_jpeg;
+        m->source_jpeg_bytes += n.size;
+      } else {
+        ++m->num_passthrough;
+        ++m->passthrough_by_reason[index::PassthroughReasonName(loc.reason)];
+      }
+      for (int k = 1; k <= index::kNumGroups; ++k) {
+        const uint64_t size = index::LevelSize(loc.kind, e.pieces, k);
+        m->level_bytes[k - 1] += size;
+        if (loc.kind == index::EntryKind::kJpeg) m->jpeg_level_bytes[k - 1] += size;
+      }
+    }
+    ++m->num_entries;
+    return e;
+  }
+
+  // Every stored node's entry in inode order, with the block CRCs of its large pieces.
+  Status AddEntries(index::IndexWriter* writer, index::Manifest* m) const {
+    const InodeLayout layout = AssignInodes();
+    for (uint32_t node_index : layout.order) {
+      const index::Entry e = EntryOf(layout, node_index, m);
+      PCRFS_RETURN_IF_ERROR(writer->AddEntry(e));
+      if (tree_.nodes[node_index].is_dir) continue;
+      auto blocks = block_crcs_.find(static_cast<size_t>(layout.file_pos[node_index]));
+      if (blocks == block_crcs_.end()) continue;
+      for (const index::PieceBlockCrcs& b : blocks->second) {
+        PCRFS_RETURN_IF_ERROR(writer->AddBlockCrcs(e.ino, b.group, b.masked));
+      }
+    }
+    return Status::OK();
+  }
+
+  // Each record's layout, read back from the finished record file.
+  Status AddRecords(index::IndexWriter* writer) const {
+    for (uint32_t r = 0; r < num_records_; ++r) {
+      auto file = PosixRandomAccessFile::Open(RecordPath(r));
+      if (!file) return file.error();
+      auto layout = index::ReadRecordLayout(**file);
+      if (!layout) return layout.error();
+      index::RecordInfo info;
+      info.id = r;
+      info.file_size = layout->file_size;
+      info.data_offset = layout->data_offset;
+      info.group_offset = layout->group_offset;
+      info.num_images = static_cast<uint32_t>(layout->images.size());
+      PCRFS_RETURN_IF_ERROR(writer->AddRecord(info));
+    }
+    return Status::OK();
+  }
+
+  // Measures a sample's fidelity on the finished store and adds it to the manifest, so
+  // `pcr inspect` and `pcrfs -o msssim=X` can answer at once.
+  Status AddQualitySample(index::Manifest* m) {
+    auto store = index::Store::Open(partial_);
+    if (!store) return store.error();
+    uint32_t skipped = 0;
+    auto quality =
+        MeasureStoreQuality(**store, config_.quality_sample, config_.quality_seed, threads_,
+                            &skipped, [this](uint64_t done, uint64_t total) {
+                              Progress(BuildProgress::Stage::kQuality, done, total, 0, 0);
+                            });
+    if (!quality) return quality.error();
+    m->quality.measured = (*quality)[0].n;
+    m->quality.seed = config_.quality_seed;
+    m->quality.levels = *quality;
+    return Status::OK();
+  }
+
+  Status WriteIndexAndManifest() {
     const std::string index_path = partial_ + "/" + index::kIndexFile;
     auto writer = index::IndexWriter::Create(index_path);
     if (!writer) return writer.error();
@@ -867,71 +976,8 @@ class StoreBuilder {
                  config_.quality_seed};
     m.num_records = num_records_;
 
-    for (uint32_t node_index : order) {
-      const SourceNode& n = tree_.nodes[node_index];
-      index::Entry e;
-      e.ino = ino[node_index];
-      e.parent = ino[n.parent];
-      e.name = n.name;
-      e.mode = n.mode;
-      e.mtime_sec = n.mtime_sec;
-      e.mtime_nsec = n.mtime_nsec;
-      if (n.is_dir) {
-        e.kind = index::EntryKind::kDirectory;
-        e.first_child = first_child[node_index];
-        for (uint32_t c : n.children) {
-          if (!included(c)) continue;
-          ++e.num_children;
-          if (tree_.nodes[c].is_dir) ++e.num_subdirs;
-        }
-        ++m.num_directories;
-      } else {
-        const FileLocation& loc = locations_[static_cast<size_t>(file_pos[node_index])];
-        e.kind = loc.kind;
-        e.passthrough_reason = loc.reason;
-        e.source_size = n.size;
-        e.record = loc.record;
-        e.slot = loc.slot;
-        e.pieces = PiecesOf(loc);
-        m.source_bytes += n.size;
-        if (loc.kind == index::EntryKind::kJpeg) {
-          ++m.num_jpeg;
-          m.source_jpeg_bytes += n.size;
-        } else {
-          ++m.num_passthrough;
-          ++m.passthrough_by_reason[index::PassthroughReasonName(loc.reason)];
-        }
-        for (int k = 1; k <= index::kNumGroups; ++k) {
-          const uint64_t size = index::LevelSize(loc.kind, e.pieces, k);
-          m.level_bytes[k - 1] += size;
-          if (loc.kind == index::EntryKind::kJpeg) m.jpeg_level_bytes[k - 1] += size;
-        }
-      }
-      ++m.num_entries;
-      PCRFS_RETURN_IF_ERROR((*writer)->AddEntry(e));
-      if (!n.is_dir) {
-        auto blocks = block_crcs_.find(static_cast<size_t>(file_pos[node_index]));
-        if (blocks != block_crcs_.end()) {
-          for (const index::PieceBlockCrcs& b : blocks->second) {
-            PCRFS_RETURN_IF_ERROR((*writer)->AddBlockCrcs(e.ino, b.group, b.masked));
-          }
-        }
-      }
-    }
-
-    for (uint32_t r = 0; r < num_records_; ++r) {
-      auto file = PosixRandomAccessFile::Open(RecordPath(r));
-      if (!file) return file.error();
-      auto layout = index::ReadRecordLayout(**file);
-      if (!layout) return layout.error();
-      index::RecordInfo info;
-      info.id = r;
-      info.file_size = layout->file_size;
-      info.data_offset = layout->data_offset;
-      info.group_offset = layout->group_offset;
-      info.num_images = static_cast<uint32_t>(layout->images.size());
-      PCRFS_RETURN_IF_ERROR((*writer)->AddRecord(info));
-    }
+    PCRFS_RETURN_IF_ERROR(AddEntries(writer->get(), &m));
+    PCRFS_RETURN_IF_ERROR(AddRecords(writer->get()));
     PCRFS_RETURN_IF_ERROR(
         (*writer)->PutMeta("format_version", std::to_string(index::kStoreFormatVersion)));
     PCRFS_RETURN_IF_ERROR((*writer)->PutMeta("num_records", std::to_string(num_records_)));
@@ -942,20 +988,7 @@ class StoreBuilder {
     PCRFS_RETURN_IF_ERROR(WriteFileAtomic(manifest_path, json.data(), json.size()));
     if (config_.quality_sample == 0 || m.num_jpeg == 0) return Status::OK();
 
-    // Measure a sample's fidelity on the finished store, so `pcr inspect` and `pcrfs -o
-    // msssim=X` can answer at once.
-    auto store = index::Store::Open(partial_);
-    if (!store) return store.error();
-    uint32_t skipped = 0;
-    auto quality =
-        MeasureStoreQuality(**store, config_.quality_sample, config_.quality_seed, threads_,
-                            &skipped, [this](uint64_t done, uint64_t total) {
-                              Progress(BuildProgress::Stage::kQuality, done, total, 0, 0);
-                            });
-    if (!quality) return quality.error();
-    m.quality.measured = (*quality)[0].n;
-    m.quality.seed = config_.quality_seed;
-    m.quality.levels = *quality;
+    PCRFS_RETURN_IF_ERROR(AddQualitySample(&m));
     const std::string with_quality = m.ToJson();
     return WriteFileAtomic(manifest_path, with_quality.data(), with_quality.size());
   }

@@ -10,15 +10,14 @@
 #include <fstream>
 #include <map>
 #include <optional>
-#include <random>
 
+#include "builder/builder_test_support.h"
 #include "builder/provenance.h"
 #include "builder/remote_source.h"
 #include "builder/verifier.h"
 #include "common/test_support.h"
 #include "index/record_format.h"
 #include "index/store.h"
-#include "tests/testdata/jpeg_factory.h"
 
 namespace pcrfs::tools {
 namespace {
@@ -32,49 +31,19 @@ using pcrfs::test::WriteAll;
 void MakeSource(const std::string& src) {
   stdfs::create_directories(src + "/cats/inner");
   stdfs::create_directories(src + "/dogs");
-  int i = 0;
-  for (const char* name : {"cats/a.jpg", "cats/b.jpg", "cats/inner/c.jpg", "dogs/d.jpg"}) {
-    testdata::JpegSpec spec;
-    spec.width = 90 + 13 * i;
-    spec.height = 70 + 7 * i;
-    spec.seed = static_cast<uint32_t>(100 + i++);
-    auto jpeg = testdata::MakeTestJpeg(spec);
-    ASSERT_TRUE(jpeg.has_value());
-    WriteAll(src + "/" + name, *jpeg);
-  }
+  test::WriteTestJpegs(
+      src, {"cats/a.jpg", "cats/b.jpg", "cats/inner/c.jpg", "dogs/d.jpg"},
+      {.width = 90, .height = 70, .width_step = 13, .height_step = 7, .seed = 100});
   const std::string text = "labels\n";
   WriteAll(src + "/labels.csv", Bytes(text.begin(), text.end()));
   // Larger than the streaming threshold (16 MiB): copied into its record block by block.
-  Bytes big(17 << 20);
-  std::mt19937 rng(5);
-  for (auto& b : big) b = static_cast<uint8_t>(rng());
-  WriteAll(src + "/dogs/video.bin", big);
-}
-
-BuildConfig Config(const std::string& src, const std::string& store) {
-  BuildConfig c;
-  c.source = src;
-  c.store = store;
-  c.images_per_record = 2;
-  c.quality_sample = 0;
-  c.threads = 2;
-  return c;
-}
-
-// Every file of the store's content: all but provenance.json (who built it, when, how).
-std::map<std::string, Bytes> StoreFiles(const std::string& store) {
-  std::map<std::string, Bytes> out;
-  for (const auto& e : stdfs::recursive_directory_iterator(store)) {
-    const std::string rel = stdfs::relative(e.path(), store).string();
-    if (e.is_regular_file() && rel != kProvenanceFile) out[rel] = ReadAll(e.path());
-  }
-  return out;
+  test::WriteRandomFile(src + "/dogs/video.bin", 17 << 20, 5);
 }
 
 TEST(BuilderTest, BuildsAStoreThatReadsBackExactly) {
   TempDir dir;
   MakeSource(dir.Join("src"));
-  auto report = Build(Config(dir.Join("src"), dir.Join("store")));
+  auto report = Build(test::SmallBuildConfig(dir.Join("src"), dir.Join("store")));
   ASSERT_TRUE(report.has_value()) << report.error().ToString();
   EXPECT_EQ(report->files_total, 6u);
   EXPECT_EQ(report->manifest.num_jpeg, 4u);
@@ -105,13 +74,13 @@ TEST(BuilderTest, BuildsAStoreThatReadsBackExactly) {
 TEST(BuilderTest, SameInputSameBytesWhateverTheThreads) {
   TempDir dir;
   MakeSource(dir.Join("src"));
-  BuildConfig one = Config(dir.Join("src"), dir.Join("one"));
+  BuildConfig one = test::SmallBuildConfig(dir.Join("src"), dir.Join("one"));
   one.threads = 1;
-  BuildConfig three = Config(dir.Join("src"), dir.Join("three"));
+  BuildConfig three = test::SmallBuildConfig(dir.Join("src"), dir.Join("three"));
   three.threads = 3;
   ASSERT_TRUE(Build(one).has_value());
   ASSERT_TRUE(Build(three).has_value());
-  EXPECT_EQ(StoreFiles(dir.Join("one")), StoreFiles(dir.Join("three")));
+  EXPECT_EQ(test::StoreContent(dir.Join("one")), test::StoreContent(dir.Join("three")));
 }
 
 // --resume trusts only what the interrupted build recorded about itself (STORE.partial/.build):
@@ -120,33 +89,34 @@ TEST(BuilderTest, SameInputSameBytesWhateverTheThreads) {
 TEST(BuilderTest, ResumeWithoutBuildStateStartsOver) {
   TempDir dir;
   MakeSource(dir.Join("src"));
-  ASSERT_TRUE(Build(Config(dir.Join("src"), dir.Join("ref"))).has_value());
-  ASSERT_TRUE(Build(Config(dir.Join("src"), dir.Join("store"))).has_value());
+  ASSERT_TRUE(Build(test::SmallBuildConfig(dir.Join("src"), dir.Join("ref"))).has_value());
+  ASSERT_TRUE(Build(test::SmallBuildConfig(dir.Join("src"), dir.Join("store"))).has_value());
   stdfs::rename(dir.Join("store"), dir.Join("store.partial"));
   stdfs::create_directories(dir.Join("store.partial/.build"));
   stdfs::remove(dir.Join("store.partial/index.lmdb"));
   stdfs::remove(dir.Join("store.partial/manifest.json"));
   // Without the state folder nothing can be trusted: it is rebuilt from scratch.
-  BuildConfig resume = Config(dir.Join("src"), dir.Join("store"));
+  BuildConfig resume = test::SmallBuildConfig(dir.Join("src"), dir.Join("store"));
   resume.resume = true;
   auto report = Build(resume);
   ASSERT_TRUE(report.has_value()) << report.error().ToString();
   EXPECT_EQ(report->records_reused, 0u);
-  EXPECT_EQ(StoreFiles(dir.Join("store")), StoreFiles(dir.Join("ref")));
+  EXPECT_EQ(test::StoreContent(dir.Join("store")), test::StoreContent(dir.Join("ref")));
 }
 
 TEST(BuilderTest, BadArgumentsAreRefusedBeforeAnyWork) {
   TempDir dir;
   MakeSource(dir.Join("src"));
-  EXPECT_EQ(CheckBuildArguments(Config(dir.Join("missing"), dir.Join("s"))).code(),
+  EXPECT_EQ(CheckBuildArguments(test::SmallBuildConfig(dir.Join("missing"), dir.Join("s"))).code(),
             Status::Code::kNotFound);
-  EXPECT_EQ(CheckBuildArguments(Config(dir.Join("src"), dir.Join("src/inside"))).code(),
-            Status::Code::kInvalidArgument);
-  BuildConfig zero = Config(dir.Join("src"), dir.Join("s"));
+  EXPECT_EQ(
+      CheckBuildArguments(test::SmallBuildConfig(dir.Join("src"), dir.Join("src/inside"))).code(),
+      Status::Code::kInvalidArgument);
+  BuildConfig zero = test::SmallBuildConfig(dir.Join("src"), dir.Join("s"));
   zero.images_per_record = 0;
   EXPECT_EQ(CheckBuildArguments(zero).code(), Status::Code::kInvalidArgument);
-  ASSERT_TRUE(Build(Config(dir.Join("src"), dir.Join("s"))).has_value());
-  EXPECT_EQ(CheckBuildArguments(Config(dir.Join("src"), dir.Join("s"))).code(),
+  ASSERT_TRUE(Build(test::SmallBuildConfig(dir.Join("src"), dir.Join("s"))).has_value());
+  EXPECT_EQ(CheckBuildArguments(test::SmallBuildConfig(dir.Join("src"), dir.Join("s"))).code(),
             Status::Code::kAlreadyExists);
   EXPECT_FALSE(stdfs::exists(dir.Join("missing.partial")));
 }
@@ -154,7 +124,7 @@ TEST(BuilderTest, BadArgumentsAreRefusedBeforeAnyWork) {
 TEST(VerifierTest, CleanStoreAndItsSourcePass) {
   TempDir dir;
   MakeSource(dir.Join("src"));
-  ASSERT_TRUE(Build(Config(dir.Join("src"), dir.Join("store"))).has_value());
+  ASSERT_TRUE(Build(test::SmallBuildConfig(dir.Join("src"), dir.Join("store"))).has_value());
   VerifyConfig v;
   v.store = dir.Join("store");
   v.source = dir.Join("src");
@@ -170,7 +140,7 @@ TEST(VerifierTest, CleanStoreAndItsSourcePass) {
 TEST(VerifierTest, FindsDamageDifferencesAndStrays) {
   TempDir dir;
   MakeSource(dir.Join("src"));
-  ASSERT_TRUE(Build(Config(dir.Join("src"), dir.Join("store"))).has_value());
+  ASSERT_TRUE(Build(test::SmallBuildConfig(dir.Join("src"), dir.Join("store"))).has_value());
   // Flip a byte inside video.bin's piece (a record of its own or with one other file) and
   // change a source file after the build.
   auto store = index::Store::Open(dir.Join("store"));
@@ -204,7 +174,7 @@ TEST(BuildProgressTest, StagesInOrderEndingAtTheirTotals) {
   TempDir dir;
   const std::string src = dir.Join("src"), store = dir.Join("st");
   MakeSource(src);
-  BuildConfig c = Config(src, store);
+  BuildConfig c = test::SmallBuildConfig(src, store);
   c.quality_sample = 3;
   std::vector<BuildProgress> seen;
   c.progress = [&](const BuildProgress& p) { seen.push_back(p); };
@@ -250,7 +220,7 @@ TEST(ProvenanceTest, WrittenBesideTheManifestAndRoundTrips) {
   const std::string src = dir.Join("src"), store = dir.Join("st");
   MakeSource(src);
   const int64_t before = UnixMillisNow();
-  auto report = Build(Config(src, store));
+  auto report = Build(test::SmallBuildConfig(src, store));
   ASSERT_TRUE(report.has_value()) << report.error().ToString();
   const Bytes bytes = ReadAll(store + "/" + kProvenanceFile);
   auto p = Provenance::FromJson(std::string(bytes.begin(), bytes.end()));

@@ -6,19 +6,16 @@
 
 #include <filesystem>
 #include <map>
-#include <random>
 
 #include "builder/builder.h"
-#include "builder/provenance.h"
+#include "builder/builder_test_support.h"
 #include "common/test_support.h"
-#include "tests/testdata/jpeg_factory.h"
 
 namespace pcrfs::tools {
 namespace {
 
 namespace stdfs = std::filesystem;
 using Bytes = std::vector<uint8_t>;
-using pcrfs::test::ReadAll;
 using pcrfs::test::TempDir;
 using pcrfs::test::WriteAll;
 
@@ -60,20 +57,10 @@ void MakeSource(const std::string& src) {
   stdfs::create_directories(src + "/b/inner");
   stdfs::create_directories(src + "/a");
   stdfs::create_directories(src + "/empty");
-  int i = 0;
-  for (const char* name : {"a/1.jpg", "a/2.jpg", "b/inner/3.jpg", "b/4.jpg", "b/5.jpg"}) {
-    testdata::JpegSpec spec;
-    spec.width = 64 + 9 * i;
-    spec.height = 48 + 5 * i;
-    spec.seed = static_cast<uint32_t>(300 + i++);
-    auto jpeg = testdata::MakeTestJpeg(spec);
-    ASSERT_TRUE(jpeg.has_value());
-    WriteAll(src + "/" + name, *jpeg);
-  }
-  Bytes blob(3 << 20);  // pieces longer than a checksum block: block CRCs in the index
-  std::mt19937 rng(9);
-  for (auto& b : blob) b = static_cast<uint8_t>(rng());
-  WriteAll(src + "/b/blob.bin", blob);
+  test::WriteTestJpegs(src, {"a/1.jpg", "a/2.jpg", "b/inner/3.jpg", "b/4.jpg", "b/5.jpg"},
+                       {.width = 64, .height = 48, .width_step = 9, .height_step = 5, .seed = 300});
+  // Pieces longer than a checksum block: block CRCs in the index.
+  test::WriteRandomFile(src + "/b/blob.bin", 3 << 20, 9);
   const std::string text = "x,y\n";
   WriteAll(src + "/labels.csv", Bytes(text.begin(), text.end()));
 }
@@ -140,21 +127,8 @@ TEST(ShardPartTest, JsonRoundTripsAndChecksItself) {
   EXPECT_FALSE(ShardPart::FromJson(wrong.ToJson()).has_value());
 }
 
-// Every file of the store's content: all but provenance.json (who built it, when, how).
-std::map<std::string, Bytes> StoreFiles(const std::string& store) {
-  std::map<std::string, Bytes> out;
-  for (const auto& e : stdfs::recursive_directory_iterator(store)) {
-    const std::string rel = stdfs::relative(e.path(), store).string();
-    if (e.is_regular_file() && rel != kProvenanceFile) out[rel] = ReadAll(e.path());
-  }
-  return out;
-}
-
 BuildConfig Config(const std::string& src, const std::string& store) {
-  BuildConfig c;
-  c.source = src;
-  c.store = store;
-  c.images_per_record = 2;
+  BuildConfig c = test::SmallBuildConfig(src, store);
   c.quality_sample = 3;
   c.quality_seed = 4;
   c.threads = 1;
@@ -165,7 +139,7 @@ TEST(ShardBuildTest, MergedPartsEqualTheSingleBuild) {
   TempDir dir;
   MakeSource(dir.Join("src"));
   ASSERT_TRUE(Build(Config(dir.Join("src"), dir.Join("single"))).has_value());
-  const auto single = StoreFiles(dir.Join("single"));
+  const auto single = test::StoreContent(dir.Join("single"));
   ASSERT_EQ(single.count("records/00000003.pcr"), 1u);  // 7 files, 2 per record
   for (uint32_t n : {1u, 2u, 3u, 5u}) {
     MergeConfig merge;
@@ -188,7 +162,7 @@ TEST(ShardBuildTest, MergedPartsEqualTheSingleBuild) {
     ASSERT_TRUE(report.has_value()) << report.error().ToString();
     EXPECT_EQ(report->manifest.num_jpeg, 5u);
     EXPECT_EQ(report->manifest.quality.measured, 3u);
-    EXPECT_EQ(StoreFiles(merge.store), single) << n << " shards";
+    EXPECT_EQ(test::StoreContent(merge.store), single) << n << " shards";
   }
   // The parts of 3 shards, one missing or twice, are refused before any work.
   MergeConfig bad;

@@ -6,6 +6,7 @@
 #include <memory>
 #include <span>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "common/random_access_file.h"
@@ -46,16 +47,21 @@ class MemoryFile final : public RandomAccessFile {
   std::vector<uint8_t> data_;
 };
 
-// Wraps a file; reads overlapping [bad_begin, bad_end) fail with EIO.
+// Wraps a file; reads overlapping [bad_begin, bad_end) fail with EIO, as on storage with bad
+// sectors. The base is borrowed (it must outlive this file) or owned, as when a Store's
+// record-file opener (StoreOptions::open_record) hands out the wrapped file.
 class FaultInjectingFile final : public RandomAccessFile {
  public:
   FaultInjectingFile(const RandomAccessFile* base, uint64_t bad_begin, uint64_t bad_end)
       : base_(base), bad_begin_(bad_begin), bad_end_(bad_end) {}
+  FaultInjectingFile(std::unique_ptr<RandomAccessFile> base, uint64_t bad_begin, uint64_t bad_end)
+      : owned_(std::move(base)), base_(owned_.get()), bad_begin_(bad_begin), bad_end_(bad_end) {}
   Status Read(uint64_t offset, size_t n, uint8_t* dst) const override;
   uint64_t Size() const override { return base_->Size(); }
   const std::string& name() const override { return base_->name(); }
 
  private:
+  std::unique_ptr<RandomAccessFile> owned_;  // null when borrowed
   const RandomAccessFile* base_;
   uint64_t bad_begin_, bad_end_;
 };

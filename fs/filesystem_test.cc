@@ -15,8 +15,9 @@
 #include <thread>
 
 #include "builder/builder.h"
+#include "builder/builder_test_support.h"
 #include "common/file_util.h"
-#include "tests/testdata/jpeg_factory.h"
+#include "common/test_support.h"
 
 namespace pcrfs::fs {
 namespace {
@@ -32,18 +33,9 @@ class FilesystemTest : public ::testing::Test {
     const std::string src = *dir_ + "/src";
     stdfs::create_directories(src + "/a/b");
     stdfs::create_directories(src + "/empty");
-    int i = 0;
-    for (const char* name : {"a/one.jpg", "a/two.jpg", "a/b/three.jpg", "top.jpg"}) {
-      testdata::JpegSpec spec;
-      spec.width = 200 + 17 * i;
-      spec.height = 150 + 9 * i;
-      spec.seed = static_cast<uint32_t>(i++);
-      auto jpeg = testdata::MakeTestJpeg(spec);
-      ASSERT_TRUE(jpeg.has_value());
-      std::ofstream(src + "/" + name, std::ios::binary)
-          .write(reinterpret_cast<const char*>(jpeg->data()),
-                 static_cast<std::streamsize>(jpeg->size()));
-    }
+    test::WriteTestJpegs(
+        src, {"a/one.jpg", "a/two.jpg", "a/b/three.jpg", "top.jpg"},
+        {.width = 200, .height = 150, .width_step = 17, .height_step = 9, .seed = 0});
     std::ofstream(src + "/notes.txt") << "plain text, stored byte for byte\n";
     tools::BuildConfig config;
     config.source = src;
@@ -308,26 +300,6 @@ TEST_F(FilesystemTest, ConcurrentReadersWithATinyCache) {
   EXPECT_LE(fs->cache().used(), 64u * 1024);
 }
 
-// A record file whose reads fail with EIO wherever they overlap [bad_begin, bad_end): storage
-// with bad sectors, injected through the Store's record-file opener.
-class FailingRangeFile final : public RandomAccessFile {
- public:
-  FailingRangeFile(std::unique_ptr<RandomAccessFile> base, uint64_t bad_begin, uint64_t bad_end)
-      : base_(std::move(base)), bad_begin_(bad_begin), bad_end_(bad_end) {}
-  Status Read(uint64_t offset, size_t n, uint8_t* dst) const override {
-    if (offset < bad_end_ && offset + n > bad_begin_) {
-      return Status::FromErrno(base_->name() + ": injected read error", EIO);
-    }
-    return base_->Read(offset, n, dst);
-  }
-  uint64_t Size() const override { return base_->Size(); }
-  const std::string& name() const override { return base_->name(); }
-
- private:
-  std::unique_ptr<RandomAccessFile> base_;
-  uint64_t bad_begin_, bad_end_;
-};
-
 struct StoreFile {
   std::string path;
   index::Entry entry;
@@ -370,7 +342,8 @@ TEST_F(FilesystemTest, ReadErrorsFailExactlyTheFilesWhosePiecesOverlapThem) {
                               uint64_t) -> Result<std::unique_ptr<RandomAccessFile>> {
       auto file = index::OpenRecordFileNoFollow(path);
       if (!file || path.find(index::RecordFileName(bad_record)) == std::string::npos) return file;
-      return std::unique_ptr<RandomAccessFile>(new FailingRangeFile(std::move(*file), begin, end));
+      return std::unique_ptr<RandomAccessFile>(
+          new test::FaultInjectingFile(std::move(*file), begin, end));
     };
     auto store = index::Store::Open(*dir_ + "/store", options);
     ASSERT_TRUE(store.has_value());

@@ -240,6 +240,91 @@ Status ApplySizeOptions(const ParseState& st, MountConfig* c) {
   return Status::OK();
 }
 
+// One remote option, `name` being key's name; REQUIRES: v non-empty unless key takes no value.
+Status ApplyRemoteOption(Key key, const char* name, const std::string& v, RemoteOptions* out) {
+  RemoteOptions& r = *out;
+  switch (key) {
+    case kRegion:
+      r.s3.region = v;
+      break;
+    case kEndpoint:
+      r.s3.endpoint = v;
+      break;
+    case kProfile:
+      r.s3.profile = v;
+      break;
+    case kNoSign:
+      r.s3.no_sign = true;
+      break;
+    case kAddressing:
+      if (v == "path") {
+        r.s3.addressing = S3Options::Addressing::kPath;
+      } else if (v == "virtual") {
+        r.s3.addressing = S3Options::Addressing::kVirtualHost;
+      } else {
+        return Bad(name, v, "path or virtual");
+      }
+      break;
+    case kHeaderFile:
+      r.headers_file = v;
+      break;
+    case kCaFile:
+      r.ca_file = v;
+      break;
+    case kCacheDir:
+      r.cache_dir = v;
+      break;
+    case kRemoteTimeout: {
+      auto secs = ParseInteger(name, v, 1, kMaxRemoteTimeoutSeconds);
+      if (!secs) return secs.error();
+      r.timeout = std::chrono::seconds(*secs);
+      break;
+    }
+    case kRemoteConnections: {
+      auto n = ParseInteger(name, v, 1, kMaxRemoteConnections);
+      if (!n) return n.error();
+      r.connections = static_cast<int>(*n);
+      break;
+    }
+    case kRemoteCache: {
+      auto n =
+          ParseSizeOption(name, v, kMinCacheBytes, kMaxCacheBytes, "a size in 1M..1T, e.g. 256M");
+      if (!n) return n.error();
+      r.memory_cache = *n;
+      break;
+    }
+    case kDiskCache: {
+      auto n =
+          ParseSizeOption(name, v, 0, kMaxDiskCacheBytes, "a size in 0..64T, e.g. 20G (0: none)");
+      if (!n) return n.error();
+      r.disk_cache = *n;
+      break;
+    }
+    case kDiskCacheFill:
+      r.disk_cache_fill = true;
+      break;
+    default:
+      break;
+  }
+  return Status::OK();
+}
+
+// Options that only an s3:// store takes, and a disk cache fill without a disk cache.
+Status CheckRemoteOptionsFit(const MountConfig& c, bool remote) {
+  const RemoteOptions& r = c.remote;
+  if (r.disk_cache_fill && r.disk_cache == 0) {
+    return Status::InvalidArgument("-o disk_cache_fill: needs -o disk_cache=SIZE");
+  }
+  if (!r.s3.endpoint.empty() || !r.s3.region.empty() || !r.s3.profile.empty() || r.s3.no_sign ||
+      r.s3.addressing != S3Options::Addressing::kAuto) {
+    if (remote && !ParseUrl(c.store).map([](const Url& u) { return u.is_s3(); }).value_or(true)) {
+      return Status::InvalidArgument(
+          "-o region, endpoint, profile, no_sign and addressing are for s3:// stores only");
+    }
+  }
+  return Status::OK();
+}
+
 // The options of a remote store. Strings must be non-empty; every one of them is refused with a
 // local STORE (it would be ignored silently).
 Status ApplyRemoteOptions(const ParseState& st, MountConfig* c) {
@@ -269,81 +354,9 @@ Status ApplyRemoteOptions(const ParseState& st, MountConfig* c) {
                                      c->store + " is a local path");
     }
     if (key != kNoSign && key != kDiskCacheFill && v.empty()) return Bad(name, v, "a value");
-    switch (key) {
-      case kRegion:
-        r.s3.region = v;
-        break;
-      case kEndpoint:
-        r.s3.endpoint = v;
-        break;
-      case kProfile:
-        r.s3.profile = v;
-        break;
-      case kNoSign:
-        r.s3.no_sign = true;
-        break;
-      case kAddressing:
-        if (v == "path") {
-          r.s3.addressing = S3Options::Addressing::kPath;
-        } else if (v == "virtual") {
-          r.s3.addressing = S3Options::Addressing::kVirtualHost;
-        } else {
-          return Bad(name, v, "path or virtual");
-        }
-        break;
-      case kHeaderFile:
-        r.headers_file = v;
-        break;
-      case kCaFile:
-        r.ca_file = v;
-        break;
-      case kCacheDir:
-        r.cache_dir = v;
-        break;
-      case kRemoteTimeout: {
-        auto secs = ParseInteger(name, v, 1, kMaxRemoteTimeoutSeconds);
-        if (!secs) return secs.error();
-        r.timeout = std::chrono::seconds(*secs);
-        break;
-      }
-      case kRemoteConnections: {
-        auto n = ParseInteger(name, v, 1, kMaxRemoteConnections);
-        if (!n) return n.error();
-        r.connections = static_cast<int>(*n);
-        break;
-      }
-      case kRemoteCache: {
-        auto n =
-            ParseSizeOption(name, v, kMinCacheBytes, kMaxCacheBytes, "a size in 1M..1T, e.g. 256M");
-        if (!n) return n.error();
-        r.memory_cache = *n;
-        break;
-      }
-      case kDiskCache: {
-        auto n =
-            ParseSizeOption(name, v, 0, kMaxDiskCacheBytes, "a size in 0..64T, e.g. 20G (0: none)");
-        if (!n) return n.error();
-        r.disk_cache = *n;
-        break;
-      }
-      case kDiskCacheFill:
-        r.disk_cache_fill = true;
-        break;
-      default:
-        break;
-    }
+    PCRFS_RETURN_IF_ERROR(ApplyRemoteOption(key, name, v, &r));
   }
-  if (r.disk_cache_fill && r.disk_cache == 0) {
-    return Status::InvalidArgument("-o disk_cache_fill: needs -o disk_cache=SIZE");
-  }
-  if (!r.s3.endpoint.empty() || !r.s3.region.empty() || !r.s3.profile.empty() || r.s3.no_sign ||
-      r.s3.addressing != S3Options::Addressing::kAuto) {
-    if (remote && !ParseUrl(c->store).map([](const Url& u) { return u.is_s3(); }).value_or(true)) {
-      return Status::InvalidArgument(
-          "-o region, endpoint, profile, no_sign and addressing are for s3:// stores only");
-    }
-  }
-  return Status::OK();
+  return CheckRemoteOptionsFit(*c, remote);
 }
 
 }  // namespace

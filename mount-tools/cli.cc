@@ -16,12 +16,16 @@ std::optional<int> ParseCommandLine(
     const char* command, const std::vector<std::string>& args,
     const po::options_description& visible,
     const std::vector<std::pair<const char*, std::string*>>& positionals, const char* exit_codes,
-    po::variables_map* vm) {
+    po::variables_map* vm, std::vector<std::string>* rest) {
   po::options_description hidden;
   po::positional_options_description pos;
   for (const auto& [name, target] : positionals) {
     hidden.add_options()(name, po::value<std::string>(target));
     pos.add(name, 1);
+  }
+  if (rest != nullptr) {
+    hidden.add_options()("rest", po::value<std::vector<std::string>>(rest));
+    pos.add("rest", -1);
   }
   po::options_description all;
   all.add(visible).add(hidden);

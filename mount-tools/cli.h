@@ -17,14 +17,15 @@
 namespace pcrfs::tools {
 
 // Parses `pcr <command>` arguments: the options in `visible`, then the positional arguments
-// in order into *positionals[i].second. Returns an exit code to return at once (0 after
-// --help, which prints `visible` and `exit_codes`; 2 after a usage error, one line on stderr),
-// or nullopt to go on.
+// in order into *positionals[i].second, and with `rest` the ones after those into *rest (else
+// they are a usage error). Returns an exit code to return at once (0 after --help, which
+// prints `visible` and `exit_codes`; 2 after a usage error, one line on stderr), or nullopt to
+// go on.
 std::optional<int> ParseCommandLine(
     const char* command, const std::vector<std::string>& args,
     const boost::program_options::options_description& visible,
     const std::vector<std::pair<const char*, std::string*>>& positionals, const char* exit_codes,
-    boost::program_options::variables_map* vm);
+    boost::program_options::variables_map* vm, std::vector<std::string>* rest = nullptr);
 
 // Finds PATH in the store as the mount resolves it below its root: empty and "." components
 // are skipped ("./a//b.jpg" is "a/b.jpg"), ".." goes up from a folder that must exist, and a

@@ -115,8 +115,10 @@ void PrintReport(const BuildReport& r, const std::string& store, const char* com
   }
 }
 
-int RunBuild(const std::vector<std::string>& args) {
-  BuildConfig config;
+namespace {
+
+// The options of pcr build, stored into *config.
+po::options_description BuildOptions(BuildConfig* config) {
   po::options_description opts(
       "usage: pcr build SRC STORE [options]\n\n"
       "Turns the image folder or archive SRC into the pcrfs store STORE. Every JPEG is losslessly\n"
@@ -124,26 +126,25 @@ int RunBuild(const std::vector<std::string>& args) {
       "byte. SRC is never modified. SRC may be a URL: s3://BUCKET/PREFIX (the objects under it),\n"
       "or an archive at an http(s):// or s3:// URL, reached as pcr cat reaches a remote store\n"
       "(AWS_* for S3, PCRFS_HEADER_FILE, PCRFS_CA_FILE, PCRFS_REMOTE_TIMEOUT).\n\noptions");
-  unsigned threads = 0;
-  opts.add_options()("help,h", "show this help")("threads,j",
-                                                 po::value<unsigned>(&threads)->default_value(0),
-                                                 "transcoding threads (0: all cores)")(
-      "images-per-record", po::value<uint32_t>(&config.images_per_record)->default_value(1024),
-      "files per record")("force", po::bool_switch(&config.force),
+  opts.add_options()("help,h", "show this help")(
+      "threads,j", po::value<unsigned>(&config->threads)->default_value(0),
+      "transcoding threads (0: all cores)")(
+      "images-per-record", po::value<uint32_t>(&config->images_per_record)->default_value(1024),
+      "files per record")("force", po::bool_switch(&config->force),
                           "replace STORE if it is an existing store")(
-      "resume", po::bool_switch(&config.resume),
+      "resume", po::bool_switch(&config->resume),
       "continue an interrupted build (STORE.partial), keeping its complete records")(
-      "strip-metadata", po::bool_switch(&config.strip_metadata),
+      "strip-metadata", po::bool_switch(&config->strip_metadata),
       "drop APPn and COM markers (EXIF, ICC, XMP, comments) from transcoded JPEGs")(
-      "max-scans", po::value<int>(&config.max_input_scans)->default_value(1000),
+      "max-scans", po::value<int>(&config->max_input_scans)->default_value(1000),
       "store JPEGs with more scans than this byte for byte")(
-      "max-image-memory", po::value<uint64_t>(&config.max_image_memory)->default_value(1ull << 30),
+      "max-image-memory", po::value<uint64_t>(&config->max_image_memory)->default_value(1ull << 30),
       "libjpeg memory cap per image, bytes")(
-      "max-jpeg-bytes", po::value<uint64_t>(&config.max_jpeg_bytes)->default_value(256ull << 20),
+      "max-jpeg-bytes", po::value<uint64_t>(&config->max_jpeg_bytes)->default_value(256ull << 20),
       "store JPEG files larger than this byte for byte")(
-      "quality-sample", po::value<uint32_t>(&config.quality_sample)->default_value(100),
+      "quality-sample", po::value<uint32_t>(&config->quality_sample)->default_value(100),
       "JPEGs whose PSNR and MS-SSIM at every level go into the manifest (0: none)")(
-      "quality-seed", po::value<uint64_t>(&config.quality_seed)->default_value(0),
+      "quality-seed", po::value<uint64_t>(&config->quality_seed)->default_value(0),
       "seed that chooses the quality sample")(
       "no-nested", "SRC is an archive: keep archives inside it as files, not folders")(
       "shard", po::value<std::string>(),
@@ -151,6 +152,51 @@ int RunBuild(const std::vector<std::string>& args) {
       "pcr merge")("progress",
                    "print progress to stderr even when it is not a terminal (a line a second)")(
       "quiet,q", "no progress (by default it is shown when stderr is a terminal)");
+  return opts;
+}
+
+// The remote access options of a URL source and the shard from --shard; an exit code for a bad
+// one.
+std::optional<int> ConfigureSource(const po::variables_map& vm, BuildConfig* config) {
+  if (IsRemoteUrl(config->source)) {
+    auto remote = RemoteOptionsFromEnv();
+    if (!remote) {
+      std::fprintf(stderr, "pcr build: %s\n", remote.error().message().c_str());
+      return kExitUsage;
+    }
+    config->remote = std::move(*remote);
+  }
+  if (vm.count("shard")) {
+    auto shard = ParseShardSpec(vm["shard"].as<std::string>());
+    if (!shard) {
+      std::fprintf(stderr, "pcr build: %s\n", shard.error().message().c_str());
+      return kExitUsage;
+    }
+    config->shard = *shard;
+  }
+  return std::nullopt;
+}
+
+// The exit code of a build that failed with `e`.
+int FailedBuildExit(const Status& e, const std::string& store) {
+  std::fprintf(stderr, "pcr build: %s\n", e.message().c_str());
+  struct stat st;
+  if (::stat((store + ".partial").c_str(), &st) != 0) {
+    // Stopped before anything was written: the source could not be read or listed (a URL
+    // that is not there, refused credentials). A missing source is a bad argument.
+    return e.IsNotFound() || e.code() == Status::Code::kInvalidArgument ? kExitUsage : kExitFailed;
+  }
+  std::fprintf(stderr,
+               "pcr build: no store was written; rerun with --resume to continue where it "
+               "stopped\n");
+  return kExitFailed;
+}
+
+}  // namespace
+
+int RunBuild(const std::vector<std::string>& args) {
+  BuildConfig config;
+  po::options_description opts = BuildOptions(&config);
   std::string src, store;
   po::variables_map vm;
   if (auto exit = ParseCommandLine(
@@ -167,24 +213,8 @@ int RunBuild(const std::vector<std::string>& args) {
   }
   config.source = src;
   config.store = store;
-  config.threads = threads;
   config.nested_archives = !vm.count("no-nested");
-  if (IsRemoteUrl(src)) {
-    auto remote = RemoteOptionsFromEnv();
-    if (!remote) {
-      std::fprintf(stderr, "pcr build: %s\n", remote.error().message().c_str());
-      return kExitUsage;
-    }
-    config.remote = std::move(*remote);
-  }
-  if (vm.count("shard")) {
-    auto shard = ParseShardSpec(vm["shard"].as<std::string>());
-    if (!shard) {
-      std::fprintf(stderr, "pcr build: %s\n", shard.error().message().c_str());
-      return kExitUsage;
-    }
-    config.shard = *shard;
-  }
+  if (auto exit = ConfigureSource(vm, &config)) return *exit;
   if (Status s = CheckBuildArguments(config); !s.ok()) {
     std::fprintf(stderr, "pcr build: %s\n", s.message().c_str());
     return kExitUsage;
@@ -200,29 +230,12 @@ int RunBuild(const std::vector<std::string>& args) {
     std::fprintf(stderr, "pcr build: %s\n", s.message().c_str());
     return kExitUsage;
   }
-  const bool tty = ::isatty(STDERR_FILENO) != 0;
   std::optional<ProgressLine> progress;
-  if (!vm.count("quiet") && (tty || vm.count("progress"))) {
-    progress.emplace("build", src, tty);
-    config.progress = [&progress](const BuildProgress& p) { progress->Update(p); };
-  }
+  StartProgressLine("build", src, vm.count("quiet") > 0, vm.count("progress") > 0, &progress,
+                    &config.progress);
   auto report = BuildLocked(config, *lock);
   if (progress) progress->Finish();
-  if (!report) {
-    std::fprintf(stderr, "pcr build: %s\n", report.error().message().c_str());
-    struct stat st;
-    if (::stat((store + ".partial").c_str(), &st) != 0) {
-      // Stopped before anything was written: the source could not be read or listed (a URL
-      // that is not there, refused credentials). A missing source is a bad argument.
-      const Status& e = report.error();
-      return e.IsNotFound() || e.code() == Status::Code::kInvalidArgument ? kExitUsage
-                                                                          : kExitFailed;
-    }
-    std::fprintf(stderr,
-                 "pcr build: no store was written; rerun with --resume to continue where it "
-                 "stopped\n");
-    return kExitFailed;
-  }
+  if (!report) return FailedBuildExit(report.error(), store);
   if (config.shard.enabled()) {
     PrintShardReport(*report, store, config.shard);
   } else {

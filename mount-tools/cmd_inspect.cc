@@ -156,6 +156,40 @@ void PrintInspect(const index::Store& store) {
   }
 }
 
+// --recommend: the lowest level whose 5th-percentile MS-SSIM is at least min_msssim.
+int PrintRecommendation(const index::Store& store, const std::string& store_dir,
+                        const index::QualitySample& quality, double min_msssim, bool json) {
+  const int level = index::RecommendLevel(quality, min_msssim);
+  if (level == 0) {
+    std::fprintf(stderr,
+                 "pcr inspect: %s has no quality sample (built with --quality-sample 0, or "
+                 "no JPEGs); add --quality to measure one now\n",
+                 store_dir.c_str());
+    return 1;
+  }
+  const index::Manifest& m = store.manifest();
+  const index::LevelQuality& l = quality.levels[level - 1];
+  if (json) {
+    nlohmann::ordered_json j = {
+        {"level", level},
+        {"min_msssim", min_msssim},
+        {"p5_msssim", l.p5_msssim},
+        {"mean_psnr", Num(l.mean_psnr)},
+        {"sampled", quality.measured},
+        {"bytes", m.level_bytes[level - 1]},
+        {"percent_of_source", Percent(m.level_bytes[level - 1], m.source_bytes)}};
+    std::cout << j.dump(2) << "\n";
+  } else {
+    std::printf("%d\n", level);
+    std::fprintf(stderr,
+                 "level %d: 5th-percentile MS-SSIM %.4f >= %g over %u sampled JPEGs; "
+                 "%.1f%% of the source bytes. Mount it with: pcrfs %s MNT -o scans=%d\n",
+                 level, l.p5_msssim, min_msssim, quality.measured,
+                 Percent(m.level_bytes[level - 1], m.source_bytes), store_dir.c_str(), level);
+  }
+  return 0;
+}
+
 }  // namespace
 
 int RunInspect(const std::vector<std::string>& args) {
@@ -214,35 +248,7 @@ int RunInspect(const std::vector<std::string>& args) {
     origin = "measured now";
   }
   if (vm.count("recommend")) {
-    const int level = index::RecommendLevel(quality, min_msssim);
-    if (level == 0) {
-      std::fprintf(stderr,
-                   "pcr inspect: %s has no quality sample (built with --quality-sample 0, or "
-                   "no JPEGs); add --quality to measure one now\n",
-                   store_dir.c_str());
-      return 1;
-    }
-    const index::Manifest& m = (*store)->manifest();
-    const index::LevelQuality& l = quality.levels[level - 1];
-    if (vm.count("json")) {
-      nlohmann::ordered_json j = {
-          {"level", level},
-          {"min_msssim", min_msssim},
-          {"p5_msssim", l.p5_msssim},
-          {"mean_psnr", Num(l.mean_psnr)},
-          {"sampled", quality.measured},
-          {"bytes", m.level_bytes[level - 1]},
-          {"percent_of_source", Percent(m.level_bytes[level - 1], m.source_bytes)}};
-      std::cout << j.dump(2) << "\n";
-    } else {
-      std::printf("%d\n", level);
-      std::fprintf(stderr,
-                   "level %d: 5th-percentile MS-SSIM %.4f >= %g over %u sampled JPEGs; "
-                   "%.1f%% of the source bytes. Mount it with: pcrfs %s MNT -o scans=%d\n",
-                   level, l.p5_msssim, min_msssim, quality.measured,
-                   Percent(m.level_bytes[level - 1], m.source_bytes), store_dir.c_str(), level);
-    }
-    return 0;
+    return PrintRecommendation(**store, store_dir, quality, min_msssim, vm.count("json") > 0);
   }
   if (vm.count("json")) {
     nlohmann::ordered_json j = InspectJson(**store);

@@ -7,6 +7,7 @@
 #include <optional>
 
 #include "builder/builder.h"
+#include "mount-tools/cli.h"
 #include "mount-tools/commands.h"
 #include "mount-tools/progress_line.h"
 
@@ -27,27 +28,15 @@ int RunMerge(const std::vector<std::string>& args) {
       "force", po::bool_switch(&config.force), "replace STORE if it is an existing store")(
       "progress", "print progress to stderr even when it is not a terminal (a line a second)")(
       "quiet,q", "no progress (by default it is shown when stderr is a terminal)");
-  po::options_description hidden;
   std::vector<std::string> paths;
-  hidden.add_options()("paths", po::value<std::vector<std::string>>(&paths));
-  po::positional_options_description pos;
-  pos.add("paths", -1);
-  po::options_description all;
-  all.add(opts).add(hidden);
   po::variables_map vm;
-  try {
-    po::store(po::command_line_parser(args).options(all).positional(pos).run(), vm);
-    po::notify(vm);
-  } catch (const po::error& e) {
-    std::fprintf(stderr, "pcr merge: %s\n", e.what());
-    return kExitUsage;
-  }
-  if (vm.count("help")) {
-    std::cout << opts
-              << "\nexit codes: 0 done, 1 failed (no store written; a damaged record is named),\n"
-                 "            2 bad arguments or a wrong set of parts, 3 store written but some\n"
-                 "            source entries could not be stored, 4 another writer holds STORE\n";
-    return kExitOk;
+  if (auto exit = ParseCommandLine(
+          "merge", args, opts, {},
+          "0 done, 1 failed (no store written; a damaged record is named),\n"
+          "            2 bad arguments or a wrong set of parts, 3 store written but some\n"
+          "            source entries could not be stored, 4 another writer holds STORE",
+          &vm, &paths)) {
+    return *exit;
   }
   if (paths.size() < 2) {
     std::fprintf(stderr, "pcr merge: PART... and STORE are required (see pcr merge --help)\n");
@@ -71,12 +60,9 @@ int RunMerge(const std::vector<std::string>& args) {
     std::fprintf(stderr, "pcr merge: %s\n", s.message().c_str());
     return kExitUsage;
   }
-  const bool tty = ::isatty(STDERR_FILENO) != 0;
   std::optional<ProgressLine> progress;
-  if (!vm.count("quiet") && (tty || vm.count("progress"))) {
-    progress.emplace("merge", config.store, tty);
-    config.progress = [&progress](const BuildProgress& p) { progress->Update(p); };
-  }
+  StartProgressLine("merge", config.store, vm.count("quiet") > 0, vm.count("progress") > 0,
+                    &progress, &config.progress);
   auto report = MergeLocked(config, *lock);
   if (progress) progress->Finish();
   if (!report) {

@@ -1,5 +1,7 @@
 #include "mount-tools/progress_line.h"
 
+#include <unistd.h>
+
 #include <cinttypes>
 #include <cmath>
 
@@ -26,6 +28,14 @@ std::string ByteRate(uint64_t bytes, double seconds) {
 }
 
 }  // namespace
+
+void StartProgressLine(const char* command, const std::string& what, bool quiet, bool forced,
+                       std::optional<ProgressLine>* line, ProgressFn* update) {
+  const bool tty = ::isatty(STDERR_FILENO) != 0;
+  if (quiet || !(tty || forced)) return;
+  line->emplace(command, what, tty);
+  *update = [line](const BuildProgress& p) { (*line)->Update(p); };
+}
 
 std::string FormatDuration(double seconds) {
   if (!std::isfinite(seconds) || seconds < 0) return "?";

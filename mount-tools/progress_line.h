@@ -9,6 +9,7 @@
 
 #include <chrono>
 #include <cstdio>
+#include <optional>
 #include <string>
 
 #include "builder/builder.h"
@@ -47,6 +48,11 @@ class ProgressLine {
 
   void Print(const BuildProgress& p, double seconds);
 };
+
+// The progress of `pcr <command>` on `what`, into *line (and *update pointed at it): on a
+// terminal unless `quiet`, elsewhere only when `forced` (--progress).
+void StartProgressLine(const char* command, const std::string& what, bool quiet, bool forced,
+                       std::optional<ProgressLine>* line, ProgressFn* update);
 
 // "1:02:03" or "2:03" for a number of seconds.
 std::string FormatDuration(double seconds);

@@ -57,54 +57,64 @@ std::string HomeFile(const EnvLookup& env, const char* var, const char* rel) {
   return home.empty() ? "" : home + "/" + rel;
 }
 
-}  // namespace
-
-Result<S3Config> ResolveS3Config(const Url& store, const S3Options& options,
-                                 const EnvLookup& env_in) {
-  EnvLookup env = env_in ? env_in : EnvLookup([](const char* n) { return std::getenv(n); });
-  if (!store.is_s3()) {
-    return Err(Status::InvalidArgument(store.ToString() + ": not an s3:// URL"));
-  }
-  S3Config c;
-  c.bucket = store.host;
-  c.prefix = store.path;
-
-  bool profile_explicit = !options.profile.empty() || !Get(env, "AWS_PROFILE").empty();
-  std::string profile = !options.profile.empty() ? options.profile : Get(env, "AWS_PROFILE");
-  if (profile.empty()) profile = "default";
-
-  // Region.
-  std::string config_path = HomeFile(env, "AWS_CONFIG_FILE", ".aws/config");
+// The profile in use and the AWS config file that may describe it.
+struct Profile {
+  std::string name;
+  bool named = false;  // by the option or AWS_PROFILE, so it must exist
+  std::string config_path;
   bool config_exists = false;
   IniFile config;
-  if (!config_path.empty()) {
-    auto ini = ReadIni(config_path, &config_exists);
-    if (!ini.has_value()) return Err(ini.error());
-    config = std::move(*ini);
-  }
-  const std::string config_section = profile == "default" ? "default" : "profile " + profile;
-  if (!options.region.empty()) {
-    c.region = options.region;
-    c.region_source = "option region";
-  } else if (!Get(env, "AWS_REGION").empty()) {
-    c.region = Get(env, "AWS_REGION");
-    c.region_source = "AWS_REGION";
-  } else if (!Get(env, "AWS_DEFAULT_REGION").empty()) {
-    c.region = Get(env, "AWS_DEFAULT_REGION");
-    c.region_source = "AWS_DEFAULT_REGION";
-  } else if (config.count(config_section) && config[config_section].count("region")) {
-    c.region = config[config_section]["region"];
-    c.region_source = config_path;
-  } else {
-    c.region = "us-east-1";
-    c.region_source = "default";
-  }
-  if (c.region.find_first_not_of("abcdefghijklmnopqrstuvwxyz0123456789-") != std::string::npos) {
-    return Err(Status::InvalidArgument("region '" + c.region + "' (from " + c.region_source +
-                                       ") is not a valid AWS region name"));
-  }
+  std::string config_section;  // its section in the config file
 
-  // Endpoint.
+  const std::map<std::string, std::string>* ConfigSection() const {
+    auto it = config.find(config_section);
+    return it == config.end() ? nullptr : &it->second;
+  }
+};
+
+Result<Profile> LoadProfile(const S3Options& options, const EnvLookup& env) {
+  Profile p;
+  p.named = !options.profile.empty() || !Get(env, "AWS_PROFILE").empty();
+  p.name = !options.profile.empty() ? options.profile : Get(env, "AWS_PROFILE");
+  if (p.name.empty()) p.name = "default";
+  p.config_path = HomeFile(env, "AWS_CONFIG_FILE", ".aws/config");
+  if (!p.config_path.empty()) {
+    auto ini = ReadIni(p.config_path, &p.config_exists);
+    if (!ini.has_value()) return Err(ini.error());
+    p.config = std::move(*ini);
+  }
+  p.config_section = p.name == "default" ? "default" : "profile " + p.name;
+  return p;
+}
+
+Status ResolveRegion(const S3Options& options, const EnvLookup& env, const Profile& profile,
+                     S3Config* c) {
+  const auto* section = profile.ConfigSection();
+  if (!options.region.empty()) {
+    c->region = options.region;
+    c->region_source = "option region";
+  } else if (!Get(env, "AWS_REGION").empty()) {
+    c->region = Get(env, "AWS_REGION");
+    c->region_source = "AWS_REGION";
+  } else if (!Get(env, "AWS_DEFAULT_REGION").empty()) {
+    c->region = Get(env, "AWS_DEFAULT_REGION");
+    c->region_source = "AWS_DEFAULT_REGION";
+  } else if (section != nullptr && section->count("region")) {
+    c->region = section->at("region");
+    c->region_source = profile.config_path;
+  } else {
+    c->region = "us-east-1";
+    c->region_source = "default";
+  }
+  if (c->region.find_first_not_of("abcdefghijklmnopqrstuvwxyz0123456789-") != std::string::npos) {
+    return Status::InvalidArgument("region '" + c->region + "' (from " + c->region_source +
+                                   ") is not a valid AWS region name");
+  }
+  return Status::OK();
+}
+
+// REQUIRES: c->region and c->bucket set.
+Status ResolveEndpoint(const S3Options& options, const EnvLookup& env, S3Config* c) {
   std::string endpoint, endpoint_source;
   for (auto [value, source] : {std::pair{options.endpoint, std::string("option endpoint")},
                                {Get(env, "AWS_ENDPOINT_URL_S3"), "AWS_ENDPOINT_URL_S3"},
@@ -116,70 +126,58 @@ Result<S3Config> ResolveS3Config(const Url& store, const S3Options& options,
     }
   }
   bool custom = !endpoint.empty();
-  if (!custom) endpoint = "https://s3." + c.region + ".amazonaws.com";
+  if (!custom) endpoint = "https://s3." + c->region + ".amazonaws.com";
   auto ep = ParseUrl(endpoint);
   if (!ep.has_value() || ep->is_s3()) {
-    return Err(Status::InvalidArgument(endpoint_source + ": " + RedactUrl(endpoint) +
-                                       " is not a valid http(s) endpoint" +
-                                       (ep.has_value() ? "" : " (" + ep.error().message() + ")")));
+    return Status::InvalidArgument(endpoint_source + ": " + RedactUrl(endpoint) +
+                                   " is not a valid http(s) endpoint" +
+                                   (ep.has_value() ? "" : " (" + ep.error().message() + ")"));
   }
-  c.endpoint = *ep;
+  c->endpoint = *ep;
   switch (options.addressing) {
     case S3Options::Addressing::kPath:
-      c.path_style = true;
+      c->path_style = true;
       break;
     case S3Options::Addressing::kVirtualHost:
-      c.path_style = false;
+      c->path_style = false;
       break;
     case S3Options::Addressing::kAuto:
       // Virtual-host names need DNS for BUCKET.HOST and a bucket name without dots for TLS.
-      c.path_style = custom || c.bucket.find('.') != std::string::npos;
+      c->path_style = custom || c->bucket.find('.') != std::string::npos;
       break;
   }
+  return Status::OK();
+}
 
-  // Credentials.
-  if (options.no_sign) {
-    c.credentials_source = "none (no_sign)";
-    return c;
-  }
-  std::string ak = Get(env, "AWS_ACCESS_KEY_ID");
-  std::string sk = Get(env, "AWS_SECRET_ACCESS_KEY");
-  if (!ak.empty() || !sk.empty()) {
-    if (ak.empty() || sk.empty()) {
-      return Err(Status::InvalidArgument(
-          "AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY must be set together (only " +
-          std::string(ak.empty() ? "AWS_SECRET_ACCESS_KEY" : "AWS_ACCESS_KEY_ID") + " is set)"));
-    }
-    c.credentials = Credentials(ak, sk, Get(env, "AWS_SESSION_TOKEN"));
-    c.credentials_source = "environment";
-    return c;
-  }
+// Keys from the shared credentials file, or from the config file's profile section.
+Status CredentialsFromFiles(const EnvLookup& env, const Profile& profile, S3Config* c) {
   std::string cred_path = HomeFile(env, "AWS_SHARED_CREDENTIALS_FILE", ".aws/credentials");
   bool cred_exists = false;
   IniFile creds;
   if (!cred_path.empty()) {
     auto ini = ReadIni(cred_path, &cred_exists);
-    if (!ini.has_value()) return Err(ini.error());
+    if (!ini.has_value()) return ini.error();
     creds = std::move(*ini);
   }
   // The credentials file names sections by the bare profile; the config file may hold keys too.
   const std::map<std::string, std::string>* section = nullptr;
   std::string section_file;
-  if (creds.count(profile)) {
-    section = &creds[profile];
+  const auto* config_section = profile.ConfigSection();
+  if (creds.count(profile.name)) {
+    section = &creds[profile.name];
     section_file = cred_path;
-  } else if (config.count(config_section) && config[config_section].count("aws_access_key_id")) {
-    section = &config[config_section];
-    section_file = config_path;
+  } else if (config_section != nullptr && config_section->count("aws_access_key_id")) {
+    section = config_section;
+    section_file = profile.config_path;
   }
   if (section == nullptr) {
-    if (profile_explicit) {
-      return Err(Status::InvalidArgument("profile '" + profile + "' not found in " +
-                                         (cred_path.empty() ? "~/.aws/credentials" : cred_path) +
-                                         (config_exists ? " or " + config_path : "")));
+    if (profile.named) {
+      return Status::InvalidArgument("profile '" + profile.name + "' not found in " +
+                                     (cred_path.empty() ? "~/.aws/credentials" : cred_path) +
+                                     (profile.config_exists ? " or " + profile.config_path : ""));
     }
-    c.credentials_source = "none (anonymous)";
-    return c;
+    c->credentials_source = "none (anonymous)";
+    return Status::OK();
   }
   auto find = [&](const char* k) {
     auto it = section->find(k);
@@ -187,11 +185,49 @@ Result<S3Config> ResolveS3Config(const Url& store, const S3Options& options,
   };
   std::string fak = find("aws_access_key_id"), fsk = find("aws_secret_access_key");
   if (fak.empty() || fsk.empty()) {
-    return Err(Status::InvalidArgument(section_file + ": profile '" + profile +
-                                       "' needs aws_access_key_id and aws_secret_access_key"));
+    return Status::InvalidArgument(section_file + ": profile '" + profile.name +
+                                   "' needs aws_access_key_id and aws_secret_access_key");
   }
-  c.credentials = Credentials(fak, fsk, find("aws_session_token"));
-  c.credentials_source = section_file + " [" + profile + "]";
+  c->credentials = Credentials(fak, fsk, find("aws_session_token"));
+  c->credentials_source = section_file + " [" + profile.name + "]";
+  return Status::OK();
+}
+
+Status ResolveCredentials(const S3Options& options, const EnvLookup& env, const Profile& profile,
+                          S3Config* c) {
+  if (options.no_sign) {
+    c->credentials_source = "none (no_sign)";
+    return Status::OK();
+  }
+  std::string ak = Get(env, "AWS_ACCESS_KEY_ID");
+  std::string sk = Get(env, "AWS_SECRET_ACCESS_KEY");
+  if (ak.empty() && sk.empty()) return CredentialsFromFiles(env, profile, c);
+  if (ak.empty() || sk.empty()) {
+    return Status::InvalidArgument(
+        "AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY must be set together (only " +
+        std::string(ak.empty() ? "AWS_SECRET_ACCESS_KEY" : "AWS_ACCESS_KEY_ID") + " is set)");
+  }
+  c->credentials = Credentials(ak, sk, Get(env, "AWS_SESSION_TOKEN"));
+  c->credentials_source = "environment";
+  return Status::OK();
+}
+
+}  // namespace
+
+Result<S3Config> ResolveS3Config(const Url& store, const S3Options& options,
+                                 const EnvLookup& env_in) {
+  EnvLookup env = env_in ? env_in : EnvLookup([](const char* n) { return std::getenv(n); });
+  if (!store.is_s3()) {
+    return Err(Status::InvalidArgument(store.ToString() + ": not an s3:// URL"));
+  }
+  S3Config c;
+  c.bucket = store.host;
+  c.prefix = store.path;
+  auto profile = LoadProfile(options, env);
+  if (!profile.has_value()) return Err(profile.error());
+  PCRFS_RETURN_ERR_IF_ERROR(ResolveRegion(options, env, *profile, &c));
+  PCRFS_RETURN_ERR_IF_ERROR(ResolveEndpoint(options, env, &c));
+  PCRFS_RETURN_ERR_IF_ERROR(ResolveCredentials(options, env, *profile, &c));
   return c;
 }
 

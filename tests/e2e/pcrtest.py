@@ -240,6 +240,49 @@ class Mount:
         return False
 
 
+def serve_for_class(cls, server):
+    """Starts `server` (a context manager of tests/remote/remote_servers.py: Nginx, S3Server,
+    FaultProxy) for the test class `cls` and returns what it gives; it is stopped after the
+    class's tests, also when setUpClass fails after this (a class cleanup)."""
+    started = server.__enter__()
+    cls.addClassCleanup(server.__exit__, None, None, None)
+    return started
+
+
+def read_levels(store, mnt, levels):
+    """{k: read_tree of scan<k>} through a local mount of `store` at mnt: what every mount of
+    the same store, local or remote, must serve."""
+    with Mount(store, mnt):
+        return {k: read_tree(os.path.join(mnt, f"scan{k}")) for k in levels}
+
+
+class LoopbackServersCase(unittest.TestCase):
+    """A test class whose tests share servers on loopback (tests/remote): cls.tmp (removed after
+    the class), cls.env for pcrfs and pcr against the servers (remote_env), serve() to start a
+    server until the class ends, and remote mounts each with a cache_dir of its own. Subclasses
+    call super().setUpClass() first."""
+
+    tmp_prefix = "remote-e2e-"
+
+    @classmethod
+    def setUpClass(cls):
+        cls.tmp = tempfile.mkdtemp(prefix=cls.tmp_prefix)
+        cls.addClassCleanup(shutil.rmtree, cls.tmp, ignore_errors=True)
+        cls.env = remote_env(cls.tmp)
+
+    @classmethod
+    def serve(cls, server):
+        return serve_for_class(cls, server)
+
+    def cache(self, name):
+        return os.path.join(self.tmp, "cache-" + name)
+
+    def mount(self, url, name, *options, env=None):
+        mnt = os.path.join(self.tmp, "mnt-" + name)
+        return Mount(url, mnt, "-o", ",".join(["cache_dir=" + self.cache(name), *options]),
+                     env=env or self.env)
+
+
 def photo(w, h, seed, mode="RGB"):
     """A deterministic photo-like image: smooth colour fields, edges and noise."""
     rng = np.random.default_rng(seed)

@@ -9,16 +9,15 @@ import calendar
 import json
 import os
 import random
-import shutil
 import sys
 import tarfile
-import tempfile
 import unittest
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(os.path.dirname(HERE), "remote"))
 
-from pcrtest import PCR, photo, remote_env, run, save_jpeg, store_bytes  # noqa: E402
+from pcrtest import (PCR, LoopbackServersCase, photo, run, save_jpeg,  # noqa: E402
+                     store_bytes)
 from remote_servers import FaultProxy, Nginx, S3Server  # noqa: E402
 
 ACCESS_KEY = "AKIDPCRFSBUILD"
@@ -75,10 +74,12 @@ def match_listing(root, client, bucket, prefix):
     return files
 
 
-class RemoteBuildTest(unittest.TestCase):
+class RemoteBuildTest(LoopbackServersCase):
+    tmp_prefix = "remote-build-e2e-"
+
     @classmethod
     def setUpClass(cls):
-        cls.tmp = tempfile.mkdtemp(prefix="remote-build-e2e-")
+        super().setUpClass()
         cls.src = os.path.join(cls.tmp, "src")
         make_source(cls.src)
         cls.www = os.path.join(cls.tmp, "www")
@@ -86,8 +87,7 @@ class RemoteBuildTest(unittest.TestCase):
         cls.tar = os.path.join(cls.www, "src.tar")
         with tarfile.open(cls.tar, "w") as t:
             t.add(cls.src, arcname=".")
-        cls.env = remote_env(cls.tmp)
-        cls.s3 = S3Server(None, BUCKET, ACCESS_KEY, SECRET_KEY).__enter__()
+        cls.s3 = cls.serve(S3Server(None, BUCKET, ACCESS_KEY, SECRET_KEY))
         cls.s3.upload(cls.src, prefix="data/train")
         client = cls.s3.client()
         client.put_object(Bucket=BUCKET, Key="data/train/class0/empty folder/", Body=b"")
@@ -102,11 +102,6 @@ class RemoteBuildTest(unittest.TestCase):
         run([PCR, "build", cls.src, cls.local, "--quiet", *OPTS])
         cls.local_tar = cls.path("local-tar")
         run([PCR, "build", cls.tar, cls.local_tar, "--quiet", *OPTS])
-
-    @classmethod
-    def tearDownClass(cls):
-        cls.s3.__exit__(None, None, None)
-        shutil.rmtree(cls.tmp, ignore_errors=True)
 
     @classmethod
     def path(cls, name):

@@ -12,15 +12,14 @@ import json
 import os
 import shutil
 import sys
-import tempfile
 import time
 import unittest
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(os.path.dirname(HERE), "remote"))
 
-from pcrtest import (PCR, Mount, photo, read_tree, remote_env, run, save_jpeg,  # noqa: E402
-                     sha)
+from pcrtest import (PCR, LoopbackServersCase, Mount, photo, read_levels, read_tree,  # noqa: E402
+                     run, save_jpeg, sha)
 from remote_servers import FaultProxy, Nginx  # noqa: E402
 
 
@@ -35,10 +34,12 @@ def chunk_files(cache_dir):
     return out
 
 
-class RemoteCacheCase(unittest.TestCase):
+class RemoteCacheCase(LoopbackServersCase):
+    tmp_prefix = "remote-cache-e2e-"
+
     @classmethod
     def setUpClass(cls):
-        cls.tmp = tempfile.mkdtemp(prefix="remote-cache-e2e-")
+        super().setUpClass()
         cls.src = os.path.join(cls.tmp, "src")
         for i in range(48):
             save_jpeg(photo(480 + 16 * (i % 5), 360 + 8 * (i % 3), seed=100 + i),
@@ -49,26 +50,8 @@ class RemoteCacheCase(unittest.TestCase):
         os.makedirs(cls.www)
         run([PCR, "build", cls.src, cls.store, "--quiet", "--images-per-record", "16",
              "--quality-sample", "0"])
-        cls.local = {}
-        mnt = os.path.join(cls.tmp, "local-mnt")
-        with Mount(cls.store, mnt):
-            for k in range(1, 11):
-                cls.local[k] = read_tree(os.path.join(mnt, f"scan{k}"))
-        cls.env = remote_env(cls.tmp)
-        cls.nginx = Nginx(cls.www).__enter__()
-
-    @classmethod
-    def tearDownClass(cls):
-        cls.nginx.__exit__(None, None, None)
-        shutil.rmtree(cls.tmp, ignore_errors=True)
-
-    def cache(self, name):
-        return os.path.join(self.tmp, "cache-" + name)
-
-    def mount(self, url, name, *options):
-        mnt = os.path.join(self.tmp, "mnt-" + name)
-        return Mount(url, mnt, "-o", ",".join(["cache_dir=" + self.cache(name), *options]),
-                     env=self.env)
+        cls.local = read_levels(cls.store, os.path.join(cls.tmp, "local-mnt"), range(1, 11))
+        cls.nginx = cls.serve(Nginx(cls.www))
 
     def assert_level(self, mnt, k, seed=None):
         got = read_tree(os.path.join(mnt, f"scan{k}"), seed)

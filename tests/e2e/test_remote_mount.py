@@ -9,14 +9,13 @@ import os
 import shutil
 import subprocess
 import sys
-import tempfile
 import unittest
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(os.path.dirname(HERE), "remote"))
 
-from pcrtest import (PCR, PCRFS, Mount, photo, pil_pixels, read_tree, remote_env, run,  # noqa: E402
-                     save_jpeg, sha)
+from pcrtest import (PCR, PCRFS, LoopbackServersCase, photo, pil_pixels,  # noqa: E402
+                     read_levels, read_tree, run, save_jpeg, sha)
 from remote_servers import FaultProxy, Nginx, S3Server  # noqa: E402
 
 ACCESS_KEY = "AKIDPCRFSMOUNT"
@@ -27,10 +26,12 @@ LEVELS = (1, 5, 10)
 
 
 
-class RemoteMountCase(unittest.TestCase):
+class RemoteMountCase(LoopbackServersCase):
+    tmp_prefix = "remote-mount-e2e-"
+
     @classmethod
     def setUpClass(cls):
-        cls.tmp = tempfile.mkdtemp(prefix="remote-mount-e2e-")
+        super().setUpClass()
         cls.src = os.path.join(cls.tmp, "src")
         for i in range(24):
             save_jpeg(photo(96 + 8 * (i % 5), 80 + 4 * (i % 3), seed=i),
@@ -43,27 +44,8 @@ class RemoteMountCase(unittest.TestCase):
         os.makedirs(cls.www)
         run([PCR, "build", cls.src, cls.store, "--quiet", "--images-per-record", "6"])
         cls.records = sorted(os.listdir(os.path.join(cls.store, "records")))
-        # The local mount's bytes at each level: what every remote mount must serve.
-        cls.local = {}
-        mnt = os.path.join(cls.tmp, "local-mnt")
-        with Mount(cls.store, mnt):
-            for k in LEVELS:
-                cls.local[k] = read_tree(os.path.join(mnt, f"scan{k}"))
-        cls.env = remote_env(cls.tmp)
-        cls.nginx = Nginx(cls.www).__enter__()
-
-    @classmethod
-    def tearDownClass(cls):
-        cls.nginx.__exit__(None, None, None)
-        shutil.rmtree(cls.tmp, ignore_errors=True)
-
-    def cache(self, name):
-        return os.path.join(self.tmp, "cache-" + name)
-
-    def mount(self, url, name, *options, env=None):
-        mnt = os.path.join(self.tmp, "mnt-" + name)
-        return Mount(url, mnt, "-o", ",".join(["cache_dir=" + self.cache(name), *options]),
-                     env=env or self.env)
+        cls.local = read_levels(cls.store, os.path.join(cls.tmp, "local-mnt"), LEVELS)
+        cls.nginx = cls.serve(Nginx(cls.www))
 
     def pcrfs_fails(self, url, *options, env=None):
         """Runs a mount expected to fail; returns its stderr."""
