@@ -77,14 +77,11 @@ removed at exit; every epoch has a timeout (--timeout).
 """
 
 import argparse
-import array
 import hashlib
 import json
-import multiprocessing
 import os
 import platform
 import random
-import resource
 import shutil
 import statistics
 import subprocess
@@ -93,33 +90,18 @@ import threading
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-import read_bench as rb  # noqa: E402  (Mount, drop_caches, program files, /proc readers)
+from benchlib import (BENCH_ROOT, MB, REPO, Mount, MiB, save_figure, write_results, daemon_snapshot,  # noqa: E402
+                      drop_caches, fail, fmt_mb, list_tree, loadavg, log, page_cache_drops,
+                      proc_cpu_seconds, proc_io, program_files, run_epoch, timed, walk_files,
+                      warm_programs, warn_unless_bench_lock)
 from throttle import ThrottledDisk, cgroup_of, measure_read_rate, ensure_probe_file  # noqa: E402
 
-REPO = rb.REPO
-BENCH_ROOT = rb.BENCH_ROOT
-MB = 1e6
-MiB = 1 << 20
 GiB = 1 << 30
 
 TARGET_FACTOR = 0.9
 CAP_REACHED = 0.85        # device rate / cap above which the cap is the limit
 DAEMON_CPU_BUSY = 0.8     # cores: a daemon this busy could be the limit
 MACHINE_CPU_BUSY = 0.9    # fraction of all cores
-
-
-def log(msg):
-    print(f"[bwcap_bench {time.strftime('%H:%M:%S')}] {msg}", file=sys.stderr, flush=True)
-
-
-def fail(msg):
-    print(f"bwcap_bench: {msg}", file=sys.stderr)
-    sys.exit(2)
-
-
-def loadavg():
-    with open("/proc/loadavg") as f:
-        return " ".join(f.read().split()[:3])
 
 
 def machine_cpu():
@@ -130,121 +112,6 @@ def machine_cpu():
         v = [int(x) for x in f.readline().split()[1:]]
     user, nice, system, idle, iowait, irq, softirq, steal = v[:8]
     return user + system + irq + softirq + steal, nice, sum(v[:8])
-
-
-def drops_of_page_cache():
-    """How many times anyone wrote 1 or 3 to /proc/sys/vm/drop_caches since boot (/proc/vmstat
-    drop_pagecache): an epoch during which another process dropped the caches is re-run."""
-    with open("/proc/vmstat") as f:
-        for line in f:
-            if line.startswith("drop_pagecache "):
-                return int(line.split()[1])
-    return 0
-
-
-# ---------------------------------------------------------------- listing and readers
-
-def list_tree(root):
-    """Recursive os.scandir walk, like a training framework listing its dataset: the files'
-    paths relative to root (d_type only, no stat), sorted."""
-    out, stack = [], [""]
-    while stack:
-        rel = stack.pop()
-        with os.scandir(os.path.join(root, rel)) as it:
-            for e in it:
-                p = os.path.join(rel, e.name)
-                if e.is_dir(follow_symlinks=False):
-                    stack.append(p)
-                elif e.is_file(follow_symlinks=False):
-                    out.append(p)
-    out.sort()
-    return out
-
-
-def reader_main(paths, start_evt, conn):
-    try:
-        buf = bytearray(1 << 20)
-        mv = memoryview(buf)
-        io0 = rb.proc_io()["read_bytes"]
-        ru0 = resource.getrusage(resource.RUSAGE_SELF)
-        cg = cgroup_of()
-        start_evt.wait()
-        t0 = time.clock_gettime_ns(time.CLOCK_MONOTONIC)
-        nbytes = 0
-        done = array.array("q")
-        for p in paths:
-            fd = os.open(p, os.O_RDONLY)
-            try:
-                while True:
-                    n = os.readv(fd, [mv])
-                    if n == 0:
-                        break
-                    nbytes += n
-            finally:
-                os.close(fd)
-            done.append(time.clock_gettime_ns(time.CLOCK_MONOTONIC))
-        t1 = time.clock_gettime_ns(time.CLOCK_MONOTONIC)
-        ru1 = resource.getrusage(resource.RUSAGE_SELF)
-        io1 = rb.proc_io()["read_bytes"]
-        conn.send({"ok": True, "t0": t0, "t1": t1, "files": len(paths), "bytes": nbytes,
-                   "read_bytes": io1 - io0, "cgroup": cg, "done": done.tobytes(),
-                   "cpu": (ru1.ru_utime - ru0.ru_utime) + (ru1.ru_stime - ru0.ru_stime)})
-    except BaseException as e:  # report anything, including KeyboardInterrupt
-        conn.send({"ok": False, "error": f"{type(e).__name__}: {e}"})
-    finally:
-        conn.close()
-
-
-def run_epoch(root, rel_paths, readers, timeout, on_start=None):
-    """Reads every file of rel_paths under root once with `readers` forked processes (the list
-    dealt round-robin). on_start() runs just before the readers are released (counters)."""
-    ctx = multiprocessing.get_context("fork")
-    start_evt = ctx.Event()
-    procs, conns = [], []
-    for i in range(readers):
-        parent, child = ctx.Pipe(duplex=False)
-        paths = [os.path.join(root, p) for p in rel_paths[i::readers]]
-        pr = ctx.Process(target=reader_main, args=(paths, start_evt, child), daemon=True)
-        pr.start()
-        child.close()
-        procs.append(pr)
-        conns.append(parent)
-    results = []
-    try:
-        time.sleep(0.05)  # let the readers reach the start line
-        if on_start:
-            on_start()
-        start_evt.set()
-        deadline = time.monotonic() + timeout
-        for c in conns:
-            left = deadline - time.monotonic()
-            if left <= 0 or not c.poll(left):
-                raise TimeoutError(f"epoch under {root} took longer than {timeout} s")
-            r = c.recv()
-            if not r["ok"]:
-                raise RuntimeError(f"reader failed under {root}: {r['error']}")
-            results.append(r)
-    finally:
-        done = len(results) == len(procs)
-        for pr in procs:
-            pr.join(5 if done else 0)
-            if pr.is_alive():
-                pr.kill()
-                pr.join()
-    start = min(r["t0"] for r in results)
-    wall = (max(r["t1"] for r in results) - start) / 1e9
-    files = sum(r["files"] for r in results)
-    nbytes = sum(r["bytes"] for r in results)
-    done = sorted(t for r in results for t in array.array("q", r["done"]))
-    # Seconds from the start until 10%, 50%, 90% and all of the files were read.
-    progress = {f"t{q}": (done[max(0, int(len(done) * q / 100) - 1)] - start) / 1e9
-                for q in (10, 50, 90, 100)} if done else {}
-    return {"wall": wall, "files": files, "bytes": nbytes, "progress": progress,
-            "start_ns": start, "done_ns": done,
-            "reader_read_bytes": sum(r["read_bytes"] for r in results),
-            "reader_cpu": sum(r["cpu"] for r in results),
-            "reader_cgroups": sorted({r["cgroup"] for r in results}),
-            "files_per_s": files / wall, "mb_per_s": nbytes / MB / wall}
 
 
 # ---------------------------------------------------------------- preparation
@@ -322,7 +189,7 @@ def prepare_disk(args, disk, src_files, src_bytes):
             shutil.copyfile(os.path.join(args.data, rel), d)
         os.sync()
         want["copy_seconds"] = time.monotonic() - t0
-    want["store_seconds"] = rb.timed([args.pcr, "build", data, store, "-q"], "pcr build")
+    want["store_seconds"] = timed([args.pcr, "build", data, store, "-q"], "pcr build")
     want["pcr_sha256"] = pcr_sha
     os.sync()
     with open(ready, "w") as f:
@@ -361,15 +228,15 @@ def one_epoch(args, facts, disk, cap, setup, order_seed):
     disk.cap(cap)
     try:
         if args.global_drop:
-            rb.drop_caches()
+            drop_caches()
         else:
             disk.drop_caches()  # remounts the loop file system: cold, and nobody else's caches
-        rb.warm_programs(args.program_files)
-        drops0 = drops_of_page_cache()
+        warm_programs(args.program_files)
+        drops0 = page_cache_drops()
         c0, d0, t0 = disk.charged_read_bytes(), disk.device_read_bytes(), time.monotonic()
         if level:
             opts = [f"scans={level}"] + args.pcrfs_opts + ([variant] if variant else [])
-            mount = rb.Mount([args.pcrfs, facts["store"], mnt, "-f", "-o", ",".join(opts)],
+            mount = Mount([args.pcrfs, facts["store"], mnt, "-f", "-o", ",".join(opts)],
                              mnt, log_path)
             if not disk.contains(mount.pid):
                 raise RuntimeError(f"pcrfs daemon {mount.pid} is in blkio cgroup "
@@ -378,7 +245,7 @@ def one_epoch(args, facts, disk, cap, setup, order_seed):
         else:
             root = facts["data"]
         t1 = time.monotonic()
-        mount_io = rb.proc_io(mount.pid)["read_bytes"] if mount else 0
+        mount_io = proc_io(mount.pid)["read_bytes"] if mount else 0
         rel = list_tree(root)
         t2 = time.monotonic()
         c1, d1 = disk.charged_read_bytes(), disk.device_read_bytes()
@@ -401,11 +268,12 @@ def one_epoch(args, facts, disk, cap, setup, order_seed):
             snap["c"], snap["d"] = disk.charged_read_bytes(), disk.device_read_bytes()
             snap["m"] = machine_cpu()
             if mount:
-                snap["dio"] = rb.proc_io(mount.pid)["read_bytes"]
-                snap["dcpu"] = rb.proc_cpu_seconds(mount.pid)
+                snap["dio"] = proc_io(mount.pid)["read_bytes"]
+                snap["dcpu"] = proc_cpu_seconds(mount.pid)
             sampler.start()
         try:
-            ep = run_epoch(root, order, args.readers, args.timeout, on_start)
+            ep = run_epoch(root, order, args.readers, args.timeout, on_start=on_start,
+                           cgroup=cgroup_of, timeline=True)
         finally:
             stop.set()
             if sampler.is_alive():
@@ -422,7 +290,7 @@ def one_epoch(args, facts, disk, cap, setup, order_seed):
                  setup_device_bytes=c1 - c0, setup_loop_bytes=d1 - d0,
                  device_bytes=c2 - snap["c"], loop_bytes=d2 - snap["d"],
                  machine_busy_cores=(m2[0] - m1[0]) / dt, machine_nice_cores=(m2[1] - m1[1]) / dt,
-                 foreign_drops=drops_of_page_cache() - drops0, load=loadavg())
+                 foreign_drops=page_cache_drops() - drops0, load=loadavg())
         r["device_mb_per_s"] = r["device_bytes"] / MB / r["wall"]
         r["cap_fraction"] = r["device_bytes"] / r["wall"] / cap if cap else None
         # The files/s the cap allows for the bytes this epoch read, were the throttle exact.
@@ -431,7 +299,7 @@ def one_epoch(args, facts, disk, cap, setup, order_seed):
         if any(cg != "/" + disk.cgroup_name for cg in r["reader_cgroups"]):
             raise RuntimeError(f"readers in blkio cgroups {r['reader_cgroups']}")
         if mount:
-            s = rb.daemon_snapshot(mount.pid)
+            s = daemon_snapshot(mount.pid)
             r.update(daemon_mount_read_bytes=mount_io,
                      daemon_read_bytes=s["read_bytes"] - snap["dio"],
                      daemon_cpu=s["cpu"] - snap["dcpu"], daemon_hwm=s["hwm"],
@@ -590,10 +458,6 @@ def targets(caps, setups, summ):
 
 
 # ---------------------------------------------------------------- report and plot
-
-def fmt_mb(b):
-    return f"{b / MB:,.1f}"
-
 
 def report(args, facts, caps, setups, summ, tg, probes, discarded, started, elapsed, load0,
            load1):
@@ -786,11 +650,7 @@ def plot(args, caps, setups, summ, tg, path):
     fig.suptitle(f"Cold epoch, {args.readers} readers, bandwidth-capped loop disk "
                  f"({len(summ[(caps[0], NATIVE)]['all_files_per_s'])}-round medians)",
                  fontsize=10)
-    fig.tight_layout()
-    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
-    fig.savefig(path)
-    plt.close(fig)
-    return os.path.getsize(path)
+    return save_figure(fig, path)
 
 
 # ---------------------------------------------------------------- main
@@ -842,6 +702,7 @@ def main():
     ap.add_argument("--plot", help="PNG (default docs/bwcap.png; "
                     f"{BENCH_ROOT}/bwcap_quick.png with --quick)")
     args = ap.parse_args()
+    warn_unless_bench_lock()
 
     if os.geteuid() != 0:
         fail("needs root (drop_caches, FUSE and loop mounts, cgroups)")
@@ -866,9 +727,9 @@ def main():
     started = time.time()
     load0 = loadavg()
     if not os.path.isdir(args.data):
-        rb.timed(["/usr/bin/python3", os.path.join(REPO, "tests/data/make_dataset.py"), args.data,
+        timed(["/usr/bin/python3", os.path.join(REPO, "tests/data/make_dataset.py"), args.data,
                   "--images", str(args.images), "--seed", "1"], "generating the dataset")
-    src_files, src_bytes = rb.walk_files(args.data)
+    src_files, src_bytes = walk_files(args.data)
     if not src_files:
         fail(f"no files under {args.data}")
     src_files.sort()
@@ -896,7 +757,7 @@ def main():
             f"this process, its reader processes and the pcrfs daemons are in the cgroup "
             f"(checked every epoch in /proc/PID/cgroup)")
         disk.join()
-        args.program_files = sorted(set(rb.program_files(args.pcrfs)))
+        args.program_files = sorted(set(program_files(args.pcrfs)))
         log(f"{len(src_files)} files ({src_bytes / MB:.1f} MB) on {disk.device}; caps "
             f"{[c / MB for c in args.caps]} MB/s + uncapped, levels {args.levels}, "
             f"{args.readers} readers, {args.repeat} round(s); load {load0}")
@@ -907,12 +768,8 @@ def main():
     tg = targets(caps, setups, summ)
     text, verdicts = report(args, facts, caps, setups, summ, tg, probes, discarded, started,
                             time.time() - started, load0, loadavg())
-    sys.stdout.write(text)
-    os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)
-    with open(args.out, "w") as f:
-        f.write(text)
-    with open(args.json, "w") as f:
-        json.dump({"args": {k: v for k, v in vars(args).items() if k != "program_files"},
+    write_results(text, args.out, args.json,
+                  {"args": {k: v for k, v in vars(args).items() if k != "program_files"},
                    "epochs": {f"{cap_name(c)} | {setup_name(s)}": v
                               for (c, s), v in epochs.items()},
                    "summary": {f"{cap_name(c)} | {setup_name(s)}": v
@@ -920,7 +777,7 @@ def main():
                    "targets": {f"{cap_name(c)} | {setup_name(st)}": v for (c, st), v in tg.items()},
                    "throttle_check": {cap_name(c): v for c, v in probes.items()},
                    "discarded_epochs": discarded},
-                  f, indent=1, default=str)
+                  json_default=str)
     size = plot(args, caps, setups, summ, tg, args.plot)
     log(f"results in {args.out} and {args.json}; plot {args.plot} ({size / 1024:.0f} KiB)")
 

@@ -19,15 +19,17 @@ import subprocess
 import sys
 import time
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-ROOT = os.path.dirname(os.path.dirname(HERE))
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from benchlib import (REPO, Mount, drop_caches, proc_status_kib,  # noqa: E402
+                      warn_unless_bench_lock, write_results)
+
 MIB = 1 << 20
 SIZES = {"f64M.bin": 64 * MIB, "f300M.bin": 300 * MIB, "f3G.bin": 3 * 1024 * MIB}
 CACHE_MIB = 256
 
 
 def tool(name, rel):
-    built = os.path.join(ROOT, "build", rel)
+    built = os.path.join(REPO, "build", rel)
     return built if os.path.exists(built) else name
 
 
@@ -48,30 +50,10 @@ def make_files(src):
         os.rename(path + ".tmp", path)
 
 
-def drop_caches():
-    subprocess.run(["sync"], check=True)
-    with open("/proc/sys/vm/drop_caches", "w") as f:
-        f.write("3\n")
-
-
 def timed_cat(path):
     t = time.monotonic()
     subprocess.run(["cat", path], stdout=subprocess.DEVNULL, check=True)
     return time.monotonic() - t
-
-
-def vmhwm_kib(pid):
-    with open(f"/proc/{pid}/status") as f:
-        for line in f:
-            if line.startswith("VmHWM:"):
-                return int(line.split()[1])
-    return 0
-
-
-def mounted(path):
-    path = os.path.realpath(path)
-    with open("/proc/self/mountinfo") as f:
-        return any(line.split()[4] == path for line in f)
 
 
 def main():
@@ -80,6 +62,7 @@ def main():
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--out", default=None, help="markdown results file (default DIR/results.md)")
     args = ap.parse_args()
+    warn_unless_bench_lock()
     src, store, mnt = (os.path.join(args.dir, x) for x in ("src", "store", "mnt"))
     make_files(src)
     version = subprocess.run([PCR, "--version"], capture_output=True, text=True).stdout.strip()
@@ -87,15 +70,9 @@ def main():
             os.path.getmtime(store) < os.path.getmtime(PCR):
         subprocess.run([PCR, "build", src, store, "--force", "--quiet", "--quality-sample", "0"],
                        check=True)
-    os.makedirs(mnt, exist_ok=True)
-    if mounted(mnt):
-        subprocess.run(["fusermount3", "-u", mnt])
-    daemon = subprocess.Popen([PCRFS, store, mnt, "-f", "-o", f"scans=1,cache_size={CACHE_MIB}M"])
+    daemon = Mount([PCRFS, store, mnt, "-f", "-o", f"scans=1,cache_size={CACHE_MIB}M"], mnt,
+                   os.path.join(args.dir, "pcrfs.log"))
     try:
-        while not mounted(mnt):
-            if daemon.poll() is not None:
-                sys.exit("pcrfs exited")
-            time.sleep(0.02)
         res = {n: {"native cold": [], "pcrfs cold": [], "native warm": [], "pcrfs warm": []}
                for n in SIZES}
         for r in range(args.rounds):
@@ -109,10 +86,9 @@ def main():
                     res[name][f"{who} warm"].append(timed_cat(path))
                 print(f"round {r + 1}: {name} " + ", ".join(
                     f"{k} {v[-1]:.2f}s" for k, v in res[name].items()), flush=True)
-        hwm = vmhwm_kib(daemon.pid)
+        hwm = proc_status_kib(daemon.pid, "VmHWM")
     finally:
-        subprocess.run(["fusermount3", "-u", mnt])
-        daemon.wait(timeout=30)
+        daemon.close()
     lines = [f"# Large files through the mount ({time.strftime('%Y-%m-%d %H:%M')}, {version}, "
              f"{args.rounds} rounds, medians, load {os.getloadavg()[0]:.2f})", "",
              "| file | native cold | pcrfs cold | ratio | target <= 1.5 | native warm | pcrfs warm | ratio |",
@@ -127,10 +103,7 @@ def main():
     budget = (CACHE_MIB + 64) * 1024
     lines += ["", f"Daemon peak RSS (VmHWM) over the whole run: {hwm / 1024:.1f} MiB "
               f"(target <= {CACHE_MIB} + 64 MiB: {'pass' if hwm <= budget else 'FAIL'})."]
-    text = "\n".join(lines) + "\n"
-    print(text)
-    with open(args.out or os.path.join(args.dir, "results.md"), "w") as f:
-        f.write(text)
+    write_results("\n".join(lines) + "\n", args.out or os.path.join(args.dir, "results.md"))
 
 
 if __name__ == "__main__":

@@ -80,8 +80,10 @@ import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
-from read_bench import (Mount, drop_caches, program_files, warm_programs,  # noqa: E402
-                        proc_cpu_seconds, proc_status_kib, walk_files)
+from benchlib import (BENCH_ROOT, MB, REPO, Mount, MiB, save_figure, write_results, drop_caches, fail,  # noqa: E402
+                      loadavg, log, page_cache_drops, proc_cpu_seconds, proc_status_kib,
+                      program_files, walk_files, warm_programs,
+                      warn_unless_bench_lock)
 
 import numpy as np  # noqa: E402
 import torch  # noqa: E402
@@ -90,28 +92,10 @@ from PIL import Image, features  # noqa: E402
 from torch.utils.data import DataLoader, default_collate  # noqa: E402
 from torchvision import datasets, transforms  # noqa: E402
 
-REPO = os.path.dirname(os.path.dirname(HERE))
-BENCH_ROOT = "/var/tmp/pcrfs-bench"
-MB = 1e6
-MiB = 1 << 20
-
 # Fields of the per-image info tensor a worker returns with each sample.
 F_READ, F_READ_CPU, F_DEC, F_DEC_CPU, F_TF, F_TF_CPU, F_BYTES, F_WORKER, F_PCPU, F_T_END, \
     F_T_INIT = range(11)
 NFIELDS = 11
-
-
-def log(msg):
-    print(f"[loader_bench {time.strftime('%H:%M:%S')}] {msg}", file=sys.stderr, flush=True)
-
-
-def fail(msg):
-    print(f"loader_bench: {msg}", file=sys.stderr)
-    sys.exit(2)
-
-
-def loadavg():
-    return " ".join(open("/proc/loadavg").read().split()[:3])
 
 
 # ---------------------------------------------------------------- the instrumented dataset
@@ -258,16 +242,6 @@ def charged_read_bytes(disk):
     return disk.charged_read_bytes() if disk.device else 0
 
 
-def cache_drops():
-    """How many times anyone wrote drop_caches (1 or 3) since boot (/proc/vmstat)."""
-    with open("/proc/vmstat") as f:
-        for line in f:
-            k, v = line.split()
-            if k == "drop_pagecache":
-                return int(v)
-    return 0
-
-
 def machine_busy_seconds():
     """CPU seconds all cores spent busy since boot (/proc/stat: everything but idle and iowait)."""
     with open("/proc/stat") as f:
@@ -370,7 +344,7 @@ def mount_level(args, facts, setup, disk):
 def measured_epoch(args, facts, disk, root, mount, seed, drops0=None):
     """One epoch with the device, cgroup and daemon counters around it. drops0: the
     drop_caches count from which a foreign cache drop would spoil the epoch (default: now)."""
-    drops0 = cache_drops() if drops0 is None else drops0
+    drops0 = page_cache_drops() if drops0 is None else drops0
     dev0, ch0 = device_read_bytes(disk), charged_read_bytes(disk)
     d0 = proc_cpu_seconds(mount.pid) if mount else 0.0
     busy0 = machine_busy_seconds()
@@ -378,7 +352,7 @@ def measured_epoch(args, facts, disk, root, mount, seed, drops0=None):
     busy = machine_busy_seconds() - busy0
     r["device_bytes"] = device_read_bytes(disk) - dev0
     r["charged_bytes"] = charged_read_bytes(disk) - ch0
-    r["foreign_drops"] = cache_drops() - drops0
+    r["foreign_drops"] = page_cache_drops() - drops0
     if mount:
         r["daemon_cpu_s"] = proc_cpu_seconds(mount.pid) - d0
         r["daemon_hwm"] = proc_status_kib(mount.pid, "VmHWM") * 1024
@@ -430,7 +404,7 @@ def warm_epochs(args, facts, disk, setups, seed):
     mounts, out = {}, {}
     try:
         roots = {}
-        drops0 = cache_drops()
+        drops0 = page_cache_drops()
         for s in setups:
             if s[0]:
                 mounts[s] = mount_level(args, facts, s, disk)
@@ -772,11 +746,7 @@ def plot(args, conds, setups, summ, dec, path):
     ax.set_ylabel("decode CPU ms per image")
     ax.set_title("PIL decode, 1 process, in memory", fontsize=9)
     ax.grid(axis="y", alpha=0.3)
-    fig.tight_layout()
-    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
-    fig.savefig(path, dpi=80)
-    plt.close(fig)
-    return os.path.getsize(path)
+    return save_figure(fig, path, dpi=80)
 
 
 # ---------------------------------------------------------------- main
@@ -826,6 +796,7 @@ def main():
     ap.add_argument("--plot", help="PNG plot (default docs/loader.png; "
                     f"{BENCH_ROOT}/loader_quick.png with --quick)")
     args = ap.parse_args()
+    warn_unless_bench_lock()
 
     if os.geteuid() != 0:
         fail("needs root (drop_caches, FUSE and loop mounts, cgroups)")
@@ -906,17 +877,14 @@ def main():
     load1 = loadavg()
     text = report(args, facts, conds, setups, res, summ, dec, started, time.time() - started, load0,
                   load1)
-    sys.stdout.write(text)
-    os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)
-    with open(args.out, "w") as f:
-        f.write(text)
-    with open(args.json, "w") as f:
-        json.dump({"args": {k: v for k, v in vars(args).items() if k != "program_files"},
+    write_results(text, args.out, args.json,
+                  {"args": {k: v for k, v in vars(args).items() if k != "program_files"},
                    "conditions": [cond_name(c) for c in conds],
                    "epochs": {f"{cond_name(c)} | {setup_name(s)}": v for (c, s), v in res.items()},
                    "summary": {f"{cond_name(c)} | {setup_name(s)}": v for (c, s), v in summ.items()},
                    "decode": {setup_name((k, "")): v for k, v in dec["levels"].items()},
-                   "l10_pixel_mismatches": dec["l10_pixel_mismatches"]}, f, indent=1, default=str)
+                   "l10_pixel_mismatches": dec["l10_pixel_mismatches"]},
+                  json_default=str)
     size = plot(args, conds, setups, summ, dec, args.plot)
     log(f"results in {args.out} and {args.json}; plot {args.plot} ({size / 1024:.0f} KiB)")
 

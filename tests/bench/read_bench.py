@@ -65,22 +65,21 @@ Results: markdown on stdout and in --out (default /var/tmp/pcrfs-bench/read_resu
 import argparse
 import collections
 import json
-import multiprocessing
 import os
 import platform
 import random
 import re
 import shutil
-import signal
 import statistics
 import subprocess
 import sys
 import time
 
-REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-BENCH_ROOT = "/var/tmp/pcrfs-bench"
-MiB = 1 << 20
-MB = 1e6
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from benchlib import (BENCH_ROOT, MB, REPO, Mount, MiB, daemon_snapshot,  # noqa: E402
+                      drop_caches, fail, find_tool, fmt_mb, loadavg, log, parse_size, proc_io,
+                      program_files, run_epoch, timed, verdict, walk_files, warm_programs,
+                      warn_unless_bench_lock, write_results)
 
 TARGET_NATIVE = 0.9
 TARGET_SQUASHFUSE = 2.0
@@ -88,262 +87,7 @@ TARGET_AMPLIFICATION = 1.1
 TARGET_RSS_BASE = 100 * MiB
 
 
-def log(msg):
-    print(f"[read_bench {time.strftime('%H:%M:%S')}] {msg}", file=sys.stderr, flush=True)
-
-
-def fail(msg):
-    print(f"read_bench: {msg}", file=sys.stderr)
-    sys.exit(2)
-
-
-def find_tool(build_rel, name):
-    p = os.path.join(REPO, "build", build_rel)
-    if os.access(p, os.X_OK):
-        return p
-    p = shutil.which(name)
-    if not p:
-        fail(f"{name} not found (build the project: ninja -C {REPO}/build)")
-    return p
-
-
-def parse_size(text):
-    m = re.fullmatch(r"(\d+)([KMGkmg]?)", text.strip())
-    if not m:
-        return None
-    return int(m.group(1)) * {"": 1, "k": 1 << 10, "m": 1 << 20, "g": 1 << 30}[m.group(2).lower()]
-
-
-# ---------------------------------------------------------------- /proc readers
-
-def proc_io(pid="self"):
-    out = {}
-    with open(f"/proc/{pid}/io") as f:
-        for line in f:
-            k, _, v = line.partition(":")
-            out[k.strip()] = int(v)
-    return out
-
-
-def proc_cpu_seconds(pid):
-    with open(f"/proc/{pid}/stat") as f:
-        fields = f.read().rsplit(")", 1)[1].split()
-    # fields[0] is field 3 (state); utime and stime are fields 14 and 15.
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-
-
-def proc_status_kib(pid, key):
-    with open(f"/proc/{pid}/status") as f:
-        for line in f:
-            if line.startswith(key + ":"):
-                return int(line.split()[1])
-    return 0
-
-
-def daemon_snapshot(pid):
-    return {"read_bytes": proc_io(pid)["read_bytes"], "cpu": proc_cpu_seconds(pid),
-            "hwm": proc_status_kib(pid, "VmHWM") * 1024, "rss": proc_status_kib(pid, "VmRSS") * 1024}
-
-
-def drop_caches():
-    os.sync()
-    with open("/proc/sys/vm/drop_caches", "w") as f:
-        f.write("3\n")
-
-
-def program_files(exe):
-    """The executable exe, its shared libraries (ldd), and every file this Python process maps."""
-    paths = {exe}
-    r = subprocess.run(["ldd", exe], capture_output=True, text=True)
-    for line in r.stdout.splitlines():
-        for tok in line.split():
-            if tok.startswith("/"):
-                paths.add(tok)
-    with open("/proc/self/maps") as f:
-        for line in f:
-            parts = line.split(None, 5)
-            if len(parts) == 6 and parts[5].startswith("/"):
-                paths.add(parts[5].strip())
-    return sorted(p for p in paths if os.path.isfile(p))
-
-
-def warm_programs(paths):
-    """Reads program files back into the page cache after a cache drop, so that a daemon's
-    (or a reader's) page faults on its own code are not counted as device bytes of the data.
-    A 10 MB pcrfs binary with debug info plus its libraries otherwise adds ~14 MB at mount."""
-    for p in paths:
-        try:
-            with open(p, "rb") as f:
-                while f.read(1 << 20):
-                    pass
-        except OSError:
-            pass
-
-
-# ---------------------------------------------------------------- readers
-
-def reader_main(paths, start_evt, conn, style="raw"):
-    try:
-        buf = bytearray(1 << 20)
-        mv = memoryview(buf)
-        io0 = proc_io()["read_bytes"]
-        start_evt.wait()
-        t0 = time.clock_gettime_ns(time.CLOCK_MONOTONIC)
-        nbytes = 0
-        for p in paths:
-            if style == "python":  # what PIL's Image.open(path) and torchvision's loader do:
-                with open(p, "rb") as f:  # open() calls isatty(): ioctl(TCGETS)
-                    while True:
-                        n = f.readinto(mv)
-                        if not n:
-                            break
-                        nbytes += n
-                continue
-            fd = os.open(p, os.O_RDONLY)
-            try:
-                while True:
-                    n = os.readv(fd, [mv])
-                    if n == 0:
-                        break
-                    nbytes += n
-            finally:
-                os.close(fd)
-        t1 = time.clock_gettime_ns(time.CLOCK_MONOTONIC)
-        io1 = proc_io()["read_bytes"]
-        conn.send({"ok": True, "t0": t0, "t1": t1, "files": len(paths), "bytes": nbytes,
-                   "read_bytes": io1 - io0})
-    except BaseException as e:  # report anything, including KeyboardInterrupt
-        conn.send({"ok": False, "error": f"{type(e).__name__}: {e}"})
-    finally:
-        conn.close()
-
-
-def run_epoch(root, rel_paths, readers, timeout, style="raw"):
-    """Reads every file under root once with `readers` processes; returns the epoch's numbers.
-    style "raw": os.open + readv + os.close; "python": open(path, "rb") + readinto."""
-    ctx = multiprocessing.get_context("fork")
-    start_evt = ctx.Event()
-    procs, conns = [], []
-    for i in range(readers):
-        parent, child = ctx.Pipe(duplex=False)
-        paths = [os.path.join(root, p) for p in rel_paths[i::readers]]
-        pr = ctx.Process(target=reader_main, args=(paths, start_evt, child, style), daemon=True)
-        pr.start()
-        child.close()
-        procs.append(pr)
-        conns.append(parent)
-    results = []
-    try:
-        time.sleep(0.05)  # let the readers reach the start line
-        start_evt.set()
-        deadline = time.monotonic() + timeout
-        for c in conns:
-            left = deadline - time.monotonic()
-            if left <= 0 or not c.poll(left):
-                raise TimeoutError(f"epoch under {root} took longer than {timeout} s")
-            r = c.recv()
-            if not r["ok"]:
-                raise RuntimeError(f"reader failed under {root}: {r['error']}")
-            results.append(r)
-    finally:
-        done = len(results) == len(procs)
-        for pr in procs:
-            pr.join(5 if done else 0)
-            if pr.is_alive():
-                pr.kill()
-                pr.join()
-    wall = (max(r["t1"] for r in results) - min(r["t0"] for r in results)) / 1e9
-    files = sum(r["files"] for r in results)
-    nbytes = sum(r["bytes"] for r in results)
-    return {"wall": wall, "files": files, "bytes": nbytes,
-            "reader_read_bytes": sum(r["read_bytes"] for r in results),
-            "files_per_s": files / wall, "mb_per_s": nbytes / MB / wall}
-
-
-# ---------------------------------------------------------------- mounts
-
-class Mount:
-    """A FUSE daemon run in the foreground as our child; unmounted and reaped in close()."""
-
-    def __init__(self, argv, mnt, log_path, timeout=30):
-        self.mnt = mnt
-        self.argv = argv
-        os.makedirs(mnt, exist_ok=True)
-        if os.path.ismount(mnt):
-            subprocess.run(["fusermount3", "-u", mnt], check=False)
-        self.log_path = log_path
-        self.log = open(log_path, "wb")
-        self.proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=self.log,
-                                     stderr=subprocess.STDOUT)
-        deadline = time.monotonic() + timeout
-        while not os.path.ismount(mnt):
-            if self.proc.poll() is not None:
-                self.log.close()
-                with open(log_path, errors="replace") as f:
-                    tail = f.read()[-2000:]
-                raise RuntimeError(f"{argv[0]} exited with {self.proc.returncode}: {tail}")
-            if time.monotonic() > deadline:
-                self.close()
-                raise TimeoutError(f"{' '.join(argv)}: not mounted after {timeout} s")
-            time.sleep(0.02)
-        self.pid = self.proc.pid
-
-    def log_offset(self):
-        self.log.flush()
-        return os.path.getsize(self.log_path)
-
-    def close(self):
-        if self.proc is None:
-            return
-        try:
-            for attempt in range(20):
-                if not os.path.ismount(self.mnt):
-                    break
-                r = subprocess.run(["fusermount3", "-u", self.mnt], capture_output=True)
-                if r.returncode == 0:
-                    break
-                time.sleep(0.25)
-            else:
-                log(f"{self.mnt} busy: lazy unmount")
-                subprocess.run(["fusermount3", "-uz", self.mnt], check=False)
-            try:
-                self.proc.wait(timeout=15)
-            except subprocess.TimeoutExpired:
-                self.proc.send_signal(signal.SIGTERM)
-                try:
-                    self.proc.wait(timeout=5)
-                except subprocess.TimeoutExpired:
-                    self.proc.kill()
-                    self.proc.wait()
-        finally:
-            self.proc = None
-            self.log.close()
-
-
 # ---------------------------------------------------------------- preparation
-
-def walk_files(root):
-    rel, total = [], 0
-    for dirpath, dirnames, filenames in os.walk(root):
-        dirnames.sort()
-        for name in sorted(filenames):
-            p = os.path.join(dirpath, name)
-            st = os.lstat(p)
-            if not os.path.isfile(p) or os.path.islink(p):
-                continue
-            rel.append(os.path.relpath(p, root))
-            total += st.st_size
-    return rel, total
-
-
-def timed(argv, what):
-    log(f"{what}: {' '.join(argv)}")
-    t0 = time.monotonic()
-    r = subprocess.run(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
-    if r.returncode != 0:
-        fail(f"{what} failed ({r.returncode}):\n{r.stdout.decode(errors='replace')[-3000:]}")
-    return time.monotonic() - t0
-
 
 def prepare(args):
     """Dataset, pcrfs store and squashfs image; returns facts for the report header."""
@@ -529,14 +273,6 @@ def count_requests(args, setup, level, rel, facts):
 
 # ---------------------------------------------------------------- report
 
-def fmt_mb(b):
-    return f"{b / MB:,.1f}"
-
-
-def verdict(ok):
-    return "PASS" if ok else "**FAIL**"
-
-
 def report(args, facts, rel, total_bytes, results, requests, started, elapsed, load0):
     L = []
     L.append("# pcrfs read benchmark")
@@ -546,7 +282,7 @@ def report(args, facts, rel, total_bytes, results, requests, started, elapsed, l
     L.append(f"- Date: {time.strftime('%Y-%m-%d %H:%M:%S', time.localtime(started))}, "
              f"run time {elapsed / 60:.1f} min; host: {platform.node()}, kernel {platform.release()}, "
              f"{os.cpu_count()} cores; load average at start {load0}, at end "
-             f"{' '.join(open('/proc/loadavg').read().split()[:3])}")
+             f"{loadavg()}")
     head = subprocess.run(["git", "-C", REPO, "log", "-1", "--format=%h %s"], capture_output=True,
                           text=True).stdout.strip()
     L.append(f"- pcrfs: `{args.pcrfs}` built {time.strftime('%Y-%m-%d %H:%M:%S', time.localtime(args.pcrfs_mtime))}"
@@ -722,6 +458,7 @@ def main():
     ap.add_argument("--out", default=f"{BENCH_ROOT}/read_results.md", help="results file")
     ap.add_argument("--json", help="also write every raw number to this JSON file")
     args = ap.parse_args()
+    warn_unless_bench_lock()
 
     if os.geteuid() != 0:
         fail("needs root (drop_caches and FUSE mounts)")
@@ -757,7 +494,7 @@ def main():
                 args.cache_bytes = parse_size(kv.split("=", 1)[1]) or args.cache_bytes
 
     started = time.time()
-    load0 = " ".join(open("/proc/loadavg").read().split()[:3])
+    load0 = loadavg()
     facts = prepare(args)
     rel, total_bytes = walk_files(args.data)
     if not rel:
@@ -793,13 +530,7 @@ def main():
 
     text = report(args, facts, rel, total_bytes, results, requests, started,
                   time.time() - started, load0)
-    sys.stdout.write(text)
-    os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)
-    with open(args.out, "w") as f:
-        f.write(text)
-    if args.json:
-        with open(args.json, "w") as f:
-            json.dump({"results": results, "requests": requests}, f, indent=1)
+    write_results(text, args.out, args.json, {"results": results, "requests": requests})
     log(f"results written to {args.out}")
 
 

@@ -40,6 +40,11 @@ sys.path.insert(0, os.path.join(REPO, "tests", "remote"))
 sys.path.insert(0, HERE)
 
 from remote_servers import NGINX, Nginx, S3Server, die_with_parent, stop_process  # noqa: E402
+import benchlib  # noqa: E402
+from benchlib import (count_label, drop_caches, fail, find_tool, loadavg, log,  # noqa: E402
+                      parse_count, timed, warn_unless_bench_lock, write_results)
+
+benchlib.FAIL_CODE = 1
 
 BENCH = "/var/tmp/pcrfs-bench"
 WORK = os.path.join(BENCH, "remote-work")
@@ -51,20 +56,6 @@ REGION = "us-east-1"
 MNT_PREFIX = "/tmp/remote-bench-mnt-"
 
 
-def log(msg):
-    print(f"[{time.strftime('%H:%M:%S')}] {msg}", file=sys.stderr, flush=True)
-
-
-def fail(msg):
-    print(f"remote_bench: {msg}", file=sys.stderr)
-    sys.exit(1)
-
-
-def loadavg():
-    with open("/proc/loadavg") as f:
-        return " ".join(f.read().split()[:3])
-
-
 def sh(*argv, **kw):
     p = subprocess.run(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, **kw)
     if p.returncode != 0:
@@ -72,41 +63,7 @@ def sh(*argv, **kw):
     return p.stdout
 
 
-def find_tool(rel, name, given):
-    if given:
-        return os.path.abspath(given)
-    for cand in (os.path.join(REPO, "build", rel), shutil.which(name)):
-        if cand and os.access(cand, os.X_OK):
-            return cand
-    fail(f"{name}: not built ({os.path.join(REPO, 'build', rel)}) and not on PATH")
-
-
-def drop_caches():
-    os.sync()
-    with open("/proc/sys/vm/drop_caches", "w") as f:
-        f.write("3\n")
-
-
-def parse_count(text):
-    t = text.strip().lower()
-    mult = {"k": 1000, "m": 1000000}.get(t[-1:], 1)
-    return int(float(t[:-1] if t[-1:] in "km" else t) * mult)
-
-
-def fmt_count(n):
-    return f"{n // 1000000}M" if n >= 1000000 and n % 1000000 == 0 else (
-        f"{n // 1000}k" if n % 1000 == 0 else str(n))
-
-
 # ----------------------------------------------------------------------------- data
-
-
-def timed(argv, what):
-    t0 = time.monotonic()
-    p = subprocess.run(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-    if p.returncode != 0:
-        fail(f"{what} failed: {p.stdout[-2000:]}")
-    return time.monotonic() - t0
 
 
 def walk_files(root):
@@ -139,7 +96,7 @@ def build_store(pcr, src, store):
 
 
 def prepare_dataset(args, pcr):
-    data = args.data or os.path.join(WORK, f"imagenet{fmt_count(args.images)}")
+    data = args.data or os.path.join(WORK, f"imagenet{count_label(args.images)}")
     if not args.data and not os.path.isdir(data):
         log(f"generating {args.images} images into {data}")
         timed(["nice", sys.executable, os.path.join(REPO, "tests", "data", "make_dataset.py"), data,
@@ -174,7 +131,7 @@ def prepare_index_stores(args, pcr, www):
     pool = [os.path.join(tiny, r) for r in walk_files(tiny)]
     out = {}
     for n in args.index_sizes:
-        name = f"idx{fmt_count(n)}"
+        name = f"idx{count_label(n)}"
         tree = os.path.join(WORK, name + "-src")
         if not os.path.exists(tree + ".done"):
             shutil.rmtree(tree, ignore_errors=True)
@@ -776,6 +733,10 @@ def measure_loader(env, names, cond, rounds):
 # ----------------------------------------------------------------------------- report
 
 
+def verdict(ok):
+    return benchlib.verdict(ok, fail_mark="FAIL")
+
+
 def median(xs):
     xs = sorted(x for x in xs if x is not None)
     if not xs:
@@ -791,10 +752,6 @@ def level_of(name):
 def served_bytes(ds, name):
     k = level_of(name)
     return ds["level_bytes"][k - 1] if k else ds["src_bytes"]
-
-
-def verdict(ok):
-    return "n/a" if ok is None else ("PASS" if ok else "FAIL")
 
 
 def f1(x, fmt="{:.1f}"):
@@ -1136,15 +1093,12 @@ def inner_main(args):
     meta["elapsed"] = time.monotonic() - t_start
     summ = summarize(results)
     text = report(args, meta, ds, conds, summ, local, idx_res, loader_res, proxy_chk, caps_meas)
-    print(text)
-    with open(args.out, "w") as f:
-        f.write(text)
-    with open(os.path.splitext(args.out)[0] + ".json", "w") as f:
-        json.dump({"meta": meta, "args": vars(args), "results": results, "local": local,
+    write_results(text, args.out, os.path.splitext(args.out)[0] + ".json",
+                  {"meta": meta, "args": vars(args), "results": results, "local": local,
                    "index": idx_res, "loader": loader_res, "proxy_check": proxy_chk,
                    "caps_measured": caps_meas,
                    "dataset": {k: v for k, v in ds.items() if k != "files"},
-                   "files": len(ds["files"])}, f, indent=1, default=str)
+                   "files": len(ds["files"])}, json_default=str)
     if args.plot:
         plot(args, ds, conds, summ, loader_res, args.plot)
         log(f"plot: {args.plot}")
@@ -1196,6 +1150,8 @@ def main():
     if args.loader_child:
         loader_child(args.loader_child, args.loader_images, args.seed, args.loader_workers)
         return 0
+    if not getattr(args, INNER_FLAG.lstrip("-").replace("-", "_")):
+        warn_unless_bench_lock()
     if args.quick:
         args.images = 500 if args.images == 2000 else args.images
         args.caps = "100" if args.caps == "100,1000" else args.caps

@@ -24,8 +24,9 @@ import tempfile
 import time
 import urllib.request
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-REPO = os.path.dirname(os.path.dirname(HERE))
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from benchlib import REPO, warn_unless_bench_lock  # noqa: E402
+
 sys.path.insert(0, os.path.join(REPO, "tests", "e2e"))
 sys.path.insert(0, os.path.join(REPO, "tests", "remote"))
 
@@ -37,6 +38,7 @@ def main():
                     os.path.join(REPO, "build", "mount-tools", "pcr"))
     ap.add_argument("--repeat", type=int, default=3)
     args = ap.parse_args()
+    warn_unless_bench_lock()
     os.environ["PCR"] = args.pcr
     from pcrtest import photo, remote_env, run, save_jpeg, store_bytes
     from remote_servers import FaultProxy, Nginx, S3Server

@@ -30,7 +30,7 @@ and the sizes: store, index.lmdb, records, index bytes per entry (entries = file
 from `pcr inspect --json`), squashfs image, native tree (du, apparent and allocated).
 
 Measurements per size N, every "cold" one after sync + drop_caches, the programs' own files read
-back into the page cache (read_bench.warm_programs), and a fresh mount; only one of our mounts is
+back into the page cache (benchlib.warm_programs), and a fresh mount; only one of our mounts is
 up at a time:
   mount     `pcrfs STORE MNT` (background mode, as a user types it) timed from exec until a stat
             of MNT/scan1 answers, and until the command returned; cold, then warm (unmount and
@@ -45,7 +45,7 @@ up at a time:
   stat      --stat-files random files (seeded), os.stat each, per-call latency (perf_counter_ns),
             cold (fresh mount, nothing listed before) and warm (same files again); p50/p99/mean
             µs; daemon CPU per LOOKUP = daemon CPU of the cold pass / distinct path components.
-  read      --read-files random files read whole (read_bench.run_epoch, 1 reader) at each of
+  read      --read-files random files read whole (benchlib.run_epoch, 1 reader) at each of
             --levels through MNT/scanK, cold and warm; files/s, µs/file, daemon CPU µs/file,
             bytes served and device bytes (daemon /proc/PID/io read_bytes) per file; native too.
   memory    one ladder mount through a sequence: after mount (and a first stat), after a find of
@@ -87,16 +87,13 @@ import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
-import read_bench  # noqa: E402
-from read_bench import (Mount, program_files, warm_programs,  # noqa: E402
-                        proc_io, proc_cpu_seconds, proc_status_kib, find_tool, run_epoch)
+import benchlib  # noqa: E402
+from benchlib import (BENCH_ROOT, MB, REPO, Mount, MiB, count_label, fail,  # noqa: E402
+                      find_tool, loadavg, log, parse_count, proc_cpu_seconds, proc_io, proc_status_kib,
+                      program_files, run_epoch, verdict, vmstat, warm_programs,
+                      warn_unless_bench_lock, write_results)
 
-REPO = os.path.dirname(os.path.dirname(HERE))
-BENCH_ROOT = "/var/tmp/pcrfs-bench"
 FULL = 1_000_000
-MiB = 1 << 20
-MB = 1e6
-
 TARGET_MOUNT_S = 1.0
 TARGET_FIND_NATIVE = 2.0
 TARGET_RSS = 100 * MiB
@@ -104,30 +101,6 @@ TARGET_RSS_FLAT = 1.5
 
 DATASET_ARGS = ["--images", str(FULL), "--classes", "1000", "--short-side", "64:96",
                 "--splits", "train", "--split-fractions", "1"]
-
-
-def log(msg):
-    print(f"[scale_bench {time.strftime('%H:%M:%S')}] {msg}", file=sys.stderr, flush=True)
-
-
-def fail(msg):
-    print(f"scale_bench: {msg}", file=sys.stderr)
-    sys.exit(2)
-
-
-def parse_count(text):
-    m = re.fullmatch(r"(\d+(?:\.\d+)?)([kKmM]?)", text.strip())
-    if not m:
-        raise argparse.ArgumentTypeError(f"bad size {text!r} (e.g. 10k, 100k, 1m)")
-    return int(round(float(m.group(1)) * {"": 1, "k": 1e3, "m": 1e6}[m.group(2).lower()]))
-
-
-def label(n):
-    if n % 1_000_000 == 0:
-        return f"{n // 1_000_000}M"
-    if n % 1000 == 0:
-        return f"{n // 1000}k"
-    return str(n)
 
 
 # ---------------------------------------------------------------- /proc and small helpers
@@ -161,19 +134,10 @@ _OWN_DROPS = 0
 WARNINGS = []
 
 
-def vmstat(key):
-    with open("/proc/vmstat") as f:
-        for line in f:
-            k, v = line.split()
-            if k == key:
-                return int(v)
-    return 0
-
-
 def drop_caches():
     global _OWN_DROPS
     _OWN_DROPS += 1
-    read_bench.drop_caches()
+    benchlib.drop_caches()
 
 
 def foreign_drops():
@@ -289,7 +253,7 @@ def dataset_for(args, n):
     if n == FULL and not args.superset:
         ensure_full(args)
         return args.data
-    dst = os.path.join(BENCH_ROOT, f"tiny{label(n).lower()}")
+    dst = os.path.join(BENCH_ROOT, f"tiny{count_label(n).lower()}")
     if os.path.isdir(dst):
         return dst
     src = args.superset
@@ -318,7 +282,7 @@ def prepare_size(args, n):
     rebuilt when the pcr binary changed since (unless --keep-builds); the squashfs image is
     kept."""
     src = dataset_for(args, n)
-    tag = f"tiny{label(n).lower()}"
+    tag = f"tiny{count_label(n).lower()}"
     store = os.path.join(args.work, tag + ".pcrstore")
     sqfs = os.path.join(args.work, tag + ".sqfs")
     facts_path = os.path.join(args.work, tag + ".facts.json")
@@ -331,10 +295,10 @@ def prepare_size(args, n):
     need_store = not (old.get("build") and os.path.exists(os.path.join(store, "manifest.json")))
     if not need_store and old["built_with"]["pcr_mtime"] != os.path.getmtime(args.pcr):
         if args.keep_builds:
-            log(f"{label(n)}: {args.pcr} changed since the store was built; reusing it "
+            log(f"{count_label(n)}: {args.pcr} changed since the store was built; reusing it "
                 "(--keep-builds)")
         else:
-            log(f"{label(n)}: {args.pcr} changed since the store was built: rebuilding it "
+            log(f"{count_label(n)}: {args.pcr} changed since the store was built: rebuilding it "
                 "(--keep-builds to reuse it)")
             need_store = True
     need_sqfs = not (old.get("mksquashfs") and os.path.exists(sqfs))
@@ -347,7 +311,7 @@ def prepare_size(args, n):
         drop_caches()
         warm_programs(args.program_files)
         argv = [args.pcr, "build", src, store, "-q"] + shlex.split(args.pcr_args)
-        log(f"{label(n)}: {' '.join(argv)} (source cold)")
+        log(f"{count_label(n)}: {' '.join(argv)} (source cold)")
         b = run_rusage(argv, os.path.join(args.work, tag + ".build.log"), args.build_timeout)
         if b["rc"] != 0:
             fail(f"pcr build failed ({b['rc']}), see {tag}.build.log in {args.work}")
@@ -375,7 +339,7 @@ def prepare_size(args, n):
         drop_caches()
         warm_programs(args.program_files)
         argv = ["mksquashfs", src, sqfs, "-noappend", "-no-progress", "-quiet"]
-        log(f"{label(n)}: {' '.join(argv)} (source cold)")
+        log(f"{count_label(n)}: {' '.join(argv)} (source cold)")
         sq = run_rusage(argv, os.path.join(args.work, tag + ".mksquashfs.log"), args.build_timeout)
         if sq["rc"] != 0:
             fail(f"mksquashfs failed ({sq['rc']})")
@@ -489,7 +453,7 @@ class Setups:
         self.top = rel[0].split(os.sep)[0]
         self.mnt_pcrfs = os.path.join(args.work, "mnt-pcrfs")
         self.mnt_sq = os.path.join(args.work, "mnt-squashfuse")
-        tag = f"tiny{label(facts['n']).lower()}"
+        tag = f"tiny{count_label(facts['n']).lower()}"
         self.log_base = os.path.join(args.work, tag)
 
     def open(self, setup, extra=()):
@@ -537,7 +501,7 @@ def measure_mounts(args, S):
                 out[setup][phase + "_returned"].append(ret)
                 log(f"  mount {setup} {phase}: returned {ret * 1e3:.0f} ms, stat answered "
                     f"{ans * 1e3:.0f} ms")
-            watch_end(f"{label(S.facts['n'])} mount {setup} round {rnd + 1}", f0)
+            watch_end(f"{count_label(S.facts['n'])} mount {setup} round {rnd + 1}", f0)
     for setup in out:
         for k in list(out[setup]):
             out[setup][k + "_median"] = med(out[setup][k])
@@ -587,7 +551,7 @@ def measure_find(args, S, variants):
             finally:
                 if m:
                     m.close()
-            watch_end(f"{label(n)} find {name} round {rnd + 1}", f0)
+            watch_end(f"{count_label(n)} find {name} round {rnd + 1}", f0)
             res[name]["cold"].append(c)
             res[name]["warm"].append(w)
             log(f"  find {name}: cold {c['s']:.2f} s (slab +{c['slab_delta'] / MiB:.0f} MiB), "
@@ -649,7 +613,7 @@ def measure_stat(args, S, sample):
         finally:
             if m:
                 m.close()
-        watch_end(f"{label(S.facts['n'])} stat {setup}", f0)
+        watch_end(f"{count_label(S.facts['n'])} stat {setup}", f0)
         res[setup] = {"cold": c, "warm": w}
         log(f"  stat {setup}: cold p50 {c['p50_us']:.1f} µs p99 {c['p99_us']:.0f} µs, warm p50 "
             f"{w['p50_us']:.1f} µs")
@@ -691,7 +655,7 @@ def measure_read(args, S, sample):
             if m:
                 m.close()
         key = f"L{level}" if level else "native"
-        watch_end(f"{label(S.facts['n'])} read {key}", f0)
+        watch_end(f"{count_label(S.facts['n'])} read {key}", f0)
         res[key] = {"cold": read_numbers(c, files, d0, d1), "warm": read_numbers(w, files, d1, d2)}
         if m:
             res[key]["mem"] = d2
@@ -720,7 +684,7 @@ def measure_memory(args, S, stat_sample, read_sample):
                           slab_bytes()))
     finally:
         m.close()
-    watch_end(f"{label(n)} memory sequence", f0)
+    watch_end(f"{count_label(n)} memory sequence", f0)
     for name, mem, _ in steps:
         log(f"  memory {name}: VmRSS {mem['VmRSS'] / MiB:.1f} MiB (anon {mem['RssAnon'] / MiB:.1f}"
             f", file {mem['RssFile'] / MiB:.1f}), VmHWM {mem['VmHWM'] / MiB:.1f} MiB")
@@ -739,25 +703,21 @@ def measure_size(args, facts, variants):
     read_sample = random.Random(args.seed + 1).sample(rel, min(args.read_files, n))
     del rel
     out = {"n": n}
-    log(f"{label(n)}: mount times ({args.repeats} rounds)")
+    log(f"{count_label(n)}: mount times ({args.repeats} rounds)")
     out["mount"] = measure_mounts(args, S)
-    log(f"{label(n)}: find ({args.find_repeats} rounds)")
+    log(f"{count_label(n)}: find ({args.find_repeats} rounds)")
     out["find"] = measure_find(args, S, variants)
-    log(f"{label(n)}: stat of {len(stat_sample):,} random files")
+    log(f"{count_label(n)}: stat of {len(stat_sample):,} random files")
     out["stat"] = measure_stat(args, S, stat_sample)
-    log(f"{label(n)}: read of {len(read_sample):,} random files at levels {args.levels}")
+    log(f"{count_label(n)}: read of {len(read_sample):,} random files at levels {args.levels}")
     out["read"] = measure_read(args, S, read_sample)
-    log(f"{label(n)}: memory sequence")
+    log(f"{count_label(n)}: memory sequence")
     out["memory"] = measure_memory(args, S, stat_sample, read_sample)
     out["seconds"] = time.monotonic() - t0
     return out
 
 
 # ---------------------------------------------------------------- report
-
-def verdict(ok):
-    return "PASS" if ok else "**FAIL**"
-
 
 def fnum(x, nd=0):
     if x is None or (isinstance(x, float) and math.isnan(x)):
@@ -785,18 +745,18 @@ def peak_anon(r):
 def report(args, facts_by_n, results, variants, started, elapsed, load0):
     L = []
     ns = [r["n"] for r in results]
-    labels = [label(n) for n in ns]
+    labels = [count_label(n) for n in ns]
     L.append("# pcrfs scale benchmark")
     L.append("")
     head = args.head
-    fresh = [label(n) for n in ns if facts_by_n[n].get("fresh_build")]
+    fresh = [count_label(n) for n in ns if facts_by_n[n].get("fresh_build")]
     L.append(f"- Date: {time.strftime('%Y-%m-%d %H:%M:%S', time.localtime(started))}, "
              f"measurements {elapsed / 60:.1f} min, builds "
              + (f"made in this run ({', '.join(fresh)})" if fresh else "reused from earlier runs")
              + f"; host {platform.node()}, "
              f"kernel {platform.release()}, {os.cpu_count()} cores, "
              f"{meminfo_kib()['MemTotal'] / 2**20:.0f} GiB RAM; load average at start {load0}, "
-             f"at end {' '.join(open('/proc/loadavg').read().split()[:3])}")
+             f"at end {loadavg()}")
     L.append(f"- pcrfs `{args.pcrfs}` built "
              f"{time.strftime('%Y-%m-%d %H:%M:%S', time.localtime(args.pcrfs_mtime))}"
              f", pcr `{args.pcr}`, repository at `{head[:90]}`"
@@ -804,7 +764,7 @@ def report(args, facts_by_n, results, variants, started, elapsed, load0):
     L.append(f"- pcrfs options: `{','.join(args.pcrfs_opts) or '(defaults)'}`; find variants: "
              + ", ".join(f"`{name}`" for name, _ in variants))
     L.append("- Datasets: " + "; ".join(
-        f"{label(n)}: `{facts_by_n[n]['src']}`" for n in ns)
+        f"{count_label(n)}: `{facts_by_n[n]['src']}`" for n in ns)
         + " (train/<class>/<class>_<index>.JPEG, 1,000 classes, short side 64-96 px)")
     L.append(f"- Method: see the docstring of tests/bench/scale_bench.py. Cold = sync + "
              f"drop_caches + program files re-read + fresh mount. Mount: {args.repeats} rounds, "
@@ -826,7 +786,7 @@ def report(args, facts_by_n, results, variants, started, elapsed, load0):
     L.append("|--:|:-:|" + ":-:|" * len(variants) + ":-:|")
     for r in results:
         fd = r["find"]
-        cells = [label(r["n"]), f"{r['mount']['pcrfs']['cold_median'] * 1e3:,.0f} ms "
+        cells = [count_label(r["n"]), f"{r['mount']['pcrfs']['cold_median'] * 1e3:,.0f} ms "
                  + verdict(r["mount"]["pcrfs"]["cold_median"] < TARGET_MOUNT_S)]
         for name, _ in variants:
             v = []
@@ -858,7 +818,7 @@ def report(args, facts_by_n, results, variants, started, elapsed, load0):
     for n in ns:
         f = facts_by_n[n]
         b, s = f["build"], f["mksquashfs"]
-        L.append(f"| {label(n)} | {b['wall']:.1f} | {n / b['wall']:,.0f} | {b['cpu']:.1f} | "
+        L.append(f"| {count_label(n)} | {b['wall']:.1f} | {n / b['wall']:,.0f} | {b['cpu']:.1f} | "
                  f"{b['maxrss'] / MiB:.0f} | {s['wall']:.1f} | {s['cpu']:.1f} | "
                  f"{s['maxrss'] / MiB:.0f} | {f['native_apparent'] / MB:,.1f} / "
                  f"{f['native_du'] / MB:,.1f} | {f['store_bytes'] / MB:,.1f} | "
@@ -866,7 +826,7 @@ def report(args, facts_by_n, results, variants, started, elapsed, load0):
                  f"{f['index_bytes'] / f['inspect']['entries']:.0f} | {f['sqfs_bytes'] / MB:,.1f} |")
     L.append("")
     L.append("Builds: " + "; ".join(
-        f"{label(n)} built {facts_by_n[n]['built_with']['date']} (load "
+        f"{count_label(n)} built {facts_by_n[n]['built_with']['date']} (load "
         f"{' '.join(facts_by_n[n]['built_with']['load'])})"
         + (" **by an older pcr binary**" if facts_by_n[n]["built_with"]["pcr_mtime"]
            != getattr(args, "pcr_mtime", facts_by_n[n]["built_with"]["pcr_mtime"]) else "")
@@ -884,7 +844,7 @@ def report(args, facts_by_n, results, variants, started, elapsed, load0):
     for r in results:
         m = r["mount"]
         c = m["pcrfs"]["cold_median"]
-        L.append(f"| {label(r['n'])} | {c * 1e3:,.0f} | {m['pcrfs']['warm_median'] * 1e3:,.0f} | "
+        L.append(f"| {count_label(r['n'])} | {c * 1e3:,.0f} | {m['pcrfs']['warm_median'] * 1e3:,.0f} | "
                  f"{m['pcrfs']['cold_returned_median'] * 1e3:,.0f} | "
                  f"{m['squashfuse']['cold_median'] * 1e3:,.0f} | "
                  f"{m['squashfuse']['warm_median'] * 1e3:,.0f} | {verdict(c < TARGET_MOUNT_S)} |")
@@ -901,7 +861,7 @@ def report(args, facts_by_n, results, variants, started, elapsed, load0):
         fd = r["find"]
         nat, sq = fd["native"], fd["squashfuse"]
         for name, v in fd.items():
-            cells = [label(r["n"]), name, f"{v['cold_s']:.2f}", f"{v['warm_s']:.2f}",
+            cells = [count_label(r["n"]), name, f"{v['cold_s']:.2f}", f"{v['warm_s']:.2f}",
                      f"{v['cold_slab_delta'] / MiB:,.0f}",
                      f"{v['cold_slab_delta'] / r['n']:,.0f}",
                      (f"{v['cold_daemon_cpu']:.2f} / {v['warm_daemon_cpu']:.2f}"
@@ -935,7 +895,7 @@ def report(args, facts_by_n, results, variants, started, elapsed, load0):
     for r in results:
         for setup in ("native", "squashfuse", "pcrfs"):
             c, w = r["stat"][setup]["cold"], r["stat"][setup]["warm"]
-            L.append(f"| {label(r['n'])} | {setup} | {c['p50_us']:.1f} | {c['p99_us']:.0f} | "
+            L.append(f"| {count_label(r['n'])} | {setup} | {c['p50_us']:.1f} | {c['p99_us']:.0f} | "
                      f"{c['mean_us']:.1f} | {w['p50_us']:.1f} | {w['p99_us']:.1f} | "
                      f"{w['mean_us']:.1f} | {c.get('lookups', '-')} | "
                      f"{fnum(c.get('daemon_cpu_us_per_lookup'), 1)} |")
@@ -951,7 +911,7 @@ def report(args, facts_by_n, results, variants, started, elapsed, load0):
         share = min(args.read_files, r["n"]) / r["n"]
         for key, v in r["read"].items():
             c, w = v["cold"], v["warm"]
-            L.append(f"| {label(r['n'])} | {share:.0%} | "
+            L.append(f"| {count_label(r['n'])} | {share:.0%} | "
                      f"{'pcrfs ' + key if key != 'native' else key} | "
                      f"{c['files_per_s']:,.0f} | {c['us_per_file']:,.0f} | "
                      f"{fnum(c.get('daemon_cpu_us_per_file'), 0)} | "
@@ -973,7 +933,7 @@ def report(args, facts_by_n, results, variants, started, elapsed, load0):
              f"peak < {TARGET_RSS / MiB:.0f} MiB |")
     L.append("|--:|" + "--:|" * (len(steps) + 2) + ":-:|")
     for r in results:
-        cells = [label(r["n"])]
+        cells = [count_label(r["n"])]
         for s in r["memory"]:
             mm = s["mem"]
             cells.append(f"{mm['VmRSS'] / MiB:.1f} ({mm['RssAnon'] / MiB:.1f} + "
@@ -1039,7 +999,7 @@ def report(args, facts_by_n, results, variants, started, elapsed, load0):
     for n in ns:
         f = facts_by_n[n]
         lb = f["level_bytes"]
-        L.append(f"| {label(n)} | " + " | ".join(f"{b / n:,.0f}" for b in lb)
+        L.append(f"| {count_label(n)} | " + " | ".join(f"{b / n:,.0f}" for b in lb)
                  + f" | {f['inspect']['source_bytes'] / n:,.0f} |")
     L.append("")
     return "\n".join(L) + "\n"
@@ -1062,7 +1022,7 @@ def plot(data, path):
         ax.set_xscale("log")
         ax.set_yscale("log")
         ax.set_xticks(ns)
-        ax.set_xticklabels([label(n) for n in ns])
+        ax.set_xticklabels([count_label(n) for n in ns])
         ax.minorticks_off()
         ax.set_xticks(ns)
         ax.set_title(title, fontsize=10)
@@ -1143,11 +1103,11 @@ def plot(data, path):
     for j, r in enumerate(results):
         col = cmap(j / max(1, len(results) - 1) * 0.85)
         ax.plot(levels, [r["read"][f"L{k}"]["cold"]["us_per_file"] for k in levels], "o-",
-                c=col, label=f"{label(r['n'])} cold")
+                c=col, label=f"{count_label(r['n'])} cold")
         ax.plot(levels, [r["read"][f"L{k}"]["warm"]["us_per_file"] for k in levels], "o:",
-                c=col, label=f"{label(r['n'])} warm")
+                c=col, label=f"{count_label(r['n'])} warm")
         ax.plot(levels, [r["read"][f"L{k}"]["cold"]["daemon_cpu_us_per_file"] for k in levels],
-                "x--", c=col, alpha=0.6, label=f"{label(r['n'])} daemon CPU (cold)")
+                "x--", c=col, alpha=0.6, label=f"{count_label(r['n'])} daemon CPU (cold)")
         nat = r["read"]["native"]
         ax.axhline(nat["cold"]["us_per_file"], c=col, lw=0.7, ls="-.", alpha=0.7)
     ax.set_yscale("log")
@@ -1164,10 +1124,10 @@ def plot(data, path):
         col = cmap(j / max(1, len(ns) - 1) * 0.85)
         f = facts[n]
         ax.plot(range(1, 11), [b / n for b in f["level_bytes"]], "o-", c=col,
-                label=f"{label(n)} served (manifest)")
+                label=f"{count_label(n)} served (manifest)")
         r = results[j]
         ax.plot(levels, [r["read"][f"L{k}"]["cold"]["device_bytes_per_file"] for k in levels],
-                "x--", c=col, label=f"{label(n)} device (cold)")
+                "x--", c=col, label=f"{count_label(n)} device (cold)")
         ax.axhline(f["inspect"]["source_bytes"] / n, c=col, lw=0.7, ls="-.")
     ax.set_yscale("log")
     ax.set_xticks(range(1, 11))
@@ -1178,7 +1138,7 @@ def plot(data, path):
     ax.tick_params(labelsize=8)
     ax.legend(fontsize=6)
 
-    fig.suptitle(f"pcrfs at {', '.join(label(n) for n in ns)} files: small JPEGs, 1,000 classes "
+    fig.suptitle(f"pcrfs at {', '.join(count_label(n) for n in ns)} files: small JPEGs, 1,000 classes "
                  f"({data.get('date', '')}, {data.get('commit', '')[:7]})", fontsize=11)
     fig.tight_layout()
     fig.savefig(path, dpi=72)
@@ -1289,9 +1249,10 @@ def main():
     else:
         variants = [("pcrfs", ())]
 
+    warn_unless_bench_lock()
     started = time.time()
-    load0 = " ".join(open("/proc/loadavg").read().split()[:3])
-    log(f"sizes {[label(n) for n in sizes]}, pcrfs {args.pcrfs}, find variants "
+    load0 = loadavg()
+    log(f"sizes {[count_label(n) for n in sizes]}, pcrfs {args.pcrfs}, find variants "
         f"{[v[0] for v in variants]}")
     facts_by_n = {}
     for n in sizes:
@@ -1304,10 +1265,6 @@ def main():
     args.warnings = WARNINGS
 
     text = report(args, facts_by_n, results, variants, t_measure, elapsed, load0)
-    sys.stdout.write(text)
-    os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)
-    with open(args.out, "w") as f:
-        f.write(text)
     commit = subprocess.run(["git", "-C", REPO, "rev-parse", "HEAD"], capture_output=True,
                             text=True).stdout.strip()
     data = {"date": time.strftime("%Y-%m-%d", time.localtime(started)), "commit": commit,
@@ -1318,8 +1275,7 @@ def main():
                 "pcrfs", "pcrfs_mtime", "pcr_mtime", "head", "warnings", "pcr", "dirty", "pcrfs_opts", "repeats", "find_repeats", "stat_files",
                 "read_files", "seed", "levels")},
             "run_seconds": time.time() - started, "measure_seconds": elapsed}
-    with open(args.json, "w") as f:
-        json.dump(data, f, indent=1)
+    write_results(text, args.out, args.json, data)
     plot(data, args.plot)
     log(f"results written to {args.out} and {args.json}; total "
         f"{(time.time() - started) / 60:.1f} min")
