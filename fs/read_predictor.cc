@@ -10,7 +10,7 @@ void ReadPredictor::OnRead(const index::Entry& e, int level) {
   const std::pair<uint64_t, int> key{e.parent, level};
   bool known = false;
   {
-    std::lock_guard<std::mutex> l(mu_);
+    MutexLock l(&mu_);
     auto it = dirs_.find(key);
     known = it != dirs_.end() && it->second.num_children > 0;
   }
@@ -23,7 +23,7 @@ void ReadPredictor::OnRead(const index::Entry& e, int level) {
   }
   uint64_t plan_first = 0, plan_count = 0;
   {
-    std::lock_guard<std::mutex> l(mu_);
+    MutexLock l(&mu_);
     DirAccess& d = dirs_[key];
     if (d.num_children == 0) {
       d.first_child = first_child;

@@ -18,9 +18,9 @@
 
 #include <cstdint>
 #include <map>
-#include <mutex>
 #include <utility>
 
+#include "common/mutex.h"
 #include "fs/record_scheduler.h"
 #include "index/store.h"
 
@@ -60,8 +60,8 @@ class ReadPredictor {
   const index::Store& store_;
   RecordScheduler& scheduler_;
   const Options options_;
-  std::mutex mu_;
-  std::map<std::pair<uint64_t, int>, DirAccess> dirs_;  // GUARDED_BY(mu_); by (dir, level)
+  Mutex mu_;
+  std::map<std::pair<uint64_t, int>, DirAccess> dirs_ GUARDED_BY(mu_);  // by (dir, level)
 };
 
 }  // namespace pcrfs::fs

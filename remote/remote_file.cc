@@ -110,7 +110,7 @@ void RemoteFile::Submit(const std::vector<std::shared_ptr<Fetch>>& started, bool
                                    : r.error();
           if (s.ok() && cache) cache->Insert(id, f->offset, f->bytes, background);
           {
-            std::lock_guard<std::mutex> l(shared->mu);
+            MutexLock l(&shared->mu);
             auto it = shared->pending.find(f->offset);
             if (it != shared->pending.end() && it->second == f) shared->pending.erase(it);
           }
@@ -132,7 +132,7 @@ Status RemoteFile::Read(uint64_t offset, size_t n, uint8_t* dst) const {
   std::vector<std::shared_ptr<Fetch>> fetches, started;
   std::vector<RangeCache::Range> arrived;
   {
-    std::lock_guard<std::mutex> l(shared_->mu);
+    MutexLock l(&shared_->mu);
     // A fetch that ended after Copy put its bytes in the cache before it left `pending`: those
     // are copied below, not fetched a second time (this race cost 2-10% extra origin bytes).
     missing = StillMissingLocked(missing, &arrived);
@@ -176,7 +176,7 @@ void RemoteFile::Prefetch(uint64_t offset, uint64_t n) const {
   std::vector<std::shared_ptr<Fetch>> fetches, started;
   {
     // Looked up under the lock, so a fetch ending meanwhile is either cached or still pending.
-    std::lock_guard<std::mutex> l(shared_->mu);
+    MutexLock l(&shared_->mu);
     CoverLocked(cache_->Missing(cache_id_, offset, n), &fetches, &started);
   }
   Submit(started, /*background=*/false);
@@ -191,7 +191,7 @@ Status RemoteFile::Warm(uint64_t offset, uint64_t n, std::vector<uint8_t>* scrat
   }
   std::vector<std::shared_ptr<Fetch>> fetches, started;
   {
-    std::lock_guard<std::mutex> l(shared_->mu);
+    MutexLock l(&shared_->mu);
     CoverLocked(cache_->Missing(cache_id_, offset, n), &fetches, &started);
   }
   Submit(started, /*background=*/true);
