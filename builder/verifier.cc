@@ -105,7 +105,9 @@ class Verifier {
     }
     std::vector<std::pair<std::string, index::Entry>> stack{{"", std::move(*root)}};
     while (!stack.empty()) {
-      auto [path, dir] = std::move(stack.back());
+      // Two variables, not a structured binding: clang 14 cannot capture one in a lambda.
+      std::string path = std::move(stack.back().first);
+      index::Entry dir = std::move(stack.back().second);
       stack.pop_back();
       ++report_.directories;
       uint64_t seen = 0, subdirs = 0;
