@@ -7,12 +7,12 @@
 
 #include <algorithm>
 #include <cerrno>
-#include <condition_variable>
 #include <cstring>
 #include <mutex>
 #include <thread>
 #include <unordered_map>
 
+#include "common/mutex.h"
 #include "index/entry.h"
 
 namespace pcrfs::tools {
@@ -168,15 +168,15 @@ struct ArchiveSource::Impl {
   std::vector<bool> implied;  // by node: a folder no header described
 
   // Pass 2, the hand-off between the reader thread and OpenMember.
-  std::mutex mu;
-  std::condition_variable cv;
-  std::vector<uint32_t> want;  // GUARDED_BY(mu) once the thread runs
-  size_t serving = 0;          // GUARDED_BY(mu): the turn handed out or next to be
-  bool ready = false;          // GUARDED_BY(mu): want[serving] is positioned in `current`
-  archive* current = nullptr;  // GUARDED_BY(mu)
-  bool finished = false;       // GUARDED_BY(mu): the reader has stopped
-  std::string finish_error;    // GUARDED_BY(mu)
-  bool cancelled = false;      // GUARDED_BY(mu)
+  Mutex mu;
+  CondVar cv;
+  std::vector<uint32_t> want GUARDED_BY(mu);  // once the thread runs
+  size_t serving GUARDED_BY(mu) = 0;          // the turn handed out or next to be
+  bool ready GUARDED_BY(mu) = false;          // want[serving] is positioned in `current`
+  archive* current GUARDED_BY(mu) = nullptr;
+  bool finished GUARDED_BY(mu) = false;  // the reader has stopped
+  std::string finish_error GUARDED_BY(mu);
+  bool cancelled GUARDED_BY(mu) = false;
   std::thread reader;
 
   static uint64_t Key(uint32_t parent, std::string_view name) {
@@ -451,13 +451,13 @@ struct ArchiveSource::Impl {
   // Pass 2: the reader thread is at the member of file node `node`. If it is the next one
   // wanted, hands it out and waits for its release. False: cancelled.
   bool HandOut(archive* a, uint32_t node) {
-    std::unique_lock<std::mutex> l(mu);
+    MutexLock l(&mu);
     if (cancelled) return false;
     if (serving >= want.size() || want[serving] != node) return true;  // not wanted (resume)
     current = a;
     ready = true;
-    cv.notify_all();
-    cv.wait(l, [&] { return !ready || cancelled; });
+    cv.SignalAll();
+    while (ready && !cancelled) cv.Wait(&mu);
     return !cancelled;
   }
 
@@ -472,10 +472,10 @@ struct ArchiveSource::Impl {
       Walk(a.get(), 0, 0);
       error = ErrorOf(a.get());
     }
-    std::lock_guard<std::mutex> l(mu);
+    MutexLock l(&mu);
     finished = true;
     finish_error = path + ": member not found on the second read of the archive (" + error + ")";
-    cv.notify_all();
+    cv.SignalAll();
   }
 };
 
@@ -546,7 +546,10 @@ Result<std::unique_ptr<ArchiveSource>> ArchiveSource::Open(const std::string& pa
 }
 
 void ArchiveSource::StartReading(std::vector<uint32_t> want) {
-  impl_->want = std::move(want);
+  {
+    MutexLock l(&impl_->mu);  // uncontended: the reader thread starts below
+    impl_->want = std::move(want);
+  }
   impl_->second_pass = true;
   impl_->seq = 0;
   impl_->reader = std::thread([this] { impl_->ReadAll(); });
@@ -554,25 +557,27 @@ void ArchiveSource::StartReading(std::vector<uint32_t> want) {
 
 Result<std::unique_ptr<ArchiveMember>> ArchiveSource::OpenMember(size_t turn) {
   Impl& m = *impl_;
-  std::unique_lock<std::mutex> l(m.mu);
-  m.cv.wait(l, [&] { return m.cancelled || m.finished || (m.ready && m.serving == turn); });
+  MutexLock l(&m.mu);
+  m.cv.Wait(&m.mu, [&]() REQUIRES(m.mu) {
+    return m.cancelled || m.finished || (m.ready && m.serving == turn);
+  });
   if (m.cancelled) return Err(Status::IOError(m.path + ": build stopped"));
   if (!(m.ready && m.serving == turn)) return Err(Status::IOError(m.finish_error));
   return std::unique_ptr<ArchiveMember>(new ArchiveMember(this, m.current));
 }
 
 void ArchiveSource::Release() {
-  std::lock_guard<std::mutex> l(impl_->mu);
+  MutexLock l(&impl_->mu);
   impl_->ready = false;
   impl_->current = nullptr;
   ++impl_->serving;
-  impl_->cv.notify_all();
+  impl_->cv.SignalAll();
 }
 
 void ArchiveSource::Cancel() {
-  std::lock_guard<std::mutex> l(impl_->mu);
+  MutexLock l(&impl_->mu);
   impl_->cancelled = true;
-  impl_->cv.notify_all();
+  impl_->cv.SignalAll();
 }
 
 ArchiveMember::~ArchiveMember() { source_->Release(); }

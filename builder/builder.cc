@@ -7,7 +7,6 @@
 #include <algorithm>
 #include <cerrno>
 #include <chrono>
-#include <condition_variable>
 #include <cstdio>
 #include <deque>
 #include <filesystem>
@@ -26,6 +25,7 @@
 #include "common/coding.h"
 #include "common/crc32c.h"
 #include "common/file_util.h"
+#include "common/mutex.h"
 #include "common/parallel.h"
 #include "index/entry.h"
 #include "index/record_reader.h"
@@ -331,36 +331,36 @@ class OrderedTranscoder {
   }
   ~OrderedTranscoder() {
     {
-      std::lock_guard<std::mutex> l(mu_);
+      MutexLock l(&mu_);
       stop_ = true;
     }
     if (archive_ != nullptr) archive_->Cancel();  // wakes workers waiting for their member
-    work_cv_.notify_all();
+    work_cv_.SignalAll();
     for (auto& t : workers_) t.join();
   }
   OrderedTranscoder(const OrderedTranscoder&) = delete;
   OrderedTranscoder& operator=(const OrderedTranscoder&) = delete;
 
   // REQUIRES: called for i = 0, 1, 2, ... in order.
-  FileResult Take(size_t i) {
-    std::unique_lock<std::mutex> l(mu_);
-    done_cv_.wait(l, [&] { return slots_[i % window_].has_value(); });
+  FileResult Take(size_t i) EXCLUDES(mu_) {
+    MutexLock l(&mu_);
+    while (!slots_[i % window_].has_value()) done_cv_.Wait(&mu_);
     FileResult r = std::move(*slots_[i % window_]);
     slots_[i % window_].reset();
     buffered_ -= ResultBytes(r);
     ++next_consume_;
-    l.unlock();
-    work_cv_.notify_all();
+    l.Unlock();
+    work_cv_.SignalAll();
     return r;
   }
 
  private:
-  void WorkerLoop() {
+  void WorkerLoop() EXCLUDES(mu_) {
     for (;;) {
       size_t i;
       {
-        std::unique_lock<std::mutex> l(mu_);
-        work_cv_.wait(l, [&] {
+        MutexLock l(&mu_);
+        work_cv_.Wait(&mu_, [&]() REQUIRES(mu_) {
           return stop_ || next_claim_ >= count_ ||
                  (next_claim_ < next_consume_ + window_ &&
                   (buffered_ < kBufferBudget || next_claim_ == next_consume_));
@@ -370,11 +370,11 @@ class OrderedTranscoder {
       }
       FileResult r = ProcessFile(*tree_, node_of_(i), *config_, archive_, bucket_, i);
       {
-        std::lock_guard<std::mutex> l(mu_);
+        MutexLock l(&mu_);
         buffered_ += ResultBytes(r);
         slots_[i % window_] = std::move(r);
       }
-      done_cv_.notify_all();
+      done_cv_.SignalAll();
     }
   }
 
@@ -387,14 +387,14 @@ class OrderedTranscoder {
   const std::function<uint32_t(size_t)> node_of_;
   const BuildConfig* config_;
   const size_t window_;
-  uint64_t buffered_ = 0;  // GUARDED_BY(mu_): bytes of results not yet taken
-  std::mutex mu_;
-  std::condition_variable work_cv_;               // a slot freed, or stop
-  std::condition_variable done_cv_;               // a result arrived
-  std::vector<std::optional<FileResult>> slots_;  // GUARDED_BY(mu_)
-  size_t next_claim_ = 0;                         // GUARDED_BY(mu_)
-  size_t next_consume_ = 0;                       // GUARDED_BY(mu_)
-  bool stop_ = false;                             // GUARDED_BY(mu_)
+  uint64_t buffered_ GUARDED_BY(mu_) = 0;  // bytes of results not yet taken
+  Mutex mu_;
+  CondVar work_cv_;  // a slot freed, or stop
+  CondVar done_cv_;  // a result arrived
+  std::vector<std::optional<FileResult>> slots_ GUARDED_BY(mu_);
+  size_t next_claim_ GUARDED_BY(mu_) = 0;
+  size_t next_consume_ GUARDED_BY(mu_) = 0;
+  bool stop_ GUARDED_BY(mu_) = false;
   std::vector<std::thread> workers_;
 };
 

@@ -4,7 +4,6 @@
 #include <atomic>
 #include <cmath>
 #include <limits>
-#include <mutex>
 #include <optional>
 #include <random>
 #include <string>
@@ -13,6 +12,7 @@
 
 #include "codec/decoder.h"
 #include "codec/quality.h"
+#include "common/mutex.h"
 #include "common/parallel.h"
 
 namespace pcrfs::tools {
@@ -126,10 +126,10 @@ Result<std::array<LevelQuality, codec::kNumGroups>> MeasureStoreQuality(
 
   std::vector<ImageQuality> results(n);
   std::atomic<bool> failed{false};
-  std::mutex mu;
-  std::optional<Status> error;  // GUARDED_BY(mu): the failure of the lowest-numbered image
-  size_t error_index = n;       // GUARDED_BY(mu)
-  uint64_t done = 0;            // GUARDED_BY(mu)
+  Mutex mu;  // guards the three below (locals: the analysis checks members and globals only)
+  std::optional<Status> error;  // the failure of the lowest-numbered image
+  size_t error_index = n;
+  uint64_t done = 0;
   if (progress) progress(0, n);
   ParallelFor(n, threads, [&](size_t i) {
     if (failed) return;
@@ -137,12 +137,12 @@ Result<std::array<LevelQuality, codec::kNumGroups>> MeasureStoreQuality(
     if (q) {
       results[i] = *q;
       if (progress) {
-        std::lock_guard<std::mutex> lock(mu);
+        MutexLock lock(&mu);
         progress(++done, n);
       }
       return;
     }
-    std::lock_guard<std::mutex> lock(mu);
+    MutexLock lock(&mu);
     if (i < error_index) {
       error_index = i;
       std::string msg = EntryPath(idx, jpegs[i]) + ": " + q.error().message();

@@ -9,7 +9,6 @@
 #include <cerrno>
 #include <functional>
 #include <map>
-#include <mutex>
 #include <optional>
 #include <string_view>
 #include <unordered_map>
@@ -19,6 +18,7 @@
 #include "codec/decoder.h"
 #include "codec/transcoder.h"
 #include "common/file_util.h"
+#include "common/mutex.h"
 #include "common/parallel.h"
 #include "common/random_access_file.h"
 #include "index/record_reader.h"
@@ -72,6 +72,10 @@ class Verifier {
     CheckRecords();
     if (local_) CheckStoreFolder();  // a remote store cannot be listed (no LIST request)
     if (!config_.source.empty()) CompareWithSource();
+    {
+      MutexLock l(&mu_);
+      report_.findings = std::move(findings_);
+    }
     std::sort(report_.findings.begin(), report_.findings.end(),
               [](const VerifyFinding& a, const VerifyFinding& b) {
                 return std::tie(a.path, a.kind) < std::tie(b.path, b.kind);
@@ -87,8 +91,8 @@ class Verifier {
 
  private:
   void Add(Kind kind, std::string path, std::string reason) {
-    std::lock_guard<std::mutex> l(mu_);
-    report_.findings.push_back({kind, std::move(path), std::move(reason)});
+    MutexLock l(&mu_);
+    findings_.push_back({kind, std::move(path), std::move(reason)});
   }
 
   // Depth-first over the index from the root, checking the tree's structure on the way.
@@ -101,7 +105,9 @@ class Verifier {
     }
     std::vector<std::pair<std::string, index::Entry>> stack{{"", std::move(*root)}};
     while (!stack.empty()) {
-      auto [path, dir] = std::move(stack.back());
+      // Two variables, not a structured binding: clang 14 cannot capture one in a lambda.
+      std::string path = std::move(stack.back().first);
+      index::Entry dir = std::move(stack.back().second);
       stack.pop_back();
       ++report_.directories;
       uint64_t seen = 0, subdirs = 0;
@@ -440,8 +446,9 @@ class Verifier {
   const bool local_;
   const unsigned jobs_;
   std::vector<FileEntry> files_;
-  std::mutex mu_;
-  VerifyReport report_;  // findings GUARDED_BY(mu_) while threads run
+  VerifyReport report_;  // its findings are findings_ until the checks end
+  Mutex mu_;
+  std::vector<VerifyFinding> findings_ GUARDED_BY(mu_);  // checks add them from several threads
 };
 
 }  // namespace

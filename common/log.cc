@@ -3,14 +3,15 @@
 #include <syslog.h>
 
 #include <cstdio>
-#include <mutex>
+
+#include "common/mutex.h"
 
 namespace pcrfs {
 namespace {
 
-std::mutex mu;
-LogSink sink = LogSink::kStderr;  // GUARDED_BY(mu)
-const char* ident = "pcrfs";      // GUARDED_BY(mu)
+Mutex mu;
+LogSink sink GUARDED_BY(mu) = LogSink::kStderr;
+const char* ident GUARDED_BY(mu) = "pcrfs";
 
 int SyslogPriority(LogLevel level) {
   switch (level) {
@@ -27,19 +28,19 @@ int SyslogPriority(LogLevel level) {
 }  // namespace
 
 void SetLogSink(LogSink new_sink, const char* new_ident) {
-  std::lock_guard<std::mutex> l(mu);
+  MutexLock l(&mu);
   sink = new_sink;
   ident = new_ident;
   if (sink == LogSink::kSyslog) ::openlog(ident, LOG_PID, LOG_DAEMON);
 }
 
 LogSink CurrentLogSink() {
-  std::lock_guard<std::mutex> l(mu);
+  MutexLock l(&mu);
   return sink;
 }
 
 void Log(LogLevel level, std::string_view message) {
-  std::lock_guard<std::mutex> l(mu);
+  MutexLock l(&mu);
   const int len = static_cast<int>(message.size());
   if (sink == LogSink::kSyslog) {
     ::syslog(SyslogPriority(level), "%.*s", len, message.data());

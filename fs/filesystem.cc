@@ -169,11 +169,12 @@ Status Filesystem::ReadDir(uint64_t ino, uint64_t offset, const DirFiller& fn, b
       return fn(child.name, EntryAttr(child, level), 2 + ++i);
     });
   }
-  ReaddirResume& slot = resume_[r->entry.ino % kResumeSlots];
+  const size_t slot = r->entry.ino % kResumeSlots;
   std::string hint;
   if (start > 0) {
-    std::lock_guard<std::mutex> l(mu_);
-    if (slot.dir == r->entry.ino && slot.start == start) hint = slot.name;
+    MutexLock l(&mu_);
+    const ReaddirResume& resume = resume_[slot];
+    if (resume.dir == r->entry.ino && resume.start == start) hint = resume.name;
   }
   struct stat st;
   std::memset(&st, 0, sizeof st);
@@ -185,8 +186,8 @@ Status Filesystem::ReadDir(uint64_t ino, uint64_t offset, const DirFiller& fn, b
           ++i;
           return true;
         }
-        std::lock_guard<std::mutex> l(mu_);
-        slot = {r->entry.ino, i, std::string(child.name)};
+        MutexLock l(&mu_);
+        resume_[slot] = {r->entry.ino, i, std::string(child.name)};
         return false;
       });
   return s;
@@ -215,7 +216,7 @@ std::string Filesystem::PathOf(const index::Entry& e) const {
 
 void Filesystem::ReportDamage(const index::Entry& e, int level, const Status& s) const {
   {
-    std::lock_guard<std::mutex> l(mu_);
+    MutexLock l(&mu_);
     if (!damaged_logged_.insert({e.record, e.slot}).second) return;
   }
   const std::string record = store_->dir() + "/" + index::RecordFileName(e.record);
@@ -226,7 +227,7 @@ void Filesystem::ReportDamage(const index::Entry& e, int level, const Status& s)
 
 void Filesystem::ReportRecordProblem(uint32_t record, const Status& s) const {
   {
-    std::lock_guard<std::mutex> l(mu_);
+    MutexLock l(&mu_);
     if (!record_problem_logged_.insert(record).second) return;
   }
   Log(LogLevel::kWarning, "damaged record: " + s.message() +

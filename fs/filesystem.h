@@ -13,13 +13,13 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
-#include <mutex>
 #include <set>
 #include <string>
 #include <string_view>
 #include <thread>
 #include <vector>
 
+#include "common/mutex.h"
 #include "common/status.h"
 #include "fs/inode.h"
 #include "fs/piece_cache.h"
@@ -142,7 +142,7 @@ class Filesystem {
 
   Result<size_t> ReadUncounted(uint64_t ino, uint64_t offset, size_t size, uint8_t* dst) const;
   mutable std::atomic<uint64_t> bytes_served_{0};
-  mutable std::mutex mu_;
+  mutable Mutex mu_;
   // A plain readdir stops when the kernel's 4 KiB buffer is full and resumes at the next child
   // in the next call. Remembering that child's name saves an entry lookup per resume.
   struct ReaddirResume {
@@ -150,9 +150,9 @@ class Filesystem {
     std::string name;
   };
   static constexpr size_t kResumeSlots = 64;
-  mutable std::vector<ReaddirResume> resume_{kResumeSlots};  // GUARDED_BY(mu_); by dir % slots
-  mutable std::set<std::pair<uint32_t, uint32_t>> damaged_logged_;  // GUARDED_BY(mu_)
-  mutable std::set<uint32_t> record_problem_logged_;                // GUARDED_BY(mu_)
+  mutable std::vector<ReaddirResume> resume_ GUARDED_BY(mu_){kResumeSlots};  // by dir % slots
+  mutable std::set<std::pair<uint32_t, uint32_t>> damaged_logged_ GUARDED_BY(mu_);
+  mutable std::set<uint32_t> record_problem_logged_ GUARDED_BY(mu_);
   // Every read of a record goes through scheduler_ (demand reads in GetPiece, speculative
   // ones from predictor_). Declared after store_: destroyed first, its threads joined while
   // the record files are still open.

@@ -3,7 +3,7 @@
 namespace pcrfs::fs {
 
 PieceBytes PieceCache::Get(const PieceKey& key) {
-  std::lock_guard<std::mutex> l(mu_);
+  MutexLock l(&mu_);
   auto it = map_.find(key);
   if (it == map_.end()) {
     ++stats_.misses;
@@ -17,7 +17,7 @@ PieceBytes PieceCache::Get(const PieceKey& key) {
 void PieceCache::Put(const PieceKey& key, PieceBytes bytes) {
   const uint64_t size = bytes->size();
   if (size > capacity_ / 4) return;
-  std::lock_guard<std::mutex> l(mu_);
+  MutexLock l(&mu_);
   if (map_.count(key)) return;
   lru_.push_front(Item{key, std::move(bytes)});
   map_.emplace(key, lru_.begin());
@@ -35,7 +35,7 @@ Result<PieceBytes> PieceCache::GetOrLoad(const PieceKey& key, bool keep, const L
   std::shared_ptr<Flight> flight;
   bool leader = false;
   {
-    std::unique_lock<std::mutex> l(mu_);
+    MutexLock l(&mu_);
     auto it = map_.find(key);
     if (it != map_.end()) {
       ++stats_.hits;
@@ -50,7 +50,7 @@ Result<PieceBytes> PieceCache::GetOrLoad(const PieceKey& key, bool keep, const L
     }
     flight = f->second;
     if (!leader) {
-      flight->cv.wait(l, [&] { return flight->done; });
+      while (!flight->done) flight->cv.Wait(&mu_);
       return flight->result;
     }
   }
@@ -59,34 +59,34 @@ Result<PieceBytes> PieceCache::GetOrLoad(const PieceKey& key, bool keep, const L
     result = load();
   } catch (...) {
     // Waiters must be released whatever happens; the caller's handler reports it.
-    std::lock_guard<std::mutex> l(mu_);
+    MutexLock l(&mu_);
     flight->result = Err(Status::ResourceExhausted("out of memory"));
     flight->done = true;
     flights_.erase(key);
-    flight->cv.notify_all();
+    flight->cv.SignalAll();
     throw;
   }
   if (result && keep) Put(key, *result);
-  std::lock_guard<std::mutex> l(mu_);
+  MutexLock l(&mu_);
   flight->result = result;
   flight->done = true;
   flights_.erase(key);
-  flight->cv.notify_all();
+  flight->cv.SignalAll();
   return result;
 }
 
 bool PieceCache::Contains(const PieceKey& key) const {
-  std::lock_guard<std::mutex> l(mu_);
+  MutexLock l(&mu_);
   return map_.count(key) != 0;
 }
 
 uint64_t PieceCache::used() const {
-  std::lock_guard<std::mutex> l(mu_);
+  MutexLock l(&mu_);
   return used_;
 }
 
 PieceCache::Stats PieceCache::stats() const {
-  std::lock_guard<std::mutex> l(mu_);
+  MutexLock l(&mu_);
   return stats_;
 }
 

@@ -2,17 +2,16 @@
 // The lock is held for map operations only, never during I/O.
 #pragma once
 
-#include <condition_variable>
 #include <cstdint>
 #include <functional>
 #include <list>
 #include <memory>
-#include <mutex>
 #include <type_traits>
 #include <unordered_map>
 #include <utility>
 #include <vector>
 
+#include "common/mutex.h"
 #include "common/status.h"
 
 namespace pcrfs::fs {
@@ -68,40 +67,42 @@ class PieceCache {
   PieceCache& operator=(const PieceCache&) = delete;
 
   PieceBytes Get(const PieceKey& key);
-  bool Contains(const PieceKey& key) const;
+  bool Contains(const PieceKey& key) const EXCLUDES(mu_);
   // Pieces larger than a quarter of the capacity are not kept.
-  void Put(const PieceKey& key, PieceBytes bytes);
+  void Put(const PieceKey& key, PieceBytes bytes) EXCLUDES(mu_);
   // The cached bytes of key, or else what load() returns, run once however many threads ask
   // for the same key at the same time (the others wait for its result instead of reading the
   // same bytes again). `keep` puts loaded bytes in the cache. load runs without the lock.
   using Loader = std::function<Result<PieceBytes>()>;
-  Result<PieceBytes> GetOrLoad(const PieceKey& key, bool keep, const Loader& load);
+  Result<PieceBytes> GetOrLoad(const PieceKey& key, bool keep, const Loader& load) EXCLUDES(mu_);
 
   uint64_t capacity() const { return capacity_; }
-  uint64_t used() const;
+  uint64_t used() const EXCLUDES(mu_);
   struct Stats {
     uint64_t hits = 0, misses = 0, evictions = 0;
   };
-  Stats stats() const;
+  Stats stats() const EXCLUDES(mu_);
 
  private:
   struct Item {
     PieceKey key;
     PieceBytes bytes;
   };
-  // A load in progress: threads asking for the same key wait on cv for its result.
+  // A load in progress: threads asking for the same key wait on cv for its result. done and
+  // result are guarded by PieceCache::mu_ (not annotated: the analysis cannot name the mutex of
+  // the enclosing object from a nested struct).
   struct Flight {
-    std::condition_variable cv;
-    bool done = false;                   // GUARDED_BY(PieceCache::mu_)
-    Result<PieceBytes> result{nullptr};  // GUARDED_BY(PieceCache::mu_)
+    CondVar cv;
+    bool done = false;
+    Result<PieceBytes> result{nullptr};
   };
   const uint64_t capacity_;
-  mutable std::mutex mu_;
-  std::unordered_map<PieceKey, std::shared_ptr<Flight>, PieceKeyHash> flights_;  // GUARDED_BY(mu_)
-  std::list<Item> lru_;  // GUARDED_BY(mu_); front = most recent
-  std::unordered_map<PieceKey, std::list<Item>::iterator, PieceKeyHash> map_;  // GUARDED_BY(mu_)
-  uint64_t used_ = 0;                                                          // GUARDED_BY(mu_)
-  Stats stats_;                                                                // GUARDED_BY(mu_)
+  mutable Mutex mu_;
+  std::unordered_map<PieceKey, std::shared_ptr<Flight>, PieceKeyHash> flights_ GUARDED_BY(mu_);
+  std::list<Item> lru_ GUARDED_BY(mu_);  // front = most recent
+  std::unordered_map<PieceKey, std::list<Item>::iterator, PieceKeyHash> map_ GUARDED_BY(mu_);
+  uint64_t used_ GUARDED_BY(mu_) = 0;
+  Stats stats_ GUARDED_BY(mu_);
 };
 
 }  // namespace pcrfs::fs

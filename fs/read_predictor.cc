@@ -10,7 +10,7 @@ void ReadPredictor::OnRead(const index::Entry& e, int level) {
   const std::pair<uint64_t, int> key{e.parent, level};
   bool known = false;
   {
-    std::lock_guard<std::mutex> l(mu_);
+    MutexLock l(&mu_);
     auto it = dirs_.find(key);
     known = it != dirs_.end() && it->second.num_children > 0;
   }
@@ -25,7 +25,7 @@ void ReadPredictor::OnRead(const index::Entry& e, int level) {
   uint64_t plan_first = 0, plan_count = 0;
   bool became_dense = false, expand = false;
   {
-    std::lock_guard<std::mutex> l(mu_);
+    MutexLock l(&mu_);
     DirAccess& d = dirs_[key];
     if (d.num_children == 0) {
       d.first_child = first_child;
@@ -74,7 +74,7 @@ bool ReadPredictor::NoteDense(uint64_t parent, int level) {
   ParentAccess fresh;
   bool known = false;
   {
-    std::lock_guard<std::mutex> l(mu_);
+    MutexLock l(&mu_);
     known = parents_.count(key) > 0;
   }
   if (!known) {
@@ -84,7 +84,7 @@ bool ReadPredictor::NoteDense(uint64_t parent, int level) {
     fresh.num_children = p->num_children;
     fresh.num_subdirs = p->num_subdirs;
   }
-  std::lock_guard<std::mutex> l(mu_);
+  MutexLock l(&mu_);
   ParentAccess& p = parents_.try_emplace(key, fresh).first->second;
   ++p.dense_subdirs;
   const uint64_t enough =
@@ -96,7 +96,7 @@ bool ReadPredictor::NoteDense(uint64_t parent, int level) {
 void ReadPredictor::Expand(uint64_t parent, int level) {
   uint64_t from = 0, count = 0;
   {
-    std::lock_guard<std::mutex> l(mu_);
+    MutexLock l(&mu_);
     auto it = parents_.find({parent, level});
     if (it == parents_.end() || !it->second.expanding) return;
     ParentAccess& p = it->second;
@@ -117,7 +117,7 @@ void ReadPredictor::Expand(uint64_t parent, int level) {
   if (!s.ok()) return;
   for (const index::Entry& sub : subdirs) {
     {
-      std::lock_guard<std::mutex> l(mu_);
+      MutexLock l(&mu_);
       DirAccess& d = dirs_[{sub.ino, level}];
       if (d.planned_all) continue;
       if (d.num_children == 0) {

@@ -24,9 +24,9 @@
 
 #include <cstdint>
 #include <map>
-#include <mutex>
 #include <utility>
 
+#include "common/mutex.h"
 #include "fs/record_scheduler.h"
 #include "index/store.h"
 
@@ -73,18 +73,18 @@ class ReadPredictor {
   };
   // A subdirectory of `parent` became dense by its own reads: counts it, and returns whether
   // the parent's subdirectories are to be planned now.
-  bool NoteDense(uint64_t parent, int level);
+  bool NoteDense(uint64_t parent, int level) EXCLUDES(mu_);
   // Plans the subdirectories among the next kExpandPerRead children of an expanding parent.
-  void Expand(uint64_t parent, int level);
+  void Expand(uint64_t parent, int level) EXCLUDES(mu_);
   // Queues the level-k pieces of children [first, first + count) of `dir`.
   void Plan(uint64_t dir, uint64_t first, uint64_t count, int level);
 
   const index::Store& store_;
   RecordScheduler& scheduler_;
   const Options options_;
-  std::mutex mu_;
-  std::map<std::pair<uint64_t, int>, DirAccess> dirs_;        // GUARDED_BY(mu_); by (dir, level)
-  std::map<std::pair<uint64_t, int>, ParentAccess> parents_;  // GUARDED_BY(mu_)
+  Mutex mu_;
+  std::map<std::pair<uint64_t, int>, DirAccess> dirs_ GUARDED_BY(mu_);  // by (dir, level)
+  std::map<std::pair<uint64_t, int>, ParentAccess> parents_ GUARDED_BY(mu_);
 };
 
 }  // namespace pcrfs::fs

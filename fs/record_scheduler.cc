@@ -21,12 +21,12 @@ RecordScheduler::RecordScheduler() {
 
 RecordScheduler::~RecordScheduler() {
   {
-    std::lock_guard<std::mutex> l(mu_);
+    MutexLock l(&mu_);
     stop_ = true;
     queue_.clear();
     queued_.clear();
   }
-  cv_.notify_all();
+  cv_.SignalAll();
   for (auto& t : pool_) t.join();
 }
 
@@ -62,14 +62,14 @@ Status RecordScheduler::Demand(uint64_t n, const std::function<Status()>& read) 
   const double seconds = std::chrono::duration<double>(Clock::now() - start).count();
   bool wake = false;
   {
-    std::lock_guard<std::mutex> l(mu_);
+    MutexLock l(&mu_);
     NoteDemandLocked(n, alone ? seconds : 0);
     // Wake a worker only if one is waiting and could start now: a page-cache hit per piece
     // must not cost two thread wake-ups.
     wake = demand_active_.fetch_sub(1, std::memory_order_acq_rel) == 1 && idle_workers_ > 0 &&
            CanStartLocked();
   }
-  if (wake) cv_.notify_one();
+  if (wake) cv_.Signal();
   return s;
 }
 
@@ -77,7 +77,7 @@ void RecordScheduler::WillRead(const RandomAccessFile& file, const std::vector<R
   std::vector<Range> promoted;
   if (file.ConcurrentSpeculativeReads() > 0 &&
       demand_active_.load(std::memory_order_acquire) >= kPromoteAtDemandReads) {
-    std::lock_guard<std::mutex> l(mu_);
+    MutexLock l(&mu_);
     for (const Range& r : ranges) PromoteLocked(file, r, &promoted);
   }
   // The promoted windows first: the pieces inside them then join those fetches.
@@ -176,7 +176,7 @@ void RecordScheduler::Speculate(const std::shared_ptr<RandomAccessFile>& file,
   const uint64_t size = file->Size();
   std::vector<Range> added;
   {
-    std::lock_guard<std::mutex> l(mu_);
+    MutexLock l(&mu_);
     if (stop_) return;
     RangeSet& seen = seen_[file.get()];
     for (const Range& r : ranges) {
@@ -185,7 +185,7 @@ void RecordScheduler::Speculate(const std::shared_ptr<RandomAccessFile>& file,
     }
     for (const Range& r : added) EnqueueLocked(file, r.offset, r.offset + r.length, false);
   }
-  if (!added.empty()) cv_.notify_one();
+  if (!added.empty()) cv_.Signal();
 }
 
 void RecordScheduler::NoteDemandLocked(uint64_t n, double seconds) {
@@ -228,16 +228,16 @@ void RecordScheduler::Worker() {
     std::shared_ptr<RandomAccessFile> file;
     uint64_t offset = 0, n = 0;
     {
-      std::unique_lock<std::mutex> l(mu_);
+      MutexLock l(&mu_);
       // Woken by Speculate, by a finished speculative read, and by the last demand read in
       // progress ending while work is queued (Read decrements under mu_, so no wake-up is
       // lost). No timeout: an idle daemon does not wake up.
       ++idle_workers_;
       while (!stop_ && !CanStartLocked()) {
         if (!queue_.empty() && busy_until_ > Clock::now()) {
-          cv_.wait_until(l, busy_until_);
+          cv_.WaitUntil(&mu_, busy_until_);
         } else {
-          cv_.wait(l);
+          cv_.Wait(&mu_);
         }
       }
       --idle_workers_;
@@ -253,14 +253,14 @@ void RecordScheduler::Worker() {
       ++in_flight_;
       speculative_active_.fetch_add(1, std::memory_order_acq_rel);
       // A source that takes several at once: another worker may start too.
-      if (idle_workers_ > 0 && CanStartLocked()) cv_.notify_one();
+      if (idle_workers_ > 0 && CanStartLocked()) cv_.Signal();
     }
     const auto start = Clock::now();
     // Errors are ignored: the demand read of these bytes will report them.
     const Status s = file->Warm(offset, n, &buffer);
     const double seconds = std::chrono::duration<double>(Clock::now() - start).count();
     {
-      std::lock_guard<std::mutex> l(mu_);
+      MutexLock l(&mu_);
       --in_flight_;
       speculative_active_.fetch_sub(1, std::memory_order_acq_rel);
       if (s.code() == Status::Code::kResourceExhausted) {
@@ -273,7 +273,7 @@ void RecordScheduler::Worker() {
         NoteSpeculativeLocked(n, seconds);
       }
     }
-    cv_.notify_one();  // the other worker may start (the limit may have changed)
+    cv_.Signal();  // the other worker may start (the limit may have changed)
   }
 }
 
@@ -295,7 +295,7 @@ int RecordScheduler::MaxInFlightLocked() const {
 }
 
 RecordScheduler::Stats RecordScheduler::stats() const {
-  std::lock_guard<std::mutex> l(mu_);
+  MutexLock l(&mu_);
   Stats s = stats_;
   s.chunk = chunk_;
   return s;

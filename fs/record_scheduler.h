@@ -36,18 +36,17 @@
 
 #include <atomic>
 #include <chrono>
-#include <condition_variable>
 #include <cstdint>
 #include <functional>
 #include <list>
 #include <map>
 #include <memory>
-#include <mutex>
 #include <string>
 #include <thread>
 #include <unordered_map>
 #include <vector>
 
+#include "common/mutex.h"
 #include "common/random_access_file.h"
 #include "common/status.h"
 
@@ -94,7 +93,7 @@ class RecordScheduler {
   Status Read(const RandomAccessFile& file, uint64_t offset, size_t n, uint8_t* dst);
   // A demand read of n bytes that `read` does itself (e.g. index::Store::ReadBlock, which
   // reads and checks one checksum block), timed and counted as one.
-  Status Demand(uint64_t n, const std::function<Status()>& read);
+  Status Demand(uint64_t n, const std::function<Status()>& read) EXCLUDES(mu_);
   // A demand read of these ranges is about to happen (the k pieces of one file): lets the
   // source start them all at once (RandomAccessFile::Prefetch), so the read waits for the
   // slowest range instead of the sum. On a source that takes concurrent speculative reads (a
@@ -106,12 +105,13 @@ class RecordScheduler {
   // speculative request, every piece a round trip). Only while at least kPromoteAtDemandReads
   // other demand reads are in progress: readers that outrun single-piece fetches; a reader or
   // two (a decoding DataLoader) would only wait longer for its own file.
-  void WillRead(const RandomAccessFile& file, const std::vector<Range>& ranges);
+  void WillRead(const RandomAccessFile& file, const std::vector<Range>& ranges) EXCLUDES(mu_);
   // Queues speculative reads of these ranges (in this order), minus every byte already read
   // or queued for `file`. Never blocks on I/O.
-  void Speculate(const std::shared_ptr<RandomAccessFile>& file, const std::vector<Range>& ranges);
+  void Speculate(const std::shared_ptr<RandomAccessFile>& file, const std::vector<Range>& ranges)
+      EXCLUDES(mu_);
 
-  Stats stats() const;
+  Stats stats() const EXCLUDES(mu_);
   // What user.pcrfs.prefetch on the mount's root shows.
   std::string Describe() const;
 
@@ -130,42 +130,43 @@ class RecordScheduler {
   // Adds [begin, end) to `set`; appends to `added` (if not null) the parts that were new.
   static void Insert(RangeSet* set, uint64_t begin, uint64_t end, std::vector<Range>* added);
 
-  void Worker();
+  void Worker() EXCLUDES(mu_);
   // Updates the timings and the next chunk's size. REQUIRES: mu_ held.
-  void NoteSpeculativeLocked(uint64_t n, double seconds);
-  void NoteDemandLocked(uint64_t n, double seconds);
-  int MaxInFlightLocked() const;
+  void NoteSpeculativeLocked(uint64_t n, double seconds) REQUIRES(mu_);
+  void NoteDemandLocked(uint64_t n, double seconds) REQUIRES(mu_);
+  int MaxInFlightLocked() const REQUIRES(mu_);
   // If r starts inside a range queued for `file`, takes a chunk from r's start out of the
   // queue and appends it to *promoted. REQUIRES: mu_ held.
-  void PromoteLocked(const RandomAccessFile& file, const Range& r, std::vector<Range>* promoted);
+  void PromoteLocked(const RandomAccessFile& file, const Range& r, std::vector<Range>* promoted)
+      REQUIRES(mu_);
   // Whether the front of the queue may start now. REQUIRES: mu_ held.
-  bool CanStartLocked() const;
+  bool CanStartLocked() const REQUIRES(mu_);
   // Queues [offset, end) of `file` (no byte of it queued yet): merged into a queued range it
   // touches, else at the back (at the front if `front`). A range planned folder by folder
   // thus becomes one long range where the folders lie side by side in the record, and a
-  // speculative read is a chunk, not one folder's region. REQUIRES: mu_ held.
+  // speculative read is a chunk, not one folder's region.
   void EnqueueLocked(const std::shared_ptr<RandomAccessFile>& file, uint64_t offset, uint64_t end,
-                     bool front);
-  // Takes up to n bytes from the front of the queue. REQUIRES: mu_ held, queue not empty.
-  Pending TakeFrontLocked(uint64_t n);
-  void UnindexLocked(const Pending& p);
+                     bool front) REQUIRES(mu_);
+  // Takes up to n bytes from the front of the queue (not empty).
+  Pending TakeFrontLocked(uint64_t n) REQUIRES(mu_);
+  void UnindexLocked(const Pending& p) REQUIRES(mu_);
 
-  mutable std::mutex mu_;
-  std::condition_variable cv_;
-  bool stop_ = false;                                               // GUARDED_BY(mu_)
-  Queue queue_;                                                     // GUARDED_BY(mu_)
-  std::unordered_map<const RandomAccessFile*, QueueIndex> queued_;  // GUARDED_BY(mu_)
-  std::unordered_map<const RandomAccessFile*, RangeSet> seen_;      // GUARDED_BY(mu_)
-  uint64_t chunk_ = kFirstChunk;                                    // GUARDED_BY(mu_)
-  int in_flight_ = 0;                                               // GUARDED_BY(mu_)
-  int idle_workers_ = 0;            // GUARDED_BY(mu_); workers waiting in Worker()
-  Clock::time_point busy_until_{};  // GUARDED_BY(mu_); nothing starts before (a busy source)
-  Stats stats_;                     // GUARDED_BY(mu_)
+  mutable Mutex mu_;
+  CondVar cv_;
+  bool stop_ GUARDED_BY(mu_) = false;
+  Queue queue_ GUARDED_BY(mu_);
+  std::unordered_map<const RandomAccessFile*, QueueIndex> queued_ GUARDED_BY(mu_);
+  std::unordered_map<const RandomAccessFile*, RangeSet> seen_ GUARDED_BY(mu_);
+  uint64_t chunk_ GUARDED_BY(mu_) = kFirstChunk;
+  int in_flight_ GUARDED_BY(mu_) = 0;
+  int idle_workers_ GUARDED_BY(mu_) = 0;            // workers waiting in Worker()
+  Clock::time_point busy_until_ GUARDED_BY(mu_){};  // nothing starts before (a busy source)
+  Stats stats_ GUARDED_BY(mu_);
   // Recent speculative reads: bytes and seconds, summed over a window that decays.
-  double window_bytes_ = 0, window_seconds_ = 0;  // GUARDED_BY(mu_)
+  double window_bytes_ GUARDED_BY(mu_) = 0, window_seconds_ GUARDED_BY(mu_) = 0;
   // Shortest demand read of the current and the previous 256 reads.
-  double min_demand_ = 0, min_demand_prev_ = 0;  // GUARDED_BY(mu_)
-  uint32_t demand_in_window_ = 0;                // GUARDED_BY(mu_)
+  double min_demand_ GUARDED_BY(mu_) = 0, min_demand_prev_ GUARDED_BY(mu_) = 0;
+  uint32_t demand_in_window_ GUARDED_BY(mu_) = 0;
   // Demand reads in progress; speculative reads start only while it is 0.
   std::atomic<int> demand_active_{0};
   // Speculative reads in flight (in_flight_, readable without mu_).

@@ -7,10 +7,10 @@
 #include <atomic>
 #include <cerrno>
 #include <cstring>
-#include <mutex>
 #include <vector>
 
 #include "common/coding.h"
+#include "common/mutex.h"
 #include "common/proc_self.h"
 #include "index/index_trailer.h"
 #include "index/lmdb_util.h"
@@ -59,8 +59,8 @@ struct IndexReader::Impl {
     if (map_addr != nullptr && map_size > 0) ::madvise(map_addr, map_size, MADV_DONTNEED);
   }
 
-  std::mutex mu;
-  std::vector<MDB_txn*> idle_txns;  // GUARDED_BY(mu); reset, ready for mdb_txn_renew
+  Mutex mu;
+  std::vector<MDB_txn*> idle_txns GUARDED_BY(mu);  // reset, ready for mdb_txn_renew
 
   // The env is opened MDB_NORDAHEAD (random lookups must not read 128 KiB each), so a cold
   // listing would fault the dirents in one page at a time. The dirents of a directory, and of
@@ -107,7 +107,7 @@ struct IndexReader::Impl {
       if (!txn_) return;
       mdb_txn_reset(txn_);
       {
-        std::lock_guard<std::mutex> lock(impl_->mu);
+        MutexLock lock(&impl_->mu);
         impl_->idle_txns.push_back(txn_);
       }
       impl_->MaybeRelease();
@@ -117,7 +117,7 @@ struct IndexReader::Impl {
 
     Status Begin() {
       {
-        std::lock_guard<std::mutex> lock(impl_->mu);
+        MutexLock lock(&impl_->mu);
         if (!impl_->idle_txns.empty()) {
           txn_ = impl_->idle_txns.back();
           impl_->idle_txns.pop_back();

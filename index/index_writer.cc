@@ -8,12 +8,12 @@
 
 #include <cerrno>
 #include <chrono>
-#include <condition_variable>
 #include <mutex>
 #include <thread>
 
 #include "common/coding.h"
 #include "common/file_util.h"
+#include "common/mutex.h"
 #include "common/proc_self.h"
 #include "index/index_trailer.h"
 #include "index/lmdb_util.h"
@@ -262,13 +262,13 @@ Status IndexWriter::Impl::DoFinish() {
       mdb_txn_abort(rtxn);
     }
   }
-  std::mutex trim_mu;
-  std::condition_variable trim_cv;
+  Mutex trim_mu;
+  CondVar trim_cv;
   bool copy_done = false;
   std::thread trimmer([&] {
-    std::unique_lock<std::mutex> l(trim_mu);
+    MutexLock l(&trim_mu);
     while (map_addr != nullptr &&
-           !trim_cv.wait_for(l, std::chrono::milliseconds(20), [&] { return copy_done; })) {
+           !trim_cv.WaitFor(&trim_mu, std::chrono::milliseconds(20), [&] { return copy_done; })) {
       ::madvise(map_addr, map_size, MADV_DONTNEED);
     }
   });
@@ -276,10 +276,10 @@ Status IndexWriter::Impl::DoFinish() {
   // give the same bytes whatever the history of the build env.
   rc = mdb_env_copyfd2(env, fd->get(), MDB_CP_COMPACT);
   {
-    std::lock_guard<std::mutex> l(trim_mu);
+    MutexLock l(&trim_mu);
     copy_done = true;
   }
-  trim_cv.notify_all();
+  trim_cv.SignalAll();
   trimmer.join();
   if (rc != 0) return LmdbError("copy " + build_path + " -> " + tmp, rc);
   struct stat st;

@@ -160,7 +160,7 @@ Result<Store::OpenRecordFile> Store::GetRecordFile(uint32_t id) const {
   std::promise<Result<OpenRecordFile>> mine;
   std::shared_future<Result<OpenRecordFile>> other;
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     auto it = records_.find(id);
     if (it != records_.end()) return it->second;
     auto opening = opening_.find(id);
@@ -180,7 +180,7 @@ Result<Store::OpenRecordFile> Store::GetRecordFile(uint32_t id) const {
     r = Err(Status::IOError(dir_ + "/" + RecordFileName(id) + ": " + e.what()));
   }
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     if (r) records_.emplace(id, *r);
     opening_.erase(id);  // an error is not kept: the next caller tries again
   }
@@ -287,7 +287,7 @@ Result<uint32_t> Store::BlockCrc(const Entry& e, int group, uint64_t block) cons
   const DerivedKey key{e.record, e.slot, group};
   std::shared_ptr<const std::vector<uint32_t>> crcs;
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     auto it = derived_crcs_.find(key);
     if (it != derived_crcs_.end()) crcs = it->second;
   }
@@ -299,7 +299,7 @@ Result<uint32_t> Store::BlockCrc(const Entry& e, int group, uint64_t block) cons
     auto computed = ComputeBlockCrcs(*rec->file, p);
     if (!computed) return Err(computed.error());
     crcs = std::make_shared<const std::vector<uint32_t>>(std::move(*computed));
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     if (derived_crcs_.size() >= kMaxDerived) derived_crcs_.clear();
     derived_crcs_.emplace(key, crcs);
   }

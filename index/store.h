@@ -5,13 +5,13 @@
 #include <functional>
 #include <future>
 #include <memory>
-#include <mutex>
 #include <optional>
 #include <span>
 #include <string>
 #include <unordered_map>
 #include <vector>
 
+#include "common/mutex.h"
 #include "common/random_access_file.h"
 #include "common/status.h"
 #include "index/entry.h"
@@ -88,16 +88,16 @@ class Store {
     RecordInfo info;       // from the index
     Status header_status;  // the file's header, footer and size checked against info
   };
-  Result<OpenRecordFile> GetRecordFile(uint32_t id) const;
+  Result<OpenRecordFile> GetRecordFile(uint32_t id) const EXCLUDES(mu_);
   // Opens record `id` and checks its header: what GetRecordFile does for the first caller.
   Result<OpenRecordFile> OpenRecordFileNow(uint32_t id) const;
 
-  mutable std::mutex mu_;
-  mutable std::unordered_map<uint32_t, OpenRecordFile> records_;  // GUARDED_BY(mu_)
+  mutable Mutex mu_;
+  mutable std::unordered_map<uint32_t, OpenRecordFile> records_ GUARDED_BY(mu_);
   // Records being opened: later callers wait for the first one's result instead of opening
   // (and, for a remote store, fetching the header and tables) again.
-  mutable std::unordered_map<uint32_t, std::shared_future<Result<OpenRecordFile>>>
-      opening_;  // GUARDED_BY(mu_)
+  mutable std::unordered_map<uint32_t, std::shared_future<Result<OpenRecordFile>>> opening_
+      GUARDED_BY(mu_);
   // Format 2 indexes only: block CRCs computed from large pieces, by (record, slot, group).
   struct DerivedKey {
     uint32_t record, slot;
@@ -113,7 +113,7 @@ class Store {
   static constexpr size_t kMaxDerived = 256;
   mutable std::unordered_map<DerivedKey, std::shared_ptr<const std::vector<uint32_t>>,
                              DerivedKeyHash>
-      derived_crcs_;  // GUARDED_BY(mu_)
+      derived_crcs_ GUARDED_BY(mu_);
 };
 
 }  // namespace pcrfs::index

@@ -5,7 +5,6 @@
 
 #include <algorithm>
 #include <cerrno>
-#include <condition_variable>
 #include <cstdio>
 #include <deque>
 #include <fstream>
@@ -18,6 +17,7 @@
 #include <thread>
 #include <vector>
 
+#include "common/mutex.h"
 #include "remote/url.h"
 
 namespace pcrfs {
@@ -298,7 +298,7 @@ class HttpClient::Impl {
 
   ~Impl() {
     {
-      std::lock_guard<std::mutex> lock(mu_);
+      MutexLock lock(&mu_);
       stop_ = true;
     }
     if (multi_ != nullptr) curl_multi_wakeup(multi_);
@@ -330,7 +330,7 @@ class HttpClient::Impl {
     in_flight_.fetch_add(1, std::memory_order_relaxed);
     bool stopped;
     {
-      std::lock_guard<std::mutex> lock(mu_);
+      MutexLock lock(&mu_);
       stopped = stop_;
       if (!stopped) queue_.push_back(std::move(t));
     }
@@ -785,7 +785,7 @@ class HttpClient::Impl {
       std::deque<std::unique_ptr<Transfer>> fresh;
       bool stop;
       {
-        std::lock_guard<std::mutex> lock(mu_);
+        MutexLock lock(&mu_);
         fresh.swap(queue_);
         stop = stop_;
       }
@@ -855,9 +855,9 @@ class HttpClient::Impl {
   int background_active_ = 0;                         // I/O thread only; of active_
   std::mt19937_64 rng_;                               // I/O thread only
 
-  std::mutex mu_;
-  std::deque<std::unique_ptr<Transfer>> queue_;  // GUARDED_BY(mu_)
-  bool stop_ = false;                            // GUARDED_BY(mu_)
+  Mutex mu_;
+  std::deque<std::unique_ptr<Transfer>> queue_ GUARDED_BY(mu_);
+  bool stop_ GUARDED_BY(mu_) = false;
 
   std::atomic<uint64_t> requests_{0}, attempts_{0}, succeeded_{0}, failed_{0}, bytes_received_{0},
       in_flight_{0}, background_requests_{0}, background_bytes_{0};

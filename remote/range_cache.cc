@@ -56,7 +56,10 @@ std::string RangeCacheStats::ToJson() const {
 
 Result<std::shared_ptr<RangeCache>> RangeCache::Open(RangeCacheOptions options, std::string* note) {
   std::shared_ptr<RangeCache> cache(new RangeCache(std::move(options)));
-  cache->memory_.budget = cache->options_.memory_bytes;
+  {
+    MutexLock l(&cache->mu_);  // nobody else has the cache yet; the lock costs nothing
+    cache->memory_.budget = cache->options_.memory_bytes;
+  }
   if (!cache->options_.disk_dir.empty() && cache->options_.disk_bytes > 0) {
     std::error_code ec;
     std::filesystem::create_directories(cache->options_.disk_dir, ec);
@@ -73,9 +76,12 @@ Result<std::shared_ptr<RangeCache>> RangeCache::Open(RangeCacheOptions options, 
       }
     } else {
       cache->lock_fd_ = std::move(*fd);
-      cache->disk_.disk = true;
-      cache->disk_.budget = cache->options_.disk_bytes;
-      cache->stats_.disk = true;
+      {
+        MutexLock l(&cache->mu_);
+        cache->disk_.disk = true;
+        cache->disk_.budget = cache->options_.disk_bytes;
+        cache->stats_.disk = true;
+      }
       cache->AdoptDiskFiles();
     }
   }
@@ -119,7 +125,7 @@ void RangeCache::AdoptDiskFiles() {
     return std::tie(a.mtime_ns, a.id, a.offset) < std::tie(b.mtime_ns, b.id, b.offset);
   });
   std::vector<std::string> unlink;
-  std::lock_guard<std::mutex> l(mu_);
+  MutexLock l(&mu_);
   for (const Found& f : found) {
     auto gaps = GapsLocked(disk_, f.id, f.offset, f.offset + f.length);
     if (gaps.size() != 1 || gaps[0].offset != f.offset || gaps[0].length != f.length) {
@@ -217,7 +223,7 @@ void RangeCache::EvictLocked(Tier& tier, std::vector<std::string>* unlink) {
 }
 
 std::vector<RangeCache::Range> RangeCache::Missing(uint32_t id, uint64_t offset, uint64_t n) const {
-  std::lock_guard<std::mutex> l(mu_);
+  MutexLock l(&mu_);
   std::vector<Range> out;
   for (const Range& g : GapsLocked(memory_, id, offset, offset + n)) {
     if (!disk_.disk) {
@@ -242,7 +248,7 @@ std::vector<RangeCache::Range> RangeCache::Copy(uint32_t id, uint64_t offset, ui
   std::vector<DiskRead> disk_reads;
   const uint64_t end = offset + n;
   {
-    std::lock_guard<std::mutex> l(mu_);
+    MutexLock l(&mu_);
     uint64_t pos = offset;
     while (pos < end) {
       uint64_t start = 0;
@@ -291,7 +297,7 @@ std::vector<RangeCache::Range> RangeCache::Copy(uint32_t id, uint64_t offset, ui
   for (const DiskRead& r : disk_reads) {
     auto fd = OpenFile(r.path, O_RDONLY | O_CLOEXEC);
     Status s = fd ? PreadFull(fd->get(), r.dst, r.length, r.file_offset, r.path) : fd.error();
-    std::lock_guard<std::mutex> l(mu_);
+    MutexLock l(&mu_);
     if (s.ok()) {
       stats_.disk_hit_bytes += r.length;
       continue;
@@ -321,7 +327,7 @@ void RangeCache::Insert(uint32_t id, uint64_t offset,
   std::vector<std::string> unlink;
   std::vector<Range> disk_gaps;
   {
-    std::lock_guard<std::mutex> l(mu_);
+    MutexLock l(&mu_);
     stats_.inserted_bytes += bytes->size();
     for (const Range& g : GapsLocked(memory_, id, offset, end)) {
       Extent e;
@@ -352,7 +358,7 @@ void RangeCache::Insert(uint32_t id, uint64_t offset,
     }
     written.push_back(g);
   }
-  std::lock_guard<std::mutex> l(mu_);
+  MutexLock l(&mu_);
   for (const Range& g : written) {
     auto gaps = GapsLocked(disk_, id, g.offset, g.offset + g.length);
     if (gaps.size() != 1 || gaps[0].offset != g.offset || gaps[0].length != g.length) {
@@ -378,7 +384,7 @@ bool RangeCache::Drop(uint32_t id, uint64_t offset, uint64_t n) {
   std::vector<std::string> unlink;
   bool dropped = false;
   {
-    std::lock_guard<std::mutex> l(mu_);
+    MutexLock l(&mu_);
     for (Tier* tier : {&memory_, &disk_}) {
       auto obj = tier->objects.find(id);
       if (obj == tier->objects.end()) continue;
@@ -404,17 +410,17 @@ bool RangeCache::Drop(uint32_t id, uint64_t offset, uint64_t n) {
 }
 
 bool RangeCache::WantsSpeculation() const {
-  std::lock_guard<std::mutex> l(mu_);
+  MutexLock l(&mu_);
   return unread_ < PrimaryLocked().budget / 4 * 3;
 }
 
 uint64_t RangeCache::capacity() const {
-  std::lock_guard<std::mutex> l(mu_);
+  MutexLock l(&mu_);
   return PrimaryLocked().budget;
 }
 
 RangeCacheStats RangeCache::stats() const {
-  std::lock_guard<std::mutex> l(mu_);
+  MutexLock l(&mu_);
   RangeCacheStats s = stats_;
   s.memory_bytes = memory_.bytes;
   s.disk_bytes = disk_.bytes;

@@ -26,11 +26,11 @@
 #include <list>
 #include <map>
 #include <memory>
-#include <mutex>
 #include <string>
 #include <vector>
 
 #include "common/file_util.h"
+#include "common/mutex.h"
 #include "common/status.h"
 
 namespace pcrfs {
@@ -69,23 +69,23 @@ class RangeCache {
 
   // Copies what is kept of [offset, offset + n) of object `id` into dst (the rest of dst is left
   // as it was) and returns the ranges that are not kept, in order.
-  std::vector<Range> Copy(uint32_t id, uint64_t offset, uint64_t n, uint8_t* dst);
+  std::vector<Range> Copy(uint32_t id, uint64_t offset, uint64_t n, uint8_t* dst) EXCLUDES(mu_);
   // The ranges of [offset, offset + n) not kept, in order (copies nothing).
-  std::vector<Range> Missing(uint32_t id, uint64_t offset, uint64_t n) const;
+  std::vector<Range> Missing(uint32_t id, uint64_t offset, uint64_t n) const EXCLUDES(mu_);
   // Keeps bytes->size() bytes of object `id` from `offset` (the parts not kept yet).
   // speculative: fetched before anybody asked; such bytes count as unread until copied.
   void Insert(uint32_t id, uint64_t offset, std::shared_ptr<const std::vector<uint8_t>> bytes,
-              bool speculative);
+              bool speculative) EXCLUDES(mu_);
   // Drops every extent that overlaps the range, in both tiers (a piece failed its CRC); true if
   // there was one.
-  bool Drop(uint32_t id, uint64_t offset, uint64_t n);
+  bool Drop(uint32_t id, uint64_t offset, uint64_t n) EXCLUDES(mu_);
   // Whether fetching more bytes ahead of the readers is useful now: the unread speculative
   // bytes are below 3/4 of the larger tier, so what is fetched ahead is not evicted unread.
-  bool WantsSpeculation() const;
+  bool WantsSpeculation() const EXCLUDES(mu_);
   // Bytes the larger tier holds: what may be fetched ahead at most.
-  uint64_t capacity() const;
+  uint64_t capacity() const EXCLUDES(mu_);
 
-  RangeCacheStats stats() const;
+  RangeCacheStats stats() const EXCLUDES(mu_);
 
  private:
   struct Extent {
@@ -99,7 +99,7 @@ class RangeCache {
   using Extents = std::map<uint64_t, Extent>;    // by start offset
   static constexpr uint64_t kUnreadPage = 4096;  // granularity of "read" for unread bytes
   // Marks [begin, end) of the extent at `start` read. REQUIRES: mu_ held.
-  void MarkReadLocked(uint64_t start, Extent& e, uint64_t begin, uint64_t end);
+  void MarkReadLocked(uint64_t start, Extent& e, uint64_t begin, uint64_t end) REQUIRES(mu_);
   struct Tier {
     bool disk = false;
     uint64_t budget = 0, bytes = 0;
@@ -108,7 +108,7 @@ class RangeCache {
   };
 
   explicit RangeCache(RangeCacheOptions options) : options_(std::move(options)) {}
-  void AdoptDiskFiles();
+  void AdoptDiskFiles() EXCLUDES(mu_);
   std::string FileName(uint32_t id, uint64_t offset, uint64_t length) const;
   // The gaps of [begin, end) in `tier`'s extents of `id`. REQUIRES: mu_ held.
   static std::vector<Range> GapsLocked(const Tier& tier, uint32_t id, uint64_t begin, uint64_t end);
@@ -116,21 +116,21 @@ class RangeCache {
   static Extent* FindLocked(Tier& tier, uint32_t id, uint64_t pos, uint64_t* start);
   // The start of the first extent of `tier` after `pos`, or UINT64_MAX. REQUIRES: mu_ held.
   static uint64_t NextStartLocked(const Tier& tier, uint32_t id, uint64_t pos);
-  void AddLocked(Tier& tier, uint32_t id, uint64_t start, Extent e);
+  void AddLocked(Tier& tier, uint32_t id, uint64_t start, Extent e) REQUIRES(mu_);
   // Removes one extent; disk files to unlink are appended to *unlink. REQUIRES: mu_ held.
-  void RemoveLocked(Tier& tier, uint32_t id, Extents::iterator it,
-                    std::vector<std::string>* unlink);
-  void EvictLocked(Tier& tier, std::vector<std::string>* unlink);
-  Tier& PrimaryLocked() { return disk_.disk ? disk_ : memory_; }
-  const Tier& PrimaryLocked() const { return disk_.disk ? disk_ : memory_; }
+  void RemoveLocked(Tier& tier, uint32_t id, Extents::iterator it, std::vector<std::string>* unlink)
+      REQUIRES(mu_);
+  void EvictLocked(Tier& tier, std::vector<std::string>* unlink) REQUIRES(mu_);
+  Tier& PrimaryLocked() REQUIRES(mu_) { return disk_.disk ? disk_ : memory_; }
+  const Tier& PrimaryLocked() const REQUIRES(mu_) { return disk_.disk ? disk_ : memory_; }
 
   const RangeCacheOptions options_;
   UniqueFd lock_fd_;
-  mutable std::mutex mu_;
-  Tier memory_;            // GUARDED_BY(mu_)
-  Tier disk_;              // GUARDED_BY(mu_)
-  uint64_t unread_ = 0;    // GUARDED_BY(mu_); sum of the primary tier's Extent::unread
-  RangeCacheStats stats_;  // GUARDED_BY(mu_); counters only
+  mutable Mutex mu_;
+  Tier memory_ GUARDED_BY(mu_);
+  Tier disk_ GUARDED_BY(mu_);
+  uint64_t unread_ GUARDED_BY(mu_) = 0;    // sum of the primary tier's Extent::unread
+  RangeCacheStats stats_ GUARDED_BY(mu_);  // counters only
 };
 
 }  // namespace pcrfs

@@ -105,10 +105,10 @@ void RemoteFile::Submit(const std::vector<std::shared_ptr<Fetch>>& started, bool
     req.on_progress = [f, size = size_](uint64_t written, uint64_t total) {
       if (total != size) return;  // the object changed: the completion says so
       {
-        std::lock_guard<std::mutex> l(f->mu);
+        MutexLock l(&f->mu);
         f->arrived = written;
       }
-      f->arrived_cv.notify_all();
+      f->arrived_cv.SignalAll();
     };
     // Runs on the client's I/O thread, maybe after this file is gone: only shared state.
     client_->Fetch(
@@ -118,23 +118,23 @@ void RemoteFile::Submit(const std::vector<std::shared_ptr<Fetch>>& started, bool
                                    : r.error();
           if (s.ok() && cache) cache->Insert(id, f->offset, f->bytes, background);
           {
-            std::lock_guard<std::mutex> l(shared->mu);
+            MutexLock l(&shared->mu);
             auto it = shared->pending.find(f->offset);
             if (it != shared->pending.end() && it->second == f) shared->pending.erase(it);
           }
           f->promise.set_value(std::move(s));
           {
-            std::lock_guard<std::mutex> l(f->mu);
+            MutexLock l(&f->mu);
             f->finished = true;
           }
-          f->arrived_cv.notify_all();
+          f->arrived_cv.SignalAll();
         });
   }
 }
 
 bool RemoteFile::WaitArrived(Fetch& f, uint64_t until) {
-  std::unique_lock<std::mutex> l(f.mu);
-  f.arrived_cv.wait(l, [&] { return f.finished || f.offset + f.arrived >= until; });
+  MutexLock l(&f.mu);
+  while (!f.finished && f.offset + f.arrived < until) f.arrived_cv.Wait(&f.mu);
   return f.offset + f.arrived >= until;
 }
 
@@ -151,7 +151,7 @@ Status RemoteFile::Read(uint64_t offset, size_t n, uint8_t* dst) const {
   std::vector<std::shared_ptr<Fetch>> fetches, started;
   std::vector<RangeCache::Range> arrived;
   {
-    std::lock_guard<std::mutex> l(shared_->mu);
+    MutexLock l(&shared_->mu);
     // A fetch that ended after Copy put its bytes in the cache before it left `pending`: those
     // are copied below, not fetched a second time (this race cost 2-10% extra origin bytes).
     missing = StillMissingLocked(missing, &arrived);
@@ -203,7 +203,7 @@ void RemoteFile::Prefetch(uint64_t offset, uint64_t n) const {
   std::vector<std::shared_ptr<Fetch>> fetches, started;
   {
     // Looked up under the lock, so a fetch ending meanwhile is either cached or still pending.
-    std::lock_guard<std::mutex> l(shared_->mu);
+    MutexLock l(&shared_->mu);
     CoverLocked(cache_->Missing(cache_id_, offset, n), &fetches, &started);
   }
   Submit(started, /*background=*/false);
@@ -218,7 +218,7 @@ Status RemoteFile::Warm(uint64_t offset, uint64_t n, std::vector<uint8_t>* scrat
   }
   std::vector<std::shared_ptr<Fetch>> fetches, started;
   {
-    std::lock_guard<std::mutex> l(shared_->mu);
+    MutexLock l(&shared_->mu);
     CoverLocked(cache_->Missing(cache_id_, offset, n), &fetches, &started);
   }
   Submit(started, /*background=*/true);

@@ -2,15 +2,14 @@
 // fetches a whole object (manifest.json, index.lmdb) into a local file, conditionally.
 #pragma once
 
-#include <condition_variable>
 #include <cstdint>
 #include <future>
 #include <map>
 #include <memory>
-#include <mutex>
 #include <string>
 #include <vector>
 
+#include "common/mutex.h"
 #include "common/random_access_file.h"
 #include "remote/http_client.h"
 #include "remote/range_cache.h"
@@ -64,18 +63,18 @@ class RemoteFile final : public RandomAccessFile {
     std::shared_ptr<std::vector<uint8_t>> bytes;
     std::promise<Status> promise;
     std::shared_future<Status> done;
-    std::mutex mu;
-    std::condition_variable arrived_cv;
-    uint64_t arrived = 0;   // GUARDED_BY(mu); bytes from offset that may be copied
-    bool finished = false;  // GUARDED_BY(mu); the promise is set
+    Mutex mu;
+    CondVar arrived_cv;
+    uint64_t arrived GUARDED_BY(mu) = 0;   // bytes from offset that may be copied
+    bool finished GUARDED_BY(mu) = false;  // the promise is set
   };
   // Waits until bytes [f->offset, until) of f may be copied (true), or f finished without
   // them (false: f->done has its status; OK when the answer was not a progressive one).
   static bool WaitArrived(Fetch& f, uint64_t until);
   // What the I/O thread's callbacks share with the file (they may outlive it).
   struct Shared {
-    std::mutex mu;
-    std::map<uint64_t, std::shared_ptr<Fetch>> pending;  // GUARDED_BY(mu); by offset
+    Mutex mu;
+    std::map<uint64_t, std::shared_ptr<Fetch>> pending GUARDED_BY(mu);  // by offset
   };
 
   Status ReadUncached(uint64_t offset, size_t n, uint8_t* dst) const;
@@ -87,13 +86,15 @@ class RemoteFile final : public RandomAccessFile {
   // REQUIRES: shared_->mu held.
   void CoverLocked(const std::vector<RangeCache::Range>& ranges,
                    std::vector<std::shared_ptr<Fetch>>* fetches,
-                   std::vector<std::shared_ptr<Fetch>>* started) const;
+                   std::vector<std::shared_ptr<Fetch>>* started) const REQUIRES(shared_->mu);
   // The parts of `missing` (ranges a Copy missed) the cache still lacks; the parts it has now
   // (a fetch ended since) are appended to *arrived. REQUIRES: shared_->mu held.
   std::vector<RangeCache::Range> StillMissingLocked(const std::vector<RangeCache::Range>& missing,
-                                                    std::vector<RangeCache::Range>* arrived) const;
+                                                    std::vector<RangeCache::Range>* arrived) const
+      REQUIRES(shared_->mu);
   std::shared_ptr<Fetch> StartLocked(uint64_t offset, uint64_t end,
-                                     std::vector<std::shared_ptr<Fetch>>* started) const;
+                                     std::vector<std::shared_ptr<Fetch>>* started) const
+      REQUIRES(shared_->mu);
   // Sends the GETs of new fetches, outside any lock (a request that fails at once completes
   // on this thread); each keeps its bytes in the cache and completes its waiters.
   void Submit(const std::vector<std::shared_ptr<Fetch>>& started, bool background) const;

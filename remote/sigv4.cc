@@ -126,7 +126,7 @@ std::string SigV4Signer::StringToSign(std::string_view amz_date,
 }
 
 std::string SigV4Signer::SigningKey(std::string_view date) const {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   if (key_date_ != date) {
     std::string k = HmacSha256("AWS4" + credentials_.secret_access_key(), date);
     k = HmacSha256(k, region_);

@@ -4,11 +4,12 @@
 #pragma once
 
 #include <chrono>
-#include <mutex>
 #include <string>
 #include <string_view>
 #include <utility>
 #include <vector>
+
+#include "common/mutex.h"
 
 namespace pcrfs {
 
@@ -96,9 +97,9 @@ class SigV4Signer {
   Credentials credentials_;
   std::string region_;
   std::string service_;
-  mutable std::mutex mu_;
-  mutable std::string key_date_;  // GUARDED_BY(mu_)
-  mutable std::string key_;       // GUARDED_BY(mu_)
+  mutable Mutex mu_;
+  mutable std::string key_date_ GUARDED_BY(mu_);
+  mutable std::string key_ GUARDED_BY(mu_);
 };
 
 // "YYYYMMDDTHHMMSSZ" in UTC.
