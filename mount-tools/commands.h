@@ -11,6 +11,7 @@ namespace pcrfs::tools {
 int RunBuild(const std::vector<std::string>& args);
 int RunMerge(const std::vector<std::string>& args);
 int RunCat(const std::vector<std::string>& args);
+int RunExtract(const std::vector<std::string>& args);
 int RunLadder(const std::vector<std::string>& args);
 // Internal, for the tests (docs/quality.md): not in the usage text.
 int RunQualityPair(const std::vector<std::string>& args);

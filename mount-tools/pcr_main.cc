@@ -21,6 +21,7 @@ constexpr char kUsage[] =
     "                    join the N parts of a sharded build into STORE, byte-identical to the\n"
     "                    single build\n"
     "  cat STORE PATH    write one file of the store to stdout at a level (--scans K)\n"
+    "  extract STORE DIR write the whole store at a level into a new folder (--scans K)\n"
     "  ladder STORE PATH -o OUT.png\n"
     "                    draw one image at levels 1..10 with bytes, PSNR and MS-SSIM\n"
     "  inspect STORE     describe a store: counts, options, bytes per level\n"
@@ -55,6 +56,7 @@ int main(int argc, char** argv) {
   if (command == "build") return pcrfs::tools::RunBuild(args);
   if (command == "merge") return pcrfs::tools::RunMerge(args);
   if (command == "cat") return pcrfs::tools::RunCat(args);
+  if (command == "extract") return pcrfs::tools::RunExtract(args);
   if (command == "ladder") return pcrfs::tools::RunLadder(args);
   if (command == "quality-pair") return pcrfs::tools::RunQualityPair(args);
   if (command == "quality-sample") return pcrfs::tools::RunQualitySample(args);

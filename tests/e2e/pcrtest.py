@@ -68,6 +68,18 @@ def pcr_cat(store, rel, k):
     return run([PCR, "cat", store, rel, "--scans", str(k)]).stdout
 
 
+def pcr_extract(store, k, env=None):
+    """Every file of the store at level k as `pcr extract` writes it: {relative path: bytes}.
+    One process for the whole store (a sanitizer build's startup costs ~0.2 s per process)."""
+    tmp = tempfile.mkdtemp(prefix="pcr-extract-")
+    try:
+        out = os.path.join(tmp, "tree")
+        run([PCR, "extract", store, out, "--scans", str(k)], env=env)
+        return read_tree(out)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
 def pil_pixels(data):
     """Decodes JPEG bytes with PIL; any warning is an error. Returns (mode, size, pixel bytes)."""
     with warnings.catch_warnings():

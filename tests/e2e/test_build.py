@@ -14,7 +14,12 @@ import unittest
 from PIL import Image
 
 from pcrtest import (EOI, MAKE_TEST_JPEGS, PCR, TempDirTest, djpeg_clean, make_messy_tree,
-                     pcr_cat, photo, pil_pixels, run, save_jpeg, store_bytes, tree_digest)
+                     pcr_cat, pcr_extract, photo, pil_pixels, run, save_jpeg, store_bytes, tree_digest)
+
+
+def store_levels(store):
+    """{k: {relative path: bytes}}: the store at every level, one pcr extract per level."""
+    return {k: pcr_extract(store, k) for k in range(1, 11)}
 
 
 class BuildTest(TempDirTest):
@@ -23,11 +28,12 @@ class BuildTest(TempDirTest):
         self.assertEqual(p.returncode, expect, f"pcr build exited {p.returncode}:\n{p.stdout}\n{p.stderr}")
         return p
 
-    def check_jpeg_levels(self, store, rel, source_bytes):
-        """Every level decodes cleanly, ends with EOI, grows with k; level 10 = source pixels."""
+    def check_jpeg_levels(self, levels, rel, source_bytes):
+        """Every level decodes cleanly, ends with EOI, grows with k; level 10 = source pixels.
+        levels[k] is the store at level k as pcr extract writes it (store_levels)."""
         sizes = []
         for k in range(1, 11):
-            data = pcr_cat(store, rel, k)
+            data = levels[k][rel]
             self.assertTrue(data.endswith(EOI), f"{rel} level {k} does not end with EOI")
             self.assertTrue(data.startswith(b"\xff\xd8"), f"{rel} level {k} lacks SOI")
             code, err = djpeg_clean(data)
@@ -36,7 +42,7 @@ class BuildTest(TempDirTest):
             self.assertEqual(size, Image.open(io.BytesIO(source_bytes)).size)
             sizes.append(len(data))
         self.assertEqual(sizes, sorted(sizes), f"{rel}: level sizes decrease: {sizes}")
-        self.assertEqual(pil_pixels(pcr_cat(store, rel, 10)), pil_pixels(source_bytes),
+        self.assertEqual(pil_pixels(levels[10][rel]), pil_pixels(source_bytes),
                          f"{rel}: level 10 pixels differ from the source")
         return sizes
 
@@ -49,10 +55,11 @@ class BuildTest(TempDirTest):
         self.build(src, store)
         manifest = json.load(open(os.path.join(store, "manifest.json")))
         self.assertEqual(manifest["num_passthrough"], 0, manifest)
+        levels = store_levels(store)
         for name in names:
             with self.subTest(name=name):
                 with open(os.path.join(src, name), "rb") as f:
-                    self.check_jpeg_levels(store, name, f.read())
+                    self.check_jpeg_levels(levels, name, f.read())
 
     def test_messy_tree_comes_back_whole(self):
         src = self.path("src")
@@ -74,6 +81,7 @@ class BuildTest(TempDirTest):
             self.assertIn(rel, p.stdout, "a JPEG stored byte for byte is named in the report")
 
         seen = 0
+        levels = store_levels(store)
         for dirpath, dirnames, filenames in os.walk(src, followlinks=True):
             for name in filenames:
                 abs_path = os.path.join(dirpath, name)
@@ -87,12 +95,13 @@ class BuildTest(TempDirTest):
                     clean = False
                 with self.subTest(rel=rel):
                     if clean:
-                        self.check_jpeg_levels(store, rel, data)
+                        self.check_jpeg_levels(levels, rel, data)
                     else:
                         for k in (1, 4, 10):
-                            self.assertEqual(pcr_cat(store, rel, k), data,
+                            self.assertEqual(levels[k][rel], data,
                                              f"{rel} level {k} is not byte-identical")
         self.assertEqual(manifest["num_jpeg"] + manifest["num_passthrough"], seen)
+        self.assertEqual(len(levels[10]), seen, "pcr extract wrote another number of files")
         # Empty folders are entries too: cat on them says "is a directory".
         p = run([PCR, "cat", store, "empty/also empty"], check=False, text=True)
         self.assertEqual(p.returncode, 2)

@@ -1,5 +1,5 @@
 #!/usr/bin/python3
-"""`pcr inspect` and `pcr verify` on real stores, damaged on purpose."""
+"""`pcr inspect`, `pcr verify` and `pcr extract` on real stores, damaged on purpose."""
 
 import json
 import os
@@ -7,7 +7,8 @@ import shutil
 import tempfile
 import unittest
 
-from pcrtest import (PCR, PCRFS, Mount, TempDirTest, make_messy_tree, pcr_cat, photo, run, save_jpeg)
+from pcrtest import (PCR, PCRFS, Mount, TempDirTest, make_messy_tree, pcr_cat, photo, pil_pixels,
+                     read_tree, run, save_jpeg)
 
 
 def build_store(tmp, n=20, per_record=6):
@@ -110,6 +111,103 @@ class RecommendTest(TempDirTest):
         for bad in (["--min-msssim", "0.9"], ["--recommend", "--min-msssim", "1.5"]):
             p = run([PCR, "inspect", store, *bad], check=False, text=True)
             self.assertEqual(p.returncode, 2, bad)
+
+
+def tree_meta(root):
+    """{relative path: (kind, permission bits, mtime ns)} of everything under root."""
+    out = {}
+    for dirpath, dirnames, filenames in os.walk(root):
+        for n in dirnames + filenames:
+            st = os.lstat(os.path.join(dirpath, n))
+            kind = "d" if n in dirnames else "f"
+            out[os.path.relpath(os.path.join(dirpath, n), root)] = (kind, st.st_mode & 0o777,
+                                                                     st.st_mtime_ns)
+    return out
+
+
+class ExtractTest(TempDirTest):
+    def extract(self, store, out, *extra):
+        return run([PCR, "extract", store, out, *extra], check=False, text=True)
+
+    def test_every_level_is_the_tree_pcr_cat_and_the_mount_give(self):
+        src = self.path("src")
+        make_messy_tree(src)
+        store = self.path("store")
+        run([PCR, "build", src, store, "--quiet", "--images-per-record", "4"])
+        source = read_tree(src)
+        mnt = self.path("mnt")
+        with Mount(store, mnt):
+            for k in (1, 3, 10):
+                out = self.path(f"level{k}")
+                p = self.extract(store, out, "--scans", str(k), "--jobs", "3")
+                self.assertEqual(p.returncode, 0, p.stderr)
+                self.assertIn(f"{len(source)} files", p.stdout)
+                # Folders (empty ones too), files, permission bits and times as the source has
+                # them; the bytes as pcr cat and the mount give them at that level.
+                self.assertEqual(tree_meta(out), tree_meta(src), f"level {k}")
+                got = read_tree(out)
+                self.assertEqual(sorted(got), sorted(source))
+                for rel, data in got.items():
+                    self.assertEqual(data, pcr_cat(store, rel, k), f"{rel} level {k}")
+                    self.assertEqual(data, open(os.path.join(mnt, f"scan{k}", rel), "rb").read())
+        level10 = read_tree(self.path("level10"))
+        self.assertEqual(pil_pixels(level10["top level.jpg"]), pil_pixels(source["top level.jpg"]))
+        for rel in ("labels.csv", "train/random.jpg", "train/truncated.jpg", "train/zero.jpg"):
+            self.assertEqual(read_tree(self.path("level1"))[rel], source[rel], rel)
+
+    def test_refuses_a_folder_that_is_not_empty(self):
+        src, store = build_store(self.tmp, n=4)
+        out = self.path("out")
+        os.makedirs(out)
+        open(os.path.join(out, "mine.txt"), "w").write("keep me")
+        p = self.extract(store, out)
+        self.assertEqual(p.returncode, 2)
+        self.assertIn(out, p.stderr)
+        self.assertIn("not empty", p.stderr)
+        self.assertEqual(os.listdir(out), ["mine.txt"])
+        self.assertEqual(open(os.path.join(out, "mine.txt")).read(), "keep me")
+        p = self.extract(store, os.path.join(out, "mine.txt"))
+        self.assertEqual(p.returncode, 2)
+        self.assertIn("not a folder", p.stderr)
+        for bad in (["--scans", "11"], ["--scans", "0"]):
+            p = self.extract(store, self.path("fresh"), *bad)
+            self.assertEqual(p.returncode, 2, bad)
+            self.assertFalse(os.path.exists(self.path("fresh")))
+        p = self.extract(self.path("nope"), self.path("fresh"))
+        self.assertEqual(p.returncode, 2)
+        self.assertIn("nope", p.stderr)
+        self.assertFalse(os.path.exists(self.path("fresh")))
+
+    def test_damaged_file_is_named_and_left_out_the_others_are_exact(self):
+        src, store = build_store(self.tmp)
+        rel = "d1/07.jpg"
+        clean = {k: read_tree(self.path(f"clean{k}")) for k in (4, 5)
+                 if self.extract(store, self.path(f"clean{k}"), "-k", str(k)).returncode == 0}
+        self.assertEqual(sorted(clean), [4, 5])
+        l4, l5 = len(clean[4][rel]) - 2, len(clean[5][rel]) - 2
+        piece = clean[5][rel][l4:l5]
+        damaged = 0
+        for name in sorted(os.listdir(os.path.join(store, "records"))):
+            path = os.path.join(store, "records", name)
+            data = bytearray(open(path, "rb").read())
+            pos = data.find(piece)
+            if pos >= 0:
+                data[pos + len(piece) // 3] ^= 0x01
+                open(path, "wb").write(bytes(data))
+                damaged += 1
+        self.assertEqual(damaged, 1)
+        # Level 4 does not touch group 5: all exact.
+        p = self.extract(store, self.path("out4"), "-k", "4")
+        self.assertEqual(p.returncode, 0, p.stderr)
+        self.assertEqual(read_tree(self.path("out4")), clean[4])
+        # Level 5: that one file is named and absent (never partly written); the rest exact.
+        p = self.extract(store, self.path("out5"), "-k", "5")
+        self.assertEqual(p.returncode, 1, p.stdout + p.stderr)
+        self.assertIn(rel, p.stderr)
+        self.assertIn("1 of 21 files failed", p.stderr)
+        got = read_tree(self.path("out5"))
+        self.assertNotIn(rel, got)
+        self.assertEqual(got, {f: b for f, b in clean[5].items() if f != rel})
 
 
 class VerifyTest(TempDirTest):

@@ -19,7 +19,7 @@ import unittest
 from PIL import Image
 
 from pcrtest import (EOI, MAKE_TEST_JPEGS, PCR, PCRFS, Mount, djpeg_clean, is_mounted,
-                     make_messy_tree, pcr_cat, photo, pil_pixels, run, save_jpeg)
+                     make_messy_tree, pcr_cat, pcr_extract, photo, pil_pixels, run, save_jpeg)
 
 import tempfile
 
@@ -140,6 +140,7 @@ class MountTest(unittest.TestCase):
 
     def test_bytes_at_every_level(self):
         rng = random.Random(7)
+        levels = {k: pcr_extract(STORE, k) for k in range(1, 11)}
         with Mount(STORE, self.mnt):
             for rel in source_files():
                 src = open(os.path.join(SRC, rel), "rb").read()
@@ -149,7 +150,7 @@ class MountTest(unittest.TestCase):
                     p = os.path.join(self.mnt, f"scan{k}", rel)
                     data = open(p, "rb").read()
                     self.assertEqual(os.stat(p).st_size, len(data), f"{rel} scan{k}")
-                    self.assertEqual(data, pcr_cat(STORE, rel, k), f"{rel} scan{k} vs pcr cat")
+                    self.assertEqual(data, levels[k][rel], f"{rel} scan{k} vs pcr extract")
                     if not clean:
                         self.assertEqual(data, src, f"passthrough {rel} differs at scan{k}")
                         continue
@@ -205,13 +206,14 @@ class MountTest(unittest.TestCase):
         # readdirplus=yes answers listings with attributes (READDIRPLUS requests), no with plain
         # READDIR; auto leaves it to the kernel. The tree and the bytes are the same in all.
         files = source_files()
+        level10 = pcr_extract(STORE, 10)
         for mode, plus in (("yes", True), ("no", False), ("auto", None)):
             with self.subTest(mode=mode), Mount(STORE, self.mnt, "-d", "-o",
                                                 f"readdirplus={mode}") as m:
                 self.assertEqual(walk_tree(os.path.join(self.mnt, "scan7")), walk_tree(SRC))
                 for f in files[:20]:
                     self.assertEqual(open(os.path.join(self.mnt, "scan10", f), "rb").read(),
-                                     pcr_cat(STORE, f, 10), f)
+                                     level10[f], f)
                 log = m.log()
                 self.assertIn("opcode: READDIR", log)
                 if plus is not None:
@@ -221,12 +223,12 @@ class MountTest(unittest.TestCase):
         # index_rss=1: the daemon unmaps its index pages every 16 index calls, whatever it is
         # doing.
         files = source_files()
+        level4 = pcr_extract(STORE, 4)
         with Mount(STORE, self.mnt, "-o", "index_rss=1,scans=4"):
             for round in range(3):
                 self.assertEqual(walk_tree(self.mnt), walk_tree(SRC))
                 for f in files:
-                    self.assertEqual(open(os.path.join(self.mnt, f), "rb").read(),
-                                     pcr_cat(STORE, f, 4), f)
+                    self.assertEqual(open(os.path.join(self.mnt, f), "rb").read(), level4[f], f)
                 time.sleep(0.25)
 
     def test_speculation_serves_the_same_bytes(self):
@@ -234,12 +236,12 @@ class MountTest(unittest.TestCase):
         # fetches one file ahead. With and without speculative reads, reads must be exact.
         # The retired options are accepted with a note, so old fstab lines still mount.
         files = source_files()
+        level3 = pcr_extract(STORE, 3)
         for opts in ("prefetch=1,readahead=1", "prefetch=0,readahead=0",
                      "prefetch=100,readahead=64,prefetch_chunk=1M,prefetch_probe=0"):
             with self.subTest(opts=opts), Mount(STORE, self.mnt, "-o", opts + ",scans=3") as m:
                 for f in files:
-                    self.assertEqual(open(os.path.join(self.mnt, f), "rb").read(),
-                                     pcr_cat(STORE, f, 3), f)
+                    self.assertEqual(open(os.path.join(self.mnt, f), "rb").read(), level3[f], f)
                 if "probe" in opts:
                     self.assertIn("no longer used", m.log())
 
@@ -323,10 +325,8 @@ class MountTest(unittest.TestCase):
 
     def test_eight_threads_random_reads(self):
         files = source_files()
-        expected = {}
-        for f in files:
-            for k in (1, 2, 5, 10):
-                expected[(f, k)] = pcr_cat(STORE, f, k)
+        levels = {k: pcr_extract(STORE, k) for k in (1, 2, 5, 10)}
+        expected = {(f, k): levels[k][f] for f in files for k in levels}
         errors = []
         with Mount(STORE, self.mnt, "-o", "cache_size=2M"):
             def worker(seed):

@@ -38,7 +38,7 @@ from PIL import Image
 from skimage.filters import gaussian
 from skimage.metrics import structural_similarity
 
-from pcrtest import PCR, TempDirTest, pcr_cat, photo, run, save_jpeg
+from pcrtest import PCR, TempDirTest, pcr_cat, pcr_extract, photo, run, save_jpeg
 
 WEIGHTS = (0.0448, 0.2856, 0.3001, 0.2363, 0.1333)
 C1 = (0.01 * 255) ** 2
@@ -158,9 +158,10 @@ class QualityTest(TempDirTest):
         run([PCR, "build", src, store, "--quiet"])
         return src, store
 
-    def compare_levels(self, store, rel):
-        """C++ vs reference for levels 1..9 against level 10 of one stored image."""
-        ref_bytes = pcr_cat(store, rel, 10)
+    def compare_levels(self, levels, rel):
+        """C++ vs reference for levels 1..9 against level 10 of one stored image; levels[k] is
+        the store at level k (pcr_extract)."""
+        ref_bytes = levels[10][rel]
         ref_path = self.path("ref.jpg")
         with open(ref_path, "wb") as f:
             f.write(ref_bytes)
@@ -168,7 +169,7 @@ class QualityTest(TempDirTest):
         worst = 0.0
         values = []
         for k in range(1, 11):
-            data = pcr_cat(store, rel, k)
+            data = levels[k][rel]
             path = self.path(f"level{k}.jpg")
             with open(path, "wb") as f:
                 f.write(data)
@@ -199,8 +200,9 @@ class QualityTest(TempDirTest):
             "small.jpg": (photo(100, 80, 15), dict(quality=90)),
         }
         _, store = self.build_store(images)
+        levels = {k: pcr_extract(store, k) for k in range(1, 11)}
         for rel in images:
-            worst = self.compare_levels(store, rel)
+            worst = self.compare_levels(levels, rel)
             print(f"{rel}: worst |C++ - reference| = {worst:.2e}")
 
     def test_independent_encodings(self):
@@ -257,12 +259,13 @@ class QualityTest(TempDirTest):
         self.assertEqual(rows[9][5:8], [1.0] * 3)
         # Against the reference, per level: mean, p5 (nearest rank: the lowest of 8) and min.
         per_level = {k: ([], []) for k in range(1, 11)}
+        levels = {k: pcr_extract(store, k) for k in range(1, 11)}
         for rel in sorted(images):
             if rel == "c1/tiny.jpg":
                 continue
-            ref = decode(pcr_cat(store, rel, 10))
+            ref = decode(levels[10][rel])
             for k in range(1, 10):
-                im = decode(pcr_cat(store, rel, k))
+                im = decode(levels[k][rel])
                 per_level[k][0].append(psnr_reference(im, ref))
                 per_level[k][1].append(ms_ssim_reference(im, ref))
         for k in range(1, 10):

@@ -14,7 +14,7 @@ import unittest
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(os.path.dirname(HERE), "remote"))
 
-from pcrtest import (PCR, PCRFS, LoopbackServersCase, photo, pil_pixels,  # noqa: E402
+from pcrtest import (PCR, PCRFS, LoopbackServersCase, pcr_extract, photo, pil_pixels,  # noqa: E402
                      read_levels, read_tree, run, save_jpeg, sha)
 from remote_servers import FaultProxy, Nginx, S3Server  # noqa: E402
 
@@ -153,6 +153,9 @@ class RemoteMountCase(LoopbackServersCase):
                 self.assertEqual(got, want, rel)
         out = run([PCR, "inspect", url], env=env).stdout.decode()
         self.assertIn(str(len(self.records)), out)
+        # pcr extract URL: the whole tree at a level, as the local store's mount shows it.
+        for k in LEVELS:
+            self.assertEqual(pcr_extract(url, k, env=env), self.local[k], f"level {k}")
 
     def test_pcr_verify_over_http(self):
         env = dict(self.env, PCRFS_CACHE_DIR=self.cache("verify"))
