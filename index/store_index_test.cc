@@ -361,7 +361,7 @@ void BuildWideIndex(const std::string& path, uint64_t dirs, uint64_t files_per_d
   ASSERT_TRUE((*w)->AddEntry(Dir(kRootIno, kRootIno, "", 2, dirs, dirs)).ok());
   uint64_t next = 2 + dirs;
   for (uint64_t d = 0; d < dirs; ++d) {
-    char name[16];
+    char name[24];
     std::snprintf(name, sizeof name, "d%04llu", static_cast<unsigned long long>(d));
     ASSERT_TRUE((*w)->AddEntry(Dir(2 + d, kRootIno, name, next, files_per_dir, 0)).ok());
     next += files_per_dir;
