@@ -131,8 +131,9 @@ class RecordScheduler {
   static void Insert(RangeSet* set, uint64_t begin, uint64_t end, std::vector<Range>* added);
 
   void Worker() EXCLUDES(mu_);
-  // Updates the timings and the next chunk's size. REQUIRES: mu_ held.
-  void NoteSpeculativeLocked(uint64_t n, double seconds) REQUIRES(mu_);
+  // Counts a speculative read of n bytes, of which the source moved `moved` in `seconds`, and
+  // updates the timings and the next chunk's size from those (none moved: no timing).
+  void NoteSpeculativeLocked(uint64_t n, uint64_t moved, double seconds) REQUIRES(mu_);
   void NoteDemandLocked(uint64_t n, double seconds) REQUIRES(mu_);
   int MaxInFlightLocked() const REQUIRES(mu_);
   // If r starts inside a range queued for `file`, takes a chunk from r's start out of the
