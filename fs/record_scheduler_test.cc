@@ -247,6 +247,24 @@ TEST(RecordSchedulerTest, CachedBytesDoNotInflateTheMeasuredRate) {
   EXPECT_LT(st.rate, 2 * kBandwidth) << s.Describe();
 }
 
+// At 10 MB/s (a slow volume) a chunk takes about kTargetRead: 40 KB, not a 64 KiB floor that
+// takes 6.5 ms there, which a demand read waits for in the throttle (loader_bench, issue 12).
+TEST(RecordSchedulerTest, SlowSourceGetsChunksOfAboutTheTargetTime) {
+  constexpr double kBandwidth = 10e6;
+  const uint64_t mib = uint64_t{1} << 20;
+  auto src = std::make_shared<SimulatedSource>(16 * mib, kBandwidth, 0);
+  RecordScheduler s;
+  s.Speculate(src, {{0, 4 * mib}});
+  WaitIdle(s, 4 * mib);
+  const auto st = s.stats();
+  ASSERT_EQ(st.speculative_bytes, 4 * mib);
+  // A sleep never ends early, so the measured rate is at most 10 MB/s and the chunk at most
+  // 4 ms of it (40,000 bytes, 36 KiB after rounding to pages); load only makes it smaller.
+  EXPECT_LT(st.chunk, uint64_t{64} << 10) << s.Describe();
+  EXPECT_GE(st.chunk, RecordScheduler::kMinChunk);
+  EXPECT_LE(st.rate, 1.05 * kBandwidth) << s.Describe();
+}
+
 // A remote store's file as the scheduler sees it: it orders its own requests
 // (ConcurrentSpeculativeReads), each speculative read takes a latency, and it refuses
 // speculation while `busy` is set (its cache holds enough unread bytes).
