@@ -2,6 +2,7 @@
 
 #include <fcntl.h>
 #include <sys/stat.h>
+#include <sys/uio.h>
 
 #include <algorithm>
 #include <cerrno>
@@ -43,6 +44,37 @@ void PosixRandomAccessFile::Prefetch(uint64_t offset, uint64_t n) const {
     ::posix_fadvise(fd_.get(), static_cast<off_t>(offset + done),
                     static_cast<off_t>(std::min(kStep, n - done)), POSIX_FADV_WILLNEED);
   }
+}
+
+Result<uint64_t> PosixRandomAccessFile::Warm(uint64_t offset, uint64_t n,
+                                             std::vector<uint8_t>* scratch) const {
+  if (offset > size_ || n > size_ - offset) {
+    return Err(Status::Corruption(path_ + ": speculative read of " + std::to_string(n) +
+                                  " bytes at offset " + std::to_string(offset) +
+                                  " is past the end (" + std::to_string(size_) + " bytes)"));
+  }
+  // A read of what is not cached, at most this much at a time, so that cached pages after it
+  // are found again (the device gets large requests still).
+  constexpr uint64_t kStep = uint64_t{1} << 20;
+  scratch->resize(static_cast<size_t>(std::min(n, kStep)));
+  uint64_t pos = 0, moved = 0;
+  while (pos < n) {
+    const uint64_t len = std::min<uint64_t>(n - pos, scratch->size());
+    iovec iov{scratch->data(), static_cast<size_t>(len)};
+    // The pages the cache holds from `pos` on, copied without I/O; EAGAIN at the first missing
+    // page. (ENOTSUP or EOPNOTSUPP: a file system without RWF_NOWAIT: read everything.)
+    const ssize_t got = ::preadv2(fd_.get(), &iov, 1, static_cast<off_t>(offset + pos), RWF_NOWAIT);
+    if (got > 0) {
+      pos += static_cast<uint64_t>(got);
+      continue;
+    }
+    if (got < 0 && errno == EINTR) continue;
+    PCRFS_RETURN_ERR_IF_ERROR(
+        PreadFull(fd_.get(), scratch->data(), static_cast<size_t>(len), offset + pos, path_));
+    pos += len;
+    moved += len;
+  }
+  return moved;
 }
 
 }  // namespace pcrfs

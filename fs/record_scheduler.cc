@@ -202,10 +202,11 @@ void RecordScheduler::NoteDemandLocked(uint64_t n, double seconds) {
   }
 }
 
-void RecordScheduler::NoteSpeculativeLocked(uint64_t n, double seconds) {
+void RecordScheduler::NoteSpeculativeLocked(uint64_t n, uint64_t moved, double seconds) {
   ++stats_.speculative_reads;
   stats_.speculative_bytes += n;
-  window_bytes_ = window_bytes_ * kDecay + static_cast<double>(n);
+  if (moved == 0) return;
+  window_bytes_ = window_bytes_ * kDecay + static_cast<double>(moved);
   window_seconds_ = window_seconds_ * kDecay + seconds;
   if (window_seconds_ <= 0) return;
   const double rate = window_bytes_ / window_seconds_;
@@ -257,7 +258,8 @@ void RecordScheduler::Worker() {
     }
     const auto start = Clock::now();
     // Errors are ignored: the demand read of these bytes will report them.
-    const Status s = file->Warm(offset, n, &buffer);
+    const Result<uint64_t> moved = file->Warm(offset, n, &buffer);
+    const Status s = moved.has_value() ? Status::OK() : moved.error();
     const double seconds = std::chrono::duration<double>(Clock::now() - start).count();
     {
       MutexLock l(&mu_);
@@ -270,7 +272,9 @@ void RecordScheduler::Worker() {
           busy_until_ = Clock::now() + kBusyRetry;
         }
       } else {
-        NoteSpeculativeLocked(n, seconds);
+        // Only bytes the source really moved say how fast it is: a range the readers' own
+        // reads had brought in costs no transfer (and took no time).
+        NoteSpeculativeLocked(n, moved.value_or(n), seconds);
       }
     }
     cv_.Signal();  // the other worker may start (the limit may have changed)

@@ -15,7 +15,7 @@
 // source's latency: a local disk ~0.1 ms, a remote
 // object store ~20 ms), and makes a chunk take max(kTargetRead, 2 x latency) at that rate,
 // between kMinChunk and kMaxChunk. On a local disk that is a few milliseconds of transfer
-// (about 1 MiB at 250 MB/s, 64 KiB at 10 MB/s); on a source with 20 ms latency the chunk grows
+// (about 1 MiB at 250 MB/s, 40 KiB at 10 MB/s); on a source with 20 ms latency the chunk grows
 // until transfer time matches the latency (8 MiB at 400 MB/s), as object stores want.
 //
 // A remote source (RandomAccessFile::ConcurrentSpeculativeReads > 0) gives demand reads
@@ -54,7 +54,9 @@ namespace pcrfs::fs {
 
 class RecordScheduler {
  public:
-  static constexpr uint64_t kMinChunk = uint64_t{64} << 10;
+  // Small enough that a chunk at 10 MB/s takes 4 ms, not the 6.5 ms of 64 KiB (a demand read
+  // waits behind one in a blkio throttle's FIFO; loader_bench at 10 MB/s, issue 12).
+  static constexpr uint64_t kMinChunk = uint64_t{16} << 10;
   static constexpr uint64_t kMaxChunk = uint64_t{16} << 20;
   static constexpr uint64_t kFirstChunk = uint64_t{1} << 20;  // before anything was measured
   static constexpr auto kTargetRead = std::chrono::milliseconds(4);
@@ -131,8 +133,9 @@ class RecordScheduler {
   static void Insert(RangeSet* set, uint64_t begin, uint64_t end, std::vector<Range>* added);
 
   void Worker() EXCLUDES(mu_);
-  // Updates the timings and the next chunk's size. REQUIRES: mu_ held.
-  void NoteSpeculativeLocked(uint64_t n, double seconds) REQUIRES(mu_);
+  // Counts a speculative read of n bytes, of which the source moved `moved` in `seconds`, and
+  // updates the timings and the next chunk's size from those (none moved: no timing).
+  void NoteSpeculativeLocked(uint64_t n, uint64_t moved, double seconds) REQUIRES(mu_);
   void NoteDemandLocked(uint64_t n, double seconds) REQUIRES(mu_);
   int MaxInFlightLocked() const REQUIRES(mu_);
   // If r starts inside a range queued for `file`, takes a chunk from r's start out of the

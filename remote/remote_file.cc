@@ -209,12 +209,13 @@ void RemoteFile::Prefetch(uint64_t offset, uint64_t n) const {
   Submit(started, /*background=*/false);
 }
 
-Status RemoteFile::Warm(uint64_t offset, uint64_t n, std::vector<uint8_t>* scratch) const {
+Result<uint64_t> RemoteFile::Warm(uint64_t offset, uint64_t n,
+                                  std::vector<uint8_t>* scratch) const {
   if (!cache_) return RandomAccessFile::Warm(offset, n, scratch);
-  if (n == 0 || offset >= size_) return Status::OK();
+  if (n == 0 || offset >= size_) return uint64_t{0};
   n = std::min(n, size_ - offset);
   if (!cache_->WantsSpeculation()) {
-    return Status::ResourceExhausted(name_ + ": enough bytes fetched ahead");
+    return Err(Status::ResourceExhausted(name_ + ": enough bytes fetched ahead"));
   }
   std::vector<std::shared_ptr<Fetch>> fetches, started;
   {
@@ -222,12 +223,15 @@ Status RemoteFile::Warm(uint64_t offset, uint64_t n, std::vector<uint8_t>* scrat
     CoverLocked(cache_->Missing(cache_id_, offset, n), &fetches, &started);
   }
   Submit(started, /*background=*/true);
+  uint64_t asked = 0;
   Status first;
   for (const auto& f : started) {
     const Status& s = f->done.get();
     if (!s.ok() && first.ok()) first = s;
+    asked += f->end - f->offset;
   }
-  return first;
+  if (!first.ok()) return Err(first);
+  return asked;
 }
 
 bool RemoteFile::DropCached(uint64_t offset, uint64_t n) const {

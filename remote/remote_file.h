@@ -48,7 +48,8 @@ class RemoteFile final : public RandomAccessFile {
   const std::string& name() const override { return name_; }
   void Prefetch(uint64_t offset, uint64_t n) const override;
   bool KeepsReads() const override { return cache_ != nullptr; }
-  Status Warm(uint64_t offset, uint64_t n, std::vector<uint8_t>* scratch) const override;
+  // Returns the bytes it asked the origin for (0 when the cache or fetches in flight had all).
+  Result<uint64_t> Warm(uint64_t offset, uint64_t n, std::vector<uint8_t>* scratch) const override;
   int ConcurrentSpeculativeReads() const override { return cache_ ? kSpeculativeRequests : 0; }
   bool DropCached(uint64_t offset, uint64_t n) const override;
 
