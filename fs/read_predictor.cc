@@ -23,7 +23,8 @@ void ReadPredictor::OnRead(const index::Entry& e, int level) {
     dir_parent = dir->parent;
   }
   uint64_t plan_first = 0, plan_count = 0;
-  bool became_dense = false, expand = false;
+  uint64_t sibling_reads = 0;  // 1 or 2: this folder's first or second file, under a parent
+  bool expand = false;
   {
     MutexLock l(&mu_);
     DirAccess& d = dirs_[key];
@@ -46,12 +47,12 @@ void ReadPredictor::OnRead(const index::Entry& e, int level) {
       const bool next = d.last_ino + 1 == e.ino;
       d.last_ino = e.ino;
       ++d.distinct;
+      if (dir_parent != e.parent && d.distinct <= 2) sibling_reads = d.distinct;
       const uint64_t dense =
           std::max<uint64_t>(2, (d.num_children * options_.dense_percent + 99) / 100);
       const uint64_t child = e.ino - d.first_child;
       if (options_.dense_percent > 0 && d.distinct >= dense) {
         d.planned_all = true;
-        became_dense = dir_parent != e.parent;
         plan_first = 0;
         plan_count = d.num_children;
       } else if (next && options_.readahead_files > 0 &&
@@ -65,11 +66,11 @@ void ReadPredictor::OnRead(const index::Entry& e, int level) {
     }
   }
   if (plan_count > 0) Plan(e.parent, plan_first, plan_count, level);
-  if (became_dense) expand = NoteDense(dir_parent, level);
+  if (sibling_reads > 0) expand = NoteSiblingRead(dir_parent, level, sibling_reads);
   if (expand) Expand(dir_parent, level);
 }
 
-bool ReadPredictor::NoteDense(uint64_t parent, int level) {
+bool ReadPredictor::NoteSiblingRead(uint64_t parent, int level, uint64_t reads) {
   const std::pair<uint64_t, int> key{parent, level};
   ParentAccess fresh;
   bool known = false;
@@ -86,10 +87,13 @@ bool ReadPredictor::NoteDense(uint64_t parent, int level) {
   }
   MutexLock l(&mu_);
   ParentAccess& p = parents_.try_emplace(key, fresh).first->second;
-  ++p.dense_subdirs;
+  if (reads == 1) ++p.read_subdirs;
+  if (reads == 2) ++p.reread_subdirs;
   const uint64_t enough =
       std::max<uint64_t>(3, (p.num_subdirs * options_.dense_percent + 99) / 100);
-  if (p.dense_subdirs >= enough && p.num_subdirs > p.dense_subdirs) p.expanding = true;
+  if (options_.dense_percent > 0 && p.read_subdirs >= enough && p.reread_subdirs > 0) {
+    p.expanding = true;
+  }
   return p.expanding;
 }
 

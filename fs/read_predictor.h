@@ -9,12 +9,14 @@
 // - A walk: when a reader goes from one child to the next (a directory walk; children have
 //   consecutive inode numbers in name order), fetch the next `readahead_files` children, and
 //   again whenever the walk gets within half of that of the end.
-// - Dense siblings: once `dense_percent` of a directory's subdirectories (at least 3) are dense
-//   by their own reads, the reads hop between sibling folders as a shuffled epoch over the
-//   parent does (a class-per-folder dataset): every subdirectory of that parent is planned, a
-//   few per read (kExpandPerRead children of the parent), and a subdirectory first read before
-//   its turn is planned at its first read. Only direct subdirectories: a parent planned this
-//   way does not count toward its own parent.
+// - Sibling folders: once files of `dense_percent` of a directory's subdirectories (at least 3)
+//   were read, and a second file of one of them, the reads hop between sibling folders as a
+//   shuffled epoch over the parent does (a class-per-folder dataset): every subdirectory of
+//   that parent is planned, a few per read (kExpandPerRead children of the parent), and a
+//   subdirectory first read before its turn is planned at its first read. One file from each
+//   of many folders (a browser showing a file per folder) is not enough: no folder is read
+//   twice. Only direct subdirectories: a parent planned this way does not count toward its
+//   own parent.
 // A planned file contributes its level-k pieces, one per group region; pieces of consecutive
 // files in a region are adjacent and merge into one range. Files of other directories in the
 // same records are never part of a plan, so a folder read cold reads the folder's bytes only.
@@ -67,13 +69,14 @@ class ReadPredictor {
   // A directory whose subdirectories are being read (by (dir, level)).
   struct ParentAccess {
     uint64_t first_child = 0, num_children = 0, num_subdirs = 0;
-    uint64_t dense_subdirs = 0;  // subdirectories dense by their own reads
-    uint64_t cursor = 0;         // children [0, cursor) were looked at by the expansion
-    bool expanding = false;      // enough subdirectories are dense: plan them all
+    uint64_t read_subdirs = 0;    // subdirectories with a file read
+    uint64_t reread_subdirs = 0;  // ... with two different files read
+    uint64_t cursor = 0;          // children [0, cursor) were looked at by the expansion
+    bool expanding = false;       // enough subdirectories are read: plan them all
   };
-  // A subdirectory of `parent` became dense by its own reads: counts it, and returns whether
-  // the parent's subdirectories are to be planned now.
-  bool NoteDense(uint64_t parent, int level) EXCLUDES(mu_);
+  // The first (reads == 1) or second (2) different file of a subdirectory of `parent` is being
+  // read: counts it, and returns whether the parent's subdirectories are to be planned now.
+  bool NoteSiblingRead(uint64_t parent, int level, uint64_t reads) EXCLUDES(mu_);
   // Plans the subdirectories among the next kExpandPerRead children of an expanding parent.
   void Expand(uint64_t parent, int level) EXCLUDES(mu_);
   // Queues the level-k pieces of children [first, first + count) of `dir`.
