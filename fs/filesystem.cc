@@ -1,5 +1,7 @@
 #include "fs/filesystem.h"
 
+#include <fcntl.h>
+
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
@@ -124,6 +126,21 @@ Result<struct stat> Filesystem::GetAttr(uint64_t ino) const {
   if (!r) return Err(r.error());
   if (r->ladder_root) return LadderRootAttr();
   return EntryAttr(r->entry, r->level);
+}
+
+Status Filesystem::Open(uint64_t ino, int flags) const {
+  if ((flags & O_ACCMODE) != O_RDONLY) return Errno(EROFS, "open");
+  auto st = GetAttr(ino);
+  if (!st) return st.error();
+  if (S_ISDIR(st->st_mode)) return Errno(EISDIR, "open");
+  return Status::OK();
+}
+
+Status Filesystem::OpenDir(uint64_t ino) const {
+  auto st = GetAttr(ino);
+  if (!st) return st.error();
+  if (!S_ISDIR(st->st_mode)) return Errno(ENOTDIR, "opendir");
+  return Status::OK();
 }
 
 Result<struct stat> Filesystem::Lookup(uint64_t parent, std::string_view name) const {

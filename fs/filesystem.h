@@ -68,6 +68,11 @@ class Filesystem {
   // Errors carry the errno to reply with (Status::ToErrno): ENOENT, ENOTDIR, EISDIR, ENODATA,
   // EIO for damaged data.
   Result<struct stat> GetAttr(uint64_t ino) const;
+  // open(2) of `ino` with open(2)'s `flags`: OK for a file opened read-only; EROFS for write
+  // access (the mount is read-only), EISDIR for a folder, ENOENT as GetAttr.
+  Status Open(uint64_t ino, int flags) const;
+  // opendir(3) of `ino`: OK for a folder, ENOTDIR for a file, ENOENT as GetAttr.
+  Status OpenDir(uint64_t ino) const;
   Result<struct stat> Lookup(uint64_t parent, std::string_view name) const;
 
   // Lists a directory from `offset` (0: the start; "." and ".." come first). fn gets each

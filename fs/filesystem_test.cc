@@ -1,6 +1,7 @@
 // The daemon's logic without a mount: a real store built from generated JPEGs.
 #include "fs/filesystem.h"
 
+#include <fcntl.h>
 #include <gtest/gtest.h>
 #include <unistd.h>
 
@@ -153,6 +154,19 @@ TEST_F(FilesystemTest, ErrorsFollowTheSyscalls) {
   EXPECT_EQ(fs->GetAttr(ToFuseIno(1, 11)).error().ToErrno(), ENOENT);
   EXPECT_EQ(fs->Lookup(kFuseRootIno, "scan11").error().ToErrno(), ENOENT);
   EXPECT_EQ(fs->GetXattr(file, "user.other").error().ToErrno(), ENODATA);
+  // open(2) and opendir(3): read-only files, folders as folders.
+  EXPECT_TRUE(fs->Open(file, O_RDONLY).ok());
+  EXPECT_TRUE(fs->Open(file, O_RDONLY | O_NONBLOCK | O_CLOEXEC).ok());
+  for (int flags : {O_WRONLY, O_RDWR, O_WRONLY | O_TRUNC}) {
+    EXPECT_EQ(fs->Open(file, flags).ToErrno(), EROFS) << flags;
+    EXPECT_EQ(fs->Open(dir, flags).ToErrno(), EROFS) << flags;
+  }
+  EXPECT_EQ(fs->Open(dir, O_RDONLY).ToErrno(), EISDIR);
+  EXPECT_EQ(fs->Open(ToFuseIno(999999, 3), O_RDONLY).ToErrno(), ENOENT);
+  EXPECT_TRUE(fs->OpenDir(dir).ok());
+  EXPECT_TRUE(fs->OpenDir(kFuseRootIno).ok());
+  EXPECT_EQ(fs->OpenDir(file).ToErrno(), ENOTDIR);
+  EXPECT_EQ(fs->OpenDir(ToFuseIno(999999, 3)).ToErrno(), ENOENT);
   // Namespaces pcrfs does not serve: "not supported", which GNU ls remembers per device.
   for (const char* name : {"security.selinux", "system.posix_acl_access",
                            "system.posix_acl_default", "trusted.x", "user"}) {

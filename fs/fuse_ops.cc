@@ -118,21 +118,12 @@ void OpGetattr(fuse_req_t req, fuse_ino_t ino, fuse_file_info*) {
 
 void OpOpen(fuse_req_t req, fuse_ino_t ino, fuse_file_info* fi) {
   Guard(req, "open", [&] {
-    if ((fi->flags & O_ACCMODE) != O_RDONLY) {
-      fuse_reply_err(req, EROFS);
+    if (Status s = Fs(req).Open(ino, fi->flags); !s.ok()) {
+      fuse_reply_err(req, s.ToErrno());
       return;
     }
-    if (g_no_open) {
+    if (g_no_open) {  // the kernel then sends no OPEN for the other files
       fuse_reply_err(req, ENOSYS);
-      return;
-    }
-    auto st = Fs(req).GetAttr(ino);
-    if (!st) {
-      fuse_reply_err(req, st.error().ToErrno());
-      return;
-    }
-    if (S_ISDIR(st->st_mode)) {
-      fuse_reply_err(req, EISDIR);
       return;
     }
     fi->keep_cache = 1;
@@ -147,13 +138,8 @@ void OpOpendir(fuse_req_t req, fuse_ino_t ino, fuse_file_info* fi) {
       fuse_reply_err(req, ENOSYS);
       return;
     }
-    auto st = Fs(req).GetAttr(ino);
-    if (!st) {
-      fuse_reply_err(req, st.error().ToErrno());
-      return;
-    }
-    if (!S_ISDIR(st->st_mode)) {
-      fuse_reply_err(req, ENOTDIR);
+    if (Status s = Fs(req).OpenDir(ino); !s.ok()) {
+      fuse_reply_err(req, s.ToErrno());
       return;
     }
     fi->keep_cache = 1;
