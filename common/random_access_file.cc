@@ -77,4 +77,18 @@ Result<uint64_t> PosixRandomAccessFile::Warm(uint64_t offset, uint64_t n,
   return moved;
 }
 
+bool PosixRandomAccessFile::ReadCached(uint64_t offset, size_t n, uint8_t* dst) const {
+  if (offset > size_ || n > size_ - offset) return false;
+  size_t done = 0;
+  while (done < n) {
+    iovec iov{dst + done, n - done};
+    const ssize_t got =
+        ::preadv2(fd_.get(), &iov, 1, static_cast<off_t>(offset + done), RWF_NOWAIT);
+    if (got < 0 && errno == EINTR) continue;
+    if (got <= 0) return false;  // EAGAIN: a page is not cached (or no RWF_NOWAIT here)
+    done += static_cast<size_t>(got);
+  }
+  return true;
+}
+
 }  // namespace pcrfs

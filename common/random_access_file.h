@@ -44,6 +44,13 @@ class RandomAccessFile {
   // Drops any copy of [offset, offset + n) that the source keeps itself (a cache), so the next
   // Read fetches it from the origin; true if there was one. Called when bytes fail their CRC.
   virtual bool DropCached(uint64_t /*offset*/, uint64_t /*n*/) const { return false; }
+  // Copies [offset, offset + n) into dst if the source holds all of it in memory now (the page
+  // cache), without waiting for any I/O; false otherwise (dst's contents are then unspecified).
+  // A read that would not wait is no work for the device, so the record scheduler does not
+  // count it as a demand read holding speculative reads back. By default: never.
+  virtual bool ReadCached(uint64_t /*offset*/, size_t /*n*/, uint8_t* /*dst*/) const {
+    return false;
+  }
 };
 
 // pread(2) on an open file; thread-safe. The kernel's own readahead is turned off
@@ -63,6 +70,8 @@ class PosixRandomAccessFile final : public RandomAccessFile {
   // reads the rest: the readers' own reads bring pieces in, and copying those would count as
   // device reads in the scheduler's rate (a 25 MB/s disk measured at hundreds of MB/s).
   Result<uint64_t> Warm(uint64_t offset, uint64_t n, std::vector<uint8_t>* scratch) const override;
+  // preadv2(RWF_NOWAIT): the page cache's copy, or false at the first page it lacks.
+  bool ReadCached(uint64_t offset, size_t n, uint8_t* dst) const override;
 
  private:
   PosixRandomAccessFile(std::string path, UniqueFd fd, uint64_t size)

@@ -13,6 +13,22 @@
 namespace pcrfs::fs {
 namespace {
 
+// A view of a record that reads only what its source holds in memory
+// (RandomAccessFile::ReadCached) and fails at once otherwise.
+class CachedOnlyFile final : public RandomAccessFile {
+ public:
+  explicit CachedOnlyFile(const RandomAccessFile& base) : base_(base) {}
+  Status Read(uint64_t offset, size_t n, uint8_t* dst) const override {
+    if (base_.ReadCached(offset, n, dst)) return Status::OK();
+    return Status::IOError("not cached", EAGAIN);
+  }
+  uint64_t Size() const override { return base_.Size(); }
+  const std::string& name() const override { return base_.name(); }
+
+ private:
+  const RandomAccessFile& base_;
+};
+
 Status Errno(int err, std::string_view what) { return Status::FromErrno(what, err); }
 
 constexpr char kXattrPrefix[] = "user.pcrfs.";
@@ -274,6 +290,16 @@ Result<PieceBytes> Filesystem::GetBlock(const RandomAccessFile& file, const inde
     }
     auto bytes = std::make_shared<BlockBytes>(
         static_cast<size_t>(index::ChecksumBlockLength(ref.length, block)));
+    // Bytes the page cache holds are copied without waiting, and are no work for the device:
+    // such a read must not hold speculative reads back as a demand read does (with 4 readers
+    // finding their files cached, a speculative read waited for all of them and the device
+    // idled; issue 12). Anything else, a damaged copy included, takes the demand path.
+    // (Only a source with one queue: a remote one lets speculative reads run beside demand.)
+    if (file.ConcurrentSpeculativeReads() == 0 &&
+        store_->ReadBlock(CachedOnlyFile(file), e, group, block, bytes->data()).ok()) {
+      scheduler_.NoteCacheHit(bytes->size());
+      return PieceBytes(std::move(bytes));
+    }
     Status s = scheduler_.Demand(
         bytes->size(), [&] { return store_->ReadBlock(file, e, group, block, bytes->data()); });
     if (!s.ok()) return Err(Status::IOError(s.message(), EIO));

@@ -105,6 +105,7 @@ class Filesystem {
   const index::Store& store() const { return *store_; }
   const PieceCache& cache() const { return cache_; }
   const PieceCache& large_file_cache() const { return large_cache_; }
+  RecordScheduler::Stats scheduler_stats() const { return scheduler_.stats(); }
   const FsOptions& options() const { return options_; }
 
  private:

@@ -3,6 +3,8 @@
 
 #include <fcntl.h>
 #include <gtest/gtest.h>
+#include <linux/magic.h>
+#include <sys/vfs.h>
 #include <unistd.h>
 
 #include <atomic>
@@ -24,6 +26,12 @@ namespace pcrfs::fs {
 namespace {
 
 namespace stdfs = std::filesystem;
+
+// tmpfs keeps every page in memory: POSIX_FADV_DONTNEED drops nothing there.
+bool IsTmpfs(const std::string& path) {
+  struct statfs sf;
+  return ::statfs(path.c_str(), &sf) == 0 && sf.f_type == TMPFS_MAGIC;
+}
 
 class FilesystemTest : public ::testing::Test {
  protected:
@@ -117,6 +125,39 @@ TEST_F(FilesystemTest, LevelsMatchStoreReadsAndGrow) {
       EXPECT_GE(expected.size(), prev);
       prev = expected.size();
     }
+  }
+}
+
+// A piece the page cache holds is copied without a demand read: such a read is no work for
+// the device and must not hold speculative reads back (issue 12). Dropped from the cache (where
+// the file system can drop it), the same piece is a demand read again. The bytes are the
+// same either way.
+TEST_F(FilesystemTest, PiecesInThePageCacheAreNotDemandReads) {
+  FsOptions options;
+  options.prefetch_percent = 0;
+  options.readahead_slots = 0;
+  auto fs = Make(options);
+  auto entry = fs->store().index().LookupPath("a/two.jpg");
+  ASSERT_TRUE(entry.has_value());
+  std::vector<uint8_t> expected;
+  ASSERT_TRUE(fs->store().ReadFile(*entry, 3, &expected).ok());  // the record is cached now
+  const uint64_t ino = Walk(*fs, "scan3/a/two.jpg");
+  EXPECT_EQ(ReadAll(*fs, ino), expected);
+  auto st = fs->scheduler_stats();
+  EXPECT_EQ(st.demand_reads, 0u);
+  EXPECT_EQ(st.cache_hits, 3u) << "one per piece";
+  EXPECT_EQ(st.cache_hit_bytes, expected.size() - 2) << "all but the EOI marker";
+
+  const std::string record = *dir_ + "/store/" + index::RecordFileName(entry->record);
+  auto fd = OpenFile(record, O_RDONLY);
+  ASSERT_TRUE(fd.has_value());
+  ::fdatasync(fd->get());  // dirty pages are not dropped
+  ASSERT_EQ(::posix_fadvise(fd->get(), 0, 0, POSIX_FADV_DONTNEED), 0);
+  EXPECT_EQ(ReadAll(*fs, ino), expected);  // a whole-file read kept no piece in memory
+  st = fs->scheduler_stats();
+  EXPECT_EQ(st.demand_reads + st.cache_hits, 6u);
+  if (!IsTmpfs(record)) {
+    EXPECT_GT(st.demand_reads, 0u) << "dropped pages are read from disk";
   }
 }
 

@@ -12,6 +12,8 @@ constexpr double kCacheHitSeconds = 50e-6;
 // The timing window: each read's weight decays by this factor per later read.
 constexpr double kDecay = 0.75;
 constexpr uint32_t kLatencyWindow = 256;
+// How fast the rate of a one-queue source may be believed to grow: x2 per second.
+constexpr double kRateRisePerSecond = 2.0;
 
 }  // namespace
 
@@ -202,14 +204,29 @@ void RecordScheduler::NoteDemandLocked(uint64_t n, double seconds) {
   }
 }
 
-void RecordScheduler::NoteSpeculativeLocked(uint64_t n, uint64_t moved, double seconds) {
+void RecordScheduler::NoteSpeculativeLocked(uint64_t n, uint64_t moved, double seconds,
+                                            bool one_queue) {
   ++stats_.speculative_reads;
   stats_.speculative_bytes += n;
   if (moved == 0) return;
   window_bytes_ = window_bytes_ * kDecay + static_cast<double>(moved);
   window_seconds_ = window_seconds_ * kDecay + seconds;
   if (window_seconds_ <= 0) return;
-  const double rate = window_bytes_ / window_seconds_;
+  double rate = window_bytes_ / window_seconds_;
+  if (one_queue) {
+    // The slowest recent read, not the mean: a read that met a throttle's burst says nothing
+    // about the rate a demand read queued behind the next one will see.
+    const auto now = Clock::now();
+    const double this_read = seconds > 0 ? static_cast<double>(moved) / seconds : rate;
+    if (floor_rate_ > 0) {
+      const double since = std::chrono::duration<double>(now - floor_at_).count();
+      floor_rate_ = std::min(this_read, floor_rate_ * std::pow(kRateRisePerSecond, since));
+    } else {
+      floor_rate_ = this_read;
+    }
+    floor_at_ = now;
+    rate = std::min(rate, floor_rate_);
+  }
   double latency = min_demand_prev_;
   if (min_demand_ > 0 && (latency == 0 || min_demand_ < latency)) latency = min_demand_;
   const double target = std::max(std::chrono::duration<double>(kTargetRead).count(), 2 * latency);
@@ -274,7 +291,8 @@ void RecordScheduler::Worker() {
       } else {
         // Only bytes the source really moved say how fast it is: a range the readers' own
         // reads had brought in costs no transfer (and took no time).
-        NoteSpeculativeLocked(n, moved.value_or(n), seconds);
+        NoteSpeculativeLocked(n, moved.value_or(n), seconds,
+                              file->ConcurrentSpeculativeReads() == 0);
       }
     }
     cv_.Signal();  // the other worker may start (the limit may have changed)
@@ -302,6 +320,8 @@ RecordScheduler::Stats RecordScheduler::stats() const {
   MutexLock l(&mu_);
   Stats s = stats_;
   s.chunk = chunk_;
+  s.cache_hits = cache_hits_.load(std::memory_order_relaxed);
+  s.cache_hit_bytes = cache_hit_bytes_.load(std::memory_order_relaxed);
   return s;
 }
 
@@ -312,7 +332,9 @@ std::string RecordScheduler::Describe() const {
                     mib(static_cast<double>(s.speculative_bytes)) + " MiB), queued " +
                     mib(static_cast<double>(s.queued_bytes)) +
                     " MiB; demand reads: " + std::to_string(s.demand_reads) + " (" +
-                    mib(static_cast<double>(s.demand_bytes)) +
+                    mib(static_cast<double>(s.demand_bytes)) + " MiB) and " +
+                    std::to_string(s.cache_hits) + " page-cache hits (" +
+                    mib(static_cast<double>(s.cache_hit_bytes)) +
                     " MiB); promoted to demand: " + std::to_string(s.promoted_reads) + " (" +
                     mib(static_cast<double>(s.promoted_bytes)) + " MiB); chunk " +
                     std::to_string(s.chunk >> 10) + " KiB";

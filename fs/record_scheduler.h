@@ -80,6 +80,7 @@ class RecordScheduler {
     uint64_t demand_reads = 0, demand_bytes = 0;
     uint64_t speculative_reads = 0, speculative_bytes = 0;
     uint64_t promoted_reads = 0, promoted_bytes = 0;  // queued ranges a demand read took
+    uint64_t cache_hits = 0, cache_hit_bytes = 0;     // NoteCacheHit
     uint64_t queued_bytes = 0;                        // speculative bytes not read yet
     uint64_t chunk = 0;                               // the next speculative read's size
     double rate = 0;             // measured streaming rate, bytes/s (0: not yet)
@@ -96,6 +97,12 @@ class RecordScheduler {
   // A demand read of n bytes that `read` does itself (e.g. index::Store::ReadBlock, which
   // reads and checks one checksum block), timed and counted as one.
   Status Demand(uint64_t n, const std::function<Status()>& read) EXCLUDES(mu_);
+  // A read of n bytes that the source served from memory without waiting (a page-cache hit,
+  // RandomAccessFile::ReadCached): counted, but it neither was nor holds back device work.
+  void NoteCacheHit(uint64_t n) {
+    cache_hits_.fetch_add(1, std::memory_order_relaxed);
+    cache_hit_bytes_.fetch_add(n, std::memory_order_relaxed);
+  }
   // A demand read of these ranges is about to happen (the k pieces of one file): lets the
   // source start them all at once (RandomAccessFile::Prefetch), so the read waits for the
   // slowest range instead of the sum. On a source that takes concurrent speculative reads (a
@@ -135,7 +142,8 @@ class RecordScheduler {
   void Worker() EXCLUDES(mu_);
   // Counts a speculative read of n bytes, of which the source moved `moved` in `seconds`, and
   // updates the timings and the next chunk's size from those (none moved: no timing).
-  void NoteSpeculativeLocked(uint64_t n, uint64_t moved, double seconds) REQUIRES(mu_);
+  void NoteSpeculativeLocked(uint64_t n, uint64_t moved, double seconds, bool one_queue)
+      REQUIRES(mu_);
   void NoteDemandLocked(uint64_t n, double seconds) REQUIRES(mu_);
   int MaxInFlightLocked() const REQUIRES(mu_);
   // If r starts inside a range queued for `file`, takes a chunk from r's start out of the
@@ -167,6 +175,13 @@ class RecordScheduler {
   Stats stats_ GUARDED_BY(mu_);
   // Recent speculative reads: bytes and seconds, summed over a window that decays.
   double window_bytes_ GUARDED_BY(mu_) = 0, window_seconds_ GUARDED_BY(mu_) = 0;
+  // A source with one queue (a disk): the rate of the slowest recent read, allowed to rise by
+  // at most kRateRisePerSecond per second since the last read (0: none yet). A blkio
+  // throttle lets about 100 ms of its budget through at once after an idle spell, so a read
+  // that meets such a burst moves at the disk's speed: the mean of recent reads measured 26-599
+  // MB/s under 25-100 MB/s caps, and chunks of MiBs made demand reads wait behind them.
+  double floor_rate_ GUARDED_BY(mu_) = 0;
+  Clock::time_point floor_at_ GUARDED_BY(mu_){};
   // Shortest demand read of the current and the previous 256 reads.
   double min_demand_ GUARDED_BY(mu_) = 0, min_demand_prev_ GUARDED_BY(mu_) = 0;
   uint32_t demand_in_window_ GUARDED_BY(mu_) = 0;
@@ -174,6 +189,7 @@ class RecordScheduler {
   std::atomic<int> demand_active_{0};
   // Speculative reads in flight (in_flight_, readable without mu_).
   std::atomic<int> speculative_active_{0};
+  std::atomic<uint64_t> cache_hits_{0}, cache_hit_bytes_{0};
   std::vector<std::thread> pool_;
 };
 
