@@ -12,8 +12,8 @@ constexpr double kCacheHitSeconds = 50e-6;
 // The timing window: each read's weight decays by this factor per later read.
 constexpr double kDecay = 0.75;
 constexpr uint32_t kLatencyWindow = 256;
-// How fast the rate of a one-queue source may be believed to grow: x2 per second.
-constexpr double kRateRisePerSecond = 2.0;
+// How fast the rate of a one-queue source may be believed to grow: x1.5 per second.
+constexpr double kRateRisePerSecond = 1.5;
 
 }  // namespace
 
@@ -217,15 +217,20 @@ void RecordScheduler::NoteSpeculativeLocked(uint64_t n, uint64_t moved, double s
     // The slowest recent read, not the mean: a read that met a throttle's burst says nothing
     // about the rate a demand read queued behind the next one will see.
     const auto now = Clock::now();
-    const double this_read = seconds > 0 ? static_cast<double>(moved) / seconds : rate;
+    double floor = 0;
     if (floor_rate_ > 0) {
       const double since = std::chrono::duration<double>(now - floor_at_).count();
-      floor_rate_ = std::min(this_read, floor_rate_ * std::pow(kRateRisePerSecond, since));
-    } else {
-      floor_rate_ = this_read;
+      floor = floor_rate_ * std::pow(kRateRisePerSecond, since);
     }
-    floor_at_ = now;
-    rate = std::min(rate, floor_rate_);
+    // A read that found most of its bytes cached (the readers' own reads brought them in) is
+    // no sample: its time is mostly copies, or a wait for pages already in flight.
+    if (2 * moved >= n && seconds > 0) {
+      const double this_read = static_cast<double>(moved) / seconds;
+      floor = floor > 0 ? std::min(floor, this_read) : this_read;
+      floor_rate_ = floor;
+      floor_at_ = now;
+    }
+    if (floor > 0) rate = std::min(rate, floor);
   }
   double latency = min_demand_prev_;
   if (min_demand_ > 0 && (latency == 0 || min_demand_ < latency)) latency = min_demand_;
