@@ -13,22 +13,6 @@
 namespace pcrfs::fs {
 namespace {
 
-// A view of a record that reads only what its source holds in memory
-// (RandomAccessFile::ReadCached) and fails at once otherwise.
-class CachedOnlyFile final : public RandomAccessFile {
- public:
-  explicit CachedOnlyFile(const RandomAccessFile& base) : base_(base) {}
-  Status Read(uint64_t offset, size_t n, uint8_t* dst) const override {
-    if (base_.ReadCached(offset, n, dst)) return Status::OK();
-    return Status::IOError("not cached", EAGAIN);
-  }
-  uint64_t Size() const override { return base_.Size(); }
-  const std::string& name() const override { return base_.name(); }
-
- private:
-  const RandomAccessFile& base_;
-};
-
 Status Errno(int err, std::string_view what) { return Status::FromErrno(what, err); }
 
 constexpr char kXattrPrefix[] = "user.pcrfs.";
@@ -296,9 +280,13 @@ Result<PieceBytes> Filesystem::GetBlock(const RandomAccessFile& file, const inde
     // idled; issue 12). Anything else, a damaged copy included, takes the demand path.
     // (Only a source with one queue: a remote one lets speculative reads run beside demand.)
     if (file.ConcurrentSpeculativeReads() == 0 &&
-        store_->ReadBlock(CachedOnlyFile(file), e, group, block, bytes->data()).ok()) {
-      scheduler_.NoteCacheHit(bytes->size());
-      return PieceBytes(std::move(bytes));
+        file.ReadCached(ref.offset + block * index::kChecksumBlockSize, bytes->size(),
+                        bytes->data())) {
+      auto crc = store_->BlockCrc(e, group, block);
+      if (crc && crc32c::Mask(crc32c::Value(bytes->data(), bytes->size())) == *crc) {
+        scheduler_.NoteCacheHit(bytes->size());
+        return PieceBytes(std::move(bytes));
+      }
     }
     Status s = scheduler_.Demand(
         bytes->size(), [&] { return store_->ReadBlock(file, e, group, block, bytes->data()); });

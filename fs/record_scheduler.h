@@ -4,19 +4,21 @@
 // - Demand reads: a FUSE READ waits for them. The calling thread issues them at once; they
 //   never queue behind speculative work inside the daemon.
 // - Speculative reads: byte ranges the access pattern predicts (ReadPredictor). A small pool
-//   issues them one chunk at a time, only while no demand read is in progress, one chunk in
+//   issues them one chunk at a time, only while no demand read is in progress (a read the
+//   page cache answered whole, NoteCacheHit, is not one), one chunk in
 //   flight (two on a latency-bound source), so a demand read that arrives waits at most for
 //   the chunk already at the device (on a FIFO device such as a blkio throttle) and never for
 //   the queue.
 //
 // A chunk is sized from the source's own timings, so no option depends on the storage: the
-// scheduler keeps the recent speculative reads' bytes/second (the device's streaming rate) and
-// the shortest recent demand read issued while no speculative read was in flight (about the
-// source's latency: a local disk ~0.1 ms, a remote
-// object store ~20 ms), and makes a chunk take max(kTargetRead, 2 x latency) at that rate,
-// between kMinChunk and kMaxChunk. On a local disk that is a few milliseconds of transfer
-// (about 1 MiB at 250 MB/s, 40 KiB at 10 MB/s); on a source with 20 ms latency the chunk grows
-// until transfer time matches the latency (8 MiB at 400 MB/s), as object stores want.
+// scheduler keeps the recent speculative reads' bytes/second (the device's streaming rate: on a
+// source with one queue the slowest recent read's, rising by at most 1.5x per second, since a
+// blkio throttle lets a burst through after an idle spell) and the shortest recent demand read
+// issued while no speculative read was in flight (about the source's latency: a local disk
+// ~0.1 ms, a remote object store ~20 ms), and makes a chunk take max(kTargetRead, 2 x latency) at
+// that rate, between kMinChunk and kMaxChunk. On a local disk that is a few milliseconds of
+// transfer (about 1 MiB at 250 MB/s, 40 KiB at 10 MB/s); on a source with 20 ms latency the chunk
+// grows until transfer time matches the latency (8 MiB at 400 MB/s), as object stores want.
 //
 // A remote source (RandomAccessFile::ConcurrentSpeculativeReads > 0) gives demand reads
 // priority itself (its HTTP client lends speculative requests only spare connections), so
