@@ -295,14 +295,46 @@ Result<PieceBytes> Filesystem::GetBlock(const RandomAccessFile& file, const inde
   });
 }
 
+Result<PieceBytes> Filesystem::GetCachedBlock(const RandomAccessFile& file, const index::Entry& e,
+                                              int group, uint64_t block) const {
+  const PieceKey key{e.record, e.slot, static_cast<uint32_t>(group), block};
+  const index::PieceRef& ref = e.pieces[static_cast<size_t>(group - 1)];
+  PieceCache& cache = index::HasBlockCrcs(ref.length) ? large_cache_ : cache_;
+  if (PieceBytes held = cache.Get(key)) return held;
+  auto bytes = std::make_shared<BlockBytes>(
+      static_cast<size_t>(index::ChecksumBlockLength(ref.length, block)));
+  if (!file.ReadCached(ref.offset + block * index::kChecksumBlockSize, bytes->size(),
+                       bytes->data())) {
+    return Err(Status::NotFound("not in memory"));
+  }
+  auto crc = store_->BlockCrc(e, group, block);
+  if (!crc) return Err(crc.error());
+  if (crc32c::Mask(crc32c::Value(bytes->data(), bytes->size())) != *crc) {
+    return Err(Status::Corruption("checksum mismatch"));
+  }
+  return PieceBytes(std::move(bytes));
+}
+
+Status Filesystem::ReadIfCached(uint64_t ino, std::vector<uint8_t>* out) const {
+  auto r = Resolve(ino);
+  if (!r) return r.error();
+  if (r->ladder_root || r->entry.is_dir()) return Errno(EISDIR, "read");
+  out->resize(r->entry.SizeAtLevel(r->level));
+  auto n = ReadUncounted(ino, 0, out->size(), out->data(), /*cached_only=*/true);
+  if (!n) return n.error();
+  out->resize(*n);
+  return Status::OK();
+}
+
 Result<size_t> Filesystem::Read(uint64_t ino, uint64_t offset, size_t size, uint8_t* dst) const {
+  pusher_.Forget(ino);  // before the read, which may plan this very file (ReadPredictor)
   auto n = ReadUncounted(ino, offset, size, dst);
   if (n) bytes_served_.fetch_add(*n, std::memory_order_relaxed);
   return n;
 }
 
-Result<size_t> Filesystem::ReadUncounted(uint64_t ino, uint64_t offset, size_t size,
-                                         uint8_t* dst) const {
+Result<size_t> Filesystem::ReadUncounted(uint64_t ino, uint64_t offset, size_t size, uint8_t* dst,
+                                         bool cached_only) const {
   auto r = Resolve(ino);
   if (!r) return Err(r.error());
   if (r->ladder_root || r->entry.is_dir()) return Err(Errno(EISDIR, "read"));
@@ -317,11 +349,11 @@ Result<size_t> Filesystem::ReadUncounted(uint64_t ino, uint64_t offset, size_t s
   // once, so a cold read waits for the slowest piece instead of the sum of all.
   auto file = OpenRecord(e.record);
   if (!file) {
-    ReportDamage(e, r->level, file.error());
+    if (!cached_only) ReportDamage(e, r->level, file.error());
     return Err(Status::IOError(file.error().message(), EIO));
   }
-  predictor_.OnRead(e, r->level);
-  if (pieces > 1) {
+  if (!cached_only) predictor_.OnRead(e, r->level);
+  if (pieces > 1 && !cached_only) {
     std::vector<RecordScheduler::Range> wanted;
     uint64_t pos = 0;
     for (int g = 1; g <= pieces && pos < end; ++g) {
@@ -352,9 +384,10 @@ Result<size_t> Filesystem::ReadUncounted(uint64_t ino, uint64_t offset, size_t s
       const uint64_t from = std::max(offset, pos) - pos;  // in the piece
       const uint64_t to = std::min(end, pos + len) - pos;
       for (uint64_t b = from / index::kChecksumBlockSize; b * index::kChecksumBlockSize < to; ++b) {
-        auto block = GetBlock(**file, e, g, b, !whole_file);
+        auto block =
+            cached_only ? GetCachedBlock(**file, e, g, b) : GetBlock(**file, e, g, b, !whole_file);
         if (!block) {
-          ReportDamage(e, r->level, block.error());
+          if (!cached_only) ReportDamage(e, r->level, block.error());
           return Err(block.error());
         }
         const uint64_t block_begin = b * index::kChecksumBlockSize;
@@ -393,7 +426,7 @@ Result<std::string> Filesystem::GetXattr(uint64_t ino, std::string_view name) co
   }
   if (key == "prefetch" && ino == kFuseRootIno) {
     if (!predictor_.enabled()) return std::string("off (-o prefetch=0,readahead=0)");
-    return scheduler_.Describe();
+    return scheduler_.Describe() + "; " + pusher_.Describe();
   }
   if (key == "level") {
     if (level == 0) return Err(Errno(ENODATA, name));

@@ -22,6 +22,7 @@
 #include "common/mutex.h"
 #include "common/status.h"
 #include "fs/inode.h"
+#include "fs/page_pusher.h"
 #include "fs/piece_cache.h"
 #include "fs/read_predictor.h"
 #include "fs/record_scheduler.h"
@@ -55,6 +56,12 @@ struct FsOptions {
   // A remote store: the HTTP client's counters as a JSON object, shown with the bytes served
   // in the root's user.pcrfs.remote. Empty: a local store (no such xattr).
   std::function<std::string()> remote_stats;
+  // Pushing predicted files into the kernel's page cache (PagePusher): at most push_bytes over
+  // the mount (0: off), through `push` (fuse_lowlevel_notify_store; empty: off). Only with
+  // READDIRPLUS listings: the kernel accepts bytes for the inodes it holds only, and with
+  // plain listings it learns of a file at its first open, just before the READ.
+  uint64_t push_bytes = 0;
+  PagePusher::Push push;
 };
 
 inline constexpr uint32_t kBlockSize = 128 * 1024;  // st_blksize: one FUSE read request
@@ -106,6 +113,13 @@ class Filesystem {
   const PieceCache& cache() const { return cache_; }
   const PieceCache& large_file_cache() const { return large_cache_; }
   RecordScheduler::Stats scheduler_stats() const { return scheduler_.stats(); }
+  PagePusher::Stats pusher_stats() const { return pusher_.stats(); }
+  // Waits until the pusher has handled every speculative read finished so far (tests).
+  void DrainPusher() { pusher_.Drain(); }
+  // The whole of file `ino` into *out if every byte is in memory (the piece cache, or the
+  // source's own cache: page cache, range cache), checked; NotFound if a byte is not (nothing
+  // is read from a device or the network), Corruption for bytes that fail their CRC.
+  Status ReadIfCached(uint64_t ino, std::vector<uint8_t>* out) const;
   const FsOptions& options() const { return options_; }
 
  private:
@@ -123,6 +137,9 @@ class Filesystem {
   // file: the kernel keeps its pages).
   Result<PieceBytes> GetBlock(const RandomAccessFile& file, const index::Entry& e, int group,
                               uint64_t block, bool keep) const;
+  // The block from the piece cache or the source's cache only (ReadIfCached).
+  Result<PieceBytes> GetCachedBlock(const RandomAccessFile& file, const index::Entry& e, int group,
+                                    uint64_t block) const;
   // How many checksum blocks to ask for ahead of a large file read in order.
   static constexpr uint64_t kSequentialBlocksAhead = 4;
   // Logs a damaged file once (common/log.h: stderr in the foreground, syslog once
@@ -146,7 +163,9 @@ class Filesystem {
   mutable PieceCache large_cache_;
   index::Entry root_;
 
-  Result<size_t> ReadUncounted(uint64_t ino, uint64_t offset, size_t size, uint8_t* dst) const;
+  // cached_only: GetCachedBlock, no prediction, no damage report (ReadIfCached).
+  Result<size_t> ReadUncounted(uint64_t ino, uint64_t offset, size_t size, uint8_t* dst,
+                               bool cached_only = false) const;
   mutable std::atomic<uint64_t> bytes_served_{0};
   mutable Mutex mu_;
   // A plain readdir stops when the kernel's 4 KiB buffer is full and resumes at the next child
@@ -159,12 +178,20 @@ class Filesystem {
   mutable std::vector<ReaddirResume> resume_ GUARDED_BY(mu_){kResumeSlots};  // by dir % slots
   mutable std::set<std::pair<uint32_t, uint32_t>> damaged_logged_ GUARDED_BY(mu_);
   mutable std::set<uint32_t> record_problem_logged_ GUARDED_BY(mu_);
+  // Pushes planned files once the scheduler has read their pieces. Its thread reads through
+  // ReadIfCached (store_, the caches): declared after those, before scheduler_, whose pool
+  // calls it.
+  mutable PagePusher pusher_{
+      {options_.readdirplus != ReaddirPlus::kNever ? options_.push_bytes : 0},
+      [this](uint64_t ino, std::vector<uint8_t>* out) { return ReadIfCached(ino, out); },
+      options_.push};
   // Every read of a record goes through scheduler_ (demand reads in GetPiece, speculative
   // ones from predictor_). Declared after store_: destroyed first, its threads joined while
   // the record files are still open.
-  mutable RecordScheduler scheduler_;
+  mutable RecordScheduler scheduler_{[this](const RandomAccessFile& f, uint64_t offset,
+                                            uint64_t end) { pusher_.Arrived(&f, offset, end); }};
   mutable ReadPredictor predictor_{
-      *store_, scheduler_, {options_.prefetch_percent, options_.readahead_slots}};
+      *store_, scheduler_, {options_.prefetch_percent, options_.readahead_slots}, &pusher_};
   // FillLevel's thread; declared last, so it stops before anything it uses goes.
   std::jthread fill_;
 };

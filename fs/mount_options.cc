@@ -2,6 +2,7 @@
 #include "fs/mount_options.h"
 
 #include <fuse3/fuse_opt.h>
+#include <unistd.h>
 
 #include <cctype>
 #include <cerrno>
@@ -28,6 +29,7 @@ enum Key : int {
   kPrefetchChunk,
   kMsssim,
   kReaddirplus,
+  kPush,
   kIndexRss,
   kKernelReadahead,
   kRegion,
@@ -59,6 +61,7 @@ const fuse_opt kOptionSpecs[] = {FUSE_OPT_KEY("scans=%s", kScans),
                                  FUSE_OPT_KEY("prefetch_chunk=%s", kPrefetchChunk),
                                  FUSE_OPT_KEY("msssim=%s", kMsssim),
                                  FUSE_OPT_KEY("readdirplus=%s", kReaddirplus),
+                                 FUSE_OPT_KEY("push=%s", kPush),
                                  FUSE_OPT_KEY("index_rss=%s", kIndexRss),
                                  FUSE_OPT_KEY("kernel_readahead=%s", kKernelReadahead),
                                  FUSE_OPT_KEY("region=%s", kRegion),
@@ -136,6 +139,14 @@ Result<uint64_t> ParseInteger(std::string_view option, const std::string& text, 
   const unsigned long long v = std::strtoull(text.c_str(), nullptr, 10);
   if (errno != 0 || v < lo || v > hi) return Err(Bad(option, text, range));
   return static_cast<uint64_t>(v);
+}
+
+// A quarter of the machine's memory.
+uint64_t DefaultPushBytes() {
+  const long pages = ::sysconf(_SC_PHYS_PAGES);
+  const long page = ::sysconf(_SC_PAGESIZE);
+  if (pages <= 0 || page <= 0) return uint64_t{1} << 30;
+  return static_cast<uint64_t>(pages) * static_cast<uint64_t>(page) / 4;
 }
 
 // A size in [lo, hi].
@@ -224,6 +235,14 @@ Status ApplySizeOptions(const ParseState& st, MountConfig* c) {
                              "a size in 0..16M, e.g. 1M (0: the kernel's default)");
     if (!v) return v.error();
     c->kernel_readahead = *v;
+  }
+  if (auto it = st.values.find(kPush); it != st.values.end()) {
+    auto v =
+        ParseSizeOption("push", it->second, 0, kMaxPushBytes, "a size in 0..1T, e.g. 4G (0: off)");
+    if (!v) return v.error();
+    c->fs.push_bytes = *v;
+  } else {
+    c->fs.push_bytes = DefaultPushBytes();
   }
   if (auto it = st.values.find(kReaddirplus); it != st.values.end()) {
     const std::string& mode = it->second;

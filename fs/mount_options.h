@@ -26,6 +26,7 @@ inline constexpr uint64_t kMaxIndexRss = uint64_t{1} << 40;
 inline constexpr uint64_t kMaxKernelReadahead = uint64_t{16} << 20;
 inline constexpr uint64_t kMaxRemoteTimeoutSeconds = 3600;
 inline constexpr uint64_t kMaxRemoteConnections = 256;
+inline constexpr uint64_t kMaxPushBytes = uint64_t{1} << 40;
 inline constexpr uint64_t kMaxDiskCacheBytes = uint64_t{64} << 40;
 // uid_t and gid_t are 32 bits; (uid_t)-1 means "no change" to chown and is no owner.
 inline constexpr uint64_t kMaxId = 4294967294u;

@@ -1,6 +1,7 @@
 #include "fs/mount_options.h"
 
 #include <gtest/gtest.h>
+#include <unistd.h>
 
 #include <initializer_list>
 #include <string>
@@ -43,7 +44,7 @@ TEST(MountOptionsTest, EveryOptionIsApplied) {
   auto c = Parse({"-f", "st", "mnt", "-o",
                   "scans=3,threads=8,cache_size=512M,uid=1000,gid=4294967294,readahead=0,"
                   "prefetch=100,prefetch_probe=0,prefetch_chunk=64KiB,readdirplus=auto,"
-                  "index_rss=0,kernel_readahead=4M,allow_other,ro"});
+                  "index_rss=0,kernel_readahead=4M,push=3G,allow_other,ro"});
   ASSERT_TRUE(c) << c.error().ToString();
   EXPECT_EQ(c->fs.fixed_level, 3);
   EXPECT_EQ(c->threads, 8u);
@@ -56,6 +57,7 @@ TEST(MountOptionsTest, EveryOptionIsApplied) {
   EXPECT_EQ(c->fs.readdirplus, ReaddirPlus::kAuto);
   EXPECT_EQ(c->index_rss, 0u);
   EXPECT_EQ(c->kernel_readahead, uint64_t{4} << 20);
+  EXPECT_EQ(c->fs.push_bytes, uint64_t{3} << 30);
   // Options pcrfs does not define go to libfuse (fuse_opt puts -o options first).
   EXPECT_EQ(c->fuse_args, (std::vector<std::string>{"pcrfs", "-o", "allow_other,ro", "-f", "mnt"}));
 }
@@ -88,6 +90,18 @@ TEST(MountOptionsTest, NumbersOutOfFormOrRangeAreRefusedNamingTheRange) {
   EXPECT_EQ(ErrorOf("msssim=nan"), "-o msssim=nan: expected a number in (0, 1], e.g. 0.95");
   EXPECT_EQ(ErrorOf("msssim=0.9x"), "-o msssim=0.9x: expected a number in (0, 1], e.g. 0.95");
   EXPECT_EQ(ErrorOf("readdirplus=maybe"), "-o readdirplus=maybe: expected yes, no or auto");
+  EXPECT_EQ(ErrorOf("push=lots"), "-o push=lots: expected a size in 0..1T, e.g. 4G (0: off)");
+}
+
+TEST(MountOptionsTest, PushDefaultsToAQuarterOfMemory) {
+  auto c = Parse({"st", "mnt"});
+  ASSERT_TRUE(c);
+  const uint64_t memory = static_cast<uint64_t>(::sysconf(_SC_PHYS_PAGES)) *
+                          static_cast<uint64_t>(::sysconf(_SC_PAGESIZE));
+  EXPECT_EQ(c->fs.push_bytes, memory / 4);
+  c = Parse({"st", "mnt", "-o", "push=0"});
+  ASSERT_TRUE(c);
+  EXPECT_EQ(c->fs.push_bytes, 0u);
 }
 
 TEST(MountOptionsTest, Sizes) {

@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <vector>
 
+#include "fs/inode.h"
+
 namespace pcrfs::fs {
 
 void ReadPredictor::OnRead(const index::Entry& e, int level) {
@@ -139,8 +141,14 @@ void ReadPredictor::Plan(uint64_t dir_ino, uint64_t first, uint64_t count, int l
   auto dir = store_.index().Get(dir_ino);
   if (!dir) return;
   count = std::min(count, kMaxPlanFiles);
+  const bool push = pusher_ != nullptr && pusher_->enabled();
+  struct PushFile {
+    uint64_t ino, size;
+    std::vector<PagePusher::Range> pieces;
+  };
   // record -> group -> the pieces of that group region, in slot order.
   std::map<uint32_t, std::vector<std::vector<RecordScheduler::Range>>> pieces;
+  std::map<uint32_t, std::vector<PushFile>> push_files;  // by record
   uint64_t listed = 0;
   Status s = store_.index().List(*dir, first, [&](const index::Entry& child) {
     if (listed++ >= count) return false;
@@ -148,9 +156,15 @@ void ReadPredictor::Plan(uint64_t dir_ino, uint64_t first, uint64_t count, int l
     const int groups = child.kind == index::EntryKind::kJpeg ? level : 1;
     auto& regions = pieces[child.record];
     if (regions.size() < static_cast<size_t>(groups)) regions.resize(static_cast<size_t>(groups));
+    PushFile* pf = nullptr;
+    if (push && child.SizeAtLevel(level) <= pusher_->max_file_bytes()) {
+      pf = &push_files[child.record].emplace_back(
+          PushFile{ToFuseIno(child.ino, level), child.SizeAtLevel(level), {}});
+    }
     for (int g = 0; g < groups; ++g) {
       const index::PieceRef& p = child.pieces[static_cast<size_t>(g)];
       if (p.length > 0) regions[static_cast<size_t>(g)].push_back({p.offset, p.length});
+      if (p.length > 0 && pf != nullptr) pf->pieces.push_back({p.offset, p.length});
     }
     return true;
   });
@@ -158,6 +172,9 @@ void ReadPredictor::Plan(uint64_t dir_ino, uint64_t first, uint64_t count, int l
   for (auto& [record, regions] : pieces) {
     auto file = store_.OpenRecord(record, nullptr);
     if (!file) continue;
+    for (const PushFile& pf : push_files[record]) {
+      pusher_->Expect(file->get(), pf.ino, pf.size, pf.pieces);
+    }
     std::vector<RecordScheduler::Range> ranges;
     for (auto& region : regions) {
       std::sort(region.begin(), region.end(),

@@ -29,6 +29,7 @@
 #include <utility>
 
 #include "common/mutex.h"
+#include "fs/page_pusher.h"
 #include "fs/record_scheduler.h"
 #include "index/store.h"
 
@@ -47,8 +48,11 @@ class ReadPredictor {
   // on the reading thread before its read is sent: bounded work per read).
   static constexpr uint64_t kExpandPerRead = 8;
 
-  ReadPredictor(const index::Store& store, RecordScheduler& scheduler, Options options)
-      : store_(store), scheduler_(scheduler), options_(options) {}
+  // `pusher` (may be null) is told every planned file small enough to push, before its
+  // pieces are queued.
+  ReadPredictor(const index::Store& store, RecordScheduler& scheduler, Options options,
+                PagePusher* pusher = nullptr)
+      : store_(store), scheduler_(scheduler), options_(options), pusher_(pusher) {}
   ReadPredictor(const ReadPredictor&) = delete;
   ReadPredictor& operator=(const ReadPredictor&) = delete;
 
@@ -85,6 +89,7 @@ class ReadPredictor {
   const index::Store& store_;
   RecordScheduler& scheduler_;
   const Options options_;
+  PagePusher* const pusher_;
   Mutex mu_;
   std::map<std::pair<uint64_t, int>, DirAccess> dirs_ GUARDED_BY(mu_);  // by (dir, level)
   std::map<std::pair<uint64_t, int>, ParentAccess> parents_ GUARDED_BY(mu_);

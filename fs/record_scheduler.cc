@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <utility>
 
 namespace pcrfs::fs {
 namespace {
@@ -17,7 +18,7 @@ constexpr double kRateRisePerSecond = 1.5;
 
 }  // namespace
 
-RecordScheduler::RecordScheduler() {
+RecordScheduler::RecordScheduler(OnArrived on_arrived) : on_arrived_(std::move(on_arrived)) {
   for (int i = 0; i < kWorkers; ++i) pool_.emplace_back([this] { Worker(); });
 }
 
@@ -301,6 +302,7 @@ void RecordScheduler::Worker() {
       }
     }
     cv_.Signal();  // the other worker may start (the limit may have changed)
+    if (s.ok() && on_arrived_) on_arrived_(*file, offset, offset + n);
   }
 }
 

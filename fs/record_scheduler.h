@@ -89,7 +89,11 @@ class RecordScheduler {
     double latency_seconds = 0;  // shortest recent demand read
   };
 
-  RecordScheduler();
+  // Called on a pool thread, with no lock held, after each speculative read that succeeded:
+  // bytes [offset, end) of the file are in the source's cache now (PagePusher::Arrived).
+  using OnArrived = std::function<void(const RandomAccessFile&, uint64_t offset, uint64_t end)>;
+
+  explicit RecordScheduler(OnArrived on_arrived = nullptr);
   ~RecordScheduler();  // drops queued speculative work and joins the pool
   RecordScheduler(const RecordScheduler&) = delete;
   RecordScheduler& operator=(const RecordScheduler&) = delete;
@@ -164,6 +168,7 @@ class RecordScheduler {
   Pending TakeFrontLocked(uint64_t n) REQUIRES(mu_);
   void UnindexLocked(const Pending& p) REQUIRES(mu_);
 
+  const OnArrived on_arrived_;
   mutable Mutex mu_;
   CondVar cv_;
   bool stop_ GUARDED_BY(mu_) = false;

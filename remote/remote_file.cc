@@ -234,6 +234,11 @@ Result<uint64_t> RemoteFile::Warm(uint64_t offset, uint64_t n,
   return asked;
 }
 
+bool RemoteFile::ReadCached(uint64_t offset, size_t n, uint8_t* dst) const {
+  if (!cache_ || offset > size_ || n > size_ - offset) return false;
+  return cache_->Copy(cache_id_, offset, n, dst).empty();
+}
+
 bool RemoteFile::DropCached(uint64_t offset, uint64_t n) const {
   return cache_ != nullptr && cache_->Drop(cache_id_, offset, n);
 }

@@ -52,6 +52,8 @@ class RemoteFile final : public RandomAccessFile {
   Result<uint64_t> Warm(uint64_t offset, uint64_t n, std::vector<uint8_t>* scratch) const override;
   int ConcurrentSpeculativeReads() const override { return cache_ ? kSpeculativeRequests : 0; }
   bool DropCached(uint64_t offset, uint64_t n) const override;
+  // What the cache holds, with no request (false if a byte is missing, or there is no cache).
+  bool ReadCached(uint64_t offset, size_t n, uint8_t* dst) const override;
 
   // Speculative requests in flight at once per store (the scheduler's limit for this source).
   static constexpr int kSpeculativeRequests = 4;

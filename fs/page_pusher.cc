@@ -1,0 +1,195 @@
+#include "fs/page_pusher.h"
+
+#include <algorithm>
+#include <cerrno>
+#include <utility>
+
+namespace pcrfs::fs {
+
+PagePusher::PagePusher(Options options, Fetch fetch, Push push)
+    : options_(options),
+      fetch_(std::move(fetch)),
+      push_(std::move(push)),
+      enabled_(options_.budget_bytes > 0 && fetch_ && push_) {
+  if (enabled_) thread_ = std::thread([this] { Run(); });
+}
+
+PagePusher::~PagePusher() {
+  {
+    MutexLock l(&mu_);
+    stop_ = true;
+  }
+  cv_.SignalAll();
+  if (thread_.joinable()) thread_.join();
+}
+
+void PagePusher::Expect(const RandomAccessFile* record, uint64_t ino, uint64_t size,
+                        const std::vector<Range>& pieces) {
+  if (!enabled_ || size == 0 || size > options_.max_file_bytes) return;
+  MutexLock l(&mu_);
+  if (committed_bytes_ >= options_.budget_bytes) return;
+  if (files_.count(ino) > 0 || recent_.count(ino) > 0) return;
+  if (files_.size() >= options_.max_pending_files) {
+    ++stats_.refused;
+    return;
+  }
+  auto& record_pieces = pieces_[record];
+  PendingFile f;
+  f.record = record;
+  f.size = size;
+  for (const Range& p : pieces) {
+    if (p.length == 0) continue;
+    // Pieces never overlap another file's; one that is already expected (a damaged index)
+    // makes this file one the pusher leaves alone.
+    auto next = record_pieces.lower_bound(p.offset);
+    const bool clash = (next != record_pieces.end() && next->first < p.offset + p.length) ||
+                       (next != record_pieces.begin() && std::prev(next)->second.end > p.offset);
+    if (clash) {
+      for (uint64_t o : f.piece_offsets) record_pieces.erase(o);
+      if (record_pieces.empty()) pieces_.erase(record);
+      return;
+    }
+    record_pieces.emplace(p.offset, PendingPiece{p.offset + p.length, ino, p.length});
+    f.piece_offsets.push_back(p.offset);
+    f.missing += p.length;
+  }
+  if (f.piece_offsets.empty()) {
+    if (record_pieces.empty()) pieces_.erase(record);
+    return;
+  }
+  ++stats_.expected;
+  files_.emplace(ino, std::move(f));
+}
+
+void PagePusher::Arrived(const RandomAccessFile* record, uint64_t offset, uint64_t end) {
+  if (!enabled_ || end <= offset) return;
+  {
+    MutexLock l(&mu_);
+    if (stop_ || pieces_.count(record) == 0) return;
+    arrivals_.push_back({record, offset, end});
+  }
+  cv_.Signal();
+}
+
+void PagePusher::Forget(uint64_t ino) {
+  if (!enabled_) return;
+  MutexLock l(&mu_);
+  auto it = files_.find(ino);
+  if (it != files_.end()) EraseFileLocked(it);
+  if (!recent_.insert(ino).second) return;
+  if (recent_ring_.size() < kRecentReads) {
+    recent_ring_.push_back(ino);
+    return;
+  }
+  recent_.erase(recent_ring_[recent_next_]);
+  recent_ring_[recent_next_] = ino;
+  recent_next_ = (recent_next_ + 1) % kRecentReads;
+}
+
+void PagePusher::EraseFileLocked(std::unordered_map<uint64_t, PendingFile>::iterator it) {
+  auto rp = pieces_.find(it->second.record);
+  if (rp != pieces_.end()) {
+    for (uint64_t o : it->second.piece_offsets) rp->second.erase(o);
+    if (rp->second.empty()) pieces_.erase(rp);
+  }
+  files_.erase(it);
+}
+
+void PagePusher::ApplyLocked(const Arrival& a, std::vector<uint64_t>* ready) {
+  auto rp = pieces_.find(a.record);
+  if (rp == pieces_.end()) return;
+  auto& record_pieces = rp->second;
+  auto it = record_pieces.upper_bound(a.offset);
+  if (it != record_pieces.begin() && std::prev(it)->second.end > a.offset) --it;
+  std::vector<uint64_t> complete;
+  for (; it != record_pieces.end() && it->first < a.end; ++it) {
+    PendingPiece& p = it->second;
+    const uint64_t overlap = std::min(a.end, p.end) - std::max(a.offset, it->first);
+    const uint64_t got = std::min(overlap, p.missing);  // a byte counts once
+    p.missing -= got;
+    auto f = files_.find(p.ino);
+    if (f == files_.end()) continue;
+    f->second.missing -= std::min(got, f->second.missing);
+    if (f->second.missing == 0) complete.push_back(p.ino);
+  }
+  for (uint64_t ino : complete) {
+    auto f = files_.find(ino);
+    if (f == files_.end()) continue;
+    EraseFileLocked(f);  // (invalidates `it`, which is no longer used)
+    ready->push_back(ino);
+  }
+}
+
+void PagePusher::Run() {
+  std::vector<uint8_t> buffer;
+  std::vector<uint64_t> ready;
+  for (;;) {
+    ready.clear();
+    {
+      MutexLock l(&mu_);
+      busy_ = false;
+      cv_.SignalAll();  // Drain()
+      cv_.Wait(&mu_, [&]() REQUIRES(mu_) { return stop_ || !arrivals_.empty(); });
+      if (stop_) return;
+      busy_ = true;
+      while (!arrivals_.empty()) {
+        ApplyLocked(arrivals_.front(), &ready);
+        arrivals_.pop_front();
+      }
+    }
+    for (uint64_t ino : ready) PushOne(ino, &buffer);
+  }
+}
+
+void PagePusher::PushOne(uint64_t ino, std::vector<uint8_t>* buffer) {
+  Status fetched = fetch_(ino, buffer);
+  if (!fetched.ok()) {
+    MutexLock l(&mu_);
+    ++stats_.not_in_memory;
+    return;
+  }
+  {
+    MutexLock l(&mu_);
+    if (stop_) return;
+    if (committed_bytes_ + buffer->size() > options_.budget_bytes) {
+      ++stats_.over_budget;
+      return;
+    }
+    committed_bytes_ += buffer->size();
+  }
+  const int rc = push_(ino, buffer->data(), buffer->size());
+  MutexLock l(&mu_);
+  if (rc == 0) {
+    ++stats_.pushed;
+    stats_.pushed_bytes += buffer->size();
+    return;
+  }
+  committed_bytes_ -= buffer->size();
+  if (rc == -ENOENT) {
+    ++stats_.unknown;
+  } else {
+    ++stats_.failed;
+  }
+}
+
+PagePusher::Stats PagePusher::stats() const {
+  MutexLock l(&mu_);
+  return stats_;
+}
+
+std::string PagePusher::Describe() const {
+  if (!enabled_) return "pushed to the page cache: off";
+  const Stats s = stats();
+  return "pushed to the page cache: " + std::to_string(s.pushed) + " files (" +
+         std::to_string((s.pushed_bytes + (1 << 19)) >> 20) + " MiB of " +
+         std::to_string(options_.budget_bytes >> 20) + " MiB); not known to the kernel " +
+         std::to_string(s.unknown) + ", evicted before " + std::to_string(s.not_in_memory) +
+         ", over budget " + std::to_string(s.over_budget) + ", failed " + std::to_string(s.failed);
+}
+
+void PagePusher::Drain() {
+  MutexLock l(&mu_);
+  cv_.Wait(&mu_, [&]() REQUIRES(mu_) { return stop_ || (arrivals_.empty() && !busy_); });
+}
+
+}  // namespace pcrfs::fs

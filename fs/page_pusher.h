@@ -1,0 +1,143 @@
+// Puts the bytes of files the readers are predicted to read into the kernel's page cache before
+// anybody asks for them (FUSE_NOTIFY_STORE), so that reading such a file sends the daemon no
+// request at all.
+//
+// Why: on fast storage the cold cost of a small file is its FUSE round trips, not its bytes
+// (issue 12 item 3: ~60% of the daemon's CPU at level 1 went to the wake-ups of one LOOKUP and
+// one READ per file). With READDIRPLUS the listing already told the kernel every file (no
+// LOOKUP); a pushed file then needs no READ either. The kernel only accepts bytes for an inode
+// it holds (a listed or looked-up file); for any other the push fails with ENOENT and the file
+// is read the usual way.
+//
+// When: ReadPredictor plans the files of the folders being read and queues their pieces as
+// speculative reads (RecordScheduler). The pusher is told each planned file's pieces
+// (Expect) and every finished speculative read (Arrived). Once all of a file's pieces have
+// arrived in the source's cache, a thread of its own assembles the file from memory (Fetch:
+// the page cache of a local record, the range cache of a remote one; never a device or network
+// read) and pushes it (Push). A file a reader asked for in the meantime (Forget) is skipped.
+//
+// Bound: the daemon never learns whether a pushed page was read (the kernel answers such reads
+// itself), so the bytes it pushes over a mount are capped (Options::budget_bytes). Pushed
+// pages are ordinary clean page cache: under memory pressure the kernel drops them, and a file
+// whose pages went is read with READs as before.
+//
+// Thread-safe.
+#pragma once
+
+#include <condition_variable>
+#include <cstdint>
+#include <deque>
+#include <functional>
+#include <map>
+#include <string>
+#include <thread>
+#include <unordered_map>
+#include <unordered_set>
+#include <vector>
+
+#include "common/mutex.h"
+#include "common/random_access_file.h"
+#include "common/status.h"
+
+namespace pcrfs::fs {
+
+class PagePusher {
+ public:
+  struct Options {
+    uint64_t budget_bytes = 0;                    // bytes pushed over the mount at most; 0: off
+    uint64_t max_file_bytes = uint64_t{1} << 20;  // larger files are read with READs
+    size_t max_pending_files = size_t{1} << 18;   // files expected and not arrived yet
+  };
+  struct Range {
+    uint64_t offset;
+    uint64_t length;
+  };
+  // The whole file `ino` into *out if every byte of it is in memory now; an error otherwise
+  // (nothing is read from a device or the network).
+  using Fetch = std::function<Status(uint64_t ino, std::vector<uint8_t>* out)>;
+  // Hands the kernel the bytes of `ino` from offset 0: 0, or a negative errno (-ENOENT: the
+  // kernel holds no such inode).
+  using Push = std::function<int(uint64_t ino, const uint8_t* data, size_t n)>;
+
+  struct Stats {
+    uint64_t expected = 0;  // files Expect took
+    uint64_t pushed = 0, pushed_bytes = 0;
+    uint64_t unknown = 0;        // the kernel held no inode for the file (ENOENT)
+    uint64_t not_in_memory = 0;  // arrived, but Fetch found a byte missing (evicted)
+    uint64_t failed = 0;         // any other push error
+    uint64_t over_budget = 0;    // ready files not pushed: the budget was spent
+    uint64_t refused = 0;        // too many files pending: not expected
+  };
+
+  PagePusher(Options options, Fetch fetch, Push push);
+  ~PagePusher();  // joins the thread; pending files are dropped
+  PagePusher(const PagePusher&) = delete;
+  PagePusher& operator=(const PagePusher&) = delete;
+
+  bool enabled() const { return enabled_; }
+  uint64_t max_file_bytes() const { return options_.max_file_bytes; }
+
+  // File `ino` (of `size` bytes) is predicted to be read; its bytes are `pieces` of `record`
+  // (each its own range of the record, none shared with another file). Call before the
+  // pieces are queued as speculative reads. A file expected already, larger than
+  // max_file_bytes, or arriving when the budget is spent is ignored.
+  void Expect(const RandomAccessFile* record, uint64_t ino, uint64_t size,
+              const std::vector<Range>& pieces) EXCLUDES(mu_);
+  // A speculative read of [offset, end) of `record` finished: those bytes are in the source's
+  // cache. Returns at once (the work happens on the pusher's thread).
+  void Arrived(const RandomAccessFile* record, uint64_t offset, uint64_t end) EXCLUDES(mu_);
+  // A reader asks the daemon for `ino`: pushing it is pointless now, and for a while (the
+  // last kRecentReads files asked for) an Expect of it is ignored.
+  void Forget(uint64_t ino) EXCLUDES(mu_);
+  static constexpr size_t kRecentReads = 16384;
+
+  Stats stats() const EXCLUDES(mu_);
+  // One line for user.pcrfs.prefetch.
+  std::string Describe() const;
+  // Waits until every arrival so far has been handled (tests).
+  void Drain() EXCLUDES(mu_);
+
+ private:
+  struct PendingPiece {
+    uint64_t end = 0;
+    uint64_t ino = 0;
+    uint64_t missing = 0;  // bytes of this piece that have not arrived
+  };
+  struct PendingFile {
+    const RandomAccessFile* record = nullptr;
+    uint64_t size = 0;
+    uint64_t missing = 0;                 // bytes of all its pieces not arrived yet
+    std::vector<uint64_t> piece_offsets;  // keys in pieces_[record]
+  };
+  struct Arrival {
+    const RandomAccessFile* record;
+    uint64_t offset, end;
+  };
+  void Run() EXCLUDES(mu_);
+  // Counts an arrival against the pieces it covers; appends the files now complete.
+  void ApplyLocked(const Arrival& a, std::vector<uint64_t>* ready) REQUIRES(mu_);
+  void EraseFileLocked(std::unordered_map<uint64_t, PendingFile>::iterator it) REQUIRES(mu_);
+  void PushOne(uint64_t ino, std::vector<uint8_t>* buffer) EXCLUDES(mu_);
+
+  const Options options_;
+  const Fetch fetch_;
+  const Push push_;
+  const bool enabled_;
+  mutable Mutex mu_;
+  CondVar cv_;
+  bool stop_ GUARDED_BY(mu_) = false;
+  bool busy_ GUARDED_BY(mu_) = false;  // the thread is handling arrivals taken off the queue
+  std::deque<Arrival> arrivals_ GUARDED_BY(mu_);
+  std::unordered_map<uint64_t, PendingFile> files_ GUARDED_BY(mu_);
+  std::unordered_map<const RandomAccessFile*, std::map<uint64_t, PendingPiece>> pieces_
+      GUARDED_BY(mu_);
+  // The files asked for last: a set, and the same in order (a ring) to drop the oldest.
+  std::unordered_set<uint64_t> recent_ GUARDED_BY(mu_);
+  std::vector<uint64_t> recent_ring_ GUARDED_BY(mu_);
+  size_t recent_next_ GUARDED_BY(mu_) = 0;
+  uint64_t committed_bytes_ GUARDED_BY(mu_) = 0;  // pushed, or being pushed
+  Stats stats_ GUARDED_BY(mu_);
+  std::thread thread_;
+};
+
+}  // namespace pcrfs::fs
