@@ -381,6 +381,55 @@ class MountTest(unittest.TestCase):
             self.assertEqual(m.proc.returncode, 0)
         self.assertFalse(is_mounted(self.mnt))
 
+    def test_pushed_files_are_exact_and_cost_no_read(self):
+        """With READDIRPLUS listings, the files of a folder being read are pushed into the
+        page cache once their pieces are read: they read back exactly as `pcr cat` gives them,
+        and reading them sends the daemon no READ at all."""
+        def counts():
+            text = os.getxattr(self.mnt, "user.pcrfs.prefetch").decode()
+            demand = int(text.split("demand reads: ")[1].split(" ")[0])
+            hits = int(text.split(" page-cache hits")[0].rsplit(" ", 1)[1])
+            pushed = int(text.split("pushed to the page cache: ")[1].split(" ")[0])
+            return demand + hits, pushed, text
+
+        def read(path):
+            fd = os.open(path, os.O_RDONLY)
+            try:
+                out = b""
+                while chunk := os.read(fd, 1 << 20):
+                    out += chunk
+                return out
+            finally:
+                os.close(fd)
+
+        rel = os.path.join("imagefolder", "train", "class1")
+        with Mount(STORE, self.mnt, "-o", "scans=5,readdirplus=yes"):
+            folder = os.path.join(self.mnt, rel)
+            names = sorted(os.listdir(folder))  # the kernel holds every file of it now
+            self.assertEqual(len(names), 6)
+            for n in names[:2]:  # a second file read plans the folder
+                read(os.path.join(folder, n))
+            deadline = time.monotonic() + 30
+            while counts()[1] < len(names) - 2 and time.monotonic() < deadline:
+                time.sleep(0.02)
+            reads_before, pushed, text = counts()
+            self.assertGreaterEqual(pushed, len(names) - 2, text)
+            for n in names[2:]:
+                self.assertEqual(read(os.path.join(folder, n)),
+                                 pcr_cat(STORE, os.path.join(rel, n), 5), n)
+            reads_after, _, text = counts()
+            self.assertEqual(reads_after, reads_before, "no READ for a pushed file: " + text)
+
+        # With plain listings (the kernel has no inode before the open) or -o push=0: none.
+        for options in ("scans=5,readdirplus=no", "scans=5,readdirplus=yes,push=0"):
+            with Mount(STORE, self.mnt, "-o", options):
+                folder = os.path.join(self.mnt, rel)
+                names = sorted(os.listdir(folder))
+                for n in names:
+                    self.assertEqual(read(os.path.join(folder, n)),
+                                     pcr_cat(STORE, os.path.join(rel, n), 5), n)
+                text = os.getxattr(self.mnt, "user.pcrfs.prefetch").decode()
+                self.assertIn("pushed to the page cache: off", text, options)
 
 class MountHelperTest(unittest.TestCase):
     """mount(8) with -t fuse.pcrfs and an fstab line, through the installed mount.pcrfs."""
