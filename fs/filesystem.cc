@@ -421,7 +421,9 @@ Result<std::string> Filesystem::GetXattr(uint64_t ino, std::string_view name) co
   const std::string_view key = name.substr(sizeof(kXattrPrefix) - 1);
   const int level = r->ladder_root ? 0 : r->level;
   if (key == "remote" && ino == kFuseRootIno && options_.remote_stats) {
+    // Pushed bytes are apart: the daemon never learns whether the kernel's readers took them.
     return "{\"bytes_served\":" + std::to_string(bytes_served()) +
+           ",\"bytes_pushed\":" + std::to_string(pusher_.stats().pushed_bytes) +
            ",\"client\":" + options_.remote_stats() + "}";
   }
   if (key == "prefetch" && ino == kFuseRootIno) {
