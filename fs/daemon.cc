@@ -338,7 +338,10 @@ int OpenAndServe(fuse_session* se, Filesystem** fs_slot, const MountConfig& conf
   fs_options.push = [se](uint64_t ino, const uint8_t* data, size_t n) {
     fuse_bufvec bufv = FUSE_BUFVEC_INIT(n);
     bufv.buf[0].mem = const_cast<uint8_t*>(data);
-    return fuse_lowlevel_notify_store(se, ino, 0, &bufv, fuse_buf_copy_flags{});
+    // No splice: libfuse prints every failed splice to stderr ("fuse: splice from pipe: No
+    // such file or directory" for each file the kernel has forgotten), while a plain write's
+    // ENOENT is returned quietly; for bytes in memory a write is one copy either way.
+    return fuse_lowlevel_notify_store(se, ino, 0, &bufv, FUSE_BUF_NO_SPLICE);
   };
   fs_options.uid = config.uid.value_or(::getuid());
   fs_options.gid = config.gid.value_or(::getgid());

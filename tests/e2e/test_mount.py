@@ -431,6 +431,46 @@ class MountTest(unittest.TestCase):
                 text = os.getxattr(self.mnt, "user.pcrfs.prefetch").decode()
                 self.assertIn("pushed to the page cache: off", text, options)
 
+    def test_files_the_kernel_forgot_are_left_alone_quietly(self):
+        """A planned file whose inode the kernel has dropped (here by drop_caches after the
+        listing) cannot be pushed: it is counted as not known to the kernel, read with READs
+        as before, and nothing is printed (libfuse logs every failed splice, one line per
+        file, so the daemon pushes with plain writes)."""
+        if os.geteuid() != 0:
+            self.skipTest("needs root (drop_caches)")
+        work = tempfile.mkdtemp(prefix="pcrfs-forgot-")
+        self.addCleanup(shutil.rmtree, work, ignore_errors=True)
+        for i in range(8):  # files of 20-40 KiB, above the two pages libfuse would splice
+            save_jpeg(photo(480 + 8 * i, 360, 700 + i),
+                      os.path.join(work, "src", "photos", f"{i}.jpg"), quality=95)
+        store = os.path.join(work, "store")
+        run([PCR, "build", os.path.join(work, "src"), store, "--quiet"])
+        rel = "photos"
+        with Mount(store, self.mnt, "-o", "scans=10,readdirplus=yes") as m:
+            folder = os.path.join(self.mnt, rel)
+            names = sorted(os.listdir(folder))
+            sizes = [os.stat(os.path.join(folder, n)).st_size for n in names]
+            # Larger than two pages: the size libfuse would splice.
+            self.assertTrue(any(size > 8192 for size in sizes[2:]), sizes)
+            with open("/proc/sys/vm/drop_caches", "w") as f:
+                f.write("2\n")  # dentries and inodes: the kernel forgets the files
+            for n in names[:2]:  # a second file read plans the folder
+                with open(os.path.join(folder, n), "rb") as f:
+                    f.read()
+
+            def unknown():
+                text = os.getxattr(self.mnt, "user.pcrfs.prefetch").decode()
+                return int(text.split("not known to the kernel ")[1].split(",")[0]), text
+            deadline = time.monotonic() + 30
+            while unknown()[0] < len(names) - 2 and time.monotonic() < deadline:
+                time.sleep(0.02)
+            self.assertGreaterEqual(unknown()[0], len(names) - 2, unknown()[1])
+            for n in names[2:]:
+                with open(os.path.join(folder, n), "rb") as f:
+                    self.assertEqual(f.read(), pcr_cat(store, os.path.join(rel, n), 10), n)
+            self.assertEqual(m.log(), "")
+
+
 class MountHelperTest(unittest.TestCase):
     """mount(8) with -t fuse.pcrfs and an fstab line, through the installed mount.pcrfs."""
 
