@@ -214,6 +214,8 @@ void RecordScheduler::NoteSpeculativeLocked(uint64_t n, uint64_t moved, double s
   window_seconds_ = window_seconds_ * kDecay + seconds;
   if (window_seconds_ <= 0) return;
   double rate = window_bytes_ / window_seconds_;
+  double latency = min_demand_prev_;
+  if (min_demand_ > 0 && (latency == 0 || min_demand_ < latency)) latency = min_demand_;
   if (one_queue) {
     // The slowest recent read, not the mean: a read that met a throttle's burst says nothing
     // about the rate a demand read queued behind the next one will see.
@@ -226,15 +228,29 @@ void RecordScheduler::NoteSpeculativeLocked(uint64_t n, uint64_t moved, double s
     // A read that found most of its bytes cached (the readers' own reads brought them in) is
     // no sample: its time is mostly copies, or a wait for pages already in flight.
     if (2 * moved >= n && seconds > 0) {
-      const double this_read = static_cast<double>(moved) / seconds;
+      // The transfer's time: without the source's latency, which a small read would
+      // otherwise take for a slow transfer (chunks shrinking to kMinChunk on a 1 ms source),
+      // and which hides how fast a throttle's burst comes (so the chunk grows past the burst
+      // quickly, and the read that does tells the rate: below).
+      const double transfer = std::max(seconds - latency, seconds / 8);
+      double this_read = static_cast<double>(moved) / transfer;
+      if (floor > 0 && this_read < floor / 2) {
+        // Much slower than the reads before it: it outgrew what a throttle lets through at
+        // once. Its bytes up to the largest recent fast read most likely came at once too,
+        // so only the rest tells the rate (a read of 4 MiB after fast reads of 2 MiB under a
+        // 2.5 MB burst at 25 MB/s: 49 MB/s by its whole size, 25 MB/s by the rest).
+        if (static_cast<double>(moved) > fast_bytes_) {
+          this_read = std::min(this_read, (static_cast<double>(moved) - fast_bytes_) / transfer);
+        }
+      } else {
+        fast_bytes_ = std::max(fast_bytes_ * kDecay, static_cast<double>(moved));
+      }
       floor = floor > 0 ? std::min(floor, this_read) : this_read;
       floor_rate_ = floor;
       floor_at_ = now;
     }
     if (floor > 0) rate = std::min(rate, floor);
   }
-  double latency = min_demand_prev_;
-  if (min_demand_ > 0 && (latency == 0 || min_demand_ < latency)) latency = min_demand_;
   const double target = std::max(std::chrono::duration<double>(kTargetRead).count(), 2 * latency);
   const double want =
       std::clamp(rate * target, static_cast<double>(kMinChunk), static_cast<double>(kMaxChunk));

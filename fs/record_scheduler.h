@@ -13,7 +13,9 @@
 // A chunk is sized from the source's own timings, so no option depends on the storage: the
 // scheduler keeps the recent speculative reads' bytes/second (the device's streaming rate: on a
 // source with one queue the slowest recent read's, rising by at most 1.5x per second, since a
-// blkio throttle lets a burst through after an idle spell) and the shortest recent demand read
+// blkio throttle lets a burst through after an idle spell; each read timed without the
+// source's latency, and a read much slower than those before it timed by its bytes past the
+// largest recent fast read, the part the burst did not cover) and the shortest recent demand read
 // issued while no speculative read was in flight (about the source's latency: a local disk
 // ~0.1 ms, a remote object store ~20 ms), and makes a chunk take max(kTargetRead, 2 x latency) at
 // that rate, between kMinChunk and kMaxChunk. On a local disk that is a few milliseconds of
@@ -188,6 +190,9 @@ class RecordScheduler {
   // that meets such a burst moves at the disk's speed: the mean of recent reads measured 26-599
   // MB/s under 25-100 MB/s caps, and chunks of MiBs made demand reads wait behind them.
   double floor_rate_ GUARDED_BY(mu_) = 0;
+  // The largest recent read (decaying) that ran at about the floor or faster: about how much a
+  // throttle lets through at once after an idle spell.
+  double fast_bytes_ GUARDED_BY(mu_) = 0;
   Clock::time_point floor_at_ GUARDED_BY(mu_){};
   // Shortest demand read of the current and the previous 256 reads.
   double min_demand_ GUARDED_BY(mu_) = 0, min_demand_prev_ GUARDED_BY(mu_) = 0;
