@@ -239,7 +239,7 @@ void RecordScheduler::NoteSpeculativeLocked(uint64_t n, uint64_t moved, double s
         // once. Its bytes up to the largest recent fast read most likely came at once too,
         // so only the rest tells the rate (a read of 4 MiB after fast reads of 2 MiB under a
         // 2.5 MB burst at 25 MB/s: 49 MB/s by its whole size, 25 MB/s by the rest).
-        if (static_cast<double>(moved) > fast_bytes_) {
+        if (static_cast<double>(moved) >= 2 * fast_bytes_) {  // clearly outgrew it
           this_read = std::min(this_read, (static_cast<double>(moved) - fast_bytes_) / transfer);
         }
       } else {
