@@ -14,9 +14,10 @@
 // scheduler keeps the recent speculative reads' bytes/second (the device's streaming rate: on a
 // source with one queue the slowest recent read's, rising by at most 1.5x per second, since a
 // blkio throttle lets a burst through after an idle spell; each read timed without the
-// source's latency, and a read much slower than those before it timed by its bytes past the
-// largest recent fast read, the part the burst did not cover) and the shortest recent demand read
-// issued while no speculative read was in flight (about the source's latency: a local disk
+// source's latency and without the time its thread waited for a CPU (run_delay in
+// /proc/thread-self/schedstat), and a read much slower than those before it timed by its bytes past
+// the largest recent fast read, the part the burst did not cover) and the shortest recent demand
+// read issued while no speculative read was in flight (about the source's latency: a local disk
 // ~0.1 ms, a remote object store ~20 ms), and makes a chunk take max(kTargetRead, 2 x latency) at
 // that rate, between kMinChunk and kMaxChunk. On a local disk that is a few milliseconds of
 // transfer (about 1 MiB at 250 MB/s, 40 KiB at 10 MB/s); on a source with 20 ms latency the chunk

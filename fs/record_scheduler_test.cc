@@ -177,6 +177,29 @@ TEST(RecordSchedulerTest, SpeculationKeepsAnIdleSourceBusy) {
   EXPECT_GE(busy / elapsed, 0.75) << "busy " << busy << " s of " << elapsed << " s";
 }
 
+// A speculative read is timed by the source, not by how long its thread then waited for a CPU:
+// with every core busy (a DataLoader decoding), the measured rate stays near the source's.
+TEST(RecordSchedulerTest, WaitingForACpuIsNotTheSourcesTime) {
+  constexpr double kBandwidth = 100e6;
+  constexpr uint64_t kBytes = uint64_t{48} << 20;
+  auto src = std::make_shared<SimulatedSource>(kBytes, kBandwidth, 0);
+  std::atomic<bool> stop{false};
+  std::vector<std::thread> busy;
+  for (unsigned i = 0; i < 2 * std::max(1u, std::thread::hardware_concurrency()); ++i) {
+    busy.emplace_back([&] {
+      while (!stop.load(std::memory_order_relaxed)) {
+      }
+    });
+  }
+  RecordScheduler s;
+  s.Speculate(src, {{0, kBytes}});
+  WaitIdle(s, kBytes);
+  stop = true;
+  for (auto& t : busy) t.join();
+  EXPECT_EQ(s.stats().speculative_bytes, kBytes);
+  EXPECT_GE(s.stats().rate, 0.5 * kBandwidth) << s.Describe();
+}
+
 TEST(RecordSchedulerTest, NothingIsReadTwice) {
   constexpr uint64_t kSize = uint64_t{16} << 20;
   auto src = std::make_shared<SimulatedSource>(kSize, 400e6, 0);
