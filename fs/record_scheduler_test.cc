@@ -197,7 +197,10 @@ TEST(RecordSchedulerTest, WaitingForACpuIsNotTheSourcesTime) {
   stop = true;
   for (auto& t : busy) t.join();
   EXPECT_EQ(s.stats().speculative_bytes, kBytes);
-  EXPECT_GE(s.stats().rate, 0.5 * kBandwidth) << s.Describe();
+  // Without the correction the rate measured here is 1-2 MB/s (0.01-0.02 of the source's);
+  // with it 0.77-0.97 alone and 0.33 once in CI, beside the e2e tests of ctest -j2 (page
+  // faults and reclaim also stretch a read, and are no CPU wait).
+  EXPECT_GE(s.stats().rate, 0.2 * kBandwidth) << s.Describe();
 }
 
 TEST(RecordSchedulerTest, NothingIsReadTwice) {
