@@ -60,7 +60,12 @@ bool WriteHostile(const std::string& dir) {
 
 int main(int argc, char** argv) {
   bool hostile = argc == 3 && std::strcmp(argv[2], "--hostile") == 0;
-  if (argc < 2 || (argc == 3 && !hostile) || argc > 3) {
+  if (argc >= 2 && (std::strcmp(argv[1], "-h") == 0 || std::strcmp(argv[1], "--help") == 0)) {
+    std::printf("usage: make_test_jpegs OUTDIR [--hostile]\n");
+    return 0;
+  }
+  // An OUTDIR that looks like an option is a mistake (`--help` once made a folder of that name).
+  if (argc < 2 || argv[1][0] == '-' || (argc == 3 && !hostile) || argc > 3) {
     std::fprintf(stderr, "usage: make_test_jpegs OUTDIR [--hostile]\n");
     return 2;
   }
