@@ -28,8 +28,9 @@ deps=(
   # tests, sample data and benchmarks
   python3 python3-pil python3-numpy python3-opencv python3-torch python3-torchvision
   python3-skimage python3-matplotlib
-  # remote-store benchmark peers (tests/bench/remote_bench.py)
-  rclone s3fs
+  # benchmark peers: squashfuse (tests/bench/read_bench.py), rclone and s3fs
+  # (tests/bench/remote_bench.py)
+  squashfs-tools squashfuse rclone s3fs
   # remote-store test servers (tests/remote/install.sh installs the same and the npm packages)
   nginx-light awscli python3-boto3 curl iproute2
   libjpeg-turbo-progs time util-linux

@@ -288,8 +288,9 @@ Result<PieceBytes> Filesystem::GetBlock(const RandomAccessFile& file, const inde
         return PieceBytes(std::move(bytes));
       }
     }
-    Status s = scheduler_.Demand(
-        bytes->size(), [&] { return store_->ReadBlock(file, e, group, block, bytes->data()); });
+    Status s = scheduler_.Demand(file, bytes->size(), [&] {
+      return store_->ReadBlock(file, e, group, block, bytes->data());
+    });
     if (!s.ok()) return Err(Status::IOError(s.message(), EIO));
     return PieceBytes(std::move(bytes));
   });

@@ -77,12 +77,12 @@ void RecordScheduler::Insert(RangeSet* set, uint64_t begin, uint64_t end,
 
 Status RecordScheduler::Read(const RandomAccessFile& file, uint64_t offset, size_t n,
                              uint8_t* dst) {
-  return Demand(n, [&] { return file.Read(offset, n, dst); });
+  return Demand(file, n, [&] { return file.Read(offset, n, dst); });
 }
 
-Status RecordScheduler::Demand(uint64_t n, const std::function<Status()>& read) {
+Status RecordScheduler::Demand(const RandomAccessFile& file, uint64_t n,
+                               const std::function<Status()>& read) {
   demand_active_.fetch_add(1, std::memory_order_acq_rel);
-  // A demand read that may have queued behind a speculative one says nothing about latency.
   const bool alone = speculative_active_.load(std::memory_order_acquire) == 0;
   const auto start = Clock::now();
   Status s = read();
@@ -90,11 +90,13 @@ Status RecordScheduler::Demand(uint64_t n, const std::function<Status()>& read) 
   bool wake = false;
   {
     MutexLock l(&mu_);
-    NoteDemandLocked(n, alone ? seconds : 0);
-    // Wake a worker only if one is waiting and could start now: a page-cache hit per piece
-    // must not cost two thread wake-ups.
-    wake = demand_active_.fetch_sub(1, std::memory_order_acq_rel) == 1 && idle_workers_ > 0 &&
-           CanStartLocked();
+    const bool paused = NoteDemandLocked(n, seconds, alone, file.ConcurrentSpeculativeReads() == 0);
+    // Wake a worker only if one is waiting and could start now (a page-cache hit per piece
+    // must not cost two thread wake-ups), or must now wait for the pause's end, not for a
+    // signal.
+    wake = (demand_active_.fetch_sub(1, std::memory_order_acq_rel) == 1 && idle_workers_ > 0 &&
+            CanStartLocked()) ||
+           (paused && idle_workers_ > 0);
   }
   if (wake) cv_.Signal();
   return s;
@@ -215,18 +217,32 @@ void RecordScheduler::Speculate(const std::shared_ptr<RandomAccessFile>& file,
   if (!added.empty()) cv_.Signal();
 }
 
-void RecordScheduler::NoteDemandLocked(uint64_t n, double seconds) {
+bool RecordScheduler::NoteDemandLocked(uint64_t n, double seconds, bool alone, bool one_queue) {
   ++stats_.demand_reads;
   stats_.demand_bytes += n;
-  // seconds 0: not a latency sample.
-  if (seconds >= kCacheHitSeconds && (min_demand_ == 0 || seconds < min_demand_)) {
+  bool paused = false;
+  // A read that may have queued behind a speculative one says nothing about the source.
+  if (alone && seconds >= kCacheHitSeconds && (min_demand_ == 0 || seconds < min_demand_)) {
     min_demand_ = seconds;
+  }
+  // Congested: slower than the source's latency allows (and than one speculative chunk at
+  // the measured rate, if one may have been ahead of it in the source's queue).
+  double allowed =
+      std::max(std::chrono::duration<double>(kCongestedRead).count(), 4 * stats_.latency_seconds);
+  if (!alone) {
+    allowed = stats_.rate > 0 ? allowed + static_cast<double>(chunk_) / stats_.rate : seconds;
+  }
+  if (one_queue && n > 0 && seconds > allowed) {
+    ++stats_.congested;
+    congested_until_ = std::max(congested_until_, Clock::now() + kCongestedPause);
+    paused = true;
   }
   if (++demand_in_window_ >= kLatencyWindow) {
     min_demand_prev_ = min_demand_;
     min_demand_ = 0;
     demand_in_window_ = 0;
   }
+  return paused;
 }
 
 void RecordScheduler::NoteSpeculativeLocked(uint64_t n, uint64_t moved, double seconds,
@@ -299,8 +315,8 @@ void RecordScheduler::Worker() {
       // lost). No timeout: an idle daemon does not wake up.
       ++idle_workers_;
       while (!stop_ && !CanStartLocked()) {
-        if (!queue_.empty() && busy_until_ > Clock::now()) {
-          cv_.WaitUntil(&mu_, busy_until_);
+        if (!queue_.empty() && NotBeforeLocked() > Clock::now()) {
+          cv_.WaitUntil(&mu_, NotBeforeLocked());
         } else {
           cv_.Wait(&mu_);
         }
@@ -350,8 +366,13 @@ void RecordScheduler::Worker() {
   }
 }
 
+RecordScheduler::Clock::time_point RecordScheduler::NotBeforeLocked() const {
+  if (queue_.front().file->ConcurrentSpeculativeReads() > 0) return busy_until_;
+  return std::max(busy_until_, congested_until_);
+}
+
 bool RecordScheduler::CanStartLocked() const {
-  if (queue_.empty() || busy_until_ > Clock::now()) return false;
+  if (queue_.empty() || NotBeforeLocked() > Clock::now()) return false;
   const int concurrent = queue_.front().file->ConcurrentSpeculativeReads();
   if (concurrent > 0) return in_flight_ < std::min(concurrent, kWorkers);
   return in_flight_ < MaxInFlightLocked() && demand_active_.load(std::memory_order_acquire) == 0;
@@ -387,7 +408,8 @@ std::string RecordScheduler::Describe() const {
                     std::to_string(s.cache_hits) + " page-cache hits (" +
                     mib(static_cast<double>(s.cache_hit_bytes)) +
                     " MiB); promoted to demand: " + std::to_string(s.promoted_reads) + " (" +
-                    mib(static_cast<double>(s.promoted_bytes)) + " MiB); chunk " +
+                    mib(static_cast<double>(s.promoted_bytes)) + " MiB); paused for congested " +
+                    "demand reads: " + std::to_string(s.congested) + "; chunk " +
                     std::to_string(s.chunk >> 10) + " KiB";
   if (s.rate > 0)
     out += ", measured " + std::to_string(static_cast<uint64_t>(s.rate / 1e6)) + " MB/s";

@@ -10,6 +10,16 @@
 //   the chunk already at the device (on a FIFO device such as a blkio throttle) and never for
 //   the queue.
 //
+// A demand read that took longer than kCongestedRead and 4x the source's latency, plus one
+// speculative chunk's time at the measured rate if one was in flight when it started, found
+// the source congested: the readers' own reads, or the debt a throttle keeps for the
+// speculative reads before them, hold it (a blkio
+// throttle at 10 MB/s with a decoding DataLoader: a speculative read started in every gap
+// between two files' reads spent the budget that the next demand read then waited for, 4 ms
+// ticks at a time). Speculation on a one-queue source then pauses for kCongestedPause, so it
+// uses only what demand leaves idle over time, not only at the instant it starts; on a fast
+// disk, where an alone demand read takes about the latency, it never pauses.
+//
 // A chunk is sized from the source's own timings, so no option depends on the storage: the
 // scheduler keeps the recent speculative reads' bytes/second (the device's streaming rate: on a
 // source with one queue the slowest recent read's, rising by at most 1.5x per second, since a
@@ -72,6 +82,10 @@ class RecordScheduler {
   static constexpr int kWorkers = 4;
   static constexpr uint64_t kMinConcurrentChunk = uint64_t{512} << 10;
   static constexpr int kPromoteAtDemandReads = 3;
+  // A demand read this slow (and 4x the latency) with no speculative read in flight finds
+  // the source congested; speculation on a one-queue source then pauses this long.
+  static constexpr auto kCongestedRead = std::chrono::milliseconds(1);
+  static constexpr auto kCongestedPause = std::chrono::milliseconds(50);
   // A source with enough unread bytes already (Warm says ResourceExhausted) is asked again
   // after this.
   static constexpr auto kBusyRetry = std::chrono::milliseconds(20);
@@ -87,7 +101,8 @@ class RecordScheduler {
     uint64_t promoted_reads = 0, promoted_bytes = 0;  // queued ranges a demand read took
     uint64_t cache_hits = 0, cache_hit_bytes = 0;     // NoteCacheHit
     uint64_t queued_bytes = 0;                        // speculative bytes not read yet
-    uint64_t chunk = 0;                               // the next speculative read's size
+    uint64_t congested = 0;      // demand reads that found the source congested (a pause each)
+    uint64_t chunk = 0;          // the next speculative read's size
     double rate = 0;             // measured streaming rate, bytes/s (0: not yet)
     double latency_seconds = 0;  // shortest recent demand read
   };
@@ -103,9 +118,10 @@ class RecordScheduler {
 
   // A demand read: exactly n bytes at offset, on the calling thread, now.
   Status Read(const RandomAccessFile& file, uint64_t offset, size_t n, uint8_t* dst);
-  // A demand read of n bytes that `read` does itself (e.g. index::Store::ReadBlock, which
-  // reads and checks one checksum block), timed and counted as one.
-  Status Demand(uint64_t n, const std::function<Status()>& read) EXCLUDES(mu_);
+  // A demand read of n bytes of `file` that `read` does itself (e.g. index::Store::ReadBlock,
+  // which reads and checks one checksum block), timed and counted as one.
+  Status Demand(const RandomAccessFile& file, uint64_t n, const std::function<Status()>& read)
+      EXCLUDES(mu_);
   // A read of n bytes that the source served from memory without waiting (a page-cache hit,
   // RandomAccessFile::ReadCached): counted, but it neither was nor holds back device work.
   void NoteCacheHit(uint64_t n) {
@@ -153,7 +169,10 @@ class RecordScheduler {
   // updates the timings and the next chunk's size from those (none moved: no timing).
   void NoteSpeculativeLocked(uint64_t n, uint64_t moved, double seconds, bool one_queue)
       REQUIRES(mu_);
-  void NoteDemandLocked(uint64_t n, double seconds) REQUIRES(mu_);
+  // `alone`: no speculative read was in flight when it started; `one_queue`: a source with
+  // one queue (RandomAccessFile::ConcurrentSpeculativeReads() == 0). Returns whether it found
+  // the source congested (speculation pauses).
+  bool NoteDemandLocked(uint64_t n, double seconds, bool alone, bool one_queue) REQUIRES(mu_);
   int MaxInFlightLocked() const REQUIRES(mu_);
   // If r starts inside a range queued for `file`, takes a chunk from r's start out of the
   // queue and appends it to *promoted. REQUIRES: mu_ held.
@@ -161,6 +180,8 @@ class RecordScheduler {
       REQUIRES(mu_);
   // Whether the front of the queue may start now. REQUIRES: mu_ held.
   bool CanStartLocked() const REQUIRES(mu_);
+  // Before when the front of the queue (not empty) may not start: a busy or congested source.
+  Clock::time_point NotBeforeLocked() const REQUIRES(mu_);
   // Queues [offset, end) of `file` (no byte of it queued yet): merged into a queued range it
   // touches, else at the back (at the front if `front`). A range planned folder by folder
   // thus becomes one long range where the folders lie side by side in the record, and a
@@ -182,6 +203,8 @@ class RecordScheduler {
   int in_flight_ GUARDED_BY(mu_) = 0;
   int idle_workers_ GUARDED_BY(mu_) = 0;            // workers waiting in Worker()
   Clock::time_point busy_until_ GUARDED_BY(mu_){};  // nothing starts before (a busy source)
+  // No speculative read of a one-queue source starts before (a congested source).
+  Clock::time_point congested_until_ GUARDED_BY(mu_){};
   Stats stats_ GUARDED_BY(mu_);
   // Recent speculative reads: bytes and seconds, summed over a window that decays.
   double window_bytes_ GUARDED_BY(mu_) = 0, window_seconds_ GUARDED_BY(mu_) = 0;
