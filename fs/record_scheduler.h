@@ -11,14 +11,14 @@
 //   the queue.
 //
 // A demand read that took longer than kCongestedRead and 4x the source's latency, plus one
-// speculative chunk's time at the measured rate if one was in flight when it started, found
-// the source congested: the readers' own reads, or the debt a throttle keeps for the
-// speculative reads before them, hold it (a blkio
-// throttle at 10 MB/s with a decoding DataLoader: a speculative read started in every gap
-// between two files' reads spent the budget that the next demand read then waited for, 4 ms
-// ticks at a time). Speculation on a one-queue source then pauses for kCongestedPause, so it
-// uses only what demand leaves idle over time, not only at the instant it starts; on a fast
-// disk, where an alone demand read takes about the latency, it never pauses.
+// speculative chunk's time at the measured rate if one was in flight when it started, while
+// no other demand read was in progress, found the source congested: the readers' own reads, or the
+// debt a throttle keeps for the speculative reads before them, hold it (a blkio throttle at 10 MB/s
+// with a decoding DataLoader: a speculative read started in every gap between two files' reads
+// spent the budget that the next demand read then waited for, 4 ms ticks at a time). Speculation on
+// a one-queue source then pauses for kCongestedPause, so it uses only what demand leaves idle over
+// time, not only at the instant it starts; on a fast disk, where an alone demand read takes about
+// the latency, it never pauses.
 //
 // A chunk is sized from the source's own timings, so no option depends on the storage: the
 // scheduler keeps the recent speculative reads' bytes/second (the device's streaming rate: on a
@@ -169,10 +169,11 @@ class RecordScheduler {
   // updates the timings and the next chunk's size from those (none moved: no timing).
   void NoteSpeculativeLocked(uint64_t n, uint64_t moved, double seconds, bool one_queue)
       REQUIRES(mu_);
-  // `alone`: no speculative read was in flight when it started; `one_queue`: a source with
-  // one queue (RandomAccessFile::ConcurrentSpeculativeReads() == 0). Returns whether it found
-  // the source congested (speculation pauses).
-  bool NoteDemandLocked(uint64_t n, double seconds, bool alone, bool one_queue) REQUIRES(mu_);
+  // `alone`: no speculative read was in flight when it started; `sole`: no other demand read
+  // was; `one_queue`: a source with one queue (RandomAccessFile::ConcurrentSpeculativeReads()
+  // == 0). Returns whether it found the source congested (speculation pauses).
+  bool NoteDemandLocked(uint64_t n, double seconds, bool alone, bool sole, bool one_queue)
+      REQUIRES(mu_);
   int MaxInFlightLocked() const REQUIRES(mu_);
   // If r starts inside a range queued for `file`, takes a chunk from r's start out of the
   // queue and appends it to *promoted. REQUIRES: mu_ held.

@@ -206,11 +206,11 @@ TEST(RecordSchedulerTest, ACongestedSourceServesDemandFirst) {
     std::this_thread::sleep_for(std::chrono::milliseconds(6));
   }
   EXPECT_GT(s.stats().congested, 0u) << s.Describe();
-  // Without the pause the reads waited 1.5-1.6x their transfer time (behind speculative
-  // chunks that had spent the budget): 3x this bound. With it, most find their budget and
-  // about one per pause waits.
+  // Without the pause the reads took 1.5-1.6x their transfer time (behind speculative chunks
+  // that had spent the budget). With it most find their budget and about one per pause
+  // waits: 0.37-0.67x here.
   const double transfer = kReads * static_cast<double>(buf.size()) / kBandwidth;
-  EXPECT_LT(demand_seconds, 0.5 * transfer) << s.Describe();
+  EXPECT_LT(demand_seconds, 1.0 * transfer) << s.Describe();
   WaitIdle(s, 8 * mib);
   EXPECT_EQ(s.stats().speculative_bytes, 8 * mib) << s.Describe();
 }
@@ -566,6 +566,11 @@ TEST(RecordSchedulerTest, QueuedRangesThatTouchAreReadAsOne) {
   s.Speculate(src, {{192 * kib, 64 * kib}});   // joins [0, 192K) and [256K, 320K)
   s.Speculate(src, {{1024 * kib, 64 * kib}});  // apart
   s.Speculate(src, {{960 * kib, 64 * kib}});   // ends where the one before starts
+  // A worker may be handing a range back (the source is busy) just now: not queued for that
+  // instant.
+  for (int i = 0; i < 1000 && s.stats().queued_bytes != 448 * kib; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
   EXPECT_EQ(s.stats().queued_bytes, 448 * kib);
   src->set_busy(false);
   WaitIdle(s, 448 * kib);
