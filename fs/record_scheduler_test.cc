@@ -121,6 +121,14 @@ void WaitIdle(const RecordScheduler& s, uint64_t expect_bytes) {
   }
 }
 
+// Three demand reads of one page, 1 MiB apart from `at`: the scheduler's latency sample.
+void LearnLatency(RecordScheduler& s, const SimulatedSource& src, uint64_t at) {
+  std::vector<uint8_t> buf(SimulatedSource::kPage);
+  for (uint64_t i = 0; i < 3; ++i) {
+    ASSERT_TRUE(s.Read(src, at + (i << 20), buf.size(), buf.data()).ok());
+  }
+}
+
 TEST(RecordSchedulerTest, DemandReadQueuesBehindAtMostOneSpeculativeRead) {
   constexpr double kBandwidth = 50e6;  // a throttled volume: one transfer at a time
   auto src = std::make_shared<SimulatedSource>(uint64_t{256} << 20, kBandwidth, 0);
@@ -189,12 +197,9 @@ TEST(RecordSchedulerTest, ACongestedSourceServesDemandFirst) {
   auto src = std::make_shared<SimulatedSource>(256 * mib, kBandwidth, 0.0002, true, 0.1);
   RecordScheduler s;
   // A few small reads first, within the throttle's burst: the source's latency is theirs.
-  std::vector<uint8_t> buf(4096);
-  for (uint64_t i = 0; i < 3; ++i) {
-    ASSERT_TRUE(s.Read(*src, 100 * mib + i * mib, buf.size(), buf.data()).ok());
-  }
+  LearnLatency(s, *src, 100 * mib);
   s.Speculate(src, {{0, 8 * mib}});
-  buf.resize(32768);  // 3.3 ms at 10 MB/s
+  std::vector<uint8_t> buf(32768);  // 3.3 ms at 10 MB/s
   constexpr int kReads = 60;
   double demand_seconds = 0;
   for (int i = 0; i < kReads; ++i) {
@@ -360,10 +365,7 @@ TEST(RecordSchedulerTest, AThrottlesBurstDoesNotMakeChunksOfMiBs) {
   RecordScheduler s;
   // A few real demand reads first: the source's latency is theirs (1 ms), not the 100 ms of
   // the idle spells below.
-  std::vector<uint8_t> buf(4096);
-  for (uint64_t i = 0; i < 3; ++i) {
-    ASSERT_TRUE(s.Read(*src, 200 * mib + i * mib, buf.size(), buf.data()).ok());
-  }
+  LearnLatency(s, *src, 200 * mib);
   s.Speculate(src, {{0, 128 * mib}});
   std::vector<uint64_t> chunks;
   const auto start = Clock::now();
