@@ -10,15 +10,15 @@
 //   the chunk already at the device (on a FIFO device such as a blkio throttle) and never for
 //   the queue.
 //
-// A demand read that took longer than kCongestedRead and 4x the source's latency, plus one
-// speculative chunk's time at the measured rate if one was in flight when it started, while
-// no other demand read was in progress, found the source congested: the readers' own reads, or the
-// debt a throttle keeps for the speculative reads before them, hold it (a blkio throttle at 10 MB/s
-// with a decoding DataLoader: a speculative read started in every gap between two files' reads
-// spent the budget that the next demand read then waited for, 4 ms ticks at a time). Speculation on
-// a one-queue source then pauses for kCongestedPause, so it uses only what demand leaves idle over
-// time, not only at the instant it starts; on a fast disk, where an alone demand read takes about
-// the latency, it never pauses.
+// A demand read that took longer than kCongestedRead and 4x the source's latency (plus one
+// speculative chunk's time at the measured rate if one was in flight when it started), while
+// no other demand read was in progress, found the source congested: the debt a throttle keeps
+// for the speculative reads before it holds the source (a blkio throttle at 10 MB/s with a
+// decoding DataLoader: a speculative read started in every gap between two files' reads spent
+// the budget that the next demand read then waited for, 4 ms ticks at a time). Speculation on
+// a one-queue source then pauses for kCongestedPause, so it uses only what demand leaves idle
+// over time, not only at the instant it starts. On a fast disk a demand read takes about the
+// latency, and readers that queue on each other do not count, so it rarely pauses.
 //
 // A chunk is sized from the source's own timings, so no option depends on the storage: the
 // scheduler keeps the recent speculative reads' bytes/second (the device's streaming rate: on a
@@ -82,7 +82,7 @@ class RecordScheduler {
   static constexpr int kWorkers = 4;
   static constexpr uint64_t kMinConcurrentChunk = uint64_t{512} << 10;
   static constexpr int kPromoteAtDemandReads = 3;
-  // A demand read this slow (and 4x the latency) with no speculative read in flight finds
+  // A demand read this slow (and 4x the latency, see above), the only one in progress, finds
   // the source congested; speculation on a one-queue source then pauses this long.
   static constexpr auto kCongestedRead = std::chrono::milliseconds(1);
   static constexpr auto kCongestedPause = std::chrono::milliseconds(50);
