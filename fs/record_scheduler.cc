@@ -82,8 +82,8 @@ Status RecordScheduler::Read(const RandomAccessFile& file, uint64_t offset, size
 
 Status RecordScheduler::Demand(const RandomAccessFile& file, uint64_t n,
                                const std::function<Status()>& read) {
-  // No other demand read in progress: its time is the source's answer to it alone.
-  const bool sole = demand_active_.fetch_add(1, std::memory_order_acq_rel) == 0;
+  // Other demand reads in progress: this one may queue behind them at the source.
+  const int others = demand_active_.fetch_add(1, std::memory_order_acq_rel);
   const bool alone = speculative_active_.load(std::memory_order_acquire) == 0;
   const auto start = Clock::now();
   Status s = read();
@@ -92,7 +92,7 @@ Status RecordScheduler::Demand(const RandomAccessFile& file, uint64_t n,
   {
     MutexLock l(&mu_);
     const bool paused =
-        NoteDemandLocked(n, seconds, alone, sole, file.ConcurrentSpeculativeReads() == 0);
+        NoteDemandLocked(n, seconds, alone, others, file.ConcurrentSpeculativeReads() == 0);
     // Wake a worker only if one is waiting and could start now (a page-cache hit per piece
     // must not cost two thread wake-ups), or must now wait for the pause's end, not for a
     // signal.
@@ -219,7 +219,7 @@ void RecordScheduler::Speculate(const std::shared_ptr<RandomAccessFile>& file,
   if (!added.empty()) cv_.Signal();
 }
 
-bool RecordScheduler::NoteDemandLocked(uint64_t n, double seconds, bool alone, bool sole,
+bool RecordScheduler::NoteDemandLocked(uint64_t n, double seconds, bool alone, int others,
                                        bool one_queue) {
   ++stats_.demand_reads;
   stats_.demand_bytes += n;
@@ -229,15 +229,17 @@ bool RecordScheduler::NoteDemandLocked(uint64_t n, double seconds, bool alone, b
     min_demand_ = seconds;
   }
   // Congested: slower than the source's latency allows (and than one speculative chunk at
-  // the measured rate, if one may have been ahead of it in the source's queue), with no other
-  // demand read in progress (readers that queue on each other are no sign that speculation
-  // holds the source: with 4 readers on a fast disk, pausing for those halved level 1).
+  // the measured rate, if one may have been ahead of it in the source's queue), and than the
+  // demand reads in progress when it started allow: each may be ahead of it in that queue
+  // (readers that queue on each other are no sign that speculation holds the source: with 4
+  // readers on a fast disk, pausing for those halved level 1).
   double allowed =
       std::max(std::chrono::duration<double>(kCongestedRead).count(), 4 * stats_.latency_seconds);
   if (!alone) {
     allowed = stats_.rate > 0 ? allowed + static_cast<double>(chunk_) / stats_.rate : seconds;
   }
-  if (sole && one_queue && n > 0 && seconds > allowed) {
+  allowed *= 1 + std::max(others, 0);
+  if (one_queue && n > 0 && seconds > allowed) {
     ++stats_.congested;
     congested_until_ = std::max(congested_until_, Clock::now() + kCongestedPause);
     paused = true;

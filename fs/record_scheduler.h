@@ -11,14 +11,15 @@
 //   the queue.
 //
 // A demand read that took longer than kCongestedRead and 4x the source's latency (plus one
-// speculative chunk's time at the measured rate if one was in flight when it started), while
-// no other demand read was in progress, found the source congested: the debt a throttle keeps
-// for the speculative reads before it holds the source (a blkio throttle at 10 MB/s with a
-// decoding DataLoader: a speculative read started in every gap between two files' reads spent
-// the budget that the next demand read then waited for, 4 ms ticks at a time). Speculation on
-// a one-queue source then pauses for kCongestedPause, so it uses only what demand leaves idle
-// over time, not only at the instant it starts. On a fast disk a demand read takes about the
-// latency, and readers that queue on each other do not count, so it rarely pauses.
+// speculative chunk's time at the measured rate if one was in flight when it started), times
+// one plus the other demand reads in progress then (each may be ahead of it in the source's
+// queue), found the source congested: the debt a throttle keeps for the speculative reads
+// before it holds the source (a blkio throttle at 10 MB/s with a decoding DataLoader: a
+// speculative read started in every gap between two files' reads spent the budget that the
+// next demand read then waited for, 4 ms ticks at a time). Speculation on a one-queue source
+// then pauses for kCongestedPause, so it uses only what demand leaves idle over time, not only
+// at the instant it starts. On a fast disk a demand read takes about the latency, and readers
+// that queue on each other are allowed their turns, so it rarely pauses.
 //
 // A chunk is sized from the source's own timings, so no option depends on the storage: the
 // scheduler keeps the recent speculative reads' bytes/second (the device's streaming rate: on a
@@ -169,10 +170,11 @@ class RecordScheduler {
   // updates the timings and the next chunk's size from those (none moved: no timing).
   void NoteSpeculativeLocked(uint64_t n, uint64_t moved, double seconds, bool one_queue)
       REQUIRES(mu_);
-  // `alone`: no speculative read was in flight when it started; `sole`: no other demand read
-  // was; `one_queue`: a source with one queue (RandomAccessFile::ConcurrentSpeculativeReads()
+  // `alone`: no speculative read was in flight when it started; `others`: the other demand
+  // reads that were; `one_queue`: a source with one queue
+  // (RandomAccessFile::ConcurrentSpeculativeReads()
   // == 0). Returns whether it found the source congested (speculation pauses).
-  bool NoteDemandLocked(uint64_t n, double seconds, bool alone, bool sole, bool one_queue)
+  bool NoteDemandLocked(uint64_t n, double seconds, bool alone, int others, bool one_queue)
       REQUIRES(mu_);
   int MaxInFlightLocked() const REQUIRES(mu_);
   // If r starts inside a range queued for `file`, takes a chunk from r's start out of the
