@@ -83,8 +83,9 @@ class RecordScheduler {
   static constexpr int kWorkers = 4;
   static constexpr uint64_t kMinConcurrentChunk = uint64_t{512} << 10;
   static constexpr int kPromoteAtDemandReads = 3;
-  // A demand read this slow (and 4x the latency, see above), the only one in progress, finds
-  // the source congested; speculation on a one-queue source then pauses this long.
+  // A demand read this slow (and 4x the latency; times one plus the other demand reads in
+  // progress, see above) finds the source congested; speculation on a one-queue source then
+  // pauses this long.
   static constexpr auto kCongestedRead = std::chrono::milliseconds(1);
   static constexpr auto kCongestedPause = std::chrono::milliseconds(50);
   // A source with enough unread bytes already (Warm says ResourceExhausted) is asked again

@@ -423,10 +423,11 @@ def open_setup(env, name, mnt, origin):
 # ----------------------------------------------------------------------------- readers
 
 
-def reader_main(root, paths, wfd, start_r):
+def reader_main(root, paths, wfd, start_r, timeline=False):
     os.read(start_r, 1)
     buf = bytearray(1 << 20)
     n = nbytes = errors = 0
+    done = []  # --timeline: when each file was done
     t0 = time.monotonic()
     for rel in paths:
         try:
@@ -440,15 +441,18 @@ def reader_main(root, paths, wfd, start_r):
             finally:
                 os.close(fd)
             n += 1
+            if timeline:
+                done.append(time.monotonic())
         except OSError:
             errors += 1
     t1 = time.monotonic()
     os.write(wfd, json.dumps({"files": n, "bytes": nbytes, "errors": errors, "t0": t0,
-                              "t1": t1}).encode())
+                              "t1": t1, "done": done}).encode())
     os._exit(0)
 
 
-def run_epoch(root, rel, readers, seed, timeout):
+def run_epoch(root, rel, readers, seed, timeout, timeline=False):
+    """One epoch; with timeline, also when each file was done (seconds from the start)."""
     order = list(rel)
     random.Random(seed).shuffle(order)
     start_r, start_w = os.pipe()
@@ -460,7 +464,7 @@ def run_epoch(root, rel, readers, seed, timeout):
             os.close(r)
             os.close(start_w)
             try:
-                reader_main(root, order[i::readers], w, start_r)
+                reader_main(root, order[i::readers], w, start_r, timeline)
             finally:
                 os._exit(1)
         os.close(w)
@@ -502,8 +506,12 @@ def run_epoch(root, rel, readers, seed, timeout):
     start = min(x["t0"] for x in results)
     end = max(x["t1"] for x in results)
     files = sum(x["files"] for x in results)
-    return {"seconds": end - start, "files": files, "bytes": sum(x["bytes"] for x in results),
-            "errors": sum(x["errors"] for x in results), "files_per_s": files / (end - start)}
+    out = {"seconds": end - start, "files": files, "bytes": sum(x["bytes"] for x in results),
+           "errors": sum(x["errors"] for x in results), "files_per_s": files / (end - start)}
+    if timeline:
+        out["timeline"] = {"done": sorted(round(t - t0, 4) for x in results for t in x["done"]),
+                           "start": round(start - t0, 4)}
+    return out
 
 
 def list_tree(root):
@@ -553,7 +561,8 @@ def measure_setup(env, name, cond, rel):
                 if epoch == 2 and not a.no_drop:
                     drop_caches()  # the mount's page cache: epoch 2 is served by the daemon
                 proxy.reset(cond["latency_ms"])
-                e = run_epoch(mnt, rel, a.readers, a.seed + epoch, a.epoch_timeout)
+                e = run_epoch(mnt, rel, a.readers, a.seed + epoch, a.epoch_timeout,
+                              a.timeline)
                 st = proxy.stats()
                 e["origin_bytes"] = st["bytes_to_client"]
                 e["origin_requests"] = st["requests"]
@@ -1139,6 +1148,8 @@ def main():
     ap.add_argument("--always-proxy", action="store_true",
                     help="0 ms rows through the proxy too (default: straight to the servers)")
     ap.add_argument("--no-drop", action="store_true", help="no drop_caches before cold epochs")
+    ap.add_argument("--timeline", action="store_true",
+                    help="keep, in the JSON, when each file of an epoch was done")
     ap.add_argument("--epoch-timeout", type=float, default=300)
     ap.add_argument("--pcr")
     ap.add_argument("--pcrfs")
