@@ -241,7 +241,14 @@ bool RecordScheduler::NoteDemandLocked(uint64_t n, double seconds, bool alone, i
   allowed *= 1 + std::max(others, 0);
   if (one_queue && n > 0 && seconds > allowed) {
     ++stats_.congested;
-    congested_until_ = std::max(congested_until_, Clock::now() + kCongestedPause);
+    const double most = std::chrono::duration<double>(kMaxCongestedPause).count();
+    const double pause =
+        std::clamp(stats_.rate > 0 ? static_cast<double>(kCongestedPauseBytes) / stats_.rate : most,
+                   std::chrono::duration<double>(kMinCongestedPause).count(), most);
+    stats_.congested_seconds += pause;
+    congested_until_ =
+        std::max(congested_until_, Clock::now() + std::chrono::duration_cast<Clock::duration>(
+                                                      std::chrono::duration<double>(pause)));
     paused = true;
   }
   if (++demand_in_window_ >= kLatencyWindow) {
@@ -416,8 +423,9 @@ std::string RecordScheduler::Describe() const {
                     mib(static_cast<double>(s.cache_hit_bytes)) +
                     " MiB); promoted to demand: " + std::to_string(s.promoted_reads) + " (" +
                     mib(static_cast<double>(s.promoted_bytes)) + " MiB); paused for congested " +
-                    "demand reads: " + std::to_string(s.congested) + "; chunk " +
-                    std::to_string(s.chunk >> 10) + " KiB";
+                    "demand reads: " + std::to_string(s.congested) + " (" +
+                    std::to_string(static_cast<uint64_t>(s.congested_seconds * 1e3 + 0.5)) +
+                    " ms); chunk " + std::to_string(s.chunk >> 10) + " KiB";
   if (s.rate > 0)
     out += ", measured " + std::to_string(static_cast<uint64_t>(s.rate / 1e6)) + " MB/s";
   if (s.latency_seconds > 0) {

@@ -17,9 +17,10 @@
 // before it holds the source (a blkio throttle at 10 MB/s with a decoding DataLoader: a
 // speculative read started in every gap between two files' reads spent the budget that the
 // next demand read then waited for, 4 ms ticks at a time). Speculation on a one-queue source
-// then pauses for kCongestedPause, so it uses only what demand leaves idle over time, not only
-// at the instant it starts. On a fast disk a demand read takes about the latency, and readers
-// that queue on each other are allowed their turns, so it rarely pauses.
+// then pauses (for about 1 MiB's time at the measured rate, 2-50 ms), so it uses only what
+// demand leaves idle over time, not only at the instant it starts. On a fast disk a demand
+// read takes about the latency, and readers that queue on each other are allowed their turns,
+// so it rarely pauses, and briefly.
 //
 // A chunk is sized from the source's own timings, so no option depends on the storage: the
 // scheduler keeps the recent speculative reads' bytes/second (the device's streaming rate: on a
@@ -85,9 +86,14 @@ class RecordScheduler {
   static constexpr int kPromoteAtDemandReads = 3;
   // A demand read this slow (and 4x the latency; times one plus the other demand reads in
   // progress, see above) finds the source congested; speculation on a one-queue source then
-  // pauses this long.
+  // pauses for the time the source takes to move kCongestedPauseBytes at the measured rate,
+  // between the two bounds: 50 ms behind a 10 MB/s throttle, 2 ms on a disk that reads 500 MB/s
+  // (where a 50 ms pause cost a third of a level-1 epoch: bwcap uncapped L1 62-75k files/s
+  // against 76-85k).
   static constexpr auto kCongestedRead = std::chrono::milliseconds(1);
-  static constexpr auto kCongestedPause = std::chrono::milliseconds(50);
+  static constexpr uint64_t kCongestedPauseBytes = uint64_t{1} << 20;
+  static constexpr auto kMinCongestedPause = std::chrono::milliseconds(2);
+  static constexpr auto kMaxCongestedPause = std::chrono::milliseconds(50);
   // A source with enough unread bytes already (Warm says ResourceExhausted) is asked again
   // after this.
   static constexpr auto kBusyRetry = std::chrono::milliseconds(20);
@@ -103,10 +109,11 @@ class RecordScheduler {
     uint64_t promoted_reads = 0, promoted_bytes = 0;  // queued ranges a demand read took
     uint64_t cache_hits = 0, cache_hit_bytes = 0;     // NoteCacheHit
     uint64_t queued_bytes = 0;                        // speculative bytes not read yet
-    uint64_t congested = 0;      // demand reads that found the source congested (a pause each)
-    uint64_t chunk = 0;          // the next speculative read's size
-    double rate = 0;             // measured streaming rate, bytes/s (0: not yet)
-    double latency_seconds = 0;  // shortest recent demand read
+    uint64_t congested = 0;        // demand reads that found the source congested (a pause each)
+    double congested_seconds = 0;  // the pauses' lengths, summed
+    uint64_t chunk = 0;            // the next speculative read's size
+    double rate = 0;               // measured streaming rate, bytes/s (0: not yet)
+    double latency_seconds = 0;    // shortest recent demand read
   };
 
   // Called on a pool thread, with no lock held, after each speculative read that succeeded:
