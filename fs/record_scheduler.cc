@@ -238,7 +238,7 @@ bool RecordScheduler::NoteDemandLocked(uint64_t n, double seconds, bool alone, i
   if (!alone) {
     allowed = stats_.rate > 0 ? allowed + static_cast<double>(chunk_) / stats_.rate : seconds;
   }
-  allowed *= 1 + std::max(others, 0);
+  allowed *= 1 + others;
   if (one_queue && n > 0 && seconds > allowed) {
     ++stats_.congested;
     const double most = std::chrono::duration<double>(kMaxCongestedPause).count();

@@ -179,9 +179,8 @@ class RecordScheduler {
   void NoteSpeculativeLocked(uint64_t n, uint64_t moved, double seconds, bool one_queue)
       REQUIRES(mu_);
   // `alone`: no speculative read was in flight when it started; `others`: the other demand
-  // reads that were; `one_queue`: a source with one queue
-  // (RandomAccessFile::ConcurrentSpeculativeReads()
-  // == 0). Returns whether it found the source congested (speculation pauses).
+  // reads that were; `one_queue`: a source with one queue (ConcurrentSpeculativeReads() == 0).
+  // Returns whether it found the source congested (speculation pauses).
   bool NoteDemandLocked(uint64_t n, double seconds, bool alone, int others, bool one_queue)
       REQUIRES(mu_);
   int MaxInFlightLocked() const REQUIRES(mu_);
