@@ -7,8 +7,9 @@ outside, only the network is new).
   netns.py --rate-mbit 100 --self-check     # measure the achieved rate through nginx with curl
 
 The cap is an HTB class on lo (netem is not in this kernel: latency comes from
-tests/remote/fault_proxy.py). lo's MTU is 64 KiB, so the burst must be at least that; the
-default is 256 KiB. Every byte on lo crosses the cap once, requests included. As root this uses
+tests/remote/fault_proxy.py). lo's MTU is set to an Ethernet link's 1500 bytes (--mtu; lo's own
+64 KiB made nginx's answers just over one segment stall for ~40 ms, docs/benchmarks.md); the
+burst is at least 64 KiB, 256 KiB by default. Every byte on lo crosses the cap once, requests included. As root this uses
 `unshare -n`, otherwise `unshare -rn` (a user namespace). From Python: run_capped(rate, argv).
 """
 
@@ -34,9 +35,11 @@ def sh(*args):
     return p.stdout
 
 
-def shape_loopback(rate_mbit, burst_kib):
-    """Brings lo up and, for a rate, caps everything it carries with one HTB class."""
+def shape_loopback(rate_mbit, burst_kib, mtu=1500):
+    """Brings lo up with this MTU and, for a rate, caps everything it carries with one HTB
+    class."""
     sh("ip", "link", "set", "lo", "up")
+    sh("ip", "link", "set", "lo", "mtu", str(mtu))
     if not rate_mbit:
         return
     sh("tc", "qdisc", "add", "dev", "lo", "root", "handle", "1:", "htb", "default", "10")
@@ -50,10 +53,10 @@ def unshare_command(args):
     return [*unshare, sys.executable, os.path.abspath(__file__), INNER_FLAG, *args]
 
 
-def run_capped(rate_mbit, argv, burst_kib=256, **kw):
+def run_capped(rate_mbit, argv, burst_kib=256, mtu=1500, **kw):
     """Runs argv in a new network namespace with lo capped at rate_mbit (None: no cap);
     returns its CompletedProcess (kw goes to subprocess.run)."""
-    args = ["--burst-kib", str(burst_kib)]
+    args = ["--burst-kib", str(burst_kib), "--mtu", str(mtu)]
     if rate_mbit:
         args += ["--rate-mbit", str(rate_mbit)]
     return subprocess.run(unshare_command([*args, "--", *argv]), **kw)
@@ -81,6 +84,7 @@ def main():
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--rate-mbit", type=float, help="bandwidth cap of lo (default: none)")
     ap.add_argument("--burst-kib", type=int, default=256)
+    ap.add_argument("--mtu", type=int, default=1500, help="lo's MTU (default 1500)")
     ap.add_argument("--self-check", action="store_true",
                     help="measure the achieved rate (curl from nginx) and print it as JSON")
     ap.add_argument("--seconds", type=float, default=3.0, help="self-check download time")
@@ -88,7 +92,9 @@ def main():
     ap.add_argument("command", nargs=argparse.REMAINDER)
     args = ap.parse_args()
     if args.burst_kib < MIN_BURST_KIB:
-        ap.error(f"--burst-kib {args.burst_kib}: at least {MIN_BURST_KIB} (lo's MTU is 64 KiB)")
+        ap.error(f"--burst-kib {args.burst_kib}: at least {MIN_BURST_KIB}")
+    if not 576 <= args.mtu <= 65536:
+        ap.error(f"--mtu {args.mtu}: between 576 and 65536")
     if args.rate_mbit is not None and args.rate_mbit <= 0:
         ap.error(f"--rate-mbit {args.rate_mbit}: a positive rate")
     command = args.command[1:] if args.command[:1] == ["--"] else args.command
@@ -99,7 +105,7 @@ def main():
         os.execvp("unshare", unshare_command(sys.argv[1:]))
     rate = args.rate_mbit
     rate_text = f"{rate:g}" if rate else None
-    shape_loopback(rate_text, args.burst_kib)
+    shape_loopback(rate_text, args.burst_kib, args.mtu)
     if args.self_check:
         t0 = time.monotonic()
         report = self_check(rate, args.seconds)

@@ -801,7 +801,9 @@ def report(args, meta, ds, conds, summ, local, idx_res, loader_res, proxy_chk, c
                  f"L{k} {ds['level_bytes'][k - 1] / 1e6:.1f} MB "
                  f"({100 * ds['level_bytes'][k - 1] / ds['src_bytes']:.0f}%)"
                  for k in args.levels) + ".")
-    L.append("- Network: one network namespace; on its lo, an HTB class caps the answers of the "
+    L.append(f"- Network: one network namespace, its lo's MTU {args.mtu} bytes (lo's own 64 KiB "
+             "made nginx's answers just over one segment stall for ~40 ms: docs/benchmarks.md); "
+             "on its lo, an HTB class caps the answers of the "
              "server a client talks to (packets from its port: nginx or the S3 front, or the "
              "proxy in front of them; requests and a proxy's own upstream traffic are not "
              "capped, so no byte crosses the cap twice); one nginx (autoindex "
@@ -1148,6 +1150,9 @@ def main():
     ap.add_argument("--always-proxy", action="store_true",
                     help="0 ms rows through the proxy too (default: straight to the servers)")
     ap.add_argument("--no-drop", action="store_true", help="no drop_caches before cold epochs")
+    ap.add_argument("--mtu", type=int, default=1500,
+                    help="the namespace's lo MTU (an Ethernet link's 1500 by default; lo's own "
+                         "65536 makes answers just over one segment stall for ~40 ms)")
     ap.add_argument("--timeline", action="store_true",
                     help="keep, in the JSON, when each file of an epoch was done")
     ap.add_argument("--epoch-timeout", type=float, default=300)
@@ -1186,6 +1191,7 @@ def main():
         os.execvp("unshare", ["unshare", "-n", sys.executable, os.path.abspath(__file__),
                               INNER_FLAG, *sys.argv[1:]])
     sh("ip", "link", "set", "lo", "up")
+    sh("ip", "link", "set", "lo", "mtu", str(args.mtu))
     return inner_main(args)
 
 
