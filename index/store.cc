@@ -21,7 +21,7 @@ std::string U(uint64_t v) { return std::to_string(v); }
 
 // Cheap consistency check when a record is first opened: header and footer agree with the
 // index. The pieces themselves are checked against their CRCs whenever they are read.
-Status CheckRecordHeader(const RandomAccessFile& f, const RecordInfo& info) {
+Status CheckRecordHeader(const RandomAccessFile& f, const RecordInfo& info, bool check_tables) {
   auto bad = [&f](const std::string& what) {
     return Status::Corruption(f.name() + ": record does not match the index: " + what);
   };
@@ -29,9 +29,13 @@ Status CheckRecordHeader(const RandomAccessFile& f, const RecordInfo& info) {
     return bad("file has " + U(f.Size()) + " bytes, index says " + U(info.file_size));
   }
   if (f.Size() < kRecordHeaderSize + kRecordFooterSize) return bad("file too small");
-  // Everything checked below is asked for at once: the header and tables (all bytes before the
-  // data) and the footer. A remote record then costs one round trip, not three in a row.
-  if (info.data_offset <= f.Size()) f.Prefetch(0, info.data_offset);
+  // Everything checked below is asked for at once: the header (and tables: all bytes before
+  // the data) and the footer. A remote record then costs one round trip, not three in a row.
+  if (!check_tables) {
+    f.Prefetch(0, kRecordHeaderSize);
+  } else if (info.data_offset <= f.Size()) {
+    f.Prefetch(0, info.data_offset);
+  }
   f.Prefetch(f.Size() - kRecordFooterSize, kRecordFooterSize);
   uint8_t bytes[RecordHeader::kEncodedLength];
   PCRFS_RETURN_IF_ERROR(f.Read(0, sizeof(bytes), bytes));
@@ -42,17 +46,20 @@ Status CheckRecordHeader(const RandomAccessFile& f, const RecordInfo& info) {
   if (h->data_offset != info.data_offset) return bad("data offset");
   if (h->file_size != info.file_size) return bad("file size in header");
   // The tables are not needed to read (the index holds every piece's place and CRC), but a
-  // damaged table means a damaged record: check its CRC so the damage is reported at once.
+  // damaged table means a damaged record: check its CRC so the damage is reported at once
+  // (unless the caller would rather not fetch them: StoreOptions::check_tables).
   const uint64_t table_size = h->table_size;
   if (info.data_offset < kRecordHeaderSize || table_size < 4 ||
       table_size > info.data_offset - kRecordHeaderSize || info.data_offset > f.Size()) {
     return bad("table size");
   }
-  std::vector<uint8_t> tables(static_cast<size_t>(table_size));
-  PCRFS_RETURN_IF_ERROR(f.Read(kRecordHeaderSize, tables.size(), tables.data()));
-  if (crc32c::Unmask(DecodeFixed32(tables.data() + table_size - 4)) !=
-      crc32c::Value(tables.data(), table_size - 4)) {
-    return bad("table checksum mismatch");
+  if (check_tables) {
+    std::vector<uint8_t> tables(static_cast<size_t>(table_size));
+    PCRFS_RETURN_IF_ERROR(f.Read(kRecordHeaderSize, tables.size(), tables.data()));
+    if (crc32c::Unmask(DecodeFixed32(tables.data() + table_size - 4)) !=
+        crc32c::Value(tables.data(), table_size - 4)) {
+      return bad("table checksum mismatch");
+    }
   }
   uint8_t footer_bytes[RecordFooter::kEncodedLength];
   PCRFS_RETURN_IF_ERROR(f.Read(f.Size() - kRecordFooterSize, sizeof(footer_bytes), footer_bytes));
@@ -206,13 +213,13 @@ Result<Store::OpenRecordFile> Store::OpenRecordFileNow(uint32_t id) const {
   // A mismatch is remembered, not fatal: reads use only the index's piece offsets and check
   // each piece's CRC, so a damaged header or footer costs no file, and a truncated record
   // costs only the files whose pieces lie past its new end.
-  Status header = CheckRecordHeader(**file, *info);
+  Status header = CheckRecordHeader(**file, *info, options_.check_tables);
   if (!header.ok() && info->file_size >= kRecordFooterSize) {
     // Bytes a cache kept (a remote store's disk cache) may be the damaged ones: drop them and
     // check the origin's once more.
     const bool head = (*file)->DropCached(0, info->data_offset);
     const bool foot = (*file)->DropCached(info->file_size - kRecordFooterSize, kRecordFooterSize);
-    if (head || foot) header = CheckRecordHeader(**file, *info);
+    if (head || foot) header = CheckRecordHeader(**file, *info, options_.check_tables);
   }
   return OpenRecordFile{std::shared_ptr<RandomAccessFile>(std::move(*file)), *info,
                         std::move(header)};

@@ -351,6 +351,72 @@ TEST(StoreTest, DamagedRecords) {
   }
 }
 
+// A record file that counts the bytes read from it.
+class CountingFile final : public RandomAccessFile {
+ public:
+  CountingFile(std::unique_ptr<RandomAccessFile> base, std::atomic<uint64_t>* bytes)
+      : base_(std::move(base)), bytes_(bytes) {}
+  Status Read(uint64_t offset, size_t n, uint8_t* dst) const override {
+    bytes_->fetch_add(n);
+    return base_->Read(offset, n, dst);
+  }
+  uint64_t Size() const override { return base_->Size(); }
+  const std::string& name() const override { return base_->name(); }
+
+ private:
+  std::unique_ptr<RandomAccessFile> base_;
+  std::atomic<uint64_t>* bytes_;
+};
+
+// StoreOptions::check_tables = false (a remote store): opening a record reads its header and
+// footer only, so a damaged table goes unreported at open; with the default it is reported.
+TEST(StoreTest, OpeningARecordWithoutItsTables) {
+  TempDir dir;
+  BuildStore(dir.path());
+  const std::string rec = dir.Join(RecordFileName(0));
+  auto good = ReadAll(rec);
+  std::atomic<uint64_t> bytes{0};
+  auto open = [&](bool check_tables) {
+    StoreOptions options;
+    options.check_tables = check_tables;
+    options.open_record = [&](const std::string& path,
+                              uint64_t) -> Result<std::unique_ptr<RandomAccessFile>> {
+      auto f = OpenRecordFileNoFollow(path);
+      if (!f) return Err(f.error());
+      return std::unique_ptr<RandomAccessFile>(new CountingFile(std::move(*f), &bytes));
+    };
+    return Store::Open(dir.path(), std::move(options));
+  };
+  // The image table's first entry damaged: a table CRC mismatch, no piece touched.
+  good[kRecordHeaderSize + 160 + 10] ^= 0x40;
+  WriteAll(rec, good);
+  for (bool check_tables : {true, false}) {
+    SCOPED_TRACE(check_tables ? "tables checked" : "tables not read");
+    auto store = open(check_tables);
+    ASSERT_TRUE(store.has_value());
+    bytes = 0;
+    Status header;
+    ASSERT_TRUE((*store)->OpenRecord(0, &header).has_value());
+    if (check_tables) {
+      // Header, the whole tables section (at least the 160-byte group table) and footer.
+      EXPECT_GT(bytes.load(), uint64_t{kRecordHeaderSize + 160 + kRecordFooterSize});
+      EXPECT_TRUE(header.IsCorruption()) << header.ToString();
+      EXPECT_NE(header.message().find("table checksum"), std::string::npos) << header.ToString();
+    } else {
+      EXPECT_EQ(bytes.load(), uint64_t{kRecordHeaderSize + kRecordFooterSize});
+      EXPECT_TRUE(header.ok()) << header.ToString();
+    }
+    // Either way every file reads, exact.
+    for (const char* path : {"a.jpg", "b.txt", "sub/c.jpg"}) {
+      auto e = (*store)->index().LookupPath(path);
+      ASSERT_TRUE(e.has_value()) << path;
+      Bytes out;
+      ASSERT_TRUE((*store)->ReadFile(*e, 10, &out).ok()) << path;
+      EXPECT_EQ(out, Expected(e->ino, e->kind, 10)) << path;
+    }
+  }
+}
+
 }  // namespace
 }  // namespace pcrfs::index
 

@@ -171,6 +171,9 @@ Result<std::unique_ptr<index::Store>> OpenStoreAt(const StoreLocation& location,
   index::StoreOptions options;
   options.verified_index = verified;
   if (location.remote) {
+    // Opening a record checks its header and footer (80 bytes), not its tables: those cost the
+    // origin bytes reads never need (pcr verify URL still checks them).
+    options.check_tables = false;
     // The opener gets the record's path in the cache folder: its name relative to the store
     // is what follows the folder.
     options.open_record = [location, client, cache](
