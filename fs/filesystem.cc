@@ -321,7 +321,7 @@ Status Filesystem::ReadIfCached(uint64_t ino, std::vector<uint8_t>* out) const {
   if (!r) return r.error();
   if (r->ladder_root || r->entry.is_dir()) return Errno(EISDIR, "read");
   out->resize(r->entry.SizeAtLevel(r->level));
-  auto n = ReadUncounted(ino, 0, out->size(), out->data(), /*cached_only=*/true);
+  auto n = ReadResolved(*r, 0, out->size(), out->data(), /*cached_only=*/true);
   if (!n) return n.error();
   out->resize(*n);
   return Status::OK();
@@ -338,22 +338,27 @@ Result<size_t> Filesystem::ReadUncounted(uint64_t ino, uint64_t offset, size_t s
                                          bool cached_only) const {
   auto r = Resolve(ino);
   if (!r) return Err(r.error());
-  if (r->ladder_root || r->entry.is_dir()) return Err(Errno(EISDIR, "read"));
-  const index::Entry& e = r->entry;
-  const uint64_t file_size = e.SizeAtLevel(r->level);
+  return ReadResolved(*r, offset, size, dst, cached_only);
+}
+
+Result<size_t> Filesystem::ReadResolved(const Resolved& r, uint64_t offset, size_t size,
+                                        uint8_t* dst, bool cached_only) const {
+  if (r.ladder_root || r.entry.is_dir()) return Err(Errno(EISDIR, "read"));
+  const index::Entry& e = r.entry;
+  const uint64_t file_size = e.SizeAtLevel(r.level);
   if (offset >= file_size || size == 0) return size_t{0};
   const uint64_t end = std::min<uint64_t>(file_size, offset + size);
 
-  const int pieces = PieceCount(e, r->level);
+  const int pieces = PieceCount(e, r.level);
   const bool whole_file = offset == 0 && end == file_size;
   // The pieces of one file lie in `pieces` different group regions. Ask for all of them at
   // once, so a cold read waits for the slowest piece instead of the sum of all.
   auto file = OpenRecord(e.record);
   if (!file) {
-    if (!cached_only) ReportDamage(e, r->level, file.error());
+    if (!cached_only) ReportDamage(e, r.level, file.error());
     return Err(Status::IOError(file.error().message(), EIO));
   }
-  if (!cached_only) predictor_.OnRead(e, r->level);
+  if (!cached_only) predictor_.OnRead(e, r.level);
   if (pieces > 1 && !cached_only) {
     std::vector<RecordScheduler::Range> wanted;
     uint64_t pos = 0;
@@ -388,7 +393,7 @@ Result<size_t> Filesystem::ReadUncounted(uint64_t ino, uint64_t offset, size_t s
         auto block =
             cached_only ? GetCachedBlock(**file, e, g, b) : GetBlock(**file, e, g, b, !whole_file);
         if (!block) {
-          if (!cached_only) ReportDamage(e, r->level, block.error());
+          if (!cached_only) ReportDamage(e, r.level, block.error());
           return Err(block.error());
         }
         const uint64_t block_begin = b * index::kChecksumBlockSize;

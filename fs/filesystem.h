@@ -168,6 +168,9 @@ class Filesystem {
   // cached_only: GetCachedBlock, no prediction, no damage report (ReadIfCached).
   Result<size_t> ReadUncounted(uint64_t ino, uint64_t offset, size_t size, uint8_t* dst,
                                bool cached_only = false) const;
+  // The same for a file Resolve(ino) gave already (one index lookup per pushed file, not two).
+  Result<size_t> ReadResolved(const Resolved& r, uint64_t offset, size_t size, uint8_t* dst,
+                              bool cached_only) const;
   mutable std::atomic<uint64_t> bytes_served_{0};
   mutable Mutex mu_;
   // A plain readdir stops when the kernel's 4 KiB buffer is full and resumes at the next child
