@@ -7,10 +7,11 @@ outside, only the network is new).
   netns.py --rate-mbit 100 --self-check     # measure the achieved rate through nginx with curl
 
 The cap is an HTB class on lo (netem is not in this kernel: latency comes from
-tests/remote/fault_proxy.py). lo's MTU is set to an Ethernet link's 1500 bytes (--mtu; lo's own
-64 KiB made nginx's answers just over one segment stall for ~40 ms, docs/benchmarks.md); the
-burst is at least 64 KiB, 256 KiB by default. Every byte on lo crosses the cap once, requests included. As root this uses
-`unshare -n`, otherwise `unshare -rn` (a user namespace). From Python: run_capped(rate, argv).
+tests/remote/fault_proxy.py). lo's MTU is set to an Ethernet link's 1500 bytes (--mtu; lo's
+own 64 KiB made nginx's answers just over one segment stall for ~40 ms, docs/benchmarks.md);
+the burst is at least 64 KiB, 256 KiB by default. Every byte on lo crosses the cap once,
+requests included. As root this uses `unshare -n`, otherwise `unshare -rn` (a user
+namespace). From Python: run_capped(rate, argv).
 """
 
 import argparse
@@ -26,6 +27,7 @@ sys.path.insert(0, os.path.join(os.path.dirname(HERE), "remote"))
 
 INNER_FLAG = "--inside-namespace"
 MIN_BURST_KIB = 64
+MIN_MTU, MAX_MTU = 576, 65536
 
 
 def sh(*args):
@@ -93,8 +95,8 @@ def main():
     args = ap.parse_args()
     if args.burst_kib < MIN_BURST_KIB:
         ap.error(f"--burst-kib {args.burst_kib}: at least {MIN_BURST_KIB}")
-    if not 576 <= args.mtu <= 65536:
-        ap.error(f"--mtu {args.mtu}: between 576 and 65536")
+    if not MIN_MTU <= args.mtu <= MAX_MTU:
+        ap.error(f"--mtu {args.mtu}: between {MIN_MTU} and {MAX_MTU}")
     if args.rate_mbit is not None and args.rate_mbit <= 0:
         ap.error(f"--rate-mbit {args.rate_mbit}: a positive rate")
     command = args.command[1:] if args.command[:1] == ["--"] else args.command

@@ -41,6 +41,7 @@ sys.path.insert(0, HERE)
 
 from remote_servers import NGINX, Nginx, S3Server, die_with_parent, stop_process  # noqa: E402
 import benchlib  # noqa: E402
+import netns  # noqa: E402
 from benchlib import (count_label, drop_caches, fail, find_tool, loadavg, log,  # noqa: E402
                       parse_count, timed, warn_unless_bench_lock, write_results)
 
@@ -1181,6 +1182,8 @@ def main():
     args.levels = [int(x) for x in args.levels.split(",") if x]
     args.index_sizes = [parse_count(x) for x in args.index_sizes.split(",") if x.strip()]
     args.index_caps = [int(x) for x in args.index_caps.split(",") if x]
+    if not netns.MIN_MTU <= args.mtu <= netns.MAX_MTU:
+        fail(f"--mtu {args.mtu}: between {netns.MIN_MTU} and {netns.MAX_MTU}")
     if os.geteuid() != 0:
         fail("needs root (drop_caches, FUSE mounts, a network namespace)")
     for tool in ("rclone", "s3fs", "fusermount3", "tc", "curl", NGINX):
@@ -1190,8 +1193,7 @@ def main():
         # Everything below runs in a new network namespace: servers and clients on its lo.
         os.execvp("unshare", ["unshare", "-n", sys.executable, os.path.abspath(__file__),
                               INNER_FLAG, *sys.argv[1:]])
-    sh("ip", "link", "set", "lo", "up")
-    sh("ip", "link", "set", "lo", "mtu", str(args.mtu))
+    netns.shape_loopback(None, netns.MIN_BURST_KIB, args.mtu)  # lo up, its MTU; caps: set_cap
     return inner_main(args)
 
 
