@@ -275,10 +275,10 @@ Result<PieceBytes> Filesystem::GetBlock(const RandomAccessFile& file, const inde
     auto bytes = std::make_shared<BlockBytes>(
         static_cast<size_t>(index::ChecksumBlockLength(ref.length, block)));
     // Bytes the page cache holds are copied without waiting, and are no work for the device:
-    // such a read must not hold speculative reads back as a demand read does (with 4 readers
-    // finding their files cached, a speculative read waited for all of them and the device
-    // idled; issue 12). Anything else, a damaged copy included, takes the demand path.
-    // (Only a source with one queue: a remote one lets speculative reads run beside demand.)
+    // such a read is counted, not timed as a demand read (its time says nothing of the
+    // source's latency or congestion). Anything else, a damaged copy included, takes the
+    // demand path. (Only a source with one queue: a remote one has its own cache, which its
+    // Read serves without a request.)
     if (file.ConcurrentSpeculativeReads() == 0 &&
         file.ReadCached(ref.offset + block * index::kChecksumBlockSize, bytes->size(),
                         bytes->data())) {
@@ -296,37 +296,6 @@ Result<PieceBytes> Filesystem::GetBlock(const RandomAccessFile& file, const inde
   });
 }
 
-Result<PieceBytes> Filesystem::GetCachedBlock(const RandomAccessFile& file, const index::Entry& e,
-                                              int group, uint64_t block) const {
-  const PieceKey key{e.record, e.slot, static_cast<uint32_t>(group), block};
-  const index::PieceRef& ref = e.pieces[static_cast<size_t>(group - 1)];
-  PieceCache& cache = index::HasBlockCrcs(ref.length) ? large_cache_ : cache_;
-  if (PieceBytes held = cache.Get(key)) return held;
-  auto bytes = std::make_shared<BlockBytes>(
-      static_cast<size_t>(index::ChecksumBlockLength(ref.length, block)));
-  if (!file.ReadCached(ref.offset + block * index::kChecksumBlockSize, bytes->size(),
-                       bytes->data())) {
-    return Err(Status::NotFound("not in memory"));
-  }
-  auto crc = store_->BlockCrc(e, group, block);
-  if (!crc) return Err(crc.error());
-  if (crc32c::Mask(crc32c::Value(bytes->data(), bytes->size())) != *crc) {
-    return Err(Status::Corruption("checksum mismatch"));
-  }
-  return PieceBytes(std::move(bytes));
-}
-
-Status Filesystem::ReadIfCached(uint64_t ino, std::vector<uint8_t>* out) const {
-  auto r = Resolve(ino);
-  if (!r) return r.error();
-  if (r->ladder_root || r->entry.is_dir()) return Errno(EISDIR, "read");
-  out->resize(r->entry.SizeAtLevel(r->level));
-  auto n = ReadResolved(*r, 0, out->size(), out->data(), /*cached_only=*/true);
-  if (!n) return n.error();
-  out->resize(*n);
-  return Status::OK();
-}
-
 Result<size_t> Filesystem::Read(uint64_t ino, uint64_t offset, size_t size, uint8_t* dst) const {
   pusher_.Forget(ino);  // before the read, which may plan this very file (ReadPredictor)
   auto n = ReadUncounted(ino, offset, size, dst);
@@ -334,15 +303,11 @@ Result<size_t> Filesystem::Read(uint64_t ino, uint64_t offset, size_t size, uint
   return n;
 }
 
-Result<size_t> Filesystem::ReadUncounted(uint64_t ino, uint64_t offset, size_t size, uint8_t* dst,
-                                         bool cached_only) const {
-  auto r = Resolve(ino);
-  if (!r) return Err(r.error());
-  return ReadResolved(*r, offset, size, dst, cached_only);
-}
-
-Result<size_t> Filesystem::ReadResolved(const Resolved& r, uint64_t offset, size_t size,
-                                        uint8_t* dst, bool cached_only) const {
+Result<size_t> Filesystem::ReadUncounted(uint64_t ino, uint64_t offset, size_t size,
+                                         uint8_t* dst) const {
+  auto resolved = Resolve(ino);
+  if (!resolved) return Err(resolved.error());
+  const Resolved& r = *resolved;
   if (r.ladder_root || r.entry.is_dir()) return Err(Errno(EISDIR, "read"));
   const index::Entry& e = r.entry;
   const uint64_t file_size = e.SizeAtLevel(r.level);
@@ -355,11 +320,11 @@ Result<size_t> Filesystem::ReadResolved(const Resolved& r, uint64_t offset, size
   // once, so a cold read waits for the slowest piece instead of the sum of all.
   auto file = OpenRecord(e.record);
   if (!file) {
-    if (!cached_only) ReportDamage(e, r.level, file.error());
+    ReportDamage(e, r.level, file.error());
     return Err(Status::IOError(file.error().message(), EIO));
   }
-  if (!cached_only) predictor_.OnRead(e, r.level);
-  if (pieces > 1 && !cached_only) {
+  predictor_.OnRead(e, r.level);
+  if (pieces > 1) {
     std::vector<RecordScheduler::Range> wanted;
     uint64_t pos = 0;
     for (int g = 1; g <= pieces && pos < end; ++g) {
@@ -390,10 +355,9 @@ Result<size_t> Filesystem::ReadResolved(const Resolved& r, uint64_t offset, size
       const uint64_t from = std::max(offset, pos) - pos;  // in the piece
       const uint64_t to = std::min(end, pos + len) - pos;
       for (uint64_t b = from / index::kChecksumBlockSize; b * index::kChecksumBlockSize < to; ++b) {
-        auto block =
-            cached_only ? GetCachedBlock(**file, e, g, b) : GetBlock(**file, e, g, b, !whole_file);
+        auto block = GetBlock(**file, e, g, b, !whole_file);
         if (!block) {
-          if (!cached_only) ReportDamage(e, r.level, block.error());
+          ReportDamage(e, r.level, block.error());
           return Err(block.error());
         }
         const uint64_t block_begin = b * index::kChecksumBlockSize;

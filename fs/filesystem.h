@@ -118,10 +118,6 @@ class Filesystem {
   PagePusher::Stats pusher_stats() const { return pusher_.stats(); }
   // Waits until the pusher has handled every speculative read finished so far (tests).
   void DrainPusher() { pusher_.Drain(); }
-  // The whole of file `ino` into *out if every byte is in memory (the piece cache, or the
-  // source's own cache: page cache, range cache), checked; NotFound if a byte is not (nothing
-  // is read from a device or the network), Corruption for bytes that fail their CRC.
-  Status ReadIfCached(uint64_t ino, std::vector<uint8_t>* out) const;
   const FsOptions& options() const { return options_; }
 
  private:
@@ -139,9 +135,6 @@ class Filesystem {
   // file: the kernel keeps its pages).
   Result<PieceBytes> GetBlock(const RandomAccessFile& file, const index::Entry& e, int group,
                               uint64_t block, bool keep) const;
-  // The block from the piece cache or the source's cache only (ReadIfCached).
-  Result<PieceBytes> GetCachedBlock(const RandomAccessFile& file, const index::Entry& e, int group,
-                                    uint64_t block) const;
   // How many checksum blocks to ask for ahead of a large file read in order.
   static constexpr uint64_t kSequentialBlocksAhead = 4;
   // Logs a damaged file once (common/log.h: stderr in the foreground, syslog once
@@ -165,12 +158,7 @@ class Filesystem {
   mutable PieceCache large_cache_;
   index::Entry root_;
 
-  // cached_only: GetCachedBlock, no prediction, no damage report (ReadIfCached).
-  Result<size_t> ReadUncounted(uint64_t ino, uint64_t offset, size_t size, uint8_t* dst,
-                               bool cached_only = false) const;
-  // The same for a file Resolve(ino) gave already (one index lookup per pushed file, not two).
-  Result<size_t> ReadResolved(const Resolved& r, uint64_t offset, size_t size, uint8_t* dst,
-                              bool cached_only) const;
+  Result<size_t> ReadUncounted(uint64_t ino, uint64_t offset, size_t size, uint8_t* dst) const;
   mutable std::atomic<uint64_t> bytes_served_{0};
   mutable Mutex mu_;
   // A plain readdir stops when the kernel's 4 KiB buffer is full and resumes at the next child
@@ -183,13 +171,11 @@ class Filesystem {
   mutable std::vector<ReaddirResume> resume_ GUARDED_BY(mu_){kResumeSlots};  // by dir % slots
   mutable std::set<std::pair<uint32_t, uint32_t>> damaged_logged_ GUARDED_BY(mu_);
   mutable std::set<uint32_t> record_problem_logged_ GUARDED_BY(mu_);
-  // Pushes planned files once the scheduler has read their pieces. Its thread reads through
-  // ReadIfCached (store_, the caches): declared after those, before scheduler_, whose pool
-  // calls it.
+  // Pushes planned files once the scheduler has read their pieces. Its thread reads the
+  // record files (store_ keeps them open): declared after store_, before scheduler_, whose
+  // pool calls it.
   mutable PagePusher pusher_{
-      {options_.readdirplus != ReaddirPlus::kNever ? options_.push_bytes : 0},
-      [this](uint64_t ino, std::vector<uint8_t>* out) { return ReadIfCached(ino, out); },
-      options_.push};
+      {options_.readdirplus != ReaddirPlus::kNever ? options_.push_bytes : 0}, options_.push};
   // Every read of a record goes through scheduler_ (demand reads in GetPiece, speculative
   // ones from predictor_). Declared after store_: destroyed first, its threads joined while
   // the record files are still open.

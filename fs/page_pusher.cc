@@ -2,15 +2,15 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <cstring>
 #include <utility>
+
+#include "common/crc32c.h"
 
 namespace pcrfs::fs {
 
-PagePusher::PagePusher(Options options, Fetch fetch, Push push)
-    : options_(options),
-      fetch_(std::move(fetch)),
-      push_(std::move(push)),
-      enabled_(options_.budget_bytes > 0 && fetch_ && push_) {
+PagePusher::PagePusher(Options options, Push push)
+    : options_(options), push_(std::move(push)), enabled_(options_.budget_bytes > 0 && push_) {
   if (enabled_) thread_ = std::thread([this] { Run(); });
 }
 
@@ -23,9 +23,12 @@ PagePusher::~PagePusher() {
   if (thread_.joinable()) thread_.join();
 }
 
-void PagePusher::Expect(const RandomAccessFile* record, uint64_t ino, uint64_t size,
-                        const std::vector<Range>& pieces) {
-  if (!enabled_ || size == 0 || size > options_.max_file_bytes) return;
+void PagePusher::Expect(const RandomAccessFile* record, uint64_t ino,
+                        const std::vector<Piece>& pieces, std::string_view tail) {
+  if (!enabled_) return;
+  uint64_t size = tail.size();
+  for (const Piece& p : pieces) size += p.length;
+  if (size == 0 || size > options_.max_file_bytes) return;
   MutexLock l(&mu_);
   if (committed_bytes_ >= options_.budget_bytes) return;
   if (files_.count(ino) > 0 || recent_.count(ino) > 0) return;
@@ -37,7 +40,8 @@ void PagePusher::Expect(const RandomAccessFile* record, uint64_t ino, uint64_t s
   PendingFile f;
   f.record = record;
   f.size = size;
-  for (const Range& p : pieces) {
+  f.tail = std::string(tail);
+  for (const Piece& p : pieces) {
     if (p.length == 0) continue;
     // Pieces never overlap another file's; one that is already expected (a damaged index)
     // makes this file one the pusher leaves alone.
@@ -45,15 +49,15 @@ void PagePusher::Expect(const RandomAccessFile* record, uint64_t ino, uint64_t s
     const bool clash = (next != record_pieces.end() && next->first < p.offset + p.length) ||
                        (next != record_pieces.begin() && std::prev(next)->second.end > p.offset);
     if (clash) {
-      for (uint64_t o : f.piece_offsets) record_pieces.erase(o);
+      for (const Piece& q : f.pieces) record_pieces.erase(q.offset);
       if (record_pieces.empty()) pieces_.erase(record);
       return;
     }
     record_pieces.emplace(p.offset, PendingPiece{p.offset + p.length, ino, p.length});
-    f.piece_offsets.push_back(p.offset);
+    f.pieces.push_back(p);
     f.missing += p.length;
   }
-  if (f.piece_offsets.empty()) {
+  if (f.pieces.empty()) {
     if (record_pieces.empty()) pieces_.erase(record);
     return;
   }
@@ -86,16 +90,19 @@ void PagePusher::Forget(uint64_t ino) {
   recent_next_ = (recent_next_ + 1) % kRecentReads;
 }
 
-void PagePusher::EraseFileLocked(std::unordered_map<uint64_t, PendingFile>::iterator it) {
-  auto rp = pieces_.find(it->second.record);
+PagePusher::PendingFile PagePusher::EraseFileLocked(
+    std::unordered_map<uint64_t, PendingFile>::iterator it) {
+  PendingFile f = std::move(it->second);
+  files_.erase(it);
+  auto rp = pieces_.find(f.record);
   if (rp != pieces_.end()) {
-    for (uint64_t o : it->second.piece_offsets) rp->second.erase(o);
+    for (const Piece& p : f.pieces) rp->second.erase(p.offset);
     if (rp->second.empty()) pieces_.erase(rp);
   }
-  files_.erase(it);
+  return f;
 }
 
-void PagePusher::ApplyLocked(const Arrival& a, std::vector<uint64_t>* ready) {
+void PagePusher::ApplyLocked(const Arrival& a, std::vector<Ready>* ready) {
   auto rp = pieces_.find(a.record);
   if (rp == pieces_.end()) return;
   auto& record_pieces = rp->second;
@@ -115,14 +122,14 @@ void PagePusher::ApplyLocked(const Arrival& a, std::vector<uint64_t>* ready) {
   for (uint64_t ino : complete) {
     auto f = files_.find(ino);
     if (f == files_.end()) continue;
-    EraseFileLocked(f);  // (invalidates `it`, which is no longer used)
-    ready->push_back(ino);
+    // (Invalidates `it`, which is no longer used, and maybe `rp`.)
+    ready->push_back({ino, EraseFileLocked(f)});
   }
 }
 
 void PagePusher::Run() {
   std::vector<uint8_t> buffer;
-  std::vector<uint64_t> ready;
+  std::vector<Ready> ready;
   for (;;) {
     ready.clear();
     {
@@ -137,34 +144,45 @@ void PagePusher::Run() {
         arrivals_.pop_front();
       }
     }
-    for (uint64_t ino : ready) PushOne(ino, &buffer);
+    for (const Ready& r : ready) PushOne(r, &buffer);
   }
 }
 
-void PagePusher::PushOne(uint64_t ino, std::vector<uint8_t>* buffer) {
-  Status fetched = fetch_(ino, buffer);
-  if (!fetched.ok()) {
-    MutexLock l(&mu_);
-    ++stats_.not_in_memory;
-    return;
+void PagePusher::PushOne(const Ready& r, std::vector<uint8_t>* buffer) {
+  const PendingFile& f = r.file;
+  buffer->resize(f.size);
+  uint8_t* dst = buffer->data();
+  for (const Piece& p : f.pieces) {
+    if (!f.record->ReadCached(p.offset, p.length, dst)) {
+      MutexLock l(&mu_);
+      ++stats_.not_in_memory;
+      return;
+    }
+    if (crc32c::Mask(crc32c::Value(dst, p.length)) != p.masked_crc) {
+      MutexLock l(&mu_);
+      ++stats_.damaged;
+      return;
+    }
+    dst += p.length;
   }
+  std::memcpy(dst, f.tail.data(), f.tail.size());
   {
     MutexLock l(&mu_);
     if (stop_) return;
-    if (committed_bytes_ + buffer->size() > options_.budget_bytes) {
+    if (committed_bytes_ + f.size > options_.budget_bytes) {
       ++stats_.over_budget;
       return;
     }
-    committed_bytes_ += buffer->size();
+    committed_bytes_ += f.size;
   }
-  const int rc = push_(ino, buffer->data(), buffer->size());
+  const int rc = push_(r.ino, buffer->data(), f.size);
   MutexLock l(&mu_);
   if (rc == 0) {
     ++stats_.pushed;
-    stats_.pushed_bytes += buffer->size();
+    stats_.pushed_bytes += f.size;
     return;
   }
-  committed_bytes_ -= buffer->size();
+  committed_bytes_ -= f.size;
   if (rc == -ENOENT) {
     ++stats_.unknown;
   } else {
@@ -184,7 +202,8 @@ std::string PagePusher::Describe() const {
          std::to_string((s.pushed_bytes + (1 << 19)) >> 20) + " MiB of " +
          std::to_string(options_.budget_bytes >> 20) + " MiB); not known to the kernel " +
          std::to_string(s.unknown) + ", evicted before " + std::to_string(s.not_in_memory) +
-         ", over budget " + std::to_string(s.over_budget) + ", failed " + std::to_string(s.failed);
+         ", damaged " + std::to_string(s.damaged) + ", over budget " +
+         std::to_string(s.over_budget) + ", failed " + std::to_string(s.failed);
 }
 
 void PagePusher::Drain() {

@@ -10,11 +10,15 @@
 // is read the usual way.
 //
 // When: ReadPredictor plans the files of the folders being read and queues their pieces as
-// speculative reads (RecordScheduler). The pusher is told each planned file's pieces
-// (Expect) and every finished speculative read (Arrived). Once all of a file's pieces have
-// arrived in the source's cache, a thread of its own assembles the file from memory (Fetch:
-// the page cache of a local record, the range cache of a remote one; never a device or network
-// read) and pushes it (Push). A file a reader asked for in the meantime (Forget) is skipped.
+// speculative reads (RecordScheduler). The pusher is told each planned file's pieces, with
+// their checksums, and the bytes that follow them (Expect), and every finished speculative
+// read (Arrived). Once all of a file's pieces have arrived in the source's cache, a thread of
+// its own assembles the file from memory (RandomAccessFile::ReadCached: the page cache of a
+// local record, the range cache of a remote one; never a device or network read), checks each
+// piece's CRC32C, and pushes it (Push). It needs no index lookup: Expect carried everything
+// (an LMDB get and an entry decode per push were a tenth of its CPU, issue 12). A file a
+// reader asked for in the meantime (Forget) is skipped; a file whose bytes fail their check
+// is left to the reads, which report the damage.
 //
 // Bound: the daemon never learns whether a pushed page was read (the kernel answers such reads
 // itself), so the bytes it pushes over a mount are capped (Options::budget_bytes). Pushed
@@ -30,6 +34,7 @@
 #include <functional>
 #include <map>
 #include <string>
+#include <string_view>
 #include <thread>
 #include <unordered_map>
 #include <unordered_set>
@@ -48,13 +53,13 @@ class PagePusher {
     uint64_t max_file_bytes = uint64_t{1} << 20;  // larger files are read with READs
     size_t max_pending_files = size_t{1} << 18;   // files expected and not arrived yet
   };
-  struct Range {
+  // A piece of a file: `length` bytes at `offset` of the record, whose CRC32C, masked
+  // (common/crc32c.h), is `masked_crc`.
+  struct Piece {
     uint64_t offset;
     uint64_t length;
+    uint32_t masked_crc;
   };
-  // The whole file `ino` into *out if every byte of it is in memory now; an error otherwise
-  // (nothing is read from a device or the network).
-  using Fetch = std::function<Status(uint64_t ino, std::vector<uint8_t>* out)>;
   // Hands the kernel the bytes of `ino` from offset 0: 0, or a negative errno (-ENOENT: the
   // kernel holds no such inode).
   using Push = std::function<int(uint64_t ino, const uint8_t* data, size_t n)>;
@@ -63,13 +68,14 @@ class PagePusher {
     uint64_t expected = 0;  // files Expect took
     uint64_t pushed = 0, pushed_bytes = 0;
     uint64_t unknown = 0;        // the kernel held no inode for the file (ENOENT)
-    uint64_t not_in_memory = 0;  // arrived, but Fetch found a byte missing (evicted)
+    uint64_t not_in_memory = 0;  // arrived, but a byte was missing when assembled (evicted)
+    uint64_t damaged = 0;        // a piece failed its CRC: left to the reads
     uint64_t failed = 0;         // any other push error
     uint64_t over_budget = 0;    // ready files not pushed: the budget was spent
     uint64_t refused = 0;        // too many files pending: not expected
   };
 
-  PagePusher(Options options, Fetch fetch, Push push);
+  PagePusher(Options options, Push push);
   ~PagePusher();  // joins the thread; pending files are dropped
   PagePusher(const PagePusher&) = delete;
   PagePusher& operator=(const PagePusher&) = delete;
@@ -77,12 +83,13 @@ class PagePusher {
   bool enabled() const { return enabled_; }
   uint64_t max_file_bytes() const { return options_.max_file_bytes; }
 
-  // File `ino` (of `size` bytes) is predicted to be read; its bytes are `pieces` of `record`
-  // (each its own range of the record, none shared with another file). Call before the
-  // pieces are queued as speculative reads. A file expected already, larger than
+  // File `ino` is predicted to be read; its bytes are `pieces` of `record` (in file order,
+  // each its own range of the record, none shared with another file), then `tail` (a JPEG's
+  // end-of-image marker). Call before the pieces are queued as speculative reads; `record`
+  // must outlive the pusher. A file expected already, of no bytes or more than
   // max_file_bytes, or arriving when the budget is spent is ignored.
-  void Expect(const RandomAccessFile* record, uint64_t ino, uint64_t size,
-              const std::vector<Range>& pieces) EXCLUDES(mu_);
+  void Expect(const RandomAccessFile* record, uint64_t ino, const std::vector<Piece>& pieces,
+              std::string_view tail = {}) EXCLUDES(mu_);
   // A speculative read of [offset, end) of `record` finished: those bytes are in the source's
   // cache. Returns at once (the work happens on the pusher's thread).
   void Arrived(const RandomAccessFile* record, uint64_t offset, uint64_t end) EXCLUDES(mu_);
@@ -106,21 +113,28 @@ class PagePusher {
   struct PendingFile {
     const RandomAccessFile* record = nullptr;
     uint64_t size = 0;
-    uint64_t missing = 0;                 // bytes of all its pieces not arrived yet
-    std::vector<uint64_t> piece_offsets;  // keys in pieces_[record]
+    uint64_t missing = 0;       // bytes of all its pieces not arrived yet
+    std::vector<Piece> pieces;  // in file order; their offsets are keys in pieces_[record]
+    std::string tail;
+  };
+  // A file whose pieces have all arrived, taken out of files_.
+  struct Ready {
+    uint64_t ino;
+    PendingFile file;
   };
   struct Arrival {
     const RandomAccessFile* record;
     uint64_t offset, end;
   };
   void Run() EXCLUDES(mu_);
-  // Counts an arrival against the pieces it covers; appends the files now complete.
-  void ApplyLocked(const Arrival& a, std::vector<uint64_t>* ready) REQUIRES(mu_);
-  void EraseFileLocked(std::unordered_map<uint64_t, PendingFile>::iterator it) REQUIRES(mu_);
-  void PushOne(uint64_t ino, std::vector<uint8_t>* buffer) EXCLUDES(mu_);
+  // Counts an arrival against the pieces it covers; moves the files now complete to *ready.
+  void ApplyLocked(const Arrival& a, std::vector<Ready>* ready) REQUIRES(mu_);
+  // Takes the file out of files_ and its pieces out of pieces_; returns it.
+  PendingFile EraseFileLocked(std::unordered_map<uint64_t, PendingFile>::iterator it) REQUIRES(mu_);
+  // Assembles the file from the record's cached bytes, checks them and pushes them.
+  void PushOne(const Ready& r, std::vector<uint8_t>* buffer) EXCLUDES(mu_);
 
   const Options options_;
-  const Fetch fetch_;
   const Push push_;
   const bool enabled_;
   mutable Mutex mu_;

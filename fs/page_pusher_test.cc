@@ -9,11 +9,14 @@
 #include <map>
 #include <set>
 #include <string>
+#include <string_view>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include "builder/builder.h"
 #include "builder/builder_test_support.h"
+#include "common/crc32c.h"
 #include "fs/filesystem.h"
 #include "fs/inode.h"
 #include "index/store.h"
@@ -23,31 +26,60 @@ namespace {
 
 namespace stdfs = std::filesystem;
 
-// Only its address matters to the pusher.
-class NullFile final : public RandomAccessFile {
+// A record in memory: byte i is i % 251 (a piece's CRC names its bytes), and ReadCached
+// fails for a range that touches an evicted byte, as preadv2(RWF_NOWAIT) does for a page the
+// page cache lacks.
+class MemoryFile final : public RandomAccessFile {
  public:
-  Status Read(uint64_t, size_t, uint8_t*) const override { return Status::OK(); }
+  Status Read(uint64_t offset, size_t n, uint8_t* dst) const override {
+    for (size_t i = 0; i < n; ++i) dst[i] = Byte(offset + i);
+    return Status::OK();
+  }
   uint64_t Size() const override { return 1 << 20; }
   const std::string& name() const override { return name_; }
+  bool ReadCached(uint64_t offset, size_t n, uint8_t* dst) const override {
+    for (uint64_t e : evicted) {
+      if (e >= offset && e < offset + n) return false;
+    }
+    for (size_t i = 0; i < n; ++i) dst[i] = Byte(offset + i) ^ (damaged.count(offset + i) ? 1 : 0);
+    return true;
+  }
+  static uint8_t Byte(uint64_t at) { return static_cast<uint8_t>(at % 251); }
+
+  std::set<uint64_t> evicted, damaged;  // set before the pusher reads
 
  private:
-  std::string name_ = "null";
+  std::string name_ = "memory";
 };
 
-// Fetch hands out `size` bytes of the file number; Push records what it got.
+// The pieces [offset, offset + length) of a MemoryFile, with their CRCs.
+std::vector<PagePusher::Piece> Pieces(std::vector<std::pair<uint64_t, uint64_t>> ranges) {
+  std::vector<PagePusher::Piece> out;
+  for (const auto& [offset, length] : ranges) {
+    std::vector<uint8_t> bytes(length);
+    for (uint64_t i = 0; i < length; ++i) bytes[i] = MemoryFile::Byte(offset + i);
+    out.push_back({offset, length, crc32c::Mask(crc32c::Value(bytes.data(), bytes.size()))});
+  }
+  return out;
+}
+
+// What a file of those pieces and that tail holds.
+std::vector<uint8_t> Bytes(std::vector<std::pair<uint64_t, uint64_t>> ranges,
+                           std::string_view tail = {}) {
+  std::vector<uint8_t> out;
+  for (const auto& [offset, length] : ranges) {
+    for (uint64_t i = 0; i < length; ++i) out.push_back(MemoryFile::Byte(offset + i));
+  }
+  out.insert(out.end(), tail.begin(), tail.end());
+  return out;
+}
+
+// Push records what it got.
 struct Recorder {
   Mutex mu;
   std::map<uint64_t, std::vector<uint8_t>> pushed GUARDED_BY(mu);
   int answer = 0;  // what Push returns
-  std::set<uint64_t> not_in_memory;
 
-  PagePusher::Fetch fetch() {
-    return [this](uint64_t ino, std::vector<uint8_t>* out) {
-      if (not_in_memory.count(ino) > 0) return Status::NotFound("not in memory");
-      out->assign(100, static_cast<uint8_t>(ino));
-      return Status::OK();
-    };
-  }
   PagePusher::Push push() {
     return [this](uint64_t ino, const uint8_t* data, size_t n) {
       if (answer != 0) return answer;
@@ -66,11 +98,12 @@ struct Recorder {
 
 TEST(PagePusherTest, AFileIsPushedOnceEveryPieceHasArrived) {
   Recorder rec;
-  PagePusher pusher({.budget_bytes = 1 << 20}, rec.fetch(), rec.push());
-  NullFile record, other;
-  // Two files, three pieces each, in three group regions.
-  pusher.Expect(&record, 7, 100, {{0, 10}, {100, 20}, {200, 30}});
-  pusher.Expect(&record, 8, 100, {{10, 10}, {120, 20}, {230, 30}});
+  PagePusher pusher({.budget_bytes = 1 << 20}, rec.push());
+  MemoryFile record, other;
+  // Two files, three pieces each, in three group regions; the first ends with two bytes of
+  // its own.
+  pusher.Expect(&record, 7, Pieces({{0, 10}, {100, 20}, {200, 30}}), "\xFF\xD9");
+  pusher.Expect(&record, 8, Pieces({{10, 10}, {120, 20}, {230, 30}}));
   pusher.Arrived(&record, 0, 20);     // region 1 of both
   pusher.Arrived(&record, 100, 130);  // region 2 of 7, and half of 8's
   pusher.Arrived(&other, 0, 1000);    // another record: nothing of theirs
@@ -84,22 +117,24 @@ TEST(PagePusherTest, AFileIsPushedOnceEveryPieceHasArrived) {
   pusher.Drain();
   EXPECT_EQ(rec.inos(), (std::set<uint64_t>{7, 8}));
   MutexLock l(&rec.mu);
-  EXPECT_EQ(rec.pushed[8], std::vector<uint8_t>(100, 8)) << "the bytes Fetch returned";
+  EXPECT_EQ(rec.pushed[7], Bytes({{0, 10}, {100, 20}, {200, 30}}, "\xFF\xD9"))
+      << "the pieces in file order, then the tail";
+  EXPECT_EQ(rec.pushed[8], Bytes({{10, 10}, {120, 20}, {230, 30}}));
   const auto s = pusher.stats();
   EXPECT_EQ(s.expected, 2u);
   EXPECT_EQ(s.pushed, 2u);
-  EXPECT_EQ(s.pushed_bytes, 200u);
+  EXPECT_EQ(s.pushed_bytes, 122u);
 }
 
 TEST(PagePusherTest, AFileAReaderAskedForIsNotPushed) {
   Recorder rec;
-  PagePusher pusher({.budget_bytes = 1 << 20}, rec.fetch(), rec.push());
-  NullFile record;
-  pusher.Expect(&record, 1, 100, {{0, 10}});
-  pusher.Expect(&record, 2, 100, {{10, 10}});
+  PagePusher pusher({.budget_bytes = 1 << 20}, rec.push());
+  MemoryFile record;
+  pusher.Expect(&record, 1, Pieces({{0, 10}}));
+  pusher.Expect(&record, 2, Pieces({{10, 10}}));
   pusher.Forget(1);
   pusher.Forget(3);  // asked for before it was planned
-  pusher.Expect(&record, 3, 100, {{20, 10}});
+  pusher.Expect(&record, 3, Pieces({{20, 10}}));
   pusher.Arrived(&record, 0, 30);
   pusher.Drain();
   EXPECT_EQ(rec.inos(), std::set<uint64_t>{2});
@@ -107,57 +142,62 @@ TEST(PagePusherTest, AFileAReaderAskedForIsNotPushed) {
 
 TEST(PagePusherTest, TheBudgetCapsWhatIsPushed) {
   Recorder rec;
-  PagePusher pusher({.budget_bytes = 200}, rec.fetch(), rec.push());
-  NullFile record;
-  for (uint64_t i = 0; i < 5; ++i) pusher.Expect(&record, i, 100, {{i * 10, 10}});
-  pusher.Arrived(&record, 0, 50);
+  PagePusher pusher({.budget_bytes = 200}, rec.push());
+  MemoryFile record;
+  for (uint64_t i = 0; i < 5; ++i) pusher.Expect(&record, i, Pieces({{i * 100, 100}}));
+  pusher.Arrived(&record, 0, 500);
   pusher.Drain();
   EXPECT_EQ(rec.inos().size(), 2u) << "100 bytes each, 200 allowed";
   EXPECT_EQ(pusher.stats().over_budget, 3u);
   // Once spent, nothing more is even expected.
-  pusher.Expect(&record, 9, 10, {{100, 10}});
+  pusher.Expect(&record, 9, Pieces({{1000, 10}}));
   EXPECT_EQ(pusher.stats().expected, 5u);
 }
 
 TEST(PagePusherTest, FilesTheKernelDoesNotHoldCostNoBudget) {
   Recorder rec;
   rec.answer = -ENOENT;
-  PagePusher pusher({.budget_bytes = 150}, rec.fetch(), rec.push());
-  NullFile record;
-  for (uint64_t i = 0; i < 3; ++i) pusher.Expect(&record, i, 100, {{i * 10, 10}});
-  pusher.Arrived(&record, 0, 30);
+  PagePusher pusher({.budget_bytes = 150}, rec.push());
+  MemoryFile record;
+  for (uint64_t i = 0; i < 3; ++i) pusher.Expect(&record, i, Pieces({{i * 100, 100}}));
+  pusher.Arrived(&record, 0, 300);
   pusher.Drain();
   auto s = pusher.stats();
   EXPECT_EQ(s.unknown, 3u);
   EXPECT_EQ(s.over_budget, 0u);
   rec.answer = 0;
-  pusher.Expect(&record, 5, 100, {{50, 10}});
-  pusher.Arrived(&record, 50, 60);
+  pusher.Expect(&record, 5, Pieces({{500, 100}}));
+  pusher.Arrived(&record, 500, 600);
   pusher.Drain();
   EXPECT_EQ(rec.inos(), std::set<uint64_t>{5});
 }
 
-TEST(PagePusherTest, LargeFilesAndEvictedBytesAreLeftToReads) {
+TEST(PagePusherTest, LargeFilesEvictedBytesAndDamagedPiecesAreLeftToReads) {
   Recorder rec;
-  rec.not_in_memory.insert(2);
-  PagePusher pusher({.budget_bytes = 1 << 30, .max_file_bytes = 1000}, rec.fetch(), rec.push());
-  NullFile record;
-  pusher.Expect(&record, 1, 1001, {{0, 10}});
-  pusher.Expect(&record, 2, 100, {{10, 10}});
-  pusher.Arrived(&record, 0, 20);
+  PagePusher pusher({.budget_bytes = 1 << 30, .max_file_bytes = 1000}, rec.push());
+  MemoryFile record;
+  record.evicted.insert(2050);
+  record.damaged.insert(3010);
+  pusher.Expect(&record, 1, Pieces({{0, 1001}}));
+  pusher.Expect(&record, 2, Pieces({{2000, 100}}));
+  pusher.Expect(&record, 3, Pieces({{3000, 100}}));
+  pusher.Expect(&record, 4, Pieces({{4000, 998}}), "\xFF\xD9");  // 1000 bytes: pushed
+  pusher.Expect(&record, 5, Pieces({{5000, 999}}), "\xFF\xD9");  // 1001: too large
+  pusher.Arrived(&record, 0, 6000);
   pusher.Drain();
-  EXPECT_TRUE(rec.inos().empty());
+  EXPECT_EQ(rec.inos(), std::set<uint64_t>{4});
   const auto s = pusher.stats();
-  EXPECT_EQ(s.expected, 1u);
+  EXPECT_EQ(s.expected, 3u);
   EXPECT_EQ(s.not_in_memory, 1u);
+  EXPECT_EQ(s.damaged, 1u) << "a piece whose bytes fail its CRC is not pushed";
 }
 
 TEST(PagePusherTest, OffWithoutABudget) {
   Recorder rec;
-  PagePusher pusher({.budget_bytes = 0}, rec.fetch(), rec.push());
+  PagePusher pusher({.budget_bytes = 0}, rec.push());
   EXPECT_FALSE(pusher.enabled());
-  NullFile record;
-  pusher.Expect(&record, 1, 100, {{0, 10}});
+  MemoryFile record;
+  pusher.Expect(&record, 1, Pieces({{0, 10}}));
   pusher.Arrived(&record, 0, 10);
   pusher.Drain();
   EXPECT_TRUE(rec.inos().empty());

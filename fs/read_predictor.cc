@@ -1,6 +1,7 @@
 #include "fs/read_predictor.h"
 
 #include <algorithm>
+#include <string_view>
 #include <vector>
 
 #include "fs/inode.h"
@@ -143,8 +144,9 @@ void ReadPredictor::Plan(uint64_t dir_ino, uint64_t first, uint64_t count, int l
   count = std::min(count, kMaxPlanFiles);
   const bool push = pusher_ != nullptr && pusher_->enabled();
   struct PushFile {
-    uint64_t ino, size;
-    std::vector<PagePusher::Range> pieces;
+    uint64_t ino;
+    std::vector<PagePusher::Piece> pieces;
+    std::string_view tail;
   };
   // record -> group -> the pieces of that group region, in slot order.
   std::map<uint32_t, std::vector<std::vector<RecordScheduler::Range>>> pieces;
@@ -158,13 +160,21 @@ void ReadPredictor::Plan(uint64_t dir_ino, uint64_t first, uint64_t count, int l
     if (regions.size() < static_cast<size_t>(groups)) regions.resize(static_cast<size_t>(groups));
     PushFile* pf = nullptr;
     if (push && child.SizeAtLevel(level) <= pusher_->max_file_bytes()) {
-      pf = &push_files[child.record].emplace_back(
-          PushFile{ToFuseIno(child.ino, level), child.SizeAtLevel(level), {}});
+      // The level-k bytes: pieces 1..k, then for a JPEG its end-of-image marker.
+      const std::string_view eoi(reinterpret_cast<const char*>(index::kEoi), 2);
+      pf = &push_files[child.record].emplace_back(PushFile{
+          ToFuseIno(child.ino, level), {}, child.kind == index::EntryKind::kJpeg ? eoi : ""});
     }
+    uint64_t bytes = 0;
     for (int g = 0; g < groups; ++g) {
       const index::PieceRef& p = child.pieces[static_cast<size_t>(g)];
       if (p.length > 0) regions[static_cast<size_t>(g)].push_back({p.offset, p.length});
-      if (p.length > 0 && pf != nullptr) pf->pieces.push_back({p.offset, p.length});
+      if (p.length > 0 && pf != nullptr) pf->pieces.push_back({p.offset, p.length, p.masked_crc});
+      bytes += p.length;
+    }
+    // Pushed bytes must be exactly what a read returns.
+    if (pf != nullptr && bytes + pf->tail.size() != child.SizeAtLevel(level)) {
+      push_files[child.record].pop_back();
     }
     return true;
   });
@@ -173,7 +183,7 @@ void ReadPredictor::Plan(uint64_t dir_ino, uint64_t first, uint64_t count, int l
     auto file = store_.OpenRecord(record, nullptr);
     if (!file) continue;
     for (const PushFile& pf : push_files[record]) {
-      pusher_->Expect(file->get(), pf.ino, pf.size, pf.pieces);
+      pusher_->Expect(file->get(), pf.ino, pf.pieces, pf.tail);
     }
     std::vector<RecordScheduler::Range> ranges;
     for (auto& region : regions) {

@@ -93,9 +93,9 @@ Status RecordScheduler::Demand(const RandomAccessFile& file, uint64_t n,
     MutexLock l(&mu_);
     const bool paused =
         NoteDemandLocked(n, seconds, alone, others, file.ConcurrentSpeculativeReads() == 0);
-    // Wake a worker only if one is waiting and could start now (a page-cache hit per piece
-    // must not cost two thread wake-ups), or must now wait for the pause's end, not for a
-    // signal.
+    // Wake a worker only if one is waiting and could start now (a gap after a congested
+    // source's pause; a page-cache hit per piece must not cost two thread wake-ups), or must
+    // now wait for the pause's end, not for its former deadline.
     wake = (demand_active_.fetch_sub(1, std::memory_order_acq_rel) == 1 && idle_workers_ > 0 &&
             CanStartLocked()) ||
            (paused && idle_workers_ > 0);
@@ -246,9 +246,13 @@ bool RecordScheduler::NoteDemandLocked(uint64_t n, double seconds, bool alone, i
         std::clamp(stats_.rate > 0 ? static_cast<double>(kCongestedPauseBytes) / stats_.rate : most,
                    std::chrono::duration<double>(kMinCongestedPause).count(), most);
     stats_.congested_seconds += pause;
-    congested_until_ =
-        std::max(congested_until_, Clock::now() + std::chrono::duration_cast<Clock::duration>(
-                                                      std::chrono::duration<double>(pause)));
+    const auto now = Clock::now();
+    congested_until_ = std::max(congested_until_, now + std::chrono::duration_cast<Clock::duration>(
+                                                            std::chrono::duration<double>(pause)));
+    gaps_only_until_ =
+        std::max(gaps_only_until_,
+                 congested_until_ + std::chrono::duration_cast<Clock::duration>(
+                                        std::chrono::duration<double>(kGapsOnlyPauses * pause)));
     paused = true;
   }
   if (++demand_in_window_ >= kLatencyWindow) {
@@ -324,13 +328,18 @@ void RecordScheduler::Worker() {
     uint64_t offset = 0, n = 0;
     {
       MutexLock l(&mu_);
-      // Woken by Speculate, by a finished speculative read, and by the last demand read in
-      // progress ending while work is queued (Read decrements under mu_, so no wake-up is
-      // lost). No timeout: an idle daemon does not wake up.
+      // Woken by Speculate, by a finished speculative read, by a pause that moves the
+      // deadline, and by the last demand read in progress ending while work may start (Demand
+      // decrements under mu_, so no wake-up is lost). No timeout but those deadlines: an idle
+      // daemon does not wake up.
       ++idle_workers_;
       while (!stop_ && !CanStartLocked()) {
-        if (!queue_.empty() && NotBeforeLocked() > Clock::now()) {
+        const auto now = Clock::now();
+        if (!queue_.empty() && NotBeforeLocked() > now) {
           cv_.WaitUntil(&mu_, NotBeforeLocked());
+        } else if (!queue_.empty() && GapsOnlyUntilLocked() > now) {
+          // Until then only in a gap between demand reads (whose end signals), then beside them.
+          cv_.WaitUntil(&mu_, GapsOnlyUntilLocked());
         } else {
           cv_.Wait(&mu_);
         }
@@ -389,7 +398,12 @@ bool RecordScheduler::CanStartLocked() const {
   if (queue_.empty() || NotBeforeLocked() > Clock::now()) return false;
   const int concurrent = queue_.front().file->ConcurrentSpeculativeReads();
   if (concurrent > 0) return in_flight_ < std::min(concurrent, kWorkers);
-  return in_flight_ < MaxInFlightLocked() && demand_active_.load(std::memory_order_acquire) == 0;
+  return in_flight_ < MaxInFlightLocked() && (demand_active_.load(std::memory_order_acquire) == 0 ||
+                                              Clock::now() >= GapsOnlyUntilLocked());
+}
+
+RecordScheduler::Clock::time_point RecordScheduler::GapsOnlyUntilLocked() const {
+  return gaps_only_until_;
 }
 
 int RecordScheduler::MaxInFlightLocked() const {
