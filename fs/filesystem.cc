@@ -8,6 +8,7 @@
 
 #include "common/crc32c.h"
 #include "common/log.h"
+#include "common/thread_name.h"
 #include "index/record_reader.h"
 
 namespace pcrfs::fs {
@@ -46,6 +47,7 @@ Filesystem::Filesystem(std::unique_ptr<index::Store> store, FsOptions options)
 void Filesystem::FillLevel(int level) {
   level = std::clamp(level, 1, index::kNumGroups);
   fill_ = std::jthread([this, level](std::stop_token stop) {
+    NameThisThread("pcrfs-fill");
     const uint64_t records = store_->index().NumRecords();
     uint64_t queued = 0;
     for (uint64_t id = 0; id < records && !stop.stop_requested(); ++id) {

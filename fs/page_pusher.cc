@@ -6,6 +6,7 @@
 #include <utility>
 
 #include "common/crc32c.h"
+#include "common/thread_name.h"
 
 namespace pcrfs::fs {
 
@@ -128,6 +129,7 @@ void PagePusher::ApplyLocked(const Arrival& a, std::vector<Ready>* ready) {
 }
 
 void PagePusher::Run() {
+  NameThisThread("pcrfs-push");
   std::vector<uint8_t> buffer;
   std::vector<Ready> ready;
   for (;;) {

@@ -6,6 +6,7 @@
 #include <cerrno>
 #include <chrono>
 #include <filesystem>
+#include <fstream>
 #include <map>
 #include <set>
 #include <string>
@@ -19,6 +20,7 @@
 #include "common/crc32c.h"
 #include "fs/filesystem.h"
 #include "fs/inode.h"
+#include "fs/record_scheduler.h"
 #include "index/store.h"
 
 namespace pcrfs::fs {
@@ -190,6 +192,34 @@ TEST(PagePusherTest, LargeFilesEvictedBytesAndDamagedPiecesAreLeftToReads) {
   EXPECT_EQ(s.expected, 3u);
   EXPECT_EQ(s.not_in_memory, 1u);
   EXPECT_EQ(s.damaged, 1u) << "a piece whose bytes fail its CRC is not pushed";
+}
+
+// The names of this process's threads (/proc/self/task/*/comm).
+std::multiset<std::string> ThreadNames() {
+  std::multiset<std::string> names;
+  for (const auto& task : stdfs::directory_iterator("/proc/self/task")) {
+    std::ifstream in(task.path() / "comm");
+    std::string name;
+    if (std::getline(in, name)) names.insert(name);
+  }
+  return names;
+}
+
+// top -H, ps -L and perf tell the daemon's threads apart by name.
+TEST(PagePusherTest, ThePushersAndTheSchedulersThreadsAreNamed) {
+  Recorder rec;
+  PagePusher pusher({.budget_bytes = 1 << 20}, rec.push());
+  RecordScheduler scheduler;
+  // A thread names itself once it runs.
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+  while ((ThreadNames().count("pcrfs-push") < 1 ||
+          ThreadNames().count("pcrfs-spec") < static_cast<size_t>(RecordScheduler::kWorkers)) &&
+         std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(2));
+  }
+  const auto names = ThreadNames();
+  EXPECT_EQ(names.count("pcrfs-push"), 1u);
+  EXPECT_EQ(names.count("pcrfs-spec"), static_cast<size_t>(RecordScheduler::kWorkers));
 }
 
 TEST(PagePusherTest, OffWithoutABudget) {

@@ -9,6 +9,7 @@
 #include <utility>
 
 #include "common/file_util.h"
+#include "common/thread_name.h"
 
 namespace pcrfs::fs {
 namespace {
@@ -321,6 +322,7 @@ void RecordScheduler::NoteSpeculativeLocked(uint64_t n, uint64_t moved, double s
 }
 
 void RecordScheduler::Worker() {
+  NameThisThread("pcrfs-spec");
   std::vector<uint8_t> buffer;
   const UniqueFd schedstat(::open("/proc/thread-self/schedstat", O_RDONLY | O_CLOEXEC));
   for (;;) {

@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "common/mutex.h"
+#include "common/thread_name.h"
 #include "remote/url.h"
 
 namespace pcrfs {
@@ -781,6 +782,7 @@ class HttpClient::Impl {
   }
 
   void Loop() {
+    NameThisThread("pcrfs-http");
     for (;;) {
       std::deque<std::unique_ptr<Transfer>> fresh;
       bool stop;
