@@ -176,7 +176,7 @@ class Filesystem {
   // pool calls it.
   mutable PagePusher pusher_{
       {options_.readdirplus != ReaddirPlus::kNever ? options_.push_bytes : 0}, options_.push};
-  // Every read of a record goes through scheduler_ (demand reads in GetPiece, speculative
+  // Every read of a record goes through scheduler_ (demand reads in GetBlock, speculative
   // ones from predictor_). Declared after store_: destroyed first, its threads joined while
   // the record files are still open.
   mutable RecordScheduler scheduler_{[this](const RandomAccessFile& f, uint64_t offset,

@@ -218,8 +218,8 @@ TEST(PagePusherTest, ThePushersAndTheSchedulersThreadsAreNamed) {
     std::this_thread::sleep_for(std::chrono::milliseconds(2));
   }
   const auto names = ThreadNames();
-  EXPECT_EQ(names.count("pcrfs-push"), 1u);
-  EXPECT_EQ(names.count("pcrfs-spec"), static_cast<size_t>(RecordScheduler::kWorkers));
+  EXPECT_GE(names.count("pcrfs-push"), 1u);
+  EXPECT_GE(names.count("pcrfs-spec"), static_cast<size_t>(RecordScheduler::kWorkers));
 }
 
 TEST(PagePusherTest, OffWithoutABudget) {

@@ -94,11 +94,11 @@ Status RecordScheduler::Demand(const RandomAccessFile& file, uint64_t n,
     MutexLock l(&mu_);
     const bool paused =
         NoteDemandLocked(n, seconds, alone, others, file.ConcurrentSpeculativeReads() == 0);
-    // Wake a worker only if one is waiting and could start now (a gap after a congested
-    // source's pause; a page-cache hit per piece must not cost two thread wake-ups), or must
-    // now wait for the pause's end, not for its former deadline.
+    // Wake a worker only if one is waiting and could start now (a page-cache hit per piece
+    // must not cost two thread wake-ups), or must now wait for the pause's end, not for a
+    // signal.
     wake = (demand_active_.fetch_sub(1, std::memory_order_acq_rel) == 1 && idle_workers_ > 0 &&
-            CanStartLocked()) ||
+            CanStartLocked(Clock::now())) ||
            (paused && idle_workers_ > 0);
   }
   if (wake) cv_.Signal();
@@ -247,13 +247,9 @@ bool RecordScheduler::NoteDemandLocked(uint64_t n, double seconds, bool alone, i
         std::clamp(stats_.rate > 0 ? static_cast<double>(kCongestedPauseBytes) / stats_.rate : most,
                    std::chrono::duration<double>(kMinCongestedPause).count(), most);
     stats_.congested_seconds += pause;
-    const auto now = Clock::now();
-    congested_until_ = std::max(congested_until_, now + std::chrono::duration_cast<Clock::duration>(
-                                                            std::chrono::duration<double>(pause)));
-    gaps_only_until_ =
-        std::max(gaps_only_until_,
-                 congested_until_ + std::chrono::duration_cast<Clock::duration>(
-                                        std::chrono::duration<double>(kGapsOnlyPauses * pause)));
+    congested_until_ =
+        std::max(congested_until_, Clock::now() + std::chrono::duration_cast<Clock::duration>(
+                                                      std::chrono::duration<double>(pause)));
     paused = true;
   }
   if (++demand_in_window_ >= kLatencyWindow) {
@@ -330,18 +326,17 @@ void RecordScheduler::Worker() {
     uint64_t offset = 0, n = 0;
     {
       MutexLock l(&mu_);
-      // Woken by Speculate, by a finished speculative read, by a pause that moves the
-      // deadline, and by the last demand read in progress ending while work may start (Demand
-      // decrements under mu_, so no wake-up is lost). No timeout but those deadlines: an idle
-      // daemon does not wake up.
+      // Woken by Speculate, by a finished speculative read, and by the last demand read in
+      // progress ending while work is queued (Read decrements under mu_, so no wake-up is
+      // lost). No timeout: an idle daemon does not wake up.
       ++idle_workers_;
-      while (!stop_ && !CanStartLocked()) {
+      for (;;) {
+        // One reading of the clock per pass: a deadline that passes between two readings must
+        // not leave the worker in an untimed wait.
         const auto now = Clock::now();
+        if (stop_ || CanStartLocked(now)) break;
         if (!queue_.empty() && NotBeforeLocked() > now) {
           cv_.WaitUntil(&mu_, NotBeforeLocked());
-        } else if (!queue_.empty() && GapsOnlyUntilLocked() > now) {
-          // Until then only in a gap between demand reads (whose end signals), then beside them.
-          cv_.WaitUntil(&mu_, GapsOnlyUntilLocked());
         } else {
           cv_.Wait(&mu_);
         }
@@ -359,7 +354,7 @@ void RecordScheduler::Worker() {
       ++in_flight_;
       speculative_active_.fetch_add(1, std::memory_order_acq_rel);
       // A source that takes several at once: another worker may start too.
-      if (idle_workers_ > 0 && CanStartLocked()) cv_.Signal();
+      if (idle_workers_ > 0 && CanStartLocked(Clock::now())) cv_.Signal();
     }
     const double delay_before = RunDelaySeconds(schedstat);
     const auto start = Clock::now();
@@ -396,16 +391,11 @@ RecordScheduler::Clock::time_point RecordScheduler::NotBeforeLocked() const {
   return std::max(busy_until_, congested_until_);
 }
 
-bool RecordScheduler::CanStartLocked() const {
-  if (queue_.empty() || NotBeforeLocked() > Clock::now()) return false;
+bool RecordScheduler::CanStartLocked(Clock::time_point now) const {
+  if (queue_.empty() || NotBeforeLocked() > now) return false;
   const int concurrent = queue_.front().file->ConcurrentSpeculativeReads();
   if (concurrent > 0) return in_flight_ < std::min(concurrent, kWorkers);
-  return in_flight_ < MaxInFlightLocked() && (demand_active_.load(std::memory_order_acquire) == 0 ||
-                                              Clock::now() >= GapsOnlyUntilLocked());
-}
-
-RecordScheduler::Clock::time_point RecordScheduler::GapsOnlyUntilLocked() const {
-  return gaps_only_until_;
+  return in_flight_ < MaxInFlightLocked() && demand_active_.load(std::memory_order_acquire) == 0;
 }
 
 int RecordScheduler::MaxInFlightLocked() const {

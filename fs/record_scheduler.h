@@ -4,16 +4,11 @@
 // - Demand reads: a FUSE READ waits for them. The calling thread issues them at once; they
 //   never queue behind speculative work inside the daemon.
 // - Speculative reads: byte ranges the access pattern predicts (ReadPredictor). A small pool
-//   issues them one chunk at a time, one chunk in flight (two on a latency-bound source), so
-//   a demand read that arrives waits at most for the chunk already at the device (on a FIFO
-//   device such as a blkio throttle) and never for the queue. They do not wait for demand
-//   reads to end: readers that always have one in progress (four raw readers on a fast disk,
-//   each issuing its next read as the last ends) would never leave a gap, and speculation,
-//   which is what spares them most of those reads, would never start (an uncapped level-1
-//   epoch read no speculative byte for its first 50 ms, issue 12). Only after a congested
-//   demand read (below) does a one-queue source go back, for a while (kGapsOnlyPauses), to
-//   speculating only while no demand read is in progress (a read the page cache answered
-//   whole, NoteCacheHit, is not one).
+//   issues them one chunk at a time, only while no demand read is in progress (a read the
+//   page cache answered whole, NoteCacheHit, is not one), one chunk in
+//   flight (two on a latency-bound source), so a demand read that arrives waits at most for
+//   the chunk already at the device (on a FIFO device such as a blkio throttle) and never for
+//   the queue.
 //
 // A demand read that took longer than kCongestedRead and 4x the source's latency (plus one
 // speculative chunk's time at the measured rate if one was in flight when it started), times
@@ -99,14 +94,6 @@ class RecordScheduler {
   static constexpr uint64_t kCongestedPauseBytes = uint64_t{1} << 20;
   static constexpr auto kMinCongestedPause = std::chrono::milliseconds(2);
   static constexpr auto kMaxCongestedPause = std::chrono::milliseconds(50);
-  // After a pause, speculation on a one-queue source starts only in gaps between demand reads
-  // (as it always did before session 15) for this many times the pause's length: 300 ms behind
-  // a 10 MB/s throttle, whose pauses last 50 ms, 12-60 ms on a fast disk, whose rare pauses
-  // last 2-10 ms; then beside them again. A throttle with a DataLoader's reads in its gaps
-  // keeps finding demand reads congested and so keeps speculation to the gaps: always beside
-  // them, a 10 MB/s DataLoader at level 5 ran 0.95x, and ACongestedSourceServesDemandFirst's
-  // reads took 1.06-1.2x their transfer time (2-4 pauses' length of gaps only: 1.04-1.18x).
-  static constexpr double kGapsOnlyPauses = 6;
   // A source with enough unread bytes already (Warm says ResourceExhausted) is asked again
   // after this.
   static constexpr auto kBusyRetry = std::chrono::milliseconds(20);
@@ -201,11 +188,8 @@ class RecordScheduler {
   // queue and appends it to *promoted. REQUIRES: mu_ held.
   void PromoteLocked(const RandomAccessFile& file, const Range& r, std::vector<Range>* promoted)
       REQUIRES(mu_);
-  // Whether the front of the queue may start now. REQUIRES: mu_ held.
-  bool CanStartLocked() const REQUIRES(mu_);
-  // Before when a speculative read of a one-queue source starts only while no demand read is
-  // in progress (kGapsOnlyAfterPause after the last pause).
-  Clock::time_point GapsOnlyUntilLocked() const REQUIRES(mu_);
+  // Whether the front of the queue may start at `now`. REQUIRES: mu_ held.
+  bool CanStartLocked(Clock::time_point now) const REQUIRES(mu_);
   // Before when the front of the queue (not empty) may not start: a busy or congested source.
   Clock::time_point NotBeforeLocked() const REQUIRES(mu_);
   // Queues [offset, end) of `file` (no byte of it queued yet): merged into a queued range it
@@ -231,8 +215,6 @@ class RecordScheduler {
   Clock::time_point busy_until_ GUARDED_BY(mu_){};  // nothing starts before (a busy source)
   // No speculative read of a one-queue source starts before (a congested source).
   Clock::time_point congested_until_ GUARDED_BY(mu_){};
-  // Speculation on a one-queue source starts only in gaps between demand reads before this.
-  Clock::time_point gaps_only_until_ GUARDED_BY(mu_){};
   Stats stats_ GUARDED_BY(mu_);
   // Recent speculative reads: bytes and seconds, summed over a window that decays.
   double window_bytes_ GUARDED_BY(mu_) = 0, window_seconds_ GUARDED_BY(mu_) = 0;
@@ -249,8 +231,7 @@ class RecordScheduler {
   // Shortest demand read of the current and the previous 256 reads.
   double min_demand_ GUARDED_BY(mu_) = 0, min_demand_prev_ GUARDED_BY(mu_) = 0;
   uint32_t demand_in_window_ GUARDED_BY(mu_) = 0;
-  // Demand reads in progress (gaps between them; the queue a demand read may meet at the
-  // source; promotion).
+  // Demand reads in progress; speculative reads start only while it is 0.
   std::atomic<int> demand_active_{0};
   // Speculative reads in flight (in_flight_, readable without mu_).
   std::atomic<int> speculative_active_{0};

@@ -253,41 +253,6 @@ TEST(RecordSchedulerTest, ReadersQueuedOnEachOtherDoNotPauseSpeculation) {
   EXPECT_LT(s.stats().congested, uint64_t{kReaders * kReads / 10}) << s.Describe();
 }
 
-// Readers that always have a demand read in progress (four raw readers, each issuing its next
-// read as the last one ends) leave speculation no moment without one: it must run beside
-// them, one chunk at a time, not wait for a gap that never comes. (Waiting for one, an
-// uncapped level-1 epoch read no speculative byte in its first 50 ms, issue 12.)
-TEST(RecordSchedulerTest, ReadersThatNeverPauseDoNotStarveSpeculation) {
-  constexpr double kBandwidth = 100e6;
-  const uint64_t mib = uint64_t{1} << 20;
-  auto src = std::make_shared<SimulatedSource>(256 * mib, kBandwidth, 0);
-  RecordScheduler s;
-  LearnLatency(s, *src, 200 * mib);
-  constexpr int kReaders = 4, kReads = 100;
-  constexpr size_t kRead = 65536;  // 0.65 ms at 100 MB/s; four queue on each other
-  std::atomic<bool> go{false};
-  std::vector<std::thread> readers;
-  for (int r = 0; r < kReaders; ++r) {
-    readers.emplace_back([&, r] {
-      std::vector<uint8_t> buf(kRead);
-      while (!go.load()) std::this_thread::yield();
-      for (int i = 0; i < kReads; ++i) {
-        const uint64_t at = 100 * mib + (static_cast<uint64_t>(r) * kReads + i) * kRead;
-        ASSERT_TRUE(s.Read(*src, at, kRead, buf.data()).ok());
-      }
-    });
-  }
-  go = true;
-  // Queued once the readers keep the source busy.
-  std::this_thread::sleep_for(std::chrono::milliseconds(5));
-  s.Speculate(src, {{0, 4 * mib}});
-  for (auto& t : readers) t.join();
-  // The readers' 26 MB take 0.26 s and more; one chunk of a few ms per turn of the four
-  // readers moves the 4 MiB in about 0.1 s. Waiting for a moment without a demand read
-  // (before session 15), it read nothing here.
-  EXPECT_EQ(s.stats().speculative_bytes, 4 * mib) << s.Describe();
-}
-
 // On a fast disk a pause is short: the time the source takes to move 1 MiB. (Pauses of 50 ms
 // cost a third of a 0.15 s level-1 epoch on a disk that reads 500 MB/s, issue 12.)
 TEST(RecordSchedulerTest, APauseOnAFastSourceIsShort) {
