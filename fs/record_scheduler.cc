@@ -127,6 +127,7 @@ void RecordScheduler::UnindexLocked(const Pending& p) {
 void RecordScheduler::EnqueueLocked(const std::shared_ptr<RandomAccessFile>& file, uint64_t offset,
                                     uint64_t end, bool front) {
   if (offset >= end) return;
+  if (queue_.empty() && in_flight_ == 0) idle_since_ = Clock::now();
   stats_.queued_bytes += end - offset;
   QueueIndex& index = queued_[file.get()];
   auto next = index.lower_bound(offset);  // the first range at or after offset
@@ -337,6 +338,9 @@ void RecordScheduler::Worker() {
         if (stop_ || CanStartLocked(now)) break;
         if (!queue_.empty() && NotBeforeLocked() > now) {
           cv_.WaitUntil(&mu_, NotBeforeLocked());
+        } else if (!queue_.empty() && in_flight_ == 0) {
+          // A gap between demand reads signals; if none comes, start once starved.
+          cv_.WaitUntil(&mu_, idle_since_ + kStarvedAfter);
         } else {
           cv_.Wait(&mu_);
         }
@@ -366,7 +370,7 @@ void RecordScheduler::Worker() {
     const double seconds = std::max(wall - (RunDelaySeconds(schedstat) - delay_before), wall / 16);
     {
       MutexLock l(&mu_);
-      --in_flight_;
+      if (--in_flight_ == 0) idle_since_ = Clock::now();
       speculative_active_.fetch_sub(1, std::memory_order_acq_rel);
       if (s.code() == Status::Code::kResourceExhausted) {
         // The source keeps enough unread bytes: the range goes back to the front, for later.
@@ -395,7 +399,9 @@ bool RecordScheduler::CanStartLocked(Clock::time_point now) const {
   if (queue_.empty() || NotBeforeLocked() > now) return false;
   const int concurrent = queue_.front().file->ConcurrentSpeculativeReads();
   if (concurrent > 0) return in_flight_ < std::min(concurrent, kWorkers);
-  return in_flight_ < MaxInFlightLocked() && demand_active_.load(std::memory_order_acquire) == 0;
+  return in_flight_ < MaxInFlightLocked() &&
+         (demand_active_.load(std::memory_order_acquire) == 0 ||
+          (in_flight_ == 0 && now >= idle_since_ + kStarvedAfter));
 }
 
 int RecordScheduler::MaxInFlightLocked() const {

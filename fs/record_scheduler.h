@@ -94,6 +94,12 @@ class RecordScheduler {
   static constexpr uint64_t kCongestedPauseBytes = uint64_t{1} << 20;
   static constexpr auto kMinCongestedPause = std::chrono::milliseconds(2);
   static constexpr auto kMaxCongestedPause = std::chrono::milliseconds(50);
+  // Speculation that has waited this long for a moment without a demand read, with work
+  // queued and nothing in flight, starts one chunk anyway: readers that always have a demand
+  // read in progress (four raw readers on a fast disk) left no such moment, and an uncapped
+  // level-1 epoch read no speculative byte for its first 50 ms. Long against a throttled
+  // DataLoader's reads (their gaps come every few ms), so there speculation keeps to the gaps.
+  static constexpr auto kStarvedAfter = std::chrono::milliseconds(4);
   // A source with enough unread bytes already (Warm says ResourceExhausted) is asked again
   // after this.
   static constexpr auto kBusyRetry = std::chrono::milliseconds(20);
@@ -213,6 +219,8 @@ class RecordScheduler {
   int in_flight_ GUARDED_BY(mu_) = 0;
   int idle_workers_ GUARDED_BY(mu_) = 0;            // workers waiting in Worker()
   Clock::time_point busy_until_ GUARDED_BY(mu_){};  // nothing starts before (a busy source)
+  // Since when speculation has had work queued and nothing in flight (kStarvedAfter).
+  Clock::time_point idle_since_ GUARDED_BY(mu_){};
   // No speculative read of a one-queue source starts before (a congested source).
   Clock::time_point congested_until_ GUARDED_BY(mu_){};
   Stats stats_ GUARDED_BY(mu_);
