@@ -329,7 +329,8 @@ void RecordScheduler::Worker() {
       MutexLock l(&mu_);
       // Woken by Speculate, by a finished speculative read, and by the last demand read in
       // progress ending while work is queued (Read decrements under mu_, so no wake-up is
-      // lost). No timeout: an idle daemon does not wake up.
+      // lost); with work queued, also at the pause's end or once starved. No timeout with
+      // nothing queued: an idle daemon does not wake up.
       ++idle_workers_;
       for (;;) {
         // One reading of the clock per pass: a deadline that passes between two readings must

@@ -5,10 +5,10 @@
 //   never queue behind speculative work inside the daemon.
 // - Speculative reads: byte ranges the access pattern predicts (ReadPredictor). A small pool
 //   issues them one chunk at a time, only while no demand read is in progress (a read the
-//   page cache answered whole, NoteCacheHit, is not one), one chunk in
-//   flight (two on a latency-bound source), so a demand read that arrives waits at most for
-//   the chunk already at the device (on a FIFO device such as a blkio throttle) and never for
-//   the queue.
+//   page cache answered whole, NoteCacheHit, is not one) or once starved of such a moment
+//   for kStarvedAfter, one chunk in flight (two on a latency-bound source), so a demand read
+//   that arrives waits at most for the chunk already at the device (on a FIFO device such as
+//   a blkio throttle) and never for the queue.
 //
 // A demand read that took longer than kCongestedRead and 4x the source's latency (plus one
 // speculative chunk's time at the measured rate if one was in flight when it started), times
