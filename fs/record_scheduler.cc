@@ -20,6 +20,8 @@ constexpr double kCacheHitSeconds = 50e-6;
 // The timing window: each read's weight decays by this factor per later read.
 constexpr double kDecay = 0.75;
 constexpr uint32_t kLatencyWindow = 256;
+// The weight of the newest read in the alone / beside means (RecordScheduler::kOverlapShare).
+constexpr double kOverlapWeight = 1.0 / 16;
 // How fast the rate of a one-queue source may be believed to grow: x1.5 per second.
 constexpr double kRateRisePerSecond = 1.5;
 
@@ -86,14 +88,16 @@ Status RecordScheduler::Demand(const RandomAccessFile& file, uint64_t n,
   // Other demand reads in progress: this one may queue behind them at the source.
   const int others = demand_active_.fetch_add(1, std::memory_order_acq_rel);
   const bool alone = speculative_active_.load(std::memory_order_acquire) == 0;
+  const uint64_t started = speculative_started_.load(std::memory_order_acquire);
   const auto start = Clock::now();
   Status s = read();
   const double seconds = std::chrono::duration<double>(Clock::now() - start).count();
+  const bool overtook = !alone && speculative_finished_.load(std::memory_order_acquire) < started;
   bool wake = false;
   {
     MutexLock l(&mu_);
-    const bool paused =
-        NoteDemandLocked(n, seconds, alone, others, file.ConcurrentSpeculativeReads() == 0);
+    const bool paused = NoteDemandLocked(n, seconds, alone, overtook, others,
+                                         file.ConcurrentSpeculativeReads() == 0);
     // Wake a worker only if one is waiting and could start now (a page-cache hit per piece
     // must not cost two thread wake-ups), or must now wait for the pause's end, not for a
     // signal.
@@ -221,8 +225,8 @@ void RecordScheduler::Speculate(const std::shared_ptr<RandomAccessFile>& file,
   if (!added.empty()) cv_.Signal();
 }
 
-bool RecordScheduler::NoteDemandLocked(uint64_t n, double seconds, bool alone, int others,
-                                       bool one_queue) {
+bool RecordScheduler::NoteDemandLocked(uint64_t n, double seconds, bool alone, bool overtook,
+                                       int others, bool one_queue) {
   ++stats_.demand_reads;
   stats_.demand_bytes += n;
   bool paused = false;
@@ -252,6 +256,16 @@ bool RecordScheduler::NoteDemandLocked(uint64_t n, double seconds, bool alone, i
         std::max(congested_until_, Clock::now() + std::chrono::duration_cast<Clock::duration>(
                                                       std::chrono::duration<double>(pause)));
     paused = true;
+  }
+  if (one_queue && seconds >= kCacheHitSeconds) {
+    double& mean = alone ? alone_mean_ : beside_mean_;
+    uint32_t& reads = alone ? alone_reads_ : beside_reads_;
+    mean = reads == 0 ? seconds : mean + (seconds - mean) * kOverlapWeight;
+    if (!alone) {
+      const double o = overtook ? 1 : 0;
+      overtaking_ = reads == 0 ? o : overtaking_ + (o - overtaking_) * kOverlapWeight;
+    }
+    if (reads < kOverlapSamples) ++reads;
   }
   if (++demand_in_window_ >= kLatencyWindow) {
     min_demand_prev_ = min_demand_;
@@ -358,6 +372,7 @@ void RecordScheduler::Worker() {
       n = taken.end - taken.offset;
       ++in_flight_;
       speculative_active_.fetch_add(1, std::memory_order_acq_rel);
+      speculative_started_.fetch_add(1, std::memory_order_acq_rel);
       // A source that takes several at once: another worker may start too.
       if (idle_workers_ > 0 && CanStartLocked(Clock::now())) cv_.Signal();
     }
@@ -365,6 +380,7 @@ void RecordScheduler::Worker() {
     const auto start = Clock::now();
     // Errors are ignored: the demand read of these bytes will report them.
     const Result<uint64_t> moved = file->Warm(offset, n, &buffer);
+    speculative_finished_.fetch_add(1, std::memory_order_acq_rel);
     const Status s = moved.has_value() ? Status::OK() : moved.error();
     const double wall = std::chrono::duration<double>(Clock::now() - start).count();
     // The source's time: without the time this thread waited for a CPU.
@@ -402,7 +418,15 @@ bool RecordScheduler::CanStartLocked(Clock::time_point now) const {
   if (concurrent > 0) return in_flight_ < std::min(concurrent, kWorkers);
   return in_flight_ < MaxInFlightLocked() &&
          (demand_active_.load(std::memory_order_acquire) == 0 ||
-          (in_flight_ == 0 && now >= idle_since_ + kStarvedAfter));
+          (in_flight_ == 0 && (now >= idle_since_ + kStarvedAfter || OverlapIsFreeLocked())));
+}
+
+bool RecordScheduler::OverlapIsFreeLocked() const {
+  if (alone_reads_ < kOverlapSamples || beside_reads_ < kOverlapSamples || stats_.rate <= 0) {
+    return false;
+  }
+  return overtaking_ >= 0.5 &&
+         beside_mean_ - alone_mean_ < kOverlapShare * static_cast<double>(chunk_) / stats_.rate;
 }
 
 int RecordScheduler::MaxInFlightLocked() const {
@@ -419,6 +443,11 @@ RecordScheduler::Stats RecordScheduler::stats() const {
   MutexLock l(&mu_);
   Stats s = stats_;
   s.chunk = chunk_;
+  if (alone_reads_ >= kOverlapSamples && beside_reads_ >= kOverlapSamples) {
+    s.beside_extra_seconds = beside_mean_ - alone_mean_;
+  }
+  s.overtaking = overtaking_;
+  s.overlap = OverlapIsFreeLocked();
   s.cache_hits = cache_hits_.load(std::memory_order_relaxed);
   s.cache_hit_bytes = cache_hit_bytes_.load(std::memory_order_relaxed);
   return s;
@@ -443,6 +472,14 @@ std::string RecordScheduler::Describe() const {
     out += ", measured " + std::to_string(static_cast<uint64_t>(s.rate / 1e6)) + " MB/s";
   if (s.latency_seconds > 0) {
     out += ", latency " + std::to_string(static_cast<uint64_t>(s.latency_seconds * 1e6)) + " us";
+  }
+  if (s.beside_extra_seconds != 0) {
+    out += "; a demand read beside a speculative one " +
+           std::string(s.beside_extra_seconds < 0 ? "-" : "+") +
+           std::to_string(static_cast<uint64_t>(std::abs(s.beside_extra_seconds) * 1e6 + 0.5)) +
+           " us, " + std::to_string(static_cast<int>(s.overtaking * 100 + 0.5)) +
+           "% finished before it (" +
+           (s.overlap ? "speculating beside demand reads" : "speculating in gaps") + ")";
   }
   return out;
 }

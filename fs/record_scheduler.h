@@ -100,6 +100,15 @@ class RecordScheduler {
   // level-1 epoch read no speculative byte for its first 50 ms. Long against a throttled
   // DataLoader's reads (their gaps come every few ms), so there speculation keeps to the gaps.
   static constexpr auto kStarvedAfter = std::chrono::milliseconds(4);
+  // A device that serves a demand read beside a speculative one about as fast as alone (an
+  // SSD with several requests in flight) lets speculation run beside demand reads, one chunk
+  // at a time: a demand read there waits for no chunk. Measured, not assumed, over the recent
+  // demand reads that reached the device (at least kOverlapSamples alone and beside one):
+  // most of those beside a speculative read finish before it does (on a FIFO device, such as
+  // a blkio throttle, none: each waits for the chunk ahead of it), and on average they take at
+  // most kOverlapShare of a chunk's time (at the measured rate) longer than those alone.
+  static constexpr double kOverlapShare = 0.25;
+  static constexpr uint32_t kOverlapSamples = 16;
   // A source with enough unread bytes already (Warm says ResourceExhausted) is asked again
   // after this.
   static constexpr auto kBusyRetry = std::chrono::milliseconds(20);
@@ -120,6 +129,11 @@ class RecordScheduler {
     uint64_t chunk = 0;            // the next speculative read's size
     double rate = 0;               // measured streaming rate, bytes/s (0: not yet)
     double latency_seconds = 0;    // shortest recent demand read
+    // Mean demand read with a speculative read in flight minus the mean without (0: not
+    // measured yet), and whether that is small enough for speculation beside demand reads.
+    double beside_extra_seconds = 0;
+    double overtaking = 0;  // the share of those beside one that finished before it
+    bool overlap = false;
   };
 
   // Called on a pool thread, with no lock held, after each speculative read that succeeded:
@@ -184,12 +198,16 @@ class RecordScheduler {
   // updates the timings and the next chunk's size from those (none moved: no timing).
   void NoteSpeculativeLocked(uint64_t n, uint64_t moved, double seconds, bool one_queue)
       REQUIRES(mu_);
-  // `alone`: no speculative read was in flight when it started; `others`: the other demand
-  // reads that were; `one_queue`: a source with one queue (ConcurrentSpeculativeReads() == 0).
+  // `alone`: no speculative read was in flight when it started; `overtook`: one was and had
+  // not finished when this one did; `others`: the other demand reads in progress when it
+  // started; `one_queue`: a source with one queue (ConcurrentSpeculativeReads() == 0).
   // Returns whether it found the source congested (speculation pauses).
-  bool NoteDemandLocked(uint64_t n, double seconds, bool alone, int others, bool one_queue)
-      REQUIRES(mu_);
+  bool NoteDemandLocked(uint64_t n, double seconds, bool alone, bool overtook, int others,
+                        bool one_queue) REQUIRES(mu_);
   int MaxInFlightLocked() const REQUIRES(mu_);
+  // Whether a demand read is measured to take about as long beside a speculative read as
+  // alone (kOverlapShare).
+  bool OverlapIsFreeLocked() const REQUIRES(mu_);
   // If r starts inside a range queued for `file`, takes a chunk from r's start out of the
   // queue and appends it to *promoted. REQUIRES: mu_ held.
   void PromoteLocked(const RandomAccessFile& file, const Range& r, std::vector<Range>* promoted)
@@ -239,10 +257,19 @@ class RecordScheduler {
   // Shortest demand read of the current and the previous 256 reads.
   double min_demand_ GUARDED_BY(mu_) = 0, min_demand_prev_ GUARDED_BY(mu_) = 0;
   uint32_t demand_in_window_ GUARDED_BY(mu_) = 0;
+  // Demand reads from the device (not a cache) of a one-queue source, alone and beside a
+  // speculative read: moving means of their seconds, and how many each has seen.
+  double alone_mean_ GUARDED_BY(mu_) = 0, beside_mean_ GUARDED_BY(mu_) = 0;
+  uint32_t alone_reads_ GUARDED_BY(mu_) = 0, beside_reads_ GUARDED_BY(mu_) = 0;
+  // Of those beside one, the moving share that finished before it did.
+  double overtaking_ GUARDED_BY(mu_) = 0;
   // Demand reads in progress; speculative reads start only while it is 0.
   std::atomic<int> demand_active_{0};
   // Speculative reads in flight (in_flight_, readable without mu_).
   std::atomic<int> speculative_active_{0};
+  // Speculative reads started and finished, ever: a demand read that finds fewer finished at
+  // its end than had started at its start overtook one.
+  std::atomic<uint64_t> speculative_started_{0}, speculative_finished_{0};
   std::atomic<uint64_t> cache_hits_{0}, cache_hit_bytes_{0};
   std::vector<std::thread> pool_;
 };
