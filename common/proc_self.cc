@@ -1,5 +1,6 @@
 #include "common/proc_self.h"
 
+#include <fcntl.h>
 #include <unistd.h>
 
 #include <cstdint>
@@ -11,11 +12,46 @@
 
 namespace pcrfs::proc {
 
+namespace {
+
+// /proc/self/statm opened once per thread and read with pread: the index checks it every 16
+// lookups, and open + read + close were three syscalls each time. An fd opened through
+// /proc/self names the process that opened it, so a forked child (the daemon forks once it
+// has opened the store) opens its own.
+class StatmFile {
+ public:
+  ~StatmFile() {
+    if (fd_ >= 0) ::close(fd_);
+  }
+  // Its text (at most size - 1 bytes) into buf; false if it cannot be read.
+  bool Read(char* buf, size_t size) {
+    const pid_t pid = ::getpid();
+    if (fd_ < 0 || pid_ != pid) {
+      if (fd_ >= 0) ::close(fd_);
+      fd_ = ::open("/proc/self/statm", O_RDONLY | O_CLOEXEC);
+      pid_ = pid;
+      if (fd_ < 0) return false;
+    }
+    const ssize_t n = ::pread(fd_, buf, size - 1, 0);
+    if (n <= 0) return false;
+    buf[n] = '\0';
+    return true;
+  }
+
+ private:
+  int fd_ = -1;
+  pid_t pid_ = 0;
+};
+
+}  // namespace
+
 uint64_t ResidentFileBytes() {
   // statm: size resident shared text lib data dt, in pages.
+  thread_local StatmFile statm;
+  char buf[128];
   unsigned long long size = 0, resident = 0, shared = 0;
-  if (std::sscanf(ReadSmallFile("/proc/self/statm", 128).c_str(), "%llu %llu %llu", &size,
-                  &resident, &shared) != 3) {
+  if (!statm.Read(buf, sizeof buf) ||
+      std::sscanf(buf, "%llu %llu %llu", &size, &resident, &shared) != 3) {
     return 0;
   }
   return static_cast<uint64_t>(shared) * static_cast<uint64_t>(::sysconf(_SC_PAGESIZE));

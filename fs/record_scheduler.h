@@ -8,7 +8,9 @@
 //   page cache answered whole, NoteCacheHit, is not one) or once starved of such a moment
 //   for kStarvedAfter, one chunk in flight (two on a latency-bound source), so a demand read
 //   that arrives waits at most for the chunk already at the device (on a FIFO device such as
-//   a blkio throttle) and never for the queue.
+//   a blkio throttle) and never for the queue. On a device measured to serve demand reads
+//   beside a speculative one about as fast as alone (kOverlapShare), the one chunk runs
+//   beside demand reads without waiting.
 //
 // A demand read that took longer than kCongestedRead and 4x the source's latency (plus one
 // speculative chunk's time at the measured rate if one was in flight when it started), times
@@ -263,7 +265,8 @@ class RecordScheduler {
   uint32_t alone_reads_ GUARDED_BY(mu_) = 0, beside_reads_ GUARDED_BY(mu_) = 0;
   // Of those beside one, the moving share that finished before it did.
   double overtaking_ GUARDED_BY(mu_) = 0;
-  // Demand reads in progress; speculative reads start only while it is 0.
+  // Demand reads in progress; speculative reads of a one-queue source start only while it is
+  // 0, unless starved (kStarvedAfter) or beside them on a device that overlaps (kOverlapShare).
   std::atomic<int> demand_active_{0};
   // Speculative reads in flight (in_flight_, readable without mu_).
   std::atomic<int> speculative_active_{0};
