@@ -15,13 +15,14 @@ namespace pcrfs::proc {
 namespace {
 
 // /proc/self/statm opened once per thread and read with pread: the index checks it every 16
-// lookups, and open + read + close were three syscalls each time. An fd opened through
-// /proc/self names the process that opened it, so a forked child (the daemon forks once it
-// has opened the store) opens its own.
+// lookups, and open + read + close were three syscalls each time (now getpid and pread). An
+// fd opened through /proc/self names the process that opened it, so a forked child (the
+// daemon forks into the background after its checks) opens its own.
 class StatmFile {
  public:
   ~StatmFile() {
     if (fd_ >= 0) ::close(fd_);
+    fd_ = -1;
   }
   // Its text (at most size - 1 bytes) into buf; false if it cannot be read.
   bool Read(char* buf, size_t size) {

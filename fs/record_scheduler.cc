@@ -87,24 +87,33 @@ Status RecordScheduler::Demand(const RandomAccessFile& file, uint64_t n,
                                const std::function<Status()>& read) {
   // Other demand reads in progress: this one may queue behind them at the source.
   const int others = demand_active_.fetch_add(1, std::memory_order_acq_rel);
-  const bool alone = speculative_active_.load(std::memory_order_acquire) == 0;
-  const uint64_t started = speculative_started_.load(std::memory_order_acquire);
+  // Speculative reads in flight at its start: those started and not finished (finished is
+  // read first, so a read that finishes in between is counted in flight, not the reverse).
+  DemandTiming t;
+  t.others = others;
+  const uint64_t finished_before = speculative_finished_.load(std::memory_order_acquire);
+  const uint64_t started_before = speculative_started_.load(std::memory_order_acquire);
+  t.alone = started_before == finished_before;
   // The source's time, as for speculative reads: without the time this thread waited for a
   // CPU (a FUSE thread woken by its read's completion on two busy cores; a test beside other
-  // tests: four readers' reads taken for congested ones, 24 pauses of 50 ms).
+  // tests: four readers' reads taken for congested ones, 24 pauses of 50 ms). (Opened by the
+  // thread that reads it; the daemon forks before any demand read.)
   thread_local const UniqueFd schedstat(
       ::open("/proc/thread-self/schedstat", O_RDONLY | O_CLOEXEC));
   const double delay_before = RunDelaySeconds(schedstat);
   const auto start = Clock::now();
   Status s = read();
   const double wall = std::chrono::duration<double>(Clock::now() - start).count();
-  const double seconds = std::max(wall - (RunDelaySeconds(schedstat) - delay_before), wall / 16);
-  const bool overtook = !alone && speculative_finished_.load(std::memory_order_acquire) < started;
+  t.seconds = std::max(wall - (RunDelaySeconds(schedstat) - delay_before), wall / 16);
+  // One in flight at its start had not finished at its end: this read overtook it. Alone all
+  // along: none in flight at its start, and none started during it.
+  t.overtook = !t.alone && speculative_finished_.load(std::memory_order_acquire) < started_before;
+  t.alone_throughout =
+      t.alone && speculative_started_.load(std::memory_order_acquire) == started_before;
   bool wake = false;
   {
     MutexLock l(&mu_);
-    const bool paused = NoteDemandLocked(n, seconds, alone, overtook, others,
-                                         file.ConcurrentSpeculativeReads() == 0);
+    const bool paused = NoteDemandLocked(n, t, file.ConcurrentSpeculativeReads() == 0);
     // Wake a worker only if one is waiting and could start now (a page-cache hit per piece
     // must not cost two thread wake-ups), or must now wait for the pause's end, not for a
     // signal.
@@ -232,8 +241,10 @@ void RecordScheduler::Speculate(const std::shared_ptr<RandomAccessFile>& file,
   if (!added.empty()) cv_.Signal();
 }
 
-bool RecordScheduler::NoteDemandLocked(uint64_t n, double seconds, bool alone, bool overtook,
-                                       int others, bool one_queue) {
+bool RecordScheduler::NoteDemandLocked(uint64_t n, const DemandTiming& t, bool one_queue) {
+  const double seconds = t.seconds;
+  const bool alone = t.alone;
+  const int others = t.others;
   ++stats_.demand_reads;
   stats_.demand_bytes += n;
   bool paused = false;
@@ -264,12 +275,13 @@ bool RecordScheduler::NoteDemandLocked(uint64_t n, double seconds, bool alone, b
                                                       std::chrono::duration<double>(pause)));
     paused = true;
   }
-  if (one_queue && seconds >= kCacheHitSeconds) {
+  // A read that met a speculative one only after it started is neither sample.
+  if (one_queue && seconds >= kCacheHitSeconds && (!alone || t.alone_throughout)) {
     double& mean = alone ? alone_mean_ : beside_mean_;
     uint32_t& reads = alone ? alone_reads_ : beside_reads_;
     mean = reads == 0 ? seconds : mean + (seconds - mean) * kOverlapWeight;
     if (!alone) {
-      const double o = overtook ? 1 : 0;
+      const double o = t.overtook ? 1 : 0;
       overtaking_ = reads == 0 ? o : overtaking_ + (o - overtaking_) * kOverlapWeight;
     }
     if (reads < kOverlapSamples) ++reads;
@@ -378,7 +390,6 @@ void RecordScheduler::Worker() {
       offset = taken.offset;
       n = taken.end - taken.offset;
       ++in_flight_;
-      speculative_active_.fetch_add(1, std::memory_order_acq_rel);
       speculative_started_.fetch_add(1, std::memory_order_acq_rel);
       // A source that takes several at once: another worker may start too.
       if (idle_workers_ > 0 && CanStartLocked(Clock::now())) cv_.Signal();
@@ -395,7 +406,6 @@ void RecordScheduler::Worker() {
     {
       MutexLock l(&mu_);
       if (--in_flight_ == 0) idle_since_ = Clock::now();
-      speculative_active_.fetch_sub(1, std::memory_order_acq_rel);
       if (s.code() == Status::Code::kResourceExhausted) {
         // The source keeps enough unread bytes: the range goes back to the front, for later.
         if (!stop_) {

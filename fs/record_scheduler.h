@@ -31,7 +31,8 @@
 // source's latency and without the time its thread waited for a CPU (run_delay in
 // /proc/thread-self/schedstat), and a read much slower than those before it timed by its bytes past
 // the largest recent fast read, the part the burst did not cover) and the shortest recent demand
-// read issued while no speculative read was in flight (about the source's latency: a local disk
+// read issued while no speculative read was in flight (also timed without its thread's waits
+// for a CPU, as every demand read is; about the source's latency: a local disk
 // ~0.1 ms, a remote object store ~20 ms), and makes a chunk take max(kTargetRead, 2 x latency) at
 // that rate, between kMinChunk and kMaxChunk. On a local disk that is a few milliseconds of
 // transfer (about 1 MiB at 250 MB/s, 40 KiB at 10 MB/s); on a source with 20 ms latency the chunk
@@ -106,9 +107,12 @@ class RecordScheduler {
   // SSD with several requests in flight) lets speculation run beside demand reads, one chunk
   // at a time: a demand read there waits for no chunk. Measured, not assumed, over the recent
   // demand reads that reached the device (at least kOverlapSamples alone and beside one):
-  // most of those beside a speculative read finish before it does (on a FIFO device, such as
-  // a blkio throttle, none: each waits for the chunk ahead of it), and on average they take at
-  // most kOverlapShare of a chunk's time (at the measured rate) longer than those alone.
+  // at least half of those beside a speculative read finish before it does (on a FIFO device,
+  // such as a blkio throttle, none: each waits for the chunk ahead of it), and on average they
+  // take less than kOverlapShare of a chunk's time (at the measured rate) longer than those
+  // alone. (A speculative read counts as finished when its worker thread runs again: on a
+  // CPU-starved machine a demand read may seem to overtake one it waited for; the time test
+  // still holds.)
   static constexpr double kOverlapShare = 0.25;
   static constexpr uint32_t kOverlapSamples = 16;
   // A source with enough unread bytes already (Warm says ResourceExhausted) is asked again
@@ -200,12 +204,17 @@ class RecordScheduler {
   // updates the timings and the next chunk's size from those (none moved: no timing).
   void NoteSpeculativeLocked(uint64_t n, uint64_t moved, double seconds, bool one_queue)
       REQUIRES(mu_);
-  // `alone`: no speculative read was in flight when it started; `overtook`: one was and had
-  // not finished when this one did; `others`: the other demand reads in progress when it
-  // started; `one_queue`: a source with one queue (ConcurrentSpeculativeReads() == 0).
-  // Returns whether it found the source congested (speculation pauses).
-  bool NoteDemandLocked(uint64_t n, double seconds, bool alone, bool overtook, int others,
-                        bool one_queue) REQUIRES(mu_);
+  // How one demand read went.
+  struct DemandTiming {
+    double seconds = 0;             // without its thread's waits for a CPU
+    bool alone = false;             // no speculative read was in flight when it started
+    bool alone_throughout = false;  // ... and none started before it ended
+    bool overtook = false;  // one was in flight when it started and had not finished at its end
+    int others = 0;         // the other demand reads in progress when it started
+  };
+  // `one_queue`: a source with one queue (ConcurrentSpeculativeReads() == 0). Returns whether
+  // it found the source congested (speculation pauses).
+  bool NoteDemandLocked(uint64_t n, const DemandTiming& t, bool one_queue) REQUIRES(mu_);
   int MaxInFlightLocked() const REQUIRES(mu_);
   // Whether a demand read is measured to take about as long beside a speculative read as
   // alone (kOverlapShare).
@@ -268,10 +277,9 @@ class RecordScheduler {
   // Demand reads in progress; speculative reads of a one-queue source start only while it is
   // 0, unless starved (kStarvedAfter) or beside them on a device that overlaps (kOverlapShare).
   std::atomic<int> demand_active_{0};
-  // Speculative reads in flight (in_flight_, readable without mu_).
-  std::atomic<int> speculative_active_{0};
-  // Speculative reads started and finished, ever: a demand read that finds fewer finished at
-  // its end than had started at its start overtook one.
+  // Speculative reads started (under mu_) and finished (as the read returns), ever: their
+  // difference is those in flight, readable without mu_; a demand read that finds fewer
+  // finished at its end than had started at its start overtook one.
   std::atomic<uint64_t> speculative_started_{0}, speculative_finished_{0};
   std::atomic<uint64_t> cache_hits_{0}, cache_hit_bytes_{0};
   std::vector<std::thread> pool_;

@@ -259,9 +259,11 @@ TEST(RecordSchedulerTest, ReadersQueuedOnEachOtherDoNotPauseSpeculation) {
   LearnLatency(s, *src, 200 * mib);
   constexpr int kReaders = 4, kReads = 50;
   for (auto& t : BackToBackReaders(s, *src, kReaders, kReads, 65536, 0)) t.join();
-  // Counting every slow read would pause for about half of them (those behind two or three
-  // others); a scheduling hiccup may still make one slow.
-  EXPECT_LT(s.stats().congested, uint64_t{kReaders * kReads / 10}) << s.Describe();
+  // Counting every slow read pauses for 199 of the 200 (each waits for the read ahead of it).
+  // Allowing each its turns, scheduling hiccups still make some slow: each turn has 0.35 ms to
+  // spare, and a reader woken late holds up the ones behind it (20-24 of 200 in a `ctest -j2`
+  // beside other tests, with each read timed without its own thread's CPU wait).
+  EXPECT_LT(s.stats().congested, uint64_t{kReaders * kReads / 4}) << s.Describe();
 }
 
 // Readers that always have a demand read in progress (four raw readers, each issuing its next
@@ -304,21 +306,35 @@ TEST(RecordSchedulerTest, ADeviceThatServesReadsSideBySideGetsSpeculationBesideD
     LearnLatency(s, *src, 200 * mib);
     // 0.65 ms per read: one after another the four take 0.5 s (200 reads each), side by side
     // 0.4 s (600 each).
+    const auto start = Clock::now();
     auto readers = BackToBackReaders(s, *src, 4, src == fifo ? 200 : 600, 65536, 100 * mib);
     std::this_thread::sleep_for(std::chrono::milliseconds(5));
     s.Speculate(src, {{0, 64 * mib}});
+    std::atomic<bool> done{false}, ever_overlap{false};
+    std::thread watch([&] {
+      while (!done.load()) {
+        if (s.stats().overlap) ever_overlap = true;
+        std::this_thread::sleep_for(std::chrono::milliseconds(2));
+      }
+    });
     for (auto& t : readers) t.join();
+    const double elapsed = Seconds(Clock::now() - start).count();
+    done = true;
+    watch.join();
     const RecordScheduler::Stats st = s.stats();
     if (src == fifo) {
-      // About half a chunk per demand read that met one.
-      EXPECT_FALSE(st.overlap) << s.Describe();
+      // A demand read beside a chunk waits for what is left of it: never judged side by side.
+      EXPECT_FALSE(ever_overlap.load()) << s.Describe();
       EXPECT_GT(st.beside_extra_seconds, 0.0) << s.Describe();
     } else {
-      // One chunk in flight all along moves ~36 MiB in 0.4 s; only once starved (4 ms
-      // without a chunk, then a chunk of ~4 ms), 20 MiB. (Whether it still speculates beside
-      // the readers at their end is not asserted: on a CPU-starved machine the last dozen
-      // reads may have tipped the moving means.)
-      EXPECT_GE(st.speculative_bytes, 28 * mib) << s.Describe();
+      EXPECT_TRUE(ever_overlap.load()) << s.Describe();
+      // One chunk in flight all along moves the source's bandwidth; only once starved (4 ms
+      // without a chunk, then a chunk of ~4 ms) about half of it. (Whether it still speculates
+      // beside the readers at their end is not asserted: on a CPU-starved machine the last
+      // dozen reads may have tipped the moving means.)
+      const double expect = std::min(64.0 * mib, 0.7 * kBandwidth * elapsed);
+      EXPECT_GE(static_cast<double>(st.speculative_bytes), expect)
+          << s.Describe() << "; readers took " << elapsed << " s";
     }
   }
 }
