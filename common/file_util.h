@@ -57,7 +57,8 @@ Result<std::vector<uint8_t>> ReadWholeFd(int fd, uint64_t max_bytes, const std::
 
 // Reads at most `max` bytes of a small file (a /proc file, whose st_size is 0) with as few
 // read(2) calls as it takes, into a reused buffer; an empty string if it cannot be opened or
-// read. For numbers polled on a hot path (/proc/self/statm, /proc/self/io).
+// read. For numbers polled now and then (/proc/self/io); proc::ResidentFileBytes keeps its
+// statm fd open instead.
 std::string ReadSmallFile(const char* path, size_t max = 4096);
 
 // Writes `data` to path via path.tmp + fsync + rename, so readers see old or new, never half.

@@ -20,27 +20,22 @@ namespace {
 // daemon forks into the background after its checks) opens its own.
 class StatmFile {
  public:
-  ~StatmFile() {
-    if (fd_ >= 0) ::close(fd_);
-    fd_ = -1;
-  }
   // Its text (at most size - 1 bytes) into buf; false if it cannot be read.
   bool Read(char* buf, size_t size) {
     const pid_t pid = ::getpid();
-    if (fd_ < 0 || pid_ != pid) {
-      if (fd_ >= 0) ::close(fd_);
-      fd_ = ::open("/proc/self/statm", O_RDONLY | O_CLOEXEC);
+    if (!fd_.valid() || pid_ != pid) {
+      fd_ = UniqueFd(::open("/proc/self/statm", O_RDONLY | O_CLOEXEC));
       pid_ = pid;
-      if (fd_ < 0) return false;
+      if (!fd_.valid()) return false;
     }
-    const ssize_t n = ::pread(fd_, buf, size - 1, 0);
+    const ssize_t n = ::pread(fd_.get(), buf, size - 1, 0);
     if (n <= 0) return false;
     buf[n] = '\0';
     return true;
   }
 
  private:
-  int fd_ = -1;
+  UniqueFd fd_;
   pid_t pid_ = 0;
 };
 
