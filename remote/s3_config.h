@@ -18,6 +18,11 @@ struct S3Options {
   std::string region;    // -o region; empty: resolved
   std::string endpoint;  // -o endpoint ("http://127.0.0.1:9000"); empty: resolved
   std::string profile;   // -o profile; empty: AWS_PROFILE, else "default"
+  // -o credentials_file, -o config_file: the AWS CLI's files when HOME is not set (mount(8)
+  // starts helpers without it) or not the place; empty: AWS_SHARED_CREDENTIALS_FILE /
+  // AWS_CONFIG_FILE, else ~/.aws/credentials and ~/.aws/config.
+  std::string credentials_file;
+  std::string config_file;
   enum class Addressing { kAuto, kPath, kVirtualHost };
   // kAuto: path style for a custom endpoint (MinIO, RGW, test servers), virtual-host style for
   // AWS's own endpoint.

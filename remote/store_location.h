@@ -27,6 +27,9 @@ namespace pcrfs {
 // credentials come from the environment or files.
 struct RemoteOptions {
   S3Options s3;              // region, endpoint, profile, addressing, no_sign
+  // Azure Blob Storage (az://CONTAINER/PREFIX): -o account (else AZURE_STORAGE_ACCOUNT); the
+  // endpoint is s3.endpoint (-o endpoint: Azurite, sovereign clouds).
+  std::string azure_account;
   std::string headers_file;  // extra "Name: value" lines for every request (a bearer token)
   std::string ca_file;       // a PEM bundle instead of the system's
   std::string cache_dir;     // empty: DefaultCacheDir(url)
