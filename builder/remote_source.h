@@ -1,5 +1,5 @@
-// Remote sources of a build (docs/design.md, "Remote sources"), read with the remote stores'
-// HTTP client (remote/http_client.h) and S3 configuration (remote/s3_config.h):
+// Remote sources of a build (docs/design.md, "Remote sources"), read through the remote stores'
+// object client (remote/object_client.h), resolved as a store's location is:
 //  - BucketSource: the objects under s3://BUCKET/PREFIX, listed with ListObjectsV2 (continuation
 //    tokens followed) into the SourceTree a folder holding the same files would give, each
 //    object read by ranged GETs of its listed size;
@@ -16,8 +16,7 @@
 #include "builder/archive_source.h"
 #include "builder/source_tree.h"
 #include "common/status.h"
-#include "remote/http_client.h"
-#include "remote/s3_config.h"
+#include "remote/object_client.h"
 #include "remote/store_location.h"
 
 namespace pcrfs::tools {
@@ -26,27 +25,26 @@ namespace pcrfs::tools {
 // component ends in .tar, .tar.gz, .tgz or .zip, any case), else (s3) the objects under a prefix.
 bool IsRemoteArchiveUrl(const std::string& url);
 
-// The HTTP client and, for s3://, the resolved configuration of a source URL, from the same
-// options and environment as a remote store's (remote/store_location.h).
+// The object client of a source URL (rooted at it: keys are relative to the bucket prefix; ""
+// is the URL's own object), resolved from the same options and environment as a remote
+// store's (remote/store_location.h).
 struct RemoteAccess {
   Url url;
-  std::string name;  // the URL without credentials, query or fragment
-  std::optional<S3Config> s3;
-  std::shared_ptr<HttpClient> client;
+  std::string name;        // the URL without credentials, query or fragment
+  bool is_bucket = false;  // s3:// or gs://: the client can list
+  std::shared_ptr<ObjectClient> client;
 
-  // InvalidArgument for a bad URL or S3 configuration (naming the option or variable, never a
+  // InvalidArgument for a bad URL or configuration (naming the option or variable, never a
   // secret); the client's errors otherwise.
   static Result<RemoteAccess> Create(const std::string& url, const RemoteOptions& options);
-  // The http(s) URL of object `key` (s3), or the URL itself (http(s)).
-  std::string ObjectUrl(const std::string& key) const;
 };
 
-// Reads [offset, offset + dst.size()) of the object at `url` (one ranged GET; nothing for an
-// empty dst). Errors name `name`: the client's (404, 403 with the S3 code, retries exhausted),
-// and Corruption when the object's size is no longer `size` (it changed since it was listed) or
-// the body is short.
-Status ReadObjectRange(HttpClient& client, const std::string& url, const std::string& name,
-                       uint64_t size, uint64_t offset, std::span<uint8_t> dst);
+// Reads [offset, offset + dst.size()) of object `key` (one ranged GET; nothing for an empty
+// dst). Errors name the object: the client's (404, 403 with the S3 code, retries exhausted),
+// and Corruption when the object's size is no longer `size` ("the object changed (size X,
+// listed Y) since it was listed") or the body is short.
+Status ReadObjectRange(ObjectClient& client, const std::string& key, uint64_t size, uint64_t offset,
+                       std::span<uint8_t> dst);
 
 class BucketSource {
  public:

@@ -27,7 +27,7 @@
 #include "fs/fuse_ops.h"
 #include "fs/mount_options.h"
 #include "index/store.h"
-#include "remote/http_client.h"
+#include "remote/object_client.h"
 #include "remote/store_location.h"
 
 namespace pcrfs::fs {
@@ -299,13 +299,10 @@ int OpenAndServe(fuse_session* se, Filesystem** fs_slot, const MountConfig& conf
                  const StoreLocation& location, const index::FileIdentity& verified,
                  const fuse_cmdline_opts& opts) {
   FsOptions fs_options = config.fs;
-  std::shared_ptr<HttpClient> client;
+  std::shared_ptr<ObjectClient> client;
   std::shared_ptr<RangeCache> cache;
   if (location.remote) {  // after the fork: curl's threads and handles do not survive one
-    auto client_options = ClientOptionsFor(location);
-    auto created = client_options
-                       ? HttpClient::Create(std::move(*client_options))
-                       : Result<std::unique_ptr<HttpClient>>(Err(client_options.error()));
+    auto created = MakeObjectClient(location);
     if (!created) {
       Log(LogLevel::kError, location.name + ": " + created.error().message());
       return 2;
@@ -319,10 +316,11 @@ int OpenAndServe(fuse_session* se, Filesystem** fs_slot, const MountConfig& conf
     }
     cache = std::move(*opened);
     if (!note.empty()) Log(LogLevel::kWarning, note);
-    // The client's counters, with the cache's as "cache".
+    // The client's counters, with the cache's as "cache" and the authority as "auth".
     fs_options.remote_stats = [c = client.get(), k = cache.get()] {
       std::string json = c->stats().ToJson();
-      json.insert(json.size() - 1, ",\"cache\":" + k->stats().ToJson());
+      json.insert(json.size() - 1,
+                  ",\"cache\":" + k->stats().ToJson() + ",\"auth\":" + c->DescribeAuthJson());
       return json;
     };
   }

@@ -36,10 +36,14 @@ class AwsCredentialSource {
   virtual bool RequestRenewal(uint64_t generation) const = 0;
   // Read files and sources again (SIGHUP). Never blocks.
   virtual void Reload() const {}
-  // {"source": ..., "access_key_id": ..., "expires": "ISO time", "renewals": N,
+  // {"source": ..., "access_key_id": MaskedKeyId, "expires": "ISO time", "renewals": N,
   //  "renewal_failures": N, "last_error": "..."}: never a secret.
   virtual std::string DescribeJson() const = 0;
 };
+
+// An access key id as logs and user.pcrfs.remote show it: its first and last four characters
+// ("AKIA...MPLE"), enough to tell keys apart, not to hand one out. Short ids become "...".
+std::string MaskedKeyId(const std::string& access_key_id);
 
 // Fixed credentials (tests, and keys given once).
 class StaticCredentialSource final : public AwsCredentialSource {

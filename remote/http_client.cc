@@ -1,6 +1,7 @@
 #include "remote/http_client.h"
 
 #include <curl/curl.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -149,7 +150,6 @@ const char* ReasonPhrase(long status) {
 
 Result<HeaderList> ReadHeadersFile(const std::string& path) {
   HeaderList out;
-  if (path.empty()) return out;
   std::ifstream in(path);
   if (!in) return Err(Status::FromErrno("headers file " + path, errno));
   std::string line;
@@ -168,6 +168,66 @@ Result<HeaderList> ReadHeadersFile(const std::string& path) {
   }
   return out;
 }
+
+// The headers file, read again when it changes: its identity (device, inode, size, mtime) is
+// looked at no more than once a second, or at once after Recheck() (a 401, SIGHUP). A version
+// that cannot be read or parsed keeps the last good headers (a writer that truncates and then
+// writes is seen half-way at worst for a second).
+class HeaderFile {
+ public:
+  static Result<std::unique_ptr<HeaderFile>> Open(const std::string& path) {
+    auto f = std::unique_ptr<HeaderFile>(new HeaderFile(path));
+    if (path.empty()) return f;
+    auto headers = ReadHeadersFile(path);
+    if (!headers) return Err(headers.error());
+    f->headers_ = std::make_shared<const HeaderList>(std::move(*headers));
+    f->id_ = Identity(path);
+    f->checked_ = Clock::now();
+    return f;
+  }
+
+  std::shared_ptr<const HeaderList> Current() {
+    if (path_.empty()) return headers_;
+    const auto now = Clock::now();
+    if (recheck_.exchange(false) || now - checked_ >= std::chrono::seconds(1)) {
+      checked_ = now;
+      std::string id = Identity(path_);
+      if (!id.empty() && id != id_) {
+        auto headers = ReadHeadersFile(path_);
+        if (headers) {
+          headers_ = std::make_shared<const HeaderList>(std::move(*headers));
+          id_ = std::move(id);
+          ++generation_;
+        }
+      }
+    }
+    return headers_;
+  }
+  // The next Current() looks at the file. Any thread.
+  void Recheck() { recheck_.store(true); }
+  bool empty() const { return path_.empty(); }
+  uint64_t generation() const { return generation_; }
+
+ private:
+  explicit HeaderFile(std::string path)
+      : path_(std::move(path)), headers_(std::make_shared<const HeaderList>()) {}
+
+  static std::string Identity(const std::string& path) {
+    struct stat st;
+    if (::stat(path.c_str(), &st) != 0) return "";
+    return std::to_string(st.st_dev) + ":" + std::to_string(st.st_ino) + ":" +
+           std::to_string(st.st_size) + ":" + std::to_string(st.st_mtim.tv_sec) + "." +
+           std::to_string(st.st_mtim.tv_nsec);
+  }
+
+  const std::string path_;
+  // I/O thread only, but for recheck_.
+  std::shared_ptr<const HeaderList> headers_;
+  std::string id_;
+  Clock::time_point checked_;
+  uint64_t generation_ = 0;
+  std::atomic<bool> recheck_{false};
+};
 
 }  // namespace
 
@@ -189,6 +249,8 @@ const char* RetryReasonName(RetryReason r) {
       return "full_body";
     case RetryReason::kConnect:
       return "connect";
+    case RetryReason::kAuth:
+      return "auth";
     case RetryReason::kCount:
       break;
   }
@@ -258,6 +320,7 @@ std::string HttpStats::ToJson() const {
     r[RetryReasonName(static_cast<RetryReason>(i))] = retries[i];
   }
   j["retries"] = r;
+  j["failed_by_reason"] = failed_by_reason;
   j["latency_ms"] = {{"p50", LatencyPercentileMs(0.5)},
                      {"p90", LatencyPercentileMs(0.9)},
                      {"p99", LatencyPercentileMs(0.99)}};
@@ -272,14 +335,18 @@ struct Transfer {
   std::string shown_url;  // redacted, for messages
   Clock::time_point start, deadline, next_try;
   int attempts = 0;
+  int auth_retries = 0;
   std::string last_reason;
+  std::string fail_reason;  // for HttpStats::failed_by_reason
 
   // Per try.
   CURL* easy = nullptr;
   curl_slist* headers = nullptr;
   FILE* file = nullptr;
   long status = 0;
-  std::string etag, content_range, retry_after;
+  std::string etag, content_range, retry_after, error_code;  // error_code: x-ms-error-code
+  uint64_t signed_generation = 0;                            // SignedParts::generation of this try
+  uint64_t header_generation = 0;                            // HeaderFile::generation() of this try
   uint64_t written = 0;
   bool overflow = false;
   int progress = 0;        // on_progress for this try: 0 not decided yet, 1 yes, -1 no
@@ -292,10 +359,15 @@ struct Transfer {
 
 class HttpClient::Impl {
  public:
-  explicit Impl(HttpClientOptions options, HeaderList extra)
+  explicit Impl(HttpClientOptions options, std::unique_ptr<HeaderFile> header_file)
       : options_(std::move(options)),
-        extra_headers_(std::move(extra)),
+        header_file_(std::move(header_file)),
         rng_(std::random_device{}()) {}
+
+  void Reload() {
+    header_file_->Recheck();
+    if (options_.signer != nullptr) options_.signer->Reload();
+  }
 
   ~Impl() {
     {
@@ -337,6 +409,7 @@ class HttpClient::Impl {
     }
     if (stopped) {
       Status s = Status::IOError(t->shown_url + ": the client is shutting down");
+      t->fail_reason = "shutting down";
       Complete(std::move(t), Err(std::move(s)));
       return;
     }
@@ -361,6 +434,8 @@ class HttpClient::Impl {
     for (size_t i = 0; i < s.latency.size(); ++i) {
       s.latency[i] = latency_[i].load(std::memory_order_relaxed);
     }
+    MutexLock lock(&failed_mu_);
+    s.failed_by_reason = failed_by_reason_;
     return s;
   }
 
@@ -374,6 +449,9 @@ class HttpClient::Impl {
       t->etag.clear();
       t->content_range.clear();
       t->retry_after.clear();
+      t->error_code.clear();
+    } else if (StartsWithNoCase(line, "x-ms-error-code:")) {
+      t->error_code = TrimWs(line.substr(16)).substr(0, 128);
     } else if (StartsWithNoCase(line, "etag:")) {
       t->etag = TrimWs(line.substr(5));
     } else if (StartsWithNoCase(line, "content-range:")) {
@@ -436,6 +514,7 @@ class HttpClient::Impl {
     t->etag.clear();
     t->content_range.clear();
     t->retry_after.clear();
+    t->error_code.clear();
     t->written = 0;
     t->overflow = false;
     t->progress = 0;
@@ -457,7 +536,6 @@ class HttpClient::Impl {
       if (e == nullptr) return Status::IOError(t->shown_url + ": curl_easy_init failed");
     }
     t->easy = e;
-    curl_easy_setopt(e, CURLOPT_URL, t->req.url.c_str());
     curl_easy_setopt(e, CURLOPT_PRIVATE, t);
     curl_easy_setopt(e, CURLOPT_NOSIGNAL, 1L);
     curl_easy_setopt(e, CURLOPT_PROTOCOLS_STR, "http,https");
@@ -488,19 +566,34 @@ class HttpClient::Impl {
           "Range", "bytes=" + std::to_string(t->req.range->offset) + "-" +
                        std::to_string(t->req.range->offset + t->req.range->length - 1));
     }
+    if (!t->req.if_none_match.empty()) {
+      signed_headers.emplace_back("If-None-Match", t->req.if_none_match);
+    }
     HeaderList all = signed_headers;
+    std::string url = t->req.url;
     if (options_.signer != nullptr) {
-      SigV4Request sr;
+      SignableRequest sr;
       sr.method = t->req.method == HttpRequest::Method::kHead ? "HEAD" : "GET";
+      sr.host = t->url.host_header;
       sr.path = t->url.path;
       sr.query = t->url.query;
       sr.headers = signed_headers;
-      sr.payload_hash = std::string(kEmptyPayloadSha256);
-      HeaderList sig = options_.signer->Sign(sr, std::chrono::system_clock::now());
-      all.insert(all.end(), sig.begin(), sig.end());
+      auto signed_parts = options_.signer->Sign(sr, std::chrono::system_clock::now());
+      if (!signed_parts) {
+        t->fail_reason = "no credentials";
+        return Status::IOError(t->shown_url + ": " + signed_parts.error().message(),
+                               signed_parts.error().sys_errno());
+      }
+      all.insert(all.end(), signed_parts->headers.begin(), signed_parts->headers.end());
+      t->signed_generation = signed_parts->generation;
+      if (!signed_parts->query.empty()) {
+        url += (t->url.query.empty() && url.find('?') == std::string::npos ? "?" : "&") +
+               signed_parts->query;
+      }
     }
-    if (!t->req.if_none_match.empty()) all.emplace_back("If-None-Match", t->req.if_none_match);
-    all.insert(all.end(), extra_headers_.begin(), extra_headers_.end());
+    auto extra = header_file_->Current();
+    t->header_generation = header_file_->generation();
+    all.insert(all.end(), extra->begin(), extra->end());
     all.emplace_back("Expect", "");
     if (t->headers != nullptr) curl_slist_free_all(t->headers);
     t->headers = nullptr;
@@ -509,6 +602,7 @@ class HttpClient::Impl {
       t->headers = curl_slist_append(t->headers, h.c_str());
     }
     curl_easy_setopt(e, CURLOPT_HTTPHEADER, t->headers);
+    curl_easy_setopt(e, CURLOPT_URL, url.c_str());  // curl copies it
     if (curl_multi_add_handle(multi_, e) != CURLM_OK) {
       return Status::IOError(t->shown_url + ": curl_multi_add_handle failed");
     }
@@ -546,6 +640,10 @@ class HttpClient::Impl {
     }
     latency_[bucket].fetch_add(1, std::memory_order_relaxed);
     (r.has_value() ? succeeded_ : failed_).fetch_add(1, std::memory_order_relaxed);
+    if (!r.has_value()) {
+      MutexLock lock(&failed_mu_);
+      ++failed_by_reason_[t->fail_reason.empty() ? "error" : t->fail_reason];
+    }
     in_flight_.fetch_sub(1, std::memory_order_relaxed);
     HttpClient::Callback done = std::move(t->done);
     t.reset();
@@ -594,6 +692,7 @@ class HttpClient::Impl {
         case CURLE_COULDNT_CONNECT:
           return retry(RetryReason::kConnect, "cannot connect: " + what);
         default:
+          t->fail_reason = curl_easy_strerror(rc);
           return fail(Status::IOError(u + ": " + what));
       }
     }
@@ -602,15 +701,39 @@ class HttpClient::Impl {
     t->status = status;
     if (status == 200 || status == 206 || status == 304) return Accept(t, status);
     std::string code = S3ErrorCode(t->error_body);
+    if (code.empty()) code = t->error_code;
     std::string msg = u + ": " + std::to_string(status) +
                       (*ReasonPhrase(status) ? std::string(" ") + ReasonPhrase(status) : "") +
                       (code.empty() ? "" : " (" + code + ")");
     if (status == 429 || status == 408) return retry(RetryReason::kThrottled, msg);
-    if (status == 503 && code == "SlowDown") return retry(RetryReason::kSlowDown, msg);
+    if (status == 503 && (code == "SlowDown" || code == "ServerBusy")) {
+      return retry(RetryReason::kSlowDown, msg);
+    }
     if (status >= 500) return retry(RetryReason::kServerError, msg);
+    if ((status == 400 || status == 401 || status == 403) && MayRenewAuthority(t, status, code)) {
+      return retry(RetryReason::kAuth, msg);
+    }
+    t->fail_reason = std::to_string(status) + (code.empty() ? "" : " " + code);
     if (status == 404) return fail(Status::NotFound(msg));
     if (status == 403 || status == 401) return fail(Status::IOError(msg, EACCES));
     return fail(Status::IOError(msg));
+  }
+
+  // A refused authority: retry (re-signed) when the header file may have a new token (a 401)
+  // or the signer is renewing, at most kAuthRetries times per request.
+  bool MayRenewAuthority(Transfer* t, long status, const std::string& code) {
+    if (t->auth_retries >= HttpClient::kAuthRetries) return false;
+    bool may = false;
+    if (!header_file_->empty() && status == 401) {
+      header_file_->Recheck();
+      may = true;
+    }
+    if (options_.signer != nullptr &&
+        options_.signer->OnRefused(t->signed_generation, status, code)) {
+      may = true;
+    }
+    if (may) ++t->auth_retries;
+    return may;
   }
 
   Verdict Accept(Transfer* t, long status) {
@@ -703,6 +826,10 @@ class HttpClient::Impl {
                            : ParseRetryAfter(t->retry_after, std::chrono::system_clock::now());
     if (server_wait) {
       wait = *server_wait;
+    } else if (v.reason == RetryReason::kAuth) {
+      // A renewal takes a round trip to STS or a metadata service: 200 ms, then doubling.
+      const int64_t base = int64_t{200} << std::min(t->auth_retries - 1, 4);
+      wait = milliseconds(base + std::uniform_int_distribution<int64_t>(0, base / 2)(rng_));
     } else {
       int shift = std::min(t->attempts - 1, 20);
       auto cap =
@@ -714,6 +841,7 @@ class HttpClient::Impl {
       std::string msg = t->shown_url + ": gave up after " + std::to_string(t->attempts) +
                         (t->attempts == 1 ? " try" : " tries") + " in " + std::to_string(spent) +
                         " ms (last: " + v.detail + ")";
+      t->fail_reason = std::string("gave up: ") + RetryReasonName(v.reason);
       Complete(std::move(t), Err(Status::IOError(msg, ETIMEDOUT)));
       return;
     }
@@ -840,13 +968,14 @@ class HttpClient::Impl {
     for (auto& t : all) {
       ReleaseEasy(t.get());
       Status s = Status::IOError(t->shown_url + ": the client is shutting down");
+      t->fail_reason = "shutting down";
       Complete(std::move(t), Err(std::move(s)));
     }
     // Requests submitted while shutting down are failed by Submit().
   }
 
   HttpClientOptions options_;
-  HeaderList extra_headers_;
+  std::unique_ptr<HeaderFile> header_file_;  // I/O thread only, but for Recheck()
   CURLM* multi_ = nullptr;
   std::thread thread_;
   std::vector<CURL*> idle_;     // I/O thread only
@@ -865,15 +994,17 @@ class HttpClient::Impl {
       in_flight_{0}, background_requests_{0}, background_bytes_{0};
   std::array<std::atomic<uint64_t>, static_cast<size_t>(RetryReason::kCount)> retries_{};
   std::array<std::atomic<uint64_t>, HttpStats::kLatencyBoundsMs.size() + 1> latency_{};
+  mutable Mutex failed_mu_;
+  std::map<std::string, uint64_t> failed_by_reason_ GUARDED_BY(failed_mu_);
 };
 
 HttpClient::HttpClient(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
 HttpClient::~HttpClient() = default;
 
 Result<std::unique_ptr<HttpClient>> HttpClient::Create(HttpClientOptions options) {
-  auto extra = ReadHeadersFile(options.headers_file);
-  if (!extra.has_value()) return Err(extra.error());
-  auto impl = std::make_unique<Impl>(std::move(options), std::move(*extra));
+  auto header_file = HeaderFile::Open(options.headers_file);
+  if (!header_file.has_value()) return Err(header_file.error());
+  auto impl = std::make_unique<Impl>(std::move(options), std::move(*header_file));
   PCRFS_RETURN_ERR_IF_ERROR(impl->Start());
   return std::unique_ptr<HttpClient>(new HttpClient(std::move(impl)));
 }
@@ -914,6 +1045,7 @@ Result<HttpResponse> HttpClient::FetchBlocking(HttpRequest request) {
 }
 
 HttpStats HttpClient::stats() const { return impl_->Stats(); }
+void HttpClient::Reload() { impl_->Reload(); }
 const HttpClientOptions& HttpClient::options() const { return impl_->options(); }
 
 }  // namespace pcrfs

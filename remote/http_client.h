@@ -23,12 +23,13 @@
 #include <chrono>
 #include <cstdint>
 #include <functional>
+#include <map>
 #include <memory>
 #include <optional>
 #include <string>
 
 #include "common/status.h"
-#include "remote/sigv4.h"
+#include "remote/request_signer.h"
 
 namespace pcrfs {
 
@@ -38,10 +39,14 @@ struct HttpClientOptions {
   bool verify_tls = true;             // off only for tests; verification stays on by default
   std::string ca_file;                // PEM bundle instead of the system's (CURLOPT_CAINFO)
   // A file of "Name: value" lines (blank lines and '#' comments ignored) sent with every
-  // request, e.g. "Authorization: Bearer ...". Read once by Create(); never logged.
+  // request, e.g. "Authorization: Bearer ...". Read by Create() (errors fail it), then again
+  // when it changes (checked at most once a second, at once after a 401 and on Reload()), so
+  // a token that rotates keeps working; a rewrite that cannot be read keeps the last good
+  // headers. Never logged.
   std::string headers_file;
-  // Signs every request for S3 (nullptr: unsigned). Shared: the signer is thread-safe.
-  std::shared_ptr<const SigV4Signer> signer;
+  // Authorizes every try (SigV4 for S3, Shared Key or SAS for Azure; nullptr: nothing added).
+  // Shared: signers are thread-safe.
+  std::shared_ptr<const RequestSigner> signer;
 
   // Per try: connect within connect_timeout, and then fail a transfer slower than
   // low_speed_bytes per second for low_speed_time (a stalled connection).
@@ -103,7 +108,9 @@ struct HttpResponse {
   int attempts = 0;
 };
 
-// Why a try was retried. kFullBody: a 200 with more than the asked range.
+// Why a try was retried. kFullBody: a 200 with more than the asked range. kAuth: the server
+// refused the authority (expired credentials, a rotated token) and the signer or the header
+// file has, or is getting, a newer one.
 enum class RetryReason {
   kServerError,
   kThrottled,
@@ -113,6 +120,7 @@ enum class RetryReason {
   kShortBody,
   kFullBody,
   kConnect,
+  kAuth,
   kCount
 };
 const char* RetryReasonName(RetryReason r);
@@ -128,6 +136,9 @@ struct HttpStats {
   uint64_t background_requests = 0;  // of `requests`: speculative (HttpRequest::background)
   uint64_t background_bytes = 0;     // of `bytes_received`
   std::array<uint64_t, static_cast<size_t>(RetryReason::kCount)> retries{};
+  // Of `failed`, by reason: "403 AccessDenied", "400 ExpiredToken", "404", "gave up: timeout",
+  // "shutting down", "no credentials", ... (never a URL or a secret).
+  std::map<std::string, uint64_t> failed_by_reason;
   // Latency of whole requests (first try to answer), in fixed buckets.
   static constexpr std::array<uint32_t, 14> kLatencyBoundsMs = {
       1, 2, 5, 10, 20, 50, 100, 200, 500, 1000, 2000, 5000, 10000, 30000};
@@ -145,6 +156,8 @@ class HttpClient {
   static constexpr int kReservedForDemand = 4;
   // Connections demand requests leave to waiting background ones (if max allows).
   static constexpr int kGuaranteedBackground = 4;
+  // Tries after a refused authority, spaced by the backoff (a renewal takes an STS round trip).
+  static constexpr int kAuthRetries = 4;
   using Callback = std::function<void(Result<HttpResponse>)>;
 
   // Errors: an unreadable or malformed headers_file (naming the file and line, never a value),
@@ -157,13 +170,18 @@ class HttpClient {
   // Starts the request; `done` gets the response or an error, exactly once, on the I/O thread.
   // Errors (each one line naming the redacted URL):
   //  - NotFound "URL: 404 Not Found (NoSuchKey)", IOError "URL: 403 Forbidden (AccessDenied)"
-  //    (errno EACCES) and other 4xx: never retried; the S3 error code comes from the XML body;
+  //    (errno EACCES) and other 4xx: not retried, except a refused authority (RefusalIsAuth)
+  //    that the signer is renewing or a 401 after the header file changed: up to
+  //    kAuthRetries more tries; the error code comes from the XML body or x-ms-error-code;
+  //  - the signer's error ("no AWS credentials yet ..."), not retried;
   //  - IOError "URL: gave up after N tries in T ms (last: REASON)" when the retries or the
   //    deadline run out (5xx, 429, SlowDown, resets, timeouts, short bodies, a 200 for a range);
   //  - IOError for TLS failures (not retried) and for a body that does not fit dst.
   void Fetch(HttpRequest request, Callback done);
   // Fetch() and wait.
   Result<HttpResponse> FetchBlocking(HttpRequest request);
+  // Reads the header file and the signer's sources again (SIGHUP). Any thread.
+  void Reload();
 
   HttpStats stats() const;
   const HttpClientOptions& options() const;

@@ -11,6 +11,7 @@
 #include <thread>
 #include <vector>
 
+#include "remote/aws_credential_source.h"
 #include "remote/test_server.h"
 
 namespace pcrfs {
@@ -415,7 +416,8 @@ TEST(HttpClientTest, HeadersFileIsSentAndSignerSigns) {
   std::ofstream(dir / "headers") << "# a token\n\nAuthorization: Bearer s3cr3t\nX-Extra:  v \n";
   HttpClientOptions o = Fast();
   o.headers_file = (dir / "headers").string();
-  o.signer = std::make_shared<SigV4Signer>(Credentials("AK", "SK"), "us-east-1");
+  o.signer = std::make_shared<SigV4RequestSigner>(
+      std::make_shared<StaticCredentialSource>(Credentials("AK", "SK"), "test"), "us-east-1");
   auto client = MakeClient(o);
   std::string got;
   ASSERT_TRUE(GetRange(*client, server.url("/b/k%20x?list-type=2"), 0, 10, &got).has_value());

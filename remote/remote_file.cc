@@ -11,39 +11,31 @@
 
 namespace pcrfs {
 
-RemoteFile::RemoteFile(std::shared_ptr<HttpClient> client, std::string url, uint64_t size,
+RemoteFile::RemoteFile(std::shared_ptr<ObjectClient> client, std::string key, uint64_t size,
                        std::shared_ptr<RangeCache> cache, uint32_t cache_id)
     : client_(std::move(client)),
-      url_(std::move(url)),
-      name_(RedactUrl(url_)),
+      key_(std::move(key)),
+      name_(client_->Name(key_)),
       size_(size),
       cache_(std::move(cache)),
       cache_id_(cache_id),
       shared_(std::make_shared<Shared>()) {}
 
-Status RemoteFile::CheckResponse(const std::string& name, uint64_t size, uint64_t offset,
-                                 uint64_t n, const HttpResponse& r) {
-  uint64_t total = r.content_range ? r.content_range->total : r.body_bytes;
-  if (total != size) {
-    return Status::Corruption(name + ": the object changed (size " + std::to_string(total) +
-                              ", index says " + std::to_string(size) + "): remount");
-  }
-  if (r.body_bytes != n) {
-    return Status::Corruption(name + ": got " + std::to_string(r.body_bytes) + " of " +
-                              std::to_string(n) + " bytes at " + std::to_string(offset));
-  }
-  return Status::OK();
+ObjectGet RemoteFile::RangeGet(uint64_t offset, uint64_t n, uint8_t* dst) const {
+  ObjectGet req;
+  req.key = key_;
+  req.range = ByteRange{offset, n};
+  req.expected_size = size_;
+  req.size_label = "index says";
+  req.changed_advice = ": remount";
+  req.dst = dst;
+  req.dst_size = n;
+  return req;
 }
 
 Status RemoteFile::ReadUncached(uint64_t offset, size_t n, uint8_t* dst) const {
-  HttpRequest req;
-  req.url = url_;
-  req.range = ByteRange{offset, n};
-  req.dst = dst;
-  req.dst_size = n;
-  auto r = client_->FetchBlocking(std::move(req));
-  if (!r.has_value()) return r.error();
-  return CheckResponse(name_, size_, offset, n, *r);
+  auto r = client_->GetBlocking(RangeGet(offset, n, dst));
+  return r.has_value() ? Status::OK() : r.error();
 }
 
 std::shared_ptr<RemoteFile::Fetch> RemoteFile::StartLocked(
@@ -96,39 +88,32 @@ std::vector<RangeCache::Range> RemoteFile::StillMissingLocked(
 
 void RemoteFile::Submit(const std::vector<std::shared_ptr<Fetch>>& started, bool background) const {
   for (const auto& f : started) {
-    HttpRequest req;
-    req.url = url_;
-    req.range = ByteRange{f->offset, f->end - f->offset};
-    req.dst = f->bytes->data();
-    req.dst_size = f->bytes->size();
+    ObjectGet req = RangeGet(f->offset, f->end - f->offset, f->bytes->data());
     req.background = background;
-    req.on_progress = [f, size = size_](uint64_t written, uint64_t total) {
-      if (total != size) return;  // the object changed: the completion says so
+    req.on_progress = [f](uint64_t written) {
       {
         MutexLock l(&f->mu);
         f->arrived = written;
       }
       f->arrived_cv.SignalAll();
     };
-    // Runs on the client's I/O thread, maybe after this file is gone: only shared state.
-    client_->Fetch(
-        std::move(req), [f, shared = shared_, cache = cache_, id = cache_id_, name = name_,
-                         size = size_, background](Result<HttpResponse> r) {
-          Status s = r.has_value() ? CheckResponse(name, size, f->offset, f->end - f->offset, *r)
-                                   : r.error();
-          if (s.ok() && cache) cache->Insert(id, f->offset, f->bytes, background);
-          {
-            MutexLock l(&shared->mu);
-            auto it = shared->pending.find(f->offset);
-            if (it != shared->pending.end() && it->second == f) shared->pending.erase(it);
-          }
-          f->promise.set_value(std::move(s));
-          {
-            MutexLock l(&f->mu);
-            f->finished = true;
-          }
-          f->arrived_cv.SignalAll();
-        });
+    // Runs on the client's thread, maybe after this file is gone: only shared state.
+    client_->Get(std::move(req), [f, shared = shared_, cache = cache_, id = cache_id_,
+                                  background](Result<ObjectData> r) {
+      Status s = r.has_value() ? Status::OK() : r.error();
+      if (s.ok() && cache) cache->Insert(id, f->offset, f->bytes, background);
+      {
+        MutexLock l(&shared->mu);
+        auto it = shared->pending.find(f->offset);
+        if (it != shared->pending.end() && it->second == f) shared->pending.erase(it);
+      }
+      f->promise.set_value(std::move(s));
+      {
+        MutexLock l(&f->mu);
+        f->finished = true;
+      }
+      f->arrived_cv.SignalAll();
+    });
   }
 }
 
@@ -243,22 +228,22 @@ bool RemoteFile::DropCached(uint64_t offset, uint64_t n) const {
   return cache_ != nullptr && cache_->Drop(cache_id_, offset, n);
 }
 
-Result<DownloadResult> Download(HttpClient& client, const std::string& url, const std::string& dest,
-                                const std::string& known_etag) {
+Result<DownloadResult> Download(ObjectClient& client, const std::string& key,
+                                const std::string& dest, const std::string& known_etag) {
   static std::atomic<uint64_t> counter{0};
   std::string tmp = dest + ".tmp-" + std::to_string(::getpid()) + "-" +
                     std::to_string(counter.fetch_add(1, std::memory_order_relaxed));
-  HttpRequest req;
-  req.url = url;
+  ObjectGet req;
+  req.key = key;
   req.if_none_match = known_etag;
   req.body_file = tmp;
-  auto r = client.FetchBlocking(std::move(req));
+  auto r = client.GetBlocking(std::move(req));
   DownloadResult out;
   if (!r.has_value()) {
     ::unlink(tmp.c_str());
     return Err(r.error());
   }
-  if (r->status == 304) {
+  if (r->not_modified) {
     ::unlink(tmp.c_str());
     out.etag = known_etag;
     return out;

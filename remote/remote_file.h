@@ -1,5 +1,6 @@
-// Record files and metadata over HTTP(S): RemoteFile reads an object by ranged GETs, Download
-// fetches a whole object (manifest.json, index.lmdb) into a local file, conditionally.
+// Record files and metadata in an object store (remote/object_client.h): RemoteFile reads an
+// object by ranged GETs, Download fetches a whole object (manifest.json, index.lmdb) into a
+// local file, conditionally.
 #pragma once
 
 #include <cstdint>
@@ -11,7 +12,7 @@
 
 #include "common/mutex.h"
 #include "common/random_access_file.h"
-#include "remote/http_client.h"
+#include "remote/object_client.h"
 #include "remote/range_cache.h"
 
 namespace pcrfs {
@@ -24,27 +25,27 @@ namespace pcrfs {
 // - Read() copies what the cache holds and fetches only the rest, exact ranges in parallel; a
 //   range already being fetched (by Prefetch or Warm) is waited for, not fetched twice.
 // - Prefetch() starts the fetches of a demand read's ranges at once (the k pieces of a file).
-// - Warm() is a speculative read: background requests (HttpRequest::background, so demand
+// - Warm() is a speculative read: background requests (ObjectGet::background, so demand
 //   requests always have connections), refused with ResourceExhausted while the cache holds
 //   enough unread bytes (RangeCache::WantsSpeculation).
 // - DropCached() forgets a range whose CRC failed, so the reread goes to the origin.
 // Thread-safe; the client must outlive the file (it is shared).
 class RemoteFile final : public RandomAccessFile {
  public:
-  // `url`: the object's http(s) URL (S3Config::ObjectUrl for s3://). `size`: what the index says.
-  // `cache` (may be null) keeps its bytes under `cache_id` (the record id).
-  RemoteFile(std::shared_ptr<HttpClient> client, std::string url, uint64_t size,
+  // `key`: the object in the client's store ("records/00000042.pcr"). `size`: what the index
+  // says. `cache` (may be null) keeps its bytes under `cache_id` (the record id).
+  RemoteFile(std::shared_ptr<ObjectClient> client, std::string key, uint64_t size,
              std::shared_ptr<RangeCache> cache = nullptr, uint32_t cache_id = 0);
 
   // Reads exactly n bytes at offset. Errors:
   //  - Corruption "URL: read of N bytes at O is past the end (size S)" (no request is sent);
-  //  - Corruption "URL: the object changed (size X, index says Y): remount" when the server's
-  //    Content-Range total differs from the expected size (never the bytes);
+  //  - Corruption "URL: the object changed (size X, index says Y): remount" when the object's
+  //    size differs from the index's (never the bytes; ObjectClient::CheckGet);
   //  - the client's errors: NotFound (404), IOError (403, and after the deadline or the last
   //    retry: EIO upstream). On an error dst's contents are undefined.
   Status Read(uint64_t offset, size_t n, uint8_t* dst) const override;
   uint64_t Size() const override { return size_; }
-  // The redacted URL.
+  // The object's name: its URL without credentials or query.
   const std::string& name() const override { return name_; }
   void Prefetch(uint64_t offset, uint64_t n) const override;
   bool KeepsReads() const override { return cache_ != nullptr; }
@@ -60,7 +61,7 @@ class RemoteFile final : public RandomAccessFile {
 
  private:
   // One GET in flight, shared by whoever waits for its bytes. A waiter for a part of it waits
-  // only until that part has arrived (HttpRequest::on_progress), not for the whole range.
+  // only until that part has arrived (ObjectGet::on_progress), not for the whole range.
   struct Fetch {
     uint64_t offset = 0, end = 0;
     std::shared_ptr<std::vector<uint8_t>> bytes;
@@ -81,9 +82,8 @@ class RemoteFile final : public RandomAccessFile {
   };
 
   Status ReadUncached(uint64_t offset, size_t n, uint8_t* dst) const;
-  // Checks a response against the expected size and length.
-  static Status CheckResponse(const std::string& name, uint64_t size, uint64_t offset, uint64_t n,
-                              const HttpResponse& r);
+  // A GET of [offset, offset + n) into dst, checked against the index's size.
+  ObjectGet RangeGet(uint64_t offset, uint64_t n, uint8_t* dst) const;
   // For each of `ranges`: the fetches in flight that cover parts of it, and new ones for the
   // rest (registered as pending, also appended to *started); all appended to *fetches.
   // REQUIRES: shared_->mu held.
@@ -102,8 +102,8 @@ class RemoteFile final : public RandomAccessFile {
   // on this thread); each keeps its bytes in the cache and completes its waiters.
   void Submit(const std::vector<std::shared_ptr<Fetch>>& started, bool background) const;
 
-  std::shared_ptr<HttpClient> client_;
-  std::string url_;
+  std::shared_ptr<ObjectClient> client_;
+  std::string key_;
   std::string name_;
   uint64_t size_;
   std::shared_ptr<RangeCache> cache_;
@@ -117,12 +117,12 @@ struct DownloadResult {
   uint64_t size = 0;      // bytes written to dest (0 when not modified)
 };
 
-// GETs `url` into `dest`: the body goes to a temporary file beside dest ("dest.tmp-PID-N"),
+// GETs object `key` into `dest`: the body goes to a temporary file beside dest ("dest.tmp-PID-N"),
 // which is renamed over dest only when complete, so dest is never half-written. With a
 // non-empty known_etag the request is conditional (If-None-Match): a 304 leaves dest as it is.
 // Errors: the client's (NotFound for 404, ...), and IOError for the local file, naming it. The
 // temporary file is removed on error. Thread-safe for different dest paths.
-Result<DownloadResult> Download(HttpClient& client, const std::string& url, const std::string& dest,
-                                const std::string& known_etag = "");
+Result<DownloadResult> Download(ObjectClient& client, const std::string& key,
+                                const std::string& dest, const std::string& known_etag = "");
 
 }  // namespace pcrfs

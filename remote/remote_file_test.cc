@@ -6,6 +6,7 @@
 #include <fstream>
 #include <sstream>
 
+#include "remote/object_protocols.h"
 #include "remote/test_server.h"
 
 namespace pcrfs {
@@ -43,10 +44,17 @@ std::shared_ptr<HttpClient> Client() {
   return std::shared_ptr<HttpClient>(std::move(*c));
 }
 
+// The objects of `server`'s root folder; `query` is a signed URL's, sent with every request.
+std::shared_ptr<ObjectClient> Objects(const TestHttpServer& server, const std::string& query = "") {
+  auto root = ParseUrl(server.url("") + (query.empty() ? "" : "?" + query));
+  EXPECT_TRUE(root.has_value());
+  return MakeHttpObjectClient(Client(), std::make_unique<HttpProtocol>(*root));
+}
+
 TEST(RemoteFileTest, ReadsExactRanges) {
   std::string obj = Object(200000);
   TestHttpServer server([&](const std::string& req, int) { return Serve(obj, "\"e\"", req); });
-  RemoteFile f(Client(), server.url("/records/00000001.pcr?sig=secret"), obj.size());
+  RemoteFile f(Objects(server, "sig=secret"), "records/00000001.pcr", obj.size());
   EXPECT_EQ(f.Size(), obj.size());
   EXPECT_EQ(f.name(), server.url("/records/00000001.pcr"));  // redacted
   std::string buf(70000, '\0');
@@ -76,7 +84,7 @@ TEST(RemoteFileTest, AReadOfAPendingRangeGetsItsBytesAsTheyArrive) {
   o.memory_bytes = 8 << 20;
   auto cache = RangeCache::Open(o, nullptr);
   ASSERT_TRUE(cache.has_value());
-  RemoteFile f(Client(), server.url("/r.pcr"), obj.size(), *cache, 1);
+  RemoteFile f(Objects(server), "r.pcr", obj.size(), *cache, 1);
   f.Prefetch(4096, 1 << 20);  // one GET of 1 MiB
   std::string buf(16384, '\0');
   ASSERT_TRUE(f.Read(4096 + 1000, buf.size(), reinterpret_cast<uint8_t*>(buf.data())).ok());
@@ -93,14 +101,14 @@ TEST(RemoteFileTest, AReadOfAPendingRangeGetsItsBytesAsTheyArrive) {
 TEST(RemoteFileTest, ChangedObjectIsCorruptionNeverBytes) {
   std::string obj = Object(5000);
   TestHttpServer server([&](const std::string& req, int) { return Serve(obj, "\"e\"", req); });
-  RemoteFile f(Client(), server.url("/r.pcr"), 4000);  // the index says 4000
+  RemoteFile f(Objects(server), "r.pcr", 4000);  // the index says 4000
   std::string buf(100, '\0');
   Status s = f.Read(0, 100, reinterpret_cast<uint8_t*>(buf.data()));
   ASSERT_TRUE(s.IsCorruption()) << s.ToString();
   EXPECT_EQ(s.message(),
             server.url("/r.pcr") + ": the object changed (size 5000, index says 4000): remount");
   // The object shrank below the read: the range is clipped at the end, still Corruption.
-  RemoteFile g(Client(), server.url("/r.pcr"), 6000);
+  RemoteFile g(Objects(server), "r.pcr", 6000);
   std::string big(2000, '\0');
   Status t = g.Read(4000, 2000, reinterpret_cast<uint8_t*>(big.data()));
   EXPECT_TRUE(t.IsCorruption()) << t.ToString();
@@ -109,7 +117,7 @@ TEST(RemoteFileTest, ChangedObjectIsCorruptionNeverBytes) {
 TEST(RemoteFileTest, MissingObjectIsNotFound) {
   TestHttpServer server(
       [](const std::string&, int) { return TestHttpServer::Reply(404, "Not Found", ""); });
-  RemoteFile f(Client(), server.url("/gone.pcr"), 10);
+  RemoteFile f(Objects(server), "gone.pcr", 10);
   uint8_t b[4];
   Status s = f.Read(0, 4, b);
   EXPECT_TRUE(s.IsNotFound()) << s.ToString();
@@ -127,7 +135,7 @@ TEST(RemoteFileTest, DownloadIsAtomicAndConditional) {
   auto dir = std::filesystem::temp_directory_path() / ("rf-" + std::to_string(::getpid()));
   std::filesystem::create_directories(dir);
   std::string dest = (dir / "index.lmdb").string();
-  auto client = Client();
+  auto client = Objects(server);
   auto slurp = [&] {
     std::ifstream in(dest, std::ios::binary);
     std::stringstream ss;
@@ -135,14 +143,14 @@ TEST(RemoteFileTest, DownloadIsAtomicAndConditional) {
     return ss.str();
   };
 
-  auto first = Download(*client, server.url("/index.lmdb"), dest);
+  auto first = Download(*client, "index.lmdb", dest);
   ASSERT_TRUE(first.has_value()) << first.error().ToString();
   EXPECT_TRUE(first->modified);
   EXPECT_EQ(first->etag, "\"v1\"");
   EXPECT_EQ(first->size, obj.size());
   EXPECT_EQ(slurp(), obj);
 
-  auto same = Download(*client, server.url("/index.lmdb"), dest, first->etag);
+  auto same = Download(*client, "index.lmdb", dest, first->etag);
   ASSERT_TRUE(same.has_value());
   EXPECT_FALSE(same->modified);
   EXPECT_EQ(same->etag, "\"v1\"");
@@ -153,19 +161,19 @@ TEST(RemoteFileTest, DownloadIsAtomicAndConditional) {
     obj = Object(1000);
     etag = "\"v2\"";
   }
-  auto changed = Download(*client, server.url("/index.lmdb"), dest, "\"v1\"");
+  auto changed = Download(*client, "index.lmdb", dest, "\"v1\"");
   ASSERT_TRUE(changed.has_value());
   EXPECT_TRUE(changed->modified);
   EXPECT_EQ(changed->etag, "\"v2\"");
   EXPECT_EQ(slurp(), Object(1000));
 
   // A failed download leaves dest and no temporary file behind.
-  auto missing = Download(*client, server.url("/nope") + "?x", (dir / "nope").string());
+  auto missing = Download(*client, "nope", (dir / "nope").string());
   EXPECT_TRUE(missing.has_value());  // this server answers everything; now a real failure:
   TestHttpServer denied([](const std::string&, int) {
     return TestHttpServer::Reply(403, "Forbidden", "<Error><Code>AccessDenied</Code></Error>");
   });
-  auto refused = Download(*client, denied.url("/index.lmdb"), dest, "\"v2\"");
+  auto refused = Download(*Objects(denied), "index.lmdb", dest, "\"v2\"");
   ASSERT_FALSE(refused.has_value());
   EXPECT_EQ(refused.error().message(),
             denied.url("/index.lmdb") + ": 403 Forbidden (AccessDenied)");
@@ -177,7 +185,7 @@ TEST(RemoteFileTest, DownloadIsAtomicAndConditional) {
   }
   EXPECT_EQ(files, 2);  // index.lmdb and nope
 
-  auto nodir = Download(*client, server.url("/index.lmdb"), (dir / "no/such/dir/x").string());
+  auto nodir = Download(*client, "index.lmdb", (dir / "no/such/dir/x").string());
   ASSERT_FALSE(nodir.has_value());
   EXPECT_NE(nodir.error().message().find("no/such/dir"), std::string::npos);
   std::filesystem::remove_all(dir);

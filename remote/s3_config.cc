@@ -103,7 +103,7 @@ Status ResolveRegion(const S3Options& options, const EnvLookup& env, const Profi
     c->region = section->at("region");
     c->region_source = profile.config_path;
   } else {
-    c->region = "us-east-1";
+    c->region = c->gcs ? "auto" : "us-east-1";  // GCS's XML API takes any region; "auto" is its own
     c->region_source = "default";
   }
   if (c->region.find_first_not_of("abcdefghijklmnopqrstuvwxyz0123456789-") != std::string::npos) {
@@ -126,7 +126,10 @@ Status ResolveEndpoint(const S3Options& options, const EnvLookup& env, S3Config*
     }
   }
   bool custom = !endpoint.empty();
-  if (!custom) endpoint = "https://s3." + c->region + ".amazonaws.com";
+  if (!custom) {
+    endpoint =
+        c->gcs ? "https://storage.googleapis.com" : "https://s3." + c->region + ".amazonaws.com";
+  }
   auto ep = ParseUrl(endpoint);
   if (!ep.has_value() || ep->is_s3()) {
     return Status::InvalidArgument(endpoint_source + ": " + RedactUrl(endpoint) +
@@ -221,6 +224,7 @@ Result<S3Config> ResolveS3Config(const Url& store, const S3Options& options,
     return Err(Status::InvalidArgument(store.ToString() + ": not an s3:// URL"));
   }
   S3Config c;
+  c.gcs = store.scheme == Url::Scheme::kGs;
   c.bucket = store.host;
   c.prefix = store.path;
   auto profile = LoadProfile(options, env);

@@ -34,6 +34,9 @@ struct S3Options {
 using EnvLookup = std::function<const char*(const char*)>;
 
 struct S3Config {
+  // gs://: Google Cloud Storage's S3-compatible XML API (default endpoint
+  // https://storage.googleapis.com, region "auto", HMAC keys as AWS keys).
+  bool gcs = false;
   std::string bucket;
   std::string prefix;  // key prefix of the store, no leading or trailing '/'
   std::string region;

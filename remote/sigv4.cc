@@ -7,6 +7,7 @@
 #include <cctype>
 #include <ctime>
 
+#include "remote/aws_credential_source.h"
 #include "remote/url.h"
 
 namespace pcrfs {
@@ -162,5 +163,45 @@ HeaderList SigV4Signer::Sign(const SigV4Request& request,
                          ", Signature=" + signature);
   return added;
 }
+
+SigV4RequestSigner::SigV4RequestSigner(std::shared_ptr<const AwsCredentialSource> source,
+                                       std::string region, std::string service)
+    : source_(std::move(source)), region_(std::move(region)), service_(std::move(service)) {}
+
+Result<SignedParts> SigV4RequestSigner::Sign(const SignableRequest& request,
+                                             std::chrono::system_clock::time_point now) const {
+  auto current = source_->Current();
+  if (current == nullptr || current->credentials.empty()) {
+    return Err(Status::IOError("no AWS credentials yet (" + source_->DescribeJson() + ")", EACCES));
+  }
+  std::shared_ptr<const SigV4Signer> signer;
+  {
+    MutexLock lock(&mu_);
+    if (signer_ == nullptr || generation_ != current->generation) {
+      signer_ = std::make_shared<SigV4Signer>(current->credentials, region_, service_);
+      generation_ = current->generation;
+    }
+    signer = signer_;
+  }
+  SigV4Request sr;
+  sr.method = request.method;
+  sr.path = request.path;
+  sr.query = request.query;
+  sr.headers = request.headers;
+  sr.payload_hash = std::string(kEmptyPayloadSha256);
+  SignedParts out;
+  out.headers = signer->Sign(sr, now);
+  out.generation = current->generation;
+  return out;
+}
+
+bool SigV4RequestSigner::OnRefused(uint64_t generation, long status, std::string_view code) const {
+  if (!RefusalIsAuth(status, code)) return false;
+  return source_->RequestRenewal(generation);
+}
+
+void SigV4RequestSigner::Reload() const { source_->Reload(); }
+
+std::string SigV4RequestSigner::DescribeJson() const { return source_->DescribeJson(); }
 
 }  // namespace pcrfs

@@ -4,12 +4,14 @@
 #pragma once
 
 #include <chrono>
+#include <memory>
 #include <string>
 #include <string_view>
 #include <utility>
 #include <vector>
 
 #include "common/mutex.h"
+#include "remote/request_signer.h"
 
 namespace pcrfs {
 
@@ -43,8 +45,6 @@ Stream& operator<<(Stream& os, const Credentials& c) {
   os << c.ToString();
   return os;
 }
-
-using HeaderList = std::vector<std::pair<std::string, std::string>>;
 
 // hex(SHA-256(data)), lower case.
 std::string Sha256Hex(std::string_view data);
@@ -100,6 +100,32 @@ class SigV4Signer {
   mutable Mutex mu_;
   mutable std::string key_date_ GUARDED_BY(mu_);
   mutable std::string key_ GUARDED_BY(mu_);
+};
+
+class AwsCredentialSource;
+
+// The RequestSigner of S3 (and any AWS service): SigV4 with the source's current credentials,
+// re-derived when they change; a refusal asks the source to renew. Without credentials from
+// the source (none yet), Sign fails: "no AWS credentials (SOURCE)".
+class SigV4RequestSigner final : public RequestSigner {
+ public:
+  SigV4RequestSigner(std::shared_ptr<const AwsCredentialSource> source, std::string region,
+                     std::string service = "s3");
+  Result<SignedParts> Sign(const SignableRequest& request,
+                           std::chrono::system_clock::time_point now) const override;
+  bool OnRefused(uint64_t generation, long status, std::string_view code) const override;
+  void Reload() const override;
+  std::string DescribeJson() const override;
+  const std::string& region() const { return region_; }
+
+ private:
+  std::shared_ptr<const AwsCredentialSource> source_;
+  std::string region_;
+  std::string service_;
+  mutable Mutex mu_;
+  // The signer of the current generation (it caches the day's signing key).
+  mutable uint64_t generation_ GUARDED_BY(mu_) = 0;
+  mutable std::shared_ptr<const SigV4Signer> signer_ GUARDED_BY(mu_);
 };
 
 // "YYYYMMDDTHHMMSSZ" in UTC.

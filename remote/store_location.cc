@@ -12,6 +12,8 @@
 #include <system_error>
 
 #include "common/file_util.h"
+#include "remote/aws_credential_source.h"
+#include "remote/object_protocols.h"
 #include "remote/remote_file.h"
 #include "remote/sigv4.h"
 
@@ -35,10 +37,9 @@ std::string SavedEtag(const std::string& path) {
 }
 
 // Downloads `name` of the store into the cache folder, conditional on its saved ETag.
-Status FetchOne(HttpClient& client, const StoreLocation& loc, const char* name) {
+Status FetchOne(ObjectClient& client, const StoreLocation& loc, const char* name) {
   const std::string dest = loc.dir + "/" + name;
-  const std::string url = loc.ObjectUrl(name);
-  auto r = Download(client, url, dest, SavedEtag(dest));
+  auto r = Download(client, name, dest, SavedEtag(dest));
   if (!r) {
     const Status& e = r.error();
     if (e.IsNotFound()) {
@@ -63,11 +64,6 @@ Status FetchOne(HttpClient& client, const StoreLocation& loc, const char* name) 
 
 }  // namespace
 
-std::string StoreLocation::ObjectUrl(std::string_view object) const {
-  if (s3) return s3->ObjectUrl(object);
-  return url.Join(object).ToString();
-}
-
 std::string DefaultCacheDir(const std::string& redacted_url, const EnvLookup& env) {
   const std::string key = Sha256Hex(redacted_url);
   if (::geteuid() == 0) return "/var/cache/pcrfs/" + key;
@@ -77,19 +73,37 @@ std::string DefaultCacheDir(const std::string& redacted_url, const EnvLookup& en
   return std::string(home != nullptr && home[0] != '\0' ? home : "/tmp") + "/.cache/pcrfs/" + key;
 }
 
-Result<HttpClientOptions> ClientOptionsFor(const StoreLocation& location) {
+HttpClientOptions ClientOptionsFor(const StoreLocation& location) {
   HttpClientOptions o;
   o.ca_file = location.options.ca_file;
   o.headers_file = location.options.headers_file;
   o.deadline = location.options.timeout;
   o.max_connections_per_host = location.options.connections;
   o.max_connections = std::max(64, location.options.connections);
-  if (location.s3) o.signer = location.s3->MakeSigner();
+  if (location.s3 && location.aws_credentials != nullptr) {
+    o.signer = std::make_shared<SigV4RequestSigner>(location.aws_credentials, location.s3->region);
+  }
   return o;
 }
 
-Result<StoreLocation> FetchMetadata(const std::string& store, const RemoteOptions& options,
-                                    const EnvLookup& env) {
+Result<std::shared_ptr<ObjectClient>> MakeObjectClient(const StoreLocation& location) {
+  if (!location.remote) {
+    return Err(Status::InvalidArgument(location.name + ": a local store has no object client"));
+  }
+  auto http = HttpClient::Create(ClientOptionsFor(location));
+  if (!http) return Err(http.error());
+  std::unique_ptr<ObjectProtocol> protocol;
+  if (location.s3) {
+    protocol = std::make_unique<S3Protocol>(*location.s3);
+  } else {
+    protocol = std::make_unique<HttpProtocol>(location.url);
+  }
+  return std::shared_ptr<ObjectClient>(
+      MakeHttpObjectClient(std::shared_ptr<HttpClient>(std::move(*http)), std::move(protocol)));
+}
+
+Result<StoreLocation> ResolveLocation(const std::string& store, const RemoteOptions& options,
+                                      const EnvLookup& env) {
   StoreLocation loc;
   loc.name = store;
   loc.dir = store;
@@ -110,7 +124,19 @@ Result<StoreLocation> FetchMetadata(const std::string& store, const RemoteOption
     auto s3 = ResolveS3Config(*url, options.s3, env);
     if (!s3) return Err(s3.error());
     loc.s3 = std::move(*s3);
+    if (!loc.s3->credentials.empty()) {
+      loc.aws_credentials =
+          std::make_shared<StaticCredentialSource>(loc.s3->credentials, loc.s3->credentials_source);
+    }
   }
+  return loc;
+}
+
+Result<StoreLocation> FetchMetadata(const std::string& store, const RemoteOptions& options,
+                                    const EnvLookup& env) {
+  auto resolved = ResolveLocation(store, options, env);
+  if (!resolved || !resolved->remote) return resolved;
+  StoreLocation loc = std::move(*resolved);
   loc.dir = loc.options.cache_dir.empty() ? DefaultCacheDir(loc.name, env) : loc.options.cache_dir;
   std::error_code ec;
   std::filesystem::create_directories(loc.dir, ec);
@@ -118,9 +144,7 @@ Result<StoreLocation> FetchMetadata(const std::string& store, const RemoteOption
     return Err(Status::IOError(loc.dir + ": cannot create the cache folder of " + loc.name + ": " +
                                ec.message()));
   }
-  auto client_options = ClientOptionsFor(loc);
-  if (!client_options) return Err(client_options.error());
-  auto client = HttpClient::Create(std::move(*client_options));
+  auto client = MakeObjectClient(loc);
   if (!client) return Err(client.error());
   PCRFS_RETURN_ERR_IF_ERROR(FetchOne(**client, loc, index::kManifestFile));
   PCRFS_RETURN_ERR_IF_ERROR(FetchOne(**client, loc, index::kIndexFile));
@@ -165,7 +189,7 @@ Result<std::shared_ptr<RangeCache>> OpenRangeCache(const StoreLocation& location
 }
 
 Result<std::unique_ptr<index::Store>> OpenStoreAt(const StoreLocation& location,
-                                                  std::shared_ptr<HttpClient> client,
+                                                  std::shared_ptr<ObjectClient> client,
                                                   std::optional<index::FileIdentity> verified,
                                                   std::shared_ptr<RangeCache> cache) {
   index::StoreOptions options;
@@ -188,8 +212,7 @@ Result<std::unique_ptr<index::Store>> OpenStoreAt(const StoreLocation& location,
           static_cast<size_t>(used) != rel.size() || index::RecordFileName(id) != rel) {
         return Err(Status::InvalidArgument(location.name + ": not a record file name: " + rel));
       }
-      return std::unique_ptr<RandomAccessFile>(
-          new RemoteFile(client, location.ObjectUrl(rel), size, cache, id));
+      return std::unique_ptr<RandomAccessFile>(new RemoteFile(client, rel, size, cache, id));
     };
   }
   auto store = index::Store::Open(location.dir, std::move(options));
@@ -213,14 +236,12 @@ Result<std::unique_ptr<index::Store>> OpenStoreAt(const StoreLocation& location,
 
 Result<std::unique_ptr<index::Store>> OpenStoreLocation(const std::string& store,
                                                         const RemoteOptions& options,
-                                                        std::shared_ptr<HttpClient>* client_out) {
+                                                        std::shared_ptr<ObjectClient>* client_out) {
   auto loc = FetchMetadata(store, options);
   if (!loc) return Err(loc.error());
-  std::shared_ptr<HttpClient> client;
+  std::shared_ptr<ObjectClient> client;
   if (loc->remote) {
-    auto client_options = ClientOptionsFor(*loc);
-    if (!client_options) return Err(client_options.error());
-    auto c = HttpClient::Create(std::move(*client_options));
+    auto c = MakeObjectClient(*loc);
     if (!c) return Err(c.error());
     client = std::move(*c);
   }

@@ -16,7 +16,9 @@
 
 #include "common/status.h"
 #include "index/store.h"
+#include "remote/aws_credential_source.h"
 #include "remote/http_client.h"
+#include "remote/object_client.h"
 #include "remote/range_cache.h"
 #include "remote/s3_config.h"
 #include "remote/url.h"
@@ -26,7 +28,7 @@ namespace pcrfs {
 // The options of a remote store (pcrfs -o ..., pcr's environment). None of them is a secret:
 // credentials come from the environment or files.
 struct RemoteOptions {
-  S3Options s3;              // region, endpoint, profile, addressing, no_sign
+  S3Options s3;  // region, endpoint, profile, addressing, no_sign
   // Azure Blob Storage (az://CONTAINER/PREFIX): -o account (else AZURE_STORAGE_ACCOUNT); the
   // endpoint is s3.endpoint (-o endpoint: Azurite, sovereign clouds).
   std::string azure_account;
@@ -50,9 +52,9 @@ struct StoreLocation {
   // Remote only.
   Url url;
   std::optional<S3Config> s3;
+  // S3's credentials (nullptr: anonymous), resolved before the daemon forks.
+  std::shared_ptr<const AwsCredentialSource> aws_credentials;
   RemoteOptions options;
-  // The URL of `name` inside the store (S3: ObjectUrl, http(s): Url::Join).
-  std::string ObjectUrl(std::string_view name) const;
 };
 
 // The cache folder of a store URL when -o cache_dir is not given:
@@ -61,7 +63,17 @@ struct StoreLocation {
 std::string DefaultCacheDir(const std::string& redacted_url, const EnvLookup& env = nullptr);
 
 // The client options a location's requests need (signer, headers, TLS, timeout, connections).
-Result<HttpClientOptions> ClientOptionsFor(const StoreLocation& location);
+HttpClientOptions ClientOptionsFor(const StoreLocation& location);
+
+// A new object client for a remote location (its own HTTP client: create it after a fork).
+// Errors: the HTTP client's (an unreadable headers file).
+Result<std::shared_ptr<ObjectClient>> MakeObjectClient(const StoreLocation& location);
+
+// A store or source URL's location without any request: the URL parsed, S3's configuration
+// and credentials resolved, option paths made absolute (dir is left as the URL). A local path
+// gives {name = dir = store}. Errors: FetchMetadata's, before any request.
+Result<StoreLocation> ResolveLocation(const std::string& store, const RemoteOptions& options,
+                                      const EnvLookup& env = nullptr);
 
 // Step 1. A local path: checks nothing, returns {dir = store}. A URL: parses it, resolves S3's
 // configuration, creates the cache folder and downloads manifest.json and index.lmdb into it
@@ -77,7 +89,7 @@ Result<StoreLocation> FetchMetadata(const std::string& store, const RemoteOption
 // verified_index: the identity of the index already verified (skips its CRC pass).
 // cache: keeps what is fetched (OpenRangeCache; nullptr: nothing kept, each read one GET).
 Result<std::unique_ptr<index::Store>> OpenStoreAt(
-    const StoreLocation& location, std::shared_ptr<HttpClient> client,
+    const StoreLocation& location, std::shared_ptr<ObjectClient> client,
     std::optional<index::FileIdentity> verified_index = std::nullopt,
     std::shared_ptr<RangeCache> cache = nullptr);
 
@@ -92,6 +104,6 @@ Result<std::shared_ptr<RangeCache>> OpenRangeCache(const StoreLocation& location
 // Both steps with a new client (nullptr for a local store); `client` (if given) receives it.
 Result<std::unique_ptr<index::Store>> OpenStoreLocation(
     const std::string& store, const RemoteOptions& options,
-    std::shared_ptr<HttpClient>* client = nullptr);
+    std::shared_ptr<ObjectClient>* client = nullptr);
 
 }  // namespace pcrfs

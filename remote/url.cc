@@ -53,7 +53,8 @@ std::string TrimSlashes(std::string_view p) {
 }  // namespace
 
 bool IsRemoteUrl(std::string_view s) {
-  return StartsWithNoCase(s, "s3://") || StartsWithNoCase(s, "http://") ||
+  return StartsWithNoCase(s, "s3://") || StartsWithNoCase(s, "gs://") ||
+         StartsWithNoCase(s, "az://") || StartsWithNoCase(s, "http://") ||
          StartsWithNoCase(s, "https://");
 }
 
@@ -93,6 +94,9 @@ Result<Url> ParseUrl(std::string_view s) {
   if (StartsWithNoCase(s, "s3://")) {
     url.scheme = Url::Scheme::kS3;
     rest = s.substr(5);
+  } else if (StartsWithNoCase(s, "gs://")) {
+    url.scheme = Url::Scheme::kGs;
+    rest = s.substr(5);
   } else if (StartsWithNoCase(s, "http://")) {
     url.scheme = Url::Scheme::kHttp;
     url.port = 80;
@@ -102,10 +106,20 @@ Result<Url> ParseUrl(std::string_view s) {
     url.port = 443;
     rest = s.substr(8);
   } else {
-    return Err(BadUrl(s, "not an s3://, http:// or https:// URL"));
+    return Err(BadUrl(s, "not an s3://, gs://, http:// or https:// URL"));
   }
-  if (rest.find_first_of("?#") != std::string_view::npos) {
-    return Err(BadUrl(s, "a store URL has no query or fragment"));
+  if (rest.find('#') != std::string_view::npos) {
+    return Err(BadUrl(s, "a store URL has no fragment"));
+  }
+  if (size_t q = rest.find('?'); q != std::string_view::npos) {
+    if (url.is_s3()) {
+      return Err(BadUrl(s,
+                        "an s3:// or gs:// URL has no query (credentials come from the "
+                        "environment or the AWS files)"));
+    }
+    // A signed URL's query (a SAS, a CDN token): kept for every object request, never shown.
+    url.query = std::string(rest.substr(q + 1));
+    rest = rest.substr(0, q);
   }
   size_t slash = rest.find('/');
   std::string_view authority = rest.substr(0, slash);
@@ -184,6 +198,8 @@ std::string Url::ToString() const {
   switch (scheme) {
     case Scheme::kS3:
       return "s3://" + host + (path.empty() ? "" : "/" + path);
+    case Scheme::kGs:
+      return "gs://" + host + (path.empty() ? "" : "/" + path);
     case Scheme::kHttp:
       return "http://" + Authority() + path;
     case Scheme::kHttps:

@@ -11,12 +11,14 @@
 
 namespace pcrfs {
 
-// True if s starts with "s3://", "http://" or "https://" (case-insensitive scheme): a store
-// named by s is remote. Anything else is a local path, exactly as before.
+// True if s starts with "s3://", "gs://", "az://", "http://" or "https://" (case-insensitive
+// scheme): a store named by s is remote. Anything else is a local path, exactly as before.
 bool IsRemoteUrl(std::string_view s);
 
 struct Url {
-  enum class Scheme { kS3, kHttp, kHttps };
+  // kGs: Google Cloud Storage through its S3-compatible XML API (an S3 store with Google's
+  // endpoint and HMAC keys).
+  enum class Scheme { kS3, kGs, kHttp, kHttps };
 
   Scheme scheme = Scheme::kHttp;
   // http(s): the host name or IP literal, without brackets ("::1"); s3: the bucket.
@@ -28,7 +30,11 @@ struct Url {
   // ("" for the whole bucket).
   std::string path;
 
-  bool is_s3() const { return scheme == Scheme::kS3; }
+  // http(s): the query of a signed URL, without '?' ("sv=...&sig=..."), sent with every object
+  // request and never shown (ToString and RedactUrl leave it out). s3/gs: always empty.
+  std::string query;
+
+  bool is_s3() const { return scheme == Scheme::kS3 || scheme == Scheme::kGs; }
   // "host" or "host:port" when the port is not the scheme's default; IPv6 literals in brackets.
   // This is the Host header's value. s3: the bucket.
   std::string Authority() const;
@@ -42,8 +48,9 @@ struct Url {
 
 // Parses a store URL. Errors (InvalidArgument, naming the redacted URL): an unknown scheme, an
 // empty host or bucket, a bad port, user info ("user:pass@": credentials never go in a URL, use
-// the environment or a headers file), a query or fragment, "." or ".." segments, an invalid
-// bucket name.
+// the environment or a headers file), a fragment, a query on s3:// or gs:// (an http(s) URL's
+// query is kept in Url::query), "." or ".." segments, an invalid bucket name. az:// URLs are
+// remote/azure.h's.
 Result<Url> ParseUrl(std::string_view s);
 
 // SigV4 URI encoding (the AWS rules): every byte except A-Z a-z 0-9 - . _ ~ becomes %XX

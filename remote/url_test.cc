@@ -59,12 +59,27 @@ TEST(UrlTest, ParsesHttpPortsAndIpv6) {
   EXPECT_EQ(v6default->Authority(), "[2001:db8::1]");
 }
 
+TEST(UrlTest, AnHttpQueryIsKeptButNeverShown) {
+  auto u = ParseUrl("https://acct.blob.core.windows.net/c/store?sv=2024-01-01&sig=abc%2Fdef");
+  ASSERT_TRUE(u.has_value());
+  EXPECT_EQ(u->query, "sv=2024-01-01&sig=abc%2Fdef");
+  EXPECT_EQ(u->ToString(), "https://acct.blob.core.windows.net/c/store");
+  EXPECT_EQ(u->Join("records/1.pcr").ToString(),
+            "https://acct.blob.core.windows.net/c/store/records/1.pcr");
+  auto g = ParseUrl("gs://bucket/train");
+  ASSERT_TRUE(g.has_value());
+  EXPECT_TRUE(g->is_s3());
+  EXPECT_EQ(g->ToString(), "gs://bucket/train");
+  EXPECT_TRUE(IsRemoteUrl("az://container/p"));
+  EXPECT_TRUE(IsRemoteUrl("GS://b"));
+}
+
 TEST(UrlTest, RefusesBadUrls) {
   for (const char* bad :
        {"ftp://h/x", "http://", "http:///x", "http://h:0/", "http://h:65536/", "http://h:x/",
-        "http://h:/", "http://::1/x", "http://[::1/x", "http://[::1]x/", "http://h/x?a=1",
-        "http://h/x#f", "http://h/a/../b", "http://h/./b", "s3://", "s3://ab", "s3://Bad_Bucket/x",
-        "s3://bucket/a/../b"}) {
+        "http://h:/", "http://::1/x", "http://[::1/x", "http://[::1]x/", "s3://bucket/x?a=1",
+        "gs://bucket/x?a=1", "http://h/x#f", "http://h/a/../b", "http://h/./b", "s3://", "s3://ab",
+        "s3://Bad_Bucket/x", "s3://bucket/a/../b"}) {
     auto u = ParseUrl(bad);
     EXPECT_FALSE(u.has_value()) << bad;
     if (!u.has_value()) {

@@ -1,0 +1,316 @@
+// The object-client seam without sockets (MemoryObjectClient, FaultyObjectClient), the
+// protocols' URLs and listings, and the HTTP client's handling of a refused authority (a
+// renewed credential, a rotated token file) against a scripted loopback server.
+#include "remote/object_client.h"
+
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <filesystem>
+#include <fstream>
+
+#include "remote/aws_credential_source.h"
+#include "remote/fake_object_client.h"
+#include "remote/object_protocols.h"
+#include "remote/range_cache.h"
+#include "remote/remote_file.h"
+#include "remote/test_server.h"
+
+namespace pcrfs {
+namespace {
+
+std::string Bytes(size_t n) {
+  std::string s(n, '\0');
+  for (size_t i = 0; i < n; ++i) s[i] = static_cast<char>((i * 131) % 251);
+  return s;
+}
+
+Result<ObjectData> ReadRange(ObjectClient& c, const std::string& key, uint64_t offset, uint64_t n,
+                             std::string* out, std::optional<uint64_t> size) {
+  out->assign(n, '\0');
+  ObjectGet g;
+  g.key = key;
+  g.range = ByteRange{offset, n};
+  g.expected_size = size;
+  g.dst = reinterpret_cast<uint8_t*>(out->data());
+  g.dst_size = n;
+  return c.GetBlocking(std::move(g));
+}
+
+TEST(ObjectClientTest, MemoryClientServesRangesAndChecksSizes) {
+  MemoryObjectClient m;
+  const std::string obj = Bytes(10000);
+  m.Put("records/1.pcr", obj);
+  std::string got;
+  ASSERT_TRUE(ReadRange(m, "records/1.pcr", 100, 500, &got, obj.size()).has_value());
+  EXPECT_EQ(got, obj.substr(100, 500));
+  // Another size than expected: the object changed, named, never its bytes.
+  auto changed = ReadRange(m, "records/1.pcr", 0, 10, &got, 9000);
+  ASSERT_FALSE(changed.has_value());
+  EXPECT_EQ(changed.error().message(),
+            "mem://store/records/1.pcr: the object changed (size 10000, expected 9000)");
+  // Past the expected end: refused before any request.
+  const uint64_t before = m.gets();
+  auto past = ReadRange(m, "records/1.pcr", 9990, 20, &got, obj.size());
+  ASSERT_FALSE(past.has_value());
+  EXPECT_TRUE(past.error().IsCorruption());
+  EXPECT_EQ(m.gets(), before);
+  auto missing = ReadRange(m, "nope", 0, 1, &got, std::nullopt);
+  ASSERT_FALSE(missing.has_value());
+  EXPECT_TRUE(missing.error().IsNotFound());
+}
+
+TEST(ObjectClientTest, FaultsAreCheckedTheSameWayWhoeverServes) {
+  auto mem = std::make_shared<MemoryObjectClient>();
+  mem->Put("a", Bytes(4096));
+  FaultyObjectClient f(mem);
+  f.Arm(FaultyObjectClient::Fault::kShortBody, 1, "a");
+  f.Arm(FaultyObjectClient::Fault::kOtherSize, 1, "a");
+  f.Arm(FaultyObjectClient::Fault::kError, 1, "a", Status::IOError("mem://store/a: 503", EIO));
+  std::string got;
+  auto shortened = ReadRange(f, "a", 0, 1000, &got, 4096);
+  ASSERT_FALSE(shortened.has_value());
+  EXPECT_EQ(shortened.error().message(), "mem://store/a: got 999 of 1000 bytes at 0");
+  auto other = ReadRange(f, "a", 0, 1000, &got, 4096);
+  ASSERT_FALSE(other.has_value());
+  EXPECT_NE(other.error().message().find("the object changed (size 4097"), std::string::npos);
+  auto failed = ReadRange(f, "a", 0, 1000, &got, 4096);
+  ASSERT_FALSE(failed.has_value());
+  EXPECT_EQ(failed.error().message(), "mem://store/a: 503");
+  EXPECT_EQ(f.fired(), 3u);
+  ASSERT_TRUE(ReadRange(f, "a", 0, 1000, &got, 4096).has_value());  // all spent
+}
+
+TEST(ObjectClientTest, RemoteFileOverAFakeStoreWithACache) {
+  auto mem = std::make_shared<MemoryObjectClient>();
+  const std::string obj = Bytes(1 << 20);
+  mem->Put("records/00000007.pcr", obj);
+  auto faulty = std::make_shared<FaultyObjectClient>(mem);
+  RangeCacheOptions o;
+  o.memory_bytes = 8 << 20;
+  auto cache = RangeCache::Open(o, nullptr);
+  ASSERT_TRUE(cache.has_value());
+  RemoteFile f(faulty, "records/00000007.pcr", obj.size(), *cache, 7);
+  EXPECT_EQ(f.name(), "mem://store/records/00000007.pcr");
+  std::string buf(70000, '\0');
+  ASSERT_TRUE(f.Read(1000, buf.size(), reinterpret_cast<uint8_t*>(buf.data())).ok());
+  EXPECT_EQ(buf, obj.substr(1000, buf.size()));
+  const uint64_t gets = mem->gets();
+  ASSERT_TRUE(f.Read(1000, buf.size(), reinterpret_cast<uint8_t*>(buf.data())).ok());
+  EXPECT_EQ(mem->gets(), gets);  // the cache had it
+  // A failing origin: the read fails with the origin's error, the file stays usable.
+  faulty->Arm(FaultyObjectClient::Fault::kError, 1, "", Status::IOError("down", EIO));
+  Status s = f.Read(500000, 100, reinterpret_cast<uint8_t*>(buf.data()));
+  EXPECT_EQ(s.message(), "down");
+  ASSERT_TRUE(f.Read(500000, 100, reinterpret_cast<uint8_t*>(buf.data())).ok());
+  EXPECT_EQ(buf.substr(0, 100), obj.substr(500000, 100));
+  // A changed object is the index's business: Corruption naming both sizes.
+  faulty->Arm(FaultyObjectClient::Fault::kOtherSize, 1);
+  s = f.Read(800000, 100, reinterpret_cast<uint8_t*>(buf.data()));
+  EXPECT_EQ(s.message(),
+            "mem://store/records/00000007.pcr: the object changed (size 1048577, index says "
+            "1048576): remount");
+}
+
+TEST(ObjectClientTest, DownloadIsConditionalOnTheEtag) {
+  MemoryObjectClient m;
+  m.Put("index.lmdb", "v1 bytes");
+  auto dir = std::filesystem::temp_directory_path() / ("oc-" + std::to_string(::getpid()));
+  std::filesystem::create_directories(dir);
+  const std::string dest = (dir / "index.lmdb").string();
+  auto first = Download(m, "index.lmdb", dest);
+  ASSERT_TRUE(first.has_value());
+  EXPECT_TRUE(first->modified);
+  auto same = Download(m, "index.lmdb", dest, first->etag);
+  ASSERT_TRUE(same.has_value());
+  EXPECT_FALSE(same->modified);
+  m.Put("index.lmdb", "v2 bytes, longer");
+  auto changed = Download(m, "index.lmdb", dest, first->etag);
+  ASSERT_TRUE(changed.has_value());
+  EXPECT_TRUE(changed->modified);
+  std::ifstream in(dest);
+  std::string text((std::istreambuf_iterator<char>(in)), {});
+  EXPECT_EQ(text, "v2 bytes, longer");
+  std::filesystem::remove_all(dir);
+}
+
+TEST(ObjectClientTest, MemoryListingPages) {
+  MemoryObjectClient m;
+  for (const char* k : {"b/2.jpg", "a/1.jpg", "c.txt"}) m.Put(k, k);
+  auto p1 = m.List("", 2);
+  ASSERT_TRUE(p1.has_value());
+  ASSERT_EQ(p1->entries.size(), 2u);
+  EXPECT_EQ(p1->entries[0].key, "a/1.jpg");
+  auto p2 = m.List(p1->next_token, 2);
+  ASSERT_TRUE(p2.has_value());
+  ASSERT_EQ(p2->entries.size(), 1u);
+  EXPECT_EQ(p2->entries[0].key, "c.txt");
+  EXPECT_TRUE(p2->next_token.empty());
+}
+
+TEST(ObjectProtocolTest, HttpKeepsASignedQueryButNeverShowsIt) {
+  auto root = ParseUrl("https://cdn.example.com/stores/one?sv=2024&sig=SECRET%2Bx");
+  ASSERT_TRUE(root.has_value());
+  EXPECT_EQ(root->ToString(), "https://cdn.example.com/stores/one");
+  HttpProtocol p(*root);
+  EXPECT_EQ(p.ObjectUrl("records/a b.pcr"),
+            "https://cdn.example.com/stores/one/records/a%20b.pcr?sv=2024&sig=SECRET%2Bx");
+  EXPECT_EQ(p.Name("records/a b.pcr"), "https://cdn.example.com/stores/one/records/a%20b.pcr");
+  EXPECT_FALSE(p.ListUrl("", 10).has_value());
+  EXPECT_FALSE(ParseUrl("s3://bucket/p?x=1").has_value());
+  EXPECT_FALSE(ParseUrl("http://h/p#frag").has_value());
+}
+
+TEST(ObjectProtocolTest, S3ListingIsParsedRelativeToThePrefix) {
+  S3Config c;
+  c.bucket = "b";
+  c.prefix = "train";
+  c.endpoint = *ParseUrl("http://127.0.0.1:9000");
+  S3Protocol p(c);
+  EXPECT_EQ(p.Name("cats/a.jpg"), "s3://b/train/cats/a.jpg");
+  EXPECT_EQ(p.ObjectUrl(""), "http://127.0.0.1:9000/b/train");
+  const std::string page =
+      "<?xml version=\"1.0\"?><ListBucketResult><IsTruncated>true</IsTruncated>"
+      "<Contents><Key>train/</Key><Size>0</Size><LastModified>2026-01-02T03:04:05.678Z"
+      "</LastModified></Contents>"
+      "<Contents><Key>train/cats/a&amp;b.jpg</Key><Size>12</Size><LastModified>"
+      "2026-01-02T03:04:05Z</LastModified></Contents>"
+      "<NextContinuationToken>tok&lt;1</NextContinuationToken></ListBucketResult>";
+  auto l = p.ParseListing(page);
+  ASSERT_TRUE(l.has_value()) << l.error().ToString();
+  ASSERT_EQ(l->entries.size(), 1u);
+  EXPECT_EQ(l->entries[0].key, "cats/a&b.jpg");
+  EXPECT_EQ(l->entries[0].size, 12u);
+  EXPECT_EQ(l->next_token, "tok<1");
+  auto outside = p.ParseListing(
+      "<ListBucketResult><Contents><Key>other/x</Key><Size>1</Size><LastModified>"
+      "2026-01-02T03:04:05Z</LastModified></Contents></ListBucketResult>");
+  ASSERT_FALSE(outside.has_value());
+  EXPECT_NE(outside.error().message().find("outside the prefix"), std::string::npos);
+  EXPECT_FALSE(p.ParseListing("<ListBucketResult><IsTruncated>true</IsTruncated>"
+                              "</ListBucketResult>")
+                   .has_value());
+  EXPECT_FALSE(p.ParseListing("<html>").has_value());
+}
+
+TEST(RequestSignerTest, WhatCountsAsARefusedAuthority) {
+  EXPECT_TRUE(RefusalIsAuth(400, "ExpiredToken"));
+  EXPECT_TRUE(RefusalIsAuth(403, "InvalidAccessKeyId"));
+  EXPECT_TRUE(RefusalIsAuth(403, "SignatureDoesNotMatch"));
+  EXPECT_TRUE(RefusalIsAuth(403, "AuthenticationFailed"));
+  EXPECT_TRUE(RefusalIsAuth(401, ""));
+  EXPECT_FALSE(RefusalIsAuth(403, "AccessDenied"));
+  EXPECT_FALSE(RefusalIsAuth(404, "ExpiredToken"));
+  EXPECT_FALSE(RefusalIsAuth(400, "InvalidRequest"));
+}
+
+// Credentials that a test rotates: generation n has access key "AK<n>".
+class RotatingSource final : public AwsCredentialSource {
+ public:
+  std::shared_ptr<const AwsCredentialsSnapshot> Current() const override {
+    MutexLock lock(&mu_);
+    return current_;
+  }
+  bool RequestRenewal(uint64_t generation) const override {
+    renewals_asked_++;
+    MutexLock lock(&mu_);
+    if (generation == current_->generation) Rotate();
+    return true;
+  }
+  std::string DescribeJson() const override { return R"({"source":"test"})"; }
+  void Rotate() const REQUIRES(mu_) {
+    const uint64_t g = current_->generation + 1;
+    current_ = std::make_shared<AwsCredentialsSnapshot>(AwsCredentialsSnapshot{
+        Credentials("AK" + std::to_string(g), "SK" + std::to_string(g)), std::nullopt, g, "test"});
+  }
+  mutable std::atomic<int> renewals_asked_{0};
+
+ private:
+  mutable Mutex mu_;
+  mutable std::shared_ptr<const AwsCredentialsSnapshot> current_ GUARDED_BY(mu_) =
+      std::make_shared<AwsCredentialsSnapshot>(AwsCredentialsSnapshot{Credentials("AK1", "SK1"),
+                                                                      std::nullopt, 1, "test"});
+};
+
+// The server accepts only the newest key (AK2): AK1 gets 400 ExpiredToken, as S3 answers.
+TEST(HttpAuthTest, AnExpiredCredentialIsRenewedAndTheReadRetried) {
+  const std::string obj = Bytes(100);
+  TestHttpServer server([&](const std::string& req, int) {
+    if (req.find("Credential=AK2/") == std::string::npos) {
+      return TestHttpServer::Reply(400, "Bad Request",
+                                   "<Error><Code>ExpiredToken</Code><Message>x</Message></Error>");
+    }
+    return TestHttpServer::Reply(206, "Partial Content", obj.substr(0, 10),
+                                 "Content-Range: bytes 0-9/100\r\n");
+  });
+  auto source = std::make_shared<RotatingSource>();
+  HttpClientOptions o;
+  o.signer = std::make_shared<SigV4RequestSigner>(source, "us-east-1");
+  auto http = HttpClient::Create(o);
+  ASSERT_TRUE(http.has_value());
+  auto client = MakeHttpObjectClient(std::shared_ptr<HttpClient>(std::move(*http)),
+                                     std::make_unique<HttpProtocol>(*ParseUrl(server.url(""))));
+  std::string got;
+  auto r = ReadRange(*client, "k", 0, 10, &got, 100);
+  ASSERT_TRUE(r.has_value()) << r.error().ToString();
+  EXPECT_EQ(got, obj.substr(0, 10));
+  EXPECT_EQ(r->attempts, 2);
+  EXPECT_EQ(source->renewals_asked_.load(), 1);
+  EXPECT_EQ(client->stats().retries[static_cast<size_t>(RetryReason::kAuth)], 1u);
+}
+
+// A refusal the signer cannot help (AccessDenied; or static keys) fails at once, counted by
+// reason.
+TEST(HttpAuthTest, AccessDeniedIsNotRetriedAndIsCountedByReason) {
+  TestHttpServer server([&](const std::string&, int) {
+    return TestHttpServer::Reply(403, "Forbidden", "<Error><Code>AccessDenied</Code></Error>");
+  });
+  auto source = std::make_shared<RotatingSource>();
+  HttpClientOptions o;
+  o.signer = std::make_shared<SigV4RequestSigner>(source, "us-east-1");
+  auto http = HttpClient::Create(o);
+  ASSERT_TRUE(http.has_value());
+  std::shared_ptr<HttpClient> shared(std::move(*http));
+  auto client =
+      MakeHttpObjectClient(shared, std::make_unique<HttpProtocol>(*ParseUrl(server.url(""))));
+  std::string got;
+  auto r = ReadRange(*client, "k", 0, 10, &got, 100);
+  ASSERT_FALSE(r.has_value());
+  EXPECT_EQ(server.requests(), 1);
+  EXPECT_EQ(source->renewals_asked_.load(), 0);
+  EXPECT_EQ(shared->stats().failed_by_reason.at("403 AccessDenied"), 1u);
+}
+
+// A bearer token in a header file that is rewritten: the 401 makes the client look at the file
+// again, and the retry carries the new token.
+TEST(HttpAuthTest, ARotatedHeaderFileIsReadAgainAfterA401) {
+  auto dir = std::filesystem::temp_directory_path() / ("hf-" + std::to_string(::getpid()));
+  std::filesystem::create_directories(dir);
+  const std::string file = (dir / "headers").string();
+  std::ofstream(file) << "Authorization: Bearer token-1\n";
+  TestHttpServer server([&](const std::string& req, int) {
+    if (req.find("Authorization: Bearer token-22\r\n") == std::string::npos) {
+      return TestHttpServer::Reply(401, "Unauthorized", "");
+    }
+    return TestHttpServer::Reply(200, "OK", "0123456789");
+  });
+  HttpClientOptions o;
+  o.headers_file = file;
+  auto http = HttpClient::Create(o);
+  ASSERT_TRUE(http.has_value());
+  auto client = MakeHttpObjectClient(std::shared_ptr<HttpClient>(std::move(*http)),
+                                     std::make_unique<HttpProtocol>(*ParseUrl(server.url(""))));
+  ObjectGet g;
+  g.key = "k";
+  auto refused = client->GetBlocking(g);
+  ASSERT_FALSE(refused.has_value());  // token-1, and the file did not change
+  EXPECT_NE(refused.error().message().find("401"), std::string::npos);
+  std::ofstream(file) << "Authorization: Bearer token-22\n";  // rotated
+  auto r = client->GetBlocking(g);
+  ASSERT_TRUE(r.has_value()) << r.error().ToString();
+  EXPECT_EQ(r->body, "0123456789");
+  std::filesystem::remove_all(dir);
+}
+
+}  // namespace
+}  // namespace pcrfs
