@@ -672,7 +672,11 @@ struct ProfileWalk {
       if (files_only) return Err(NeedsMore("credential_process"));
       const std::string what = "profile '" + name + "' credential_process";
       auto out = in.deps.run_process(command);
-      if (!out) return Err(Status::IOError(what + ": " + OneLine(out.error().message(), 300)));
+      if (!out) {
+        // The runner's message names credential_process and its exit status already.
+        return Err(
+            Status::IOError("profile '" + name + "': " + OneLine(out.error().message(), 300)));
+      }
       auto f = ParseProcessCredentials(*out);
       if (!f) return Err(Status::Corruption(what + ": " + f.error().message()));
       f->source = "profile " + name + " (credential_process)";
