@@ -195,8 +195,9 @@ Result<Clock::time_point> ParseIso8601(std::string_view s) {
       !digits(2, &second)) {
     return bad();
   }
-  if (year < 1970 || month < 1 || month > 12 || day < 1 || day > 31 || hour > 23 || minute > 59 ||
-      second > 60) {
+  // 1970 to 9000: no credential expires outside, and every result formats back as 4 digits.
+  if (year < 1970 || year > 9000 || month < 1 || month > 12 || day < 1 || day > 31 || hour > 23 ||
+      minute > 59 || second > 60) {
     return bad();
   }
   std::chrono::nanoseconds fraction{0};
@@ -232,6 +233,7 @@ Result<Clock::time_point> ParseIso8601(std::string_view s) {
       DaysFromCivil(year, static_cast<unsigned>(month), static_cast<unsigned>(day));
   const int64_t seconds =
       days * 86400 + hour * 3600 + minute * 60 + second - int64_t{offset_minutes} * 60;
+  if (seconds < 0) return bad();
   return Clock::time_point(
       std::chrono::duration_cast<Clock::duration>(std::chrono::seconds(seconds) + fraction));
 }
