@@ -224,6 +224,7 @@ Result<RemoteAccess> RemoteAccess::Create(const std::string& url, const RemoteOp
   a.url = loc->url;
   a.name = loc->name;
   a.is_bucket = loc->s3.has_value();
+  PCRFS_RETURN_ERR_IF_ERROR(StartCredentialRenewal(*loc));  // a long build outlives a token
   auto client = MakeObjectClient(*loc);
   if (!client) return Err(client.error());
   a.client = std::move(*client);

@@ -302,6 +302,10 @@ int OpenAndServe(fuse_session* se, Filesystem** fs_slot, const MountConfig& conf
   std::shared_ptr<ObjectClient> client;
   std::shared_ptr<RangeCache> cache;
   if (location.remote) {  // after the fork: curl's threads and handles do not survive one
+    if (Status s = StartCredentialRenewal(location); !s.ok()) {
+      Log(LogLevel::kError, location.name + ": " + s.message());
+      return 2;
+    }
     auto created = MakeObjectClient(location);
     if (!created) {
       Log(LogLevel::kError, location.name + ": " + created.error().message());

@@ -17,7 +17,7 @@
 #include <random>
 #include <vector>
 
-#include "remote/aws_credential_source.h"
+#include "remote/aws_credentials.h"
 #include "remote/http_client.h"
 #include "remote/object_protocols.h"
 #include "remote/remote_file.h"
@@ -124,10 +124,11 @@ int Main(int argc, char** argv) {
   if (store->is_s3()) {
     auto config = ResolveS3Config(*store, s3);
     if (!config.has_value()) return Fail(config.error(), nullptr);
-    if (!config->credentials.empty()) {
-      options.signer = std::make_shared<SigV4RequestSigner>(
-          std::make_shared<StaticCredentialSource>(config->credentials, config->credentials_source),
-          config->region);
+    if (config->aws_credentials != nullptr) {
+      Status started = config->aws_credentials->StartRenewal();
+      if (!started.ok()) return Fail(started, nullptr);
+      options.signer =
+          std::make_shared<SigV4RequestSigner>(config->aws_credentials, config->region);
     }
     protocol = std::make_unique<S3Protocol>(*config);
   } else {

@@ -1,14 +1,17 @@
 #include "remote/s3_config.h"
 
+#include <pwd.h>
+#include <unistd.h>
+
+#include <cerrno>
 #include <cstdlib>
 #include <fstream>
-#include <map>
-#include <sstream>
+#include <vector>
+
+#include "remote/aws_credentials.h"
 
 namespace pcrfs {
 namespace {
-
-using IniFile = std::map<std::string, std::map<std::string, std::string>>;
 
 std::string Trim(std::string s) {
   size_t b = s.find_first_not_of(" \t\r");
@@ -17,50 +20,24 @@ std::string Trim(std::string s) {
   return s.substr(b, e - b + 1);
 }
 
-// The INI dialect of the AWS CLI: [section], key = value, '#' and ';' comments. Nested values
-// (indented lines under "s3 =") are read as keys of their own, which is harmless here.
-Result<IniFile> ReadIni(const std::string& path, bool* exists) {
-  IniFile ini;
-  std::ifstream in(path);
-  *exists = false;
-  if (!in) {
-    if (errno == ENOENT || errno == ENOTDIR) return ini;
-    return Err(Status::FromErrno(path, errno));
-  }
-  *exists = true;
-  std::string line, section;
-  while (std::getline(in, line)) {
-    line = Trim(line);
-    if (line.empty() || line[0] == '#' || line[0] == ';') continue;
-    if (line.front() == '[' && line.back() == ']') {
-      section = Trim(line.substr(1, line.size() - 2));
-      ini[section];
-      continue;
-    }
-    size_t eq = line.find('=');
-    if (eq == std::string::npos) continue;
-    ini[section][Trim(line.substr(0, eq))] = Trim(line.substr(eq + 1));
-  }
-  if (in.bad()) return Err(Status::IOError(path + ": read error"));
-  return ini;
-}
-
 std::string Get(const EnvLookup& env, const char* name) {
   const char* v = env(name);
   return v == nullptr ? "" : std::string(v);
 }
 
-std::string HomeFile(const EnvLookup& env, const char* var, const char* rel) {
+std::string HomeFile(const EnvLookup& env, const std::string& option, const char* var,
+                     const char* rel) {
+  if (!option.empty()) return option;
   std::string v = Get(env, var);
   if (!v.empty()) return v;
-  std::string home = Get(env, "HOME");
+  std::string home = HomeDirectory(env);
   return home.empty() ? "" : home + "/" + rel;
 }
 
-// The profile in use and the AWS config file that may describe it.
+// The profile in use and the AWS config file that may give its region. (Its credentials are
+// the credential chain's business: remote/aws_credentials.cc.)
 struct Profile {
   std::string name;
-  bool named = false;  // by the option or AWS_PROFILE, so it must exist
   std::string config_path;
   bool config_exists = false;
   IniFile config;
@@ -74,10 +51,9 @@ struct Profile {
 
 Result<Profile> LoadProfile(const S3Options& options, const EnvLookup& env) {
   Profile p;
-  p.named = !options.profile.empty() || !Get(env, "AWS_PROFILE").empty();
   p.name = !options.profile.empty() ? options.profile : Get(env, "AWS_PROFILE");
   if (p.name.empty()) p.name = "default";
-  p.config_path = HomeFile(env, "AWS_CONFIG_FILE", ".aws/config");
+  p.config_path = HomeFile(env, options.config_file, "AWS_CONFIG_FILE", ".aws/config");
   if (!p.config_path.empty()) {
     auto ini = ReadIni(p.config_path, &p.config_exists);
     if (!ini.has_value()) return Err(ini.error());
@@ -152,73 +128,80 @@ Status ResolveEndpoint(const S3Options& options, const EnvLookup& env, S3Config*
   return Status::OK();
 }
 
-// Keys from the shared credentials file, or from the config file's profile section.
-Status CredentialsFromFiles(const EnvLookup& env, const Profile& profile, S3Config* c) {
-  std::string cred_path = HomeFile(env, "AWS_SHARED_CREDENTIALS_FILE", ".aws/credentials");
-  bool cred_exists = false;
-  IniFile creds;
-  if (!cred_path.empty()) {
-    auto ini = ReadIni(cred_path, &cred_exists);
-    if (!ini.has_value()) return ini.error();
-    creds = std::move(*ini);
-  }
-  // The credentials file names sections by the bare profile; the config file may hold keys too.
-  const std::map<std::string, std::string>* section = nullptr;
-  std::string section_file;
-  const auto* config_section = profile.ConfigSection();
-  if (creds.count(profile.name)) {
-    section = &creds[profile.name];
-    section_file = cred_path;
-  } else if (config_section != nullptr && config_section->count("aws_access_key_id")) {
-    section = config_section;
-    section_file = profile.config_path;
-  }
-  if (section == nullptr) {
-    if (profile.named) {
-      return Status::InvalidArgument("profile '" + profile.name + "' not found in " +
-                                     (cred_path.empty() ? "~/.aws/credentials" : cred_path) +
-                                     (profile.config_exists ? " or " + profile.config_path : ""));
-    }
-    c->credentials_source = "none (anonymous)";
-    return Status::OK();
-  }
-  auto find = [&](const char* k) {
-    auto it = section->find(k);
-    return it == section->end() ? std::string() : it->second;
-  };
-  std::string fak = find("aws_access_key_id"), fsk = find("aws_secret_access_key");
-  if (fak.empty() || fsk.empty()) {
-    return Status::InvalidArgument(section_file + ": profile '" + profile.name +
-                                   "' needs aws_access_key_id and aws_secret_access_key");
-  }
-  c->credentials = Credentials(fak, fsk, find("aws_session_token"));
-  c->credentials_source = section_file + " [" + profile.name + "]";
-  return Status::OK();
-}
-
-Status ResolveCredentials(const S3Options& options, const EnvLookup& env, const Profile& profile,
+// The credential chain for this store's region. Nothing found anywhere is anonymous access (a
+// public bucket), as it was before the chain; anything configured that fails is an error.
+Status ResolveCredentials(const S3Options& options, const EnvLookup& env,
+                          std::function<Result<SimpleHttpResponse>(const SimpleHttpRequest&)> http,
                           S3Config* c) {
   if (options.no_sign) {
     c->credentials_source = "none (no_sign)";
     return Status::OK();
   }
-  std::string ak = Get(env, "AWS_ACCESS_KEY_ID");
-  std::string sk = Get(env, "AWS_SECRET_ACCESS_KEY");
-  if (ak.empty() && sk.empty()) return CredentialsFromFiles(env, profile, c);
-  if (ak.empty() || sk.empty()) {
-    return Status::InvalidArgument(
-        "AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY must be set together (only " +
-        std::string(ak.empty() ? "AWS_SECRET_ACCESS_KEY" : "AWS_ACCESS_KEY_ID") + " is set)");
+  AwsCredentialOptions o;
+  o.profile = options.profile;
+  o.credentials_file = options.credentials_file;
+  o.config_file = options.config_file;
+  o.region = c->region;
+  AwsCredentialDeps deps;
+  deps.env = env;
+  deps.http = std::move(http);
+  auto resolved = ResolveAwsCredentials(o, std::move(deps));
+  if (!resolved.has_value()) {
+    if (!resolved.error().IsNotFound()) return resolved.error();
+    c->credentials_source = "none (anonymous: " + resolved.error().message() + ")";
+    return Status::OK();
   }
-  c->credentials = Credentials(ak, sk, Get(env, "AWS_SESSION_TOKEN"));
-  c->credentials_source = "environment";
+  c->aws_credentials = *resolved;
+  auto snapshot = c->aws_credentials->Current();
+  c->credentials = snapshot->credentials;
+  c->credentials_source = snapshot->source;
   return Status::OK();
 }
 
 }  // namespace
 
-Result<S3Config> ResolveS3Config(const Url& store, const S3Options& options,
-                                 const EnvLookup& env_in) {
+Result<IniFile> ReadIni(const std::string& path, bool* exists) {
+  IniFile ini;
+  std::ifstream in(path);
+  *exists = false;
+  if (!in) {
+    if (errno == ENOENT || errno == ENOTDIR) return ini;
+    return Err(Status::FromErrno(path, errno));
+  }
+  *exists = true;
+  std::string line, section;
+  while (std::getline(in, line)) {
+    line = Trim(line);
+    if (line.empty() || line[0] == '#' || line[0] == ';') continue;
+    if (line.front() == '[' && line.back() == ']') {
+      section = Trim(line.substr(1, line.size() - 2));
+      ini[section];
+      continue;
+    }
+    size_t eq = line.find('=');
+    if (eq == std::string::npos) continue;
+    ini[section][Trim(line.substr(0, eq))] = Trim(line.substr(eq + 1));
+  }
+  if (in.bad()) return Err(Status::IOError(path + ": read error"));
+  return ini;
+}
+
+std::string HomeDirectory(const EnvLookup& env) {
+  const char* home = env ? env("HOME") : std::getenv("HOME");
+  if (home != nullptr && home[0] != '\0') return home;
+  std::vector<char> buf(16384);
+  struct passwd pw;
+  struct passwd* result = nullptr;
+  if (::getpwuid_r(::geteuid(), &pw, buf.data(), buf.size(), &result) == 0 && result != nullptr &&
+      result->pw_dir != nullptr) {
+    return result->pw_dir;
+  }
+  return "";
+}
+
+Result<S3Config> ResolveS3Config(
+    const Url& store, const S3Options& options, const EnvLookup& env_in,
+    std::function<Result<SimpleHttpResponse>(const SimpleHttpRequest&)> http) {
   EnvLookup env = env_in ? env_in : EnvLookup([](const char* n) { return std::getenv(n); });
   if (!store.is_s3()) {
     return Err(Status::InvalidArgument(store.ToString() + ": not an s3:// URL"));
@@ -231,7 +214,7 @@ Result<S3Config> ResolveS3Config(const Url& store, const S3Options& options,
   if (!profile.has_value()) return Err(profile.error());
   PCRFS_RETURN_ERR_IF_ERROR(ResolveRegion(options, env, *profile, &c));
   PCRFS_RETURN_ERR_IF_ERROR(ResolveEndpoint(options, env, &c));
-  PCRFS_RETURN_ERR_IF_ERROR(ResolveCredentials(options, env, *profile, &c));
+  PCRFS_RETURN_ERR_IF_ERROR(ResolveCredentials(options, env, std::move(http), &c));
   return c;
 }
 

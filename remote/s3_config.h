@@ -4,12 +4,14 @@
 #pragma once
 
 #include <functional>
+#include <map>
 #include <memory>
 #include <optional>
 #include <string>
 
 #include "common/status.h"
 #include "remote/sigv4.h"
+#include "remote/simple_http.h"
 #include "remote/url.h"
 
 namespace pcrfs {
@@ -33,6 +35,20 @@ struct S3Options {
 // Reads an environment variable; nullptr when unset. Tests pass their own.
 using EnvLookup = std::function<const char*(const char*)>;
 
+class AwsCredentialSource;
+class RenewingCredentials;
+
+// An AWS CLI INI file: section name -> key -> value.
+using IniFile = std::map<std::string, std::map<std::string, std::string>>;
+// Reads the INI dialect of the AWS CLI: [section], key = value, '#' and ';' comments. Nested
+// values (indented lines under "s3 =") are read as keys of their own, which is harmless here.
+// A file that does not exist is an empty IniFile with *exists false, not an error.
+Result<IniFile> ReadIni(const std::string& path, bool* exists);
+
+// The home folder for ~/.aws: $HOME, else the password database's home of the effective user
+// (mount(8) starts helpers without HOME); "" when neither is known.
+std::string HomeDirectory(const EnvLookup& env);
+
 struct S3Config {
   // gs://: Google Cloud Storage's S3-compatible XML API (default endpoint
   // https://storage.googleapis.com, region "auto", HMAC keys as AWS keys).
@@ -42,10 +58,16 @@ struct S3Config {
   std::string region;
   Url endpoint;  // http(s)://host[:port][/path] of the S3 service
   bool path_style = true;
-  // Empty for anonymous access: requests go unsigned.
+  // Empty for anonymous access: requests go unsigned. The credentials found at resolution
+  // (aws_credentials->Current()); they may expire: sign with aws_credentials.
   Credentials credentials;
-  std::string region_source;       // "option", "AWS_REGION", "~/.aws/config", "default", ...
-  std::string credentials_source;  // "environment", "shared credentials file", "none", ...
+  // The credential chain's result (remote/aws_credentials.h), which renews temporary
+  // credentials once its StartRenewal() is called; nullptr when anonymous.
+  std::shared_ptr<RenewingCredentials> aws_credentials;
+  std::string region_source;  // "option", "AWS_REGION", "~/.aws/config", "default", ...
+  // The snapshot's source ("environment", "profile train (credential_process)", ...), or
+  // "none (no_sign)", "none (anonymous: no AWS credentials: ...)".
+  std::string credentials_source;
 
   // The http(s) URL of the object `name` under the store's prefix: the key URI-encoded once
   // (SigV4 rules, '/' kept), path style ENDPOINT/BUCKET/KEY or virtual host BUCKET.HOST/KEY.
@@ -63,13 +85,18 @@ struct S3Config {
 //               AWS_CONFIG_FILE or ~/.aws/config ("[default]", "[profile NAME]"), else us-east-1;
 //  endpoint:    options.endpoint, AWS_ENDPOINT_URL_S3, AWS_ENDPOINT_URL, else
 //               https://s3.REGION.amazonaws.com;
-//  credentials: none with options.no_sign; else AWS_ACCESS_KEY_ID + AWS_SECRET_ACCESS_KEY
-//               (+ AWS_SESSION_TOKEN); else the profile (options.profile, AWS_PROFILE, "default")
-//               in AWS_SHARED_CREDENTIALS_FILE or ~/.aws/credentials; else anonymous.
-// Errors (InvalidArgument, one line naming the option, variable or file): not an s3 URL, a bad
-// endpoint URL, an access key without a secret, a profile named explicitly but absent, an
-// unreadable file. A file that does not exist is not an error. Never reveals a secret.
-Result<S3Config> ResolveS3Config(const Url& store, const S3Options& options,
-                                 const EnvLookup& env = nullptr);
+//  credentials: none with options.no_sign; else the AWS credential chain
+//               (ResolveAwsCredentials in remote/aws_credentials.h: environment, profile,
+//               web identity, container, instance metadata) for the resolved region; when the
+//               chain finds nothing anywhere (NotFound), anonymous, as before the chain.
+// Errors (one line naming the option, variable or file): not an s3 URL, a bad endpoint URL,
+// the credential chain's errors (an access key without a secret, a profile named explicitly
+// but absent, a failing credential_process or STS call, ...), an unreadable file. A file that
+// does not exist is not an error. Never reveals a secret. Blocks while the chain runs (up to
+// about 2 s probing instance metadata on a machine without it).
+// `http` replaces the chain's HTTP calls (tests); nullptr: SimpleHttp.
+Result<S3Config> ResolveS3Config(
+    const Url& store, const S3Options& options, const EnvLookup& env = nullptr,
+    std::function<Result<SimpleHttpResponse>(const SimpleHttpRequest&)> http = nullptr);
 
 }  // namespace pcrfs

@@ -13,6 +13,7 @@
 
 #include "common/file_util.h"
 #include "remote/aws_credential_source.h"
+#include "remote/aws_credentials.h"
 #include "remote/object_protocols.h"
 #include "remote/remote_file.h"
 #include "remote/sigv4.h"
@@ -42,6 +43,14 @@ Status FetchOne(ObjectClient& client, const StoreLocation& loc, const char* name
   auto r = Download(client, name, dest, SavedEtag(dest));
   if (!r) {
     const Status& e = r.error();
+    if (e.sys_errno() == EACCES && loc.s3 && loc.aws_credentials == nullptr &&
+        !loc.options.s3.no_sign) {
+      // Unsigned because nothing was found: say that, not only the server's 403.
+      return Status::IOError(loc.name + ": refused to an anonymous request (" + e.message() +
+                                 "); " + loc.s3->credentials_source +
+                                 " (-o no_sign for a public bucket)",
+                             EACCES);
+    }
     if (e.IsNotFound()) {
       if (std::string_view(name) == index::kManifestFile) {
         return Status::InvalidArgument(loc.name + ": not a pcrfs store (no " +
@@ -124,10 +133,7 @@ Result<StoreLocation> ResolveLocation(const std::string& store, const RemoteOpti
     auto s3 = ResolveS3Config(*url, options.s3, env);
     if (!s3) return Err(s3.error());
     loc.s3 = std::move(*s3);
-    if (!loc.s3->credentials.empty()) {
-      loc.aws_credentials =
-          std::make_shared<StaticCredentialSource>(loc.s3->credentials, loc.s3->credentials_source);
-    }
+    loc.aws_credentials = loc.s3->aws_credentials;
   }
   return loc;
 }
@@ -234,6 +240,13 @@ Result<std::unique_ptr<index::Store>> OpenStoreAt(const StoreLocation& location,
   return store;
 }
 
+Status StartCredentialRenewal(const StoreLocation& location) {
+  if (location.s3 && location.s3->aws_credentials != nullptr) {
+    return location.s3->aws_credentials->StartRenewal();
+  }
+  return Status::OK();
+}
+
 Result<std::unique_ptr<index::Store>> OpenStoreLocation(const std::string& store,
                                                         const RemoteOptions& options,
                                                         std::shared_ptr<ObjectClient>* client_out) {
@@ -241,6 +254,7 @@ Result<std::unique_ptr<index::Store>> OpenStoreLocation(const std::string& store
   if (!loc) return Err(loc.error());
   std::shared_ptr<ObjectClient> client;
   if (loc->remote) {
+    PCRFS_RETURN_ERR_IF_ERROR(StartCredentialRenewal(*loc));
     auto c = MakeObjectClient(*loc);
     if (!c) return Err(c.error());
     client = std::move(*c);

@@ -101,6 +101,10 @@ Result<std::unique_ptr<index::Store>> OpenStoreAt(
 Result<std::shared_ptr<RangeCache>> OpenRangeCache(const StoreLocation& location,
                                                    std::string* note);
 
+// Starts renewing the location's temporary credentials in the background (a thread: call it
+// in the process that reads, after any fork). Nothing to do for other locations.
+Status StartCredentialRenewal(const StoreLocation& location);
+
 // Both steps with a new client (nullptr for a local store); `client` (if given) receives it.
 Result<std::unique_ptr<index::Store>> OpenStoreLocation(
     const std::string& store, const RemoteOptions& options,

@@ -6,6 +6,8 @@
 //   OUTDIR/record/    records written by RecordWriter from transcoded JPEGs and passthrough files
 //   OUTDIR/entry/     8-byte inode + EncodeEntry() of a root, a folder, a JPEG and a passthrough
 //   OUTDIR/manifest/  Manifest::ToJson() with and without a quality section
+//   OUTDIR/aws_credentials/  a selector byte + an STS answer (credentials, error), a
+//                     credential_process JSON, an IMDS JSON, expiration times
 // Exit codes: 0 done, 1 something failed, 2 usage.
 
 #include <sys/stat.h>
@@ -15,6 +17,7 @@
 #include <cstdio>
 #include <cstring>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "codec/transcoder.h"
@@ -263,6 +266,37 @@ bool WriteManifestSeeds(const std::string& dir) {
   return Write(dir + "/quality.json", m.ToJson());
 }
 
+// The first byte picks the parser (tests/fuzz/aws_credentials_fuzzer.cc): 0 STS XML, 1
+// credential_process JSON, 2 container / IMDS JSON, 3 ISO 8601.
+bool WriteAwsCredentialsSeeds(const std::string& dir) {
+  if (!MakeDir(dir)) return false;
+  const std::pair<const char*, std::string> seeds[] = {
+      {"sts.xml",
+       std::string(1, '\0') +
+           "<AssumeRoleResponse><AssumeRoleResult><Credentials><AccessKeyId>ASIAEXAMPLE"
+           "</AccessKeyId><SecretAccessKey>wJalr/K7MDENG&amp;x</SecretAccessKey><SessionToken>"
+           "FwoGZXIvYXdz</SessionToken><Expiration>2026-11-27T12:00:00Z</Expiration>"
+           "</Credentials></AssumeRoleResult></AssumeRoleResponse>"},
+      {"sts_error.xml",
+       std::string(1, '\0') +
+           "<ErrorResponse><Error><Type>Sender</Type><Code>AccessDenied</Code><Message>not "
+           "authorized</Message></Error></ErrorResponse>"},
+      {"process.json",
+       std::string(1, '\1') +
+           R"({"Version":1,"AccessKeyId":"ASIA","SecretAccessKey":"s","SessionToken":"t",)"
+           R"("Expiration":"2026-11-27T12:00:00.123+00:00"})"},
+      {"imds.json",
+       std::string(1, '\2') +
+           R"({"Code":"Success","Type":"AWS-HMAC","AccessKeyId":"ASIA","SecretAccessKey":"s",)"
+           R"("Token":"t","Expiration":"2026-11-27T12:00:00Z"})"},
+      {"time", std::string(1, '\3') + "2026-11-27T13:30:00.5-01:30"},
+  };
+  for (const auto& [name, text] : seeds) {
+    if (!Write(dir + "/" + name, text)) return false;
+  }
+  return true;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -275,6 +309,8 @@ int main(int argc, char** argv) {
   index::RecordLayout layout;
   const bool ok = MakeDir(out) && MakeJpegs(&jpegs) && WriteCodecSeeds(out + "/codec", jpegs) &&
                   WriteRecordSeeds(out + "/record", jpegs, &layout) &&
-                  WriteEntrySeeds(out + "/entry", layout) && WriteManifestSeeds(out + "/manifest");
+                  WriteEntrySeeds(out + "/entry", layout) &&
+                  WriteManifestSeeds(out + "/manifest") &&
+                  WriteAwsCredentialsSeeds(out + "/aws_credentials");
   return ok ? 0 : 1;
 }
