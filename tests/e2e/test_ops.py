@@ -51,11 +51,13 @@ def damage_one_file(store, rel):
     piece = pcr_cat(store, rel, 3)[l2:l3]
     for name in sorted(os.listdir(os.path.join(store, "records"))):
         path = os.path.join(store, "records", name)
-        data = bytearray(open(path, "rb").read())
+        with open(path, "rb") as f:
+            data = bytearray(f.read())
         pos = data.find(piece)
         if pos > 0:
             data[pos + len(piece) // 2] ^= 0x55
-            open(path, "wb").write(bytes(data))
+            with open(path, "wb") as f:
+                f.write(bytes(data))
             return
     raise AssertionError(f"no record holds the level-3 piece of {rel}")
 
@@ -190,10 +192,11 @@ class LogFileTest(LocalStoreCase):
         self.assertTrue(is_mounted(mnt))
         # ... and the log file, as did what the daemon met once detached.
         with self.assertRaises(OSError) as cm:
-            open(os.path.join(mnt, "scan5", "d1", "05.jpg"), "rb").read()
+            with open(os.path.join(mnt, "scan5", "d1", "05.jpg"), "rb") as f:
+                f.read()
         self.assertEqual(cm.exception.errno, errno.EIO)
-        self.assertEqual(open(os.path.join(mnt, "scan2", "d1", "05.jpg"), "rb").read(),
-                         pcr_cat(self.store, "d1/05.jpg", 2))
+        with open(os.path.join(mnt, "scan2", "d1", "05.jpg"), "rb") as f:
+            self.assertEqual(f.read(), pcr_cat(self.store, "d1/05.jpg", 2))
         wait_for(lambda: any("damaged data" in line for line in log_lines(log)),
                  what="the damage line in the log file")
         unmount(mnt)
@@ -213,7 +216,7 @@ class LogFileTest(LocalStoreCase):
         mnt = self.mnt("fg")
         with Mount(self.store, mnt, "-o", "prefetch_probe=1") as m:
             self.assert_serves_level5(os.path.join(mnt, "scan5"))
-        self.assertIn("pcrfs: note: -o prefetch_probe", m.log())
+            self.assertIn("pcrfs: note: -o prefetch_probe", m.log())
 
 
 class DiskCacheWarningTest(LoopbackServersCase):
