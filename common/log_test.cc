@@ -4,6 +4,12 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <regex>
+#include <sstream>
 #include <string>
 
 namespace pcrfs {
@@ -43,6 +49,96 @@ TEST(LogTest, DaemonWritesNothingToStderr) {
   const std::string out = CaptureStderr([] { Log(LogLevel::kInfo, "pcrfs log_test: ignore"); });
   SetLogSink(LogSink::kStderr);
   EXPECT_EQ(out, "");
+}
+
+std::string ReadFile(const std::string& path) {
+  std::ifstream f(path);
+  std::stringstream s;
+  s << f.rdbuf();
+  return s.str();
+}
+
+// A fresh folder, removed with what it holds.
+class LogFileTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    char tmpl[] = "/tmp/pcrfs-log-test-XXXXXX";
+    ASSERT_NE(::mkdtemp(tmpl), nullptr);
+    dir_ = tmpl;
+  }
+  void TearDown() override {
+    CloseLogFile();
+    SetLogSink(LogSink::kStderr);
+    std::filesystem::remove_all(dir_);
+  }
+  std::string dir_;
+};
+
+TEST_F(LogFileTest, EachMessageIsOneLineWithTimeLevelAndPid) {
+  const std::string path = dir_ + "/pcrfs.log";
+  ASSERT_TRUE(SetLogFile(path).ok());
+  SetLogSink(LogSink::kNone);
+  const std::string out = CaptureStderr([] {
+    Log(LogLevel::kWarning, "the disk cache is in use");
+    Log(LogLevel::kInfo, "two\nlines");
+    Log(LogLevel::kError, "last");
+  });
+  EXPECT_EQ(out, "");  // kNone: the file only
+  const std::string pid = std::to_string(::getpid());
+  const std::regex want("\\d{4}-\\d\\d-\\d\\dT\\d\\d:\\d\\d:\\d\\d\\.\\d{3}Z warning pcrfs\\[" +
+                        pid +
+                        "\\]: the disk cache is in use\n"
+                        "\\S+ info pcrfs\\[" +
+                        pid +
+                        "\\]: two\\\\nlines\n"
+                        "\\S+ error pcrfs\\[" +
+                        pid + "\\]: last\n");
+  const std::string got = ReadFile(path);
+  EXPECT_TRUE(std::regex_match(got, want)) << got;
+}
+
+TEST_F(LogFileTest, AppendsBesideStderrAndNeverTruncates) {
+  const std::string path = dir_ + "/pcrfs.log";
+  { std::ofstream(path) << "earlier line\n"; }
+  ASSERT_TRUE(SetLogFile(path).ok());
+  SetLogSink(LogSink::kStderr);
+  const std::string out = CaptureStderr([] { Log(LogLevel::kWarning, "both"); });
+  EXPECT_EQ(out, "pcrfs: both\n");
+  const std::string got = ReadFile(path);
+  EXPECT_EQ(got.rfind("earlier line\n", 0), 0u) << got;
+  EXPECT_NE(got.find(" warning pcrfs["), std::string::npos) << got;
+  EXPECT_EQ(got.substr(got.size() - 7), ": both\n") << got;
+}
+
+TEST_F(LogFileTest, AMissingFolderIsOneLineNamingThePath) {
+  const std::string path = dir_ + "/missing/pcrfs.log";
+  const Status s = SetLogFile(path);
+  ASSERT_FALSE(s.ok());
+  EXPECT_EQ(s.message(), "log file " + path + ": No such file or directory");
+  EXPECT_FALSE(std::filesystem::exists(path));
+  const Status d = SetLogFile(dir_);
+  ASSERT_FALSE(d.ok());
+  EXPECT_NE(d.message().find("log file " + dir_ + ": "), std::string::npos) << d.message();
+}
+
+TEST_F(LogFileTest, ReopenFollowsThePathAfterARotation) {
+  const std::string path = dir_ + "/pcrfs.log";
+  ASSERT_TRUE(SetLogFile(path).ok());
+  SetLogSink(LogSink::kNone);
+  Log(LogLevel::kInfo, "before");
+  std::filesystem::rename(path, path + ".1");
+  Log(LogLevel::kInfo, "still the old file");
+  ReopenLogFile();
+  Log(LogLevel::kInfo, "after");
+  const std::string old = ReadFile(path + ".1");
+  EXPECT_NE(old.find("before"), std::string::npos);
+  EXPECT_NE(old.find("still the old file"), std::string::npos);
+  const std::string now = ReadFile(path);
+  EXPECT_EQ(now.find("before"), std::string::npos) << now;
+  EXPECT_NE(now.find("after"), std::string::npos) << now;
+  CloseLogFile();
+  Log(LogLevel::kInfo, "nowhere");
+  EXPECT_EQ(ReadFile(path).find("nowhere"), std::string::npos);
 }
 
 }  // namespace

@@ -2,18 +2,21 @@
 #include "fs/daemon.h"
 
 #include <dirent.h>
+#include <fcntl.h>
 #include <fuse3/fuse_lowlevel.h>
 #include <sys/stat.h>
 #include <sys/vfs.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cerrno>
 #include <csignal>
 #include <cstddef>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <exception>
 #include <filesystem>
 #include <memory>
 #include <optional>
@@ -22,6 +25,7 @@
 #include <thread>
 #include <vector>
 
+#include "common/file_util.h"
 #include "common/log.h"
 #include "fs/filesystem.h"
 #include "fs/fuse_ops.h"
@@ -72,12 +76,25 @@ void PrintUsage(const char* prog) {
       "                           user)\n"
       "    -o allow_other         let other users read (implies default_permissions)\n"
       "    -o ro                  accepted (pcrfs always mounts read-only; rw is refused)\n"
+      "    -o log_file=PATH       append the daemon's messages to PATH, one line each with\n"
+      "                           its UTC time and level (default: stderr with -f, else\n"
+      "                           syslog); SIGHUP reopens it. Its folder must exist\n"
       "\n"
-      "remote stores (credentials come from the environment or ~/.aws, never options):\n"
+      "SIGTERM or SIGINT unmounts; SIGHUP re-reads credentials and header files, reopens\n"
+      "log_file and never unmounts.\n"
+      "\n"
+      "remote stores (credentials come from the environment or files, never options):\n"
       "    -o region=R            S3 region (default: AWS_REGION, ~/.aws/config, us-east-1)\n"
       "    -o endpoint=URL        S3 endpoint (MinIO, RGW, ...; default: AWS_ENDPOINT_URL_S3,\n"
       "                           AWS_ENDPOINT_URL, AWS's)\n"
       "    -o profile=P           profile of ~/.aws/credentials and ~/.aws/config\n"
+      "    -o credentials_file=F  the AWS credentials file (default:\n"
+      "                           AWS_SHARED_CREDENTIALS_FILE, ~/.aws/credentials); for\n"
+      "                           fstab and systemd, where HOME may be unset\n"
+      "    -o config_file=F       the AWS config file (default: AWS_CONFIG_FILE,\n"
+      "                           ~/.aws/config)\n"
+      "    -o account=NAME        Azure storage account, 3..24 lowercase letters and digits\n"
+      "                           (default: AZURE_STORAGE_ACCOUNT)\n"
       "    -o no_sign             anonymous S3 requests (a public bucket)\n"
       "    -o addressing=path|virtual  S3 addressing (default: path for -o endpoint)\n"
       "    -o header_file=F       \"Name: value\" lines sent with every request (a token)\n"
@@ -216,13 +233,15 @@ Result<int> ChooseLevel(const index::Store& store, double x) {
                                        "or without JPEGs): use -o scans=K"));
   }
   const index::Manifest& m = store.manifest();
-  std::fprintf(stderr,
-               "pcrfs: -o msssim=%g: serving level %d (5th-percentile MS-SSIM %.4f over %u "
-               "sampled JPEGs, %.1f%% of the source bytes)\n",
-               x, level, q.levels[static_cast<size_t>(level - 1)].p5_msssim, q.measured,
-               m.source_bytes ? 100.0 * static_cast<double>(m.level_bytes[level - 1]) /
-                                    static_cast<double>(m.source_bytes)
-                              : 0.0);
+  char line[256];
+  std::snprintf(line, sizeof line,
+                "-o msssim=%g: serving level %d (5th-percentile MS-SSIM %.4f over %u sampled "
+                "JPEGs, %.1f%% of the source bytes)",
+                x, level, q.levels[static_cast<size_t>(level - 1)].p5_msssim, q.measured,
+                m.source_bytes ? 100.0 * static_cast<double>(m.level_bytes[level - 1]) /
+                                     static_cast<double>(m.source_bytes)
+                               : 0.0);
+  Log(LogLevel::kInfo, line);  // on the terminal, and in the log file
   return level;
 }
 
@@ -272,6 +291,106 @@ void AddMountOptions(const std::string& store_dir, fuse_args* args) {
   fuse_opt_add_arg(args, fsname.c_str());
 }
 
+// SIGHUP runs DaemonHooks::reload outside the signal handler: the handler only writes a byte to
+// a pipe (write(2) is async-signal-safe; the end is non-blocking, so a full pipe drops a byte
+// that would only repeat a pending reload), and a thread reads the pipe and does the work.
+// Installed after fuse_set_signal_handlers, whose SIGHUP handler would end the session; libfuse
+// removes on unmount only the handlers that are still its own.
+class SighupReload {
+ public:
+  SighupReload() = default;
+  ~SighupReload() { Stop(); }
+  SighupReload(const SighupReload&) = delete;
+  SighupReload& operator=(const SighupReload&) = delete;
+
+  // Creates the pipe and installs the handler. The pipe survives fork(): a SIGHUP that arrives
+  // before Start() waits in it. Errors: the pipe or sigaction failed (errno's message).
+  Status Install() {
+    int fds[2];
+    if (::pipe2(fds, O_CLOEXEC) != 0) return Status::FromErrno("SIGHUP pipe", errno);
+    read_end_ = UniqueFd(fds[0]);
+    write_end_ = UniqueFd(fds[1]);
+    if (::fcntl(write_end_.get(), F_SETFL, O_NONBLOCK) != 0) {
+      return Status::FromErrno("SIGHUP pipe", errno);
+    }
+    handler_fd = write_end_.get();
+    struct sigaction sa;
+    std::memset(&sa, 0, sizeof sa);
+    sa.sa_handler = &OnSighup;
+    sigemptyset(&sa.sa_mask);
+    sa.sa_flags = SA_RESTART;
+    if (::sigaction(SIGHUP, &sa, nullptr) != 0) return Status::FromErrno("SIGHUP", errno);
+    installed_ = true;
+    return Status::OK();
+  }
+
+  // Starts the thread that runs `reload` once per SIGHUP (after daemonizing: threads do not
+  // survive fork()). REQUIRES: Install() succeeded.
+  void Start(std::function<void()> reload) {
+    thread_ = std::thread([this, reload = std::move(reload)] { Run(reload); });
+  }
+
+  // Ends the thread; a SIGHUP from now on is ignored (the session is over: exit cleanly).
+  void Stop() {
+    if (installed_) {
+      struct sigaction sa;
+      std::memset(&sa, 0, sizeof sa);
+      sa.sa_handler = SIG_IGN;
+      sigemptyset(&sa.sa_mask);
+      ::sigaction(SIGHUP, &sa, nullptr);
+      installed_ = false;
+    }
+    if (thread_.joinable()) {
+      stop_.store(true);
+      const char wake = 0;
+      // EAGAIN: the pipe is full, so the thread wakes anyway.
+      [[maybe_unused]] const ssize_t n = ::write(write_end_.get(), &wake, 1);
+      thread_.join();
+    }
+    handler_fd = -1;
+    write_end_.Reset();
+    read_end_.Reset();
+  }
+
+ private:
+  static void OnSighup(int) {
+    const int saved_errno = errno;
+    const char byte = 1;
+    if (handler_fd >= 0) {
+      [[maybe_unused]] const ssize_t n = ::write(handler_fd, &byte, 1);
+    }
+    errno = saved_errno;
+  }
+
+  void Run(const std::function<void()>& reload) {
+    char buf[64];
+    for (;;) {
+      // One read takes every byte waiting: SIGHUPs that came during a reload make one more.
+      const ssize_t n = ::read(read_end_.get(), buf, sizeof buf);
+      if (n < 0 && errno == EINTR) continue;
+      if (n <= 0 || stop_.load()) return;
+      ReopenLogFile();  // first, so the line below goes to the new file after a rotation
+      Log(LogLevel::kInfo, "SIGHUP: reloading credentials and header files");
+      if (!reload) continue;
+      try {
+        reload();
+      } catch (const std::exception& e) {
+        Log(LogLevel::kError, std::string("SIGHUP: reload failed: ") + e.what());
+      } catch (...) {
+        Log(LogLevel::kError, "SIGHUP: reload failed");
+      }
+    }
+  }
+
+  // The handler's pipe end; -1 when none. One SighupReload per process.
+  static inline volatile sig_atomic_t handler_fd = -1;
+  UniqueFd read_end_;
+  UniqueFd write_end_;
+  bool installed_ = false;
+  std::atomic<bool> stop_{false};
+  std::thread thread_;
+};
+
 // Serves requests until unmounted or signalled. Returns the session loop's result.
 int ServeLoop(fuse_session* se, const MountConfig& config, const fuse_cmdline_opts& opts,
               bool remote) {
@@ -292,15 +411,25 @@ int ServeLoop(fuse_session* se, const MountConfig& config, const fuse_cmdline_op
   return rc;
 }
 
+// The hooks of a mount whose remote client (nullptr for a local store) is `client`: SIGHUP
+// makes the client read its credentials, token and header files again.
+DaemonHooks HooksFor(const std::shared_ptr<ObjectClient>& client) {
+  DaemonHooks hooks;
+  if (client != nullptr) hooks.reload = [client] { client->Reload(); };
+  return hooks;
+}
+
 // After mounting and daemonizing: opens the store (LMDB environments must not cross a fork;
-// the index verified before mounting and unchanged since is not read whole again) and serves.
-// Exit code 0 for a clean unmount or SIGTERM/SIGINT/SIGHUP, 2 otherwise.
+// the index verified before mounting and unchanged since is not read whole again) and serves,
+// running `sighup`'s thread while it does. `cache`: a remote store's cache of record bytes,
+// opened before the fork so that its note reached the terminal. Exit code 0 for a clean
+// unmount or SIGTERM/SIGINT, 2 otherwise.
 int OpenAndServe(fuse_session* se, Filesystem** fs_slot, const MountConfig& config,
                  const StoreLocation& location, const index::FileIdentity& verified,
-                 const fuse_cmdline_opts& opts) {
+                 const fuse_cmdline_opts& opts, std::shared_ptr<RangeCache> cache,
+                 SighupReload* sighup) {
   FsOptions fs_options = config.fs;
   std::shared_ptr<ObjectClient> client;
-  std::shared_ptr<RangeCache> cache;
   if (location.remote) {  // after the fork: curl's threads and handles do not survive one
     if (Status s = StartCredentialRenewal(location); !s.ok()) {
       Log(LogLevel::kError, location.name + ": " + s.message());
@@ -312,14 +441,6 @@ int OpenAndServe(fuse_session* se, Filesystem** fs_slot, const MountConfig& conf
       return 2;
     }
     client = std::move(*created);
-    std::string note;
-    auto opened = OpenRangeCache(location, &note);
-    if (!opened) {
-      Log(LogLevel::kError, location.name + ": " + opened.error().message());
-      return 2;
-    }
-    cache = std::move(*opened);
-    if (!note.empty()) Log(LogLevel::kWarning, note);
     // The client's counters, with the cache's as "cache" and the authority as "auth".
     fs_options.remote_stats = [c = client.get(), k = cache.get()] {
       std::string json = c->stats().ToJson();
@@ -353,15 +474,17 @@ int OpenAndServe(fuse_session* se, Filesystem** fs_slot, const MountConfig& conf
   if (location.remote && location.options.disk_cache_fill) {
     fs.FillLevel(config.fs.fixed_level != 0 ? config.fs.fixed_level : index::kNumGroups);
   }
+  sighup->Start(HooksFor(client).reload);
   const int rc = ServeLoop(se, config, opts, location.remote);
-  // A SIGTERM, SIGINT or SIGHUP ends the loop with that signal's number: a clean exit.
-  return (rc == 0 || rc == SIGTERM || rc == SIGINT || rc == SIGHUP) ? 0 : 2;
+  sighup->Stop();  // before the client and the store go
+  // A SIGTERM or SIGINT ends the loop with that signal's number: a clean exit.
+  return (rc == 0 || rc == SIGTERM || rc == SIGINT) ? 0 : 2;
 }
 
 // Mounts, daemonizes unless -f, serves, unmounts. Exit code 1 if libfuse refuses the
 // arguments (an unknown option), 2 if the session fails.
 int MountAndServe(const MountConfig& config, StoreLocation location,
-                  const index::FileIdentity& verified) {
+                  const index::FileIdentity& verified, std::shared_ptr<RangeCache> cache) {
   FuseArgs args(config.fuse_args);
   FuseCmdline cmdline;
   if (fuse_parse_cmdline(&args.args, &cmdline.opts) != 0) return 1;
@@ -374,19 +497,40 @@ int MountAndServe(const MountConfig& config, StoreLocation location,
       fuse_session_new(&args.args, &FuseOperations(), sizeof(fuse_lowlevel_ops), &fs_ptr);
   if (se == nullptr) return 1;
   int rc = 2;
+  SighupReload sighup;
   if (fuse_set_signal_handlers(se) == 0) {
-    if (fuse_session_mount(se, cmdline.opts.mountpoint) == 0) {
+    const Status installed = sighup.Install();
+    if (!installed.ok()) {
+      Log(LogLevel::kError, installed.message());
+    } else if (fuse_session_mount(se, cmdline.opts.mountpoint) == 0) {
       SetKernelReadahead(cmdline.opts.mountpoint, config.kernel_readahead);
+      // Everything said so far went to the terminal; from here on stderr is /dev/null unless -f.
       fuse_daemonize(cmdline.opts.foreground);
-      // Once daemonized, stderr is /dev/null: damage reports go to syslog.
-      SetLogSink(cmdline.opts.foreground ? LogSink::kStderr : LogSink::kSyslog);
-      rc = OpenAndServe(se, &fs_ptr, config, location, verified, cmdline.opts);
+      // Daemonized: -o log_file's file alone if given, else syslog (the journal on systemd).
+      SetLogSink(cmdline.opts.foreground   ? LogSink::kStderr
+                 : config.log_file.empty() ? LogSink::kSyslog
+                                           : LogSink::kNone);
+      rc = OpenAndServe(se, &fs_ptr, config, location, verified, cmdline.opts, std::move(cache),
+                        &sighup);
       fuse_session_unmount(se);
     }
+    sighup.Stop();
     fuse_remove_signal_handlers(se);
   }
   fuse_session_destroy(se);
   return rc;
+}
+
+// The files a remote store reads again after the daemon has changed to / (on SIGHUP), made
+// absolute while the working folder is still the user's.
+void MakeFileOptionsAbsolute(RemoteOptions* r) {
+  for (std::string* path :
+       {&r->s3.credentials_file, &r->s3.config_file, &r->headers_file, &r->ca_file}) {
+    if (path->empty()) continue;
+    std::error_code ec;
+    std::string absolute = std::filesystem::absolute(*path, ec).string();
+    if (!ec) *path = std::move(absolute);
+  }
 }
 
 }  // namespace
@@ -409,24 +553,50 @@ int RunDaemon(int argc, char** argv) {
     fuse_lowlevel_version();
     return 0;
   }
+  // Opened before anything else, so a bad path is one line and nothing is fetched or mounted;
+  // absolute, because the daemon changes to / once it detaches (and SIGHUP reopens it).
+  if (!config->log_file.empty()) {
+    std::error_code ec;
+    const std::string path = std::filesystem::absolute(config->log_file, ec).string();
+    const Status opened = SetLogFile(ec ? config->log_file : path);
+    if (!opened.ok()) {
+      std::fprintf(stderr, "pcrfs: %s\n", opened.message().c_str());
+      return 1;
+    }
+  }
+  MakeFileOptionsAbsolute(&config->remote);
   if (config->retired_options) {
-    std::fprintf(stderr,
-                 "pcrfs: note: -o prefetch_probe and -o prefetch_chunk are no longer used (the "
-                 "daemon sizes its reads from the storage's measured speed); ignored\n");
+    Log(LogLevel::kWarning,
+        "note: -o prefetch_probe and -o prefetch_chunk are no longer used (the daemon sizes "
+        "its reads from the storage's measured speed); ignored");
   }
   // A remote store's metadata is downloaded here, before the fork, so its errors are one line
   // in the foreground; the client that did it is gone before the fork.
   auto location = FetchMetadata(config->store, config->remote);
   if (!location) {
-    std::fprintf(stderr, "pcrfs: %s\n", location.error().message().c_str());
+    Log(LogLevel::kError, location.error().message());
     return 1;
   }
   auto verified = CheckBeforeMount(&*config, *location);
   if (!verified) {
-    std::fprintf(stderr, "pcrfs: %s\n", verified.error().message().c_str());
+    Log(LogLevel::kError, verified.error().message());
     return 1;
   }
-  return MountAndServe(*config, std::move(*location), *verified);
+  // A remote store's cache of record bytes, opened before the fork (it starts no thread; its
+  // disk folder's lock is inherited), so that "the disk cache is in use by another pcrfs
+  // process" reaches the terminal, and a folder that cannot be created fails the mount here.
+  std::shared_ptr<RangeCache> cache;
+  if (location->remote) {
+    std::string note;
+    auto opened = OpenRangeCache(*location, &note);
+    if (!opened) {
+      Log(LogLevel::kError, location->name + ": " + opened.error().message());
+      return 1;
+    }
+    cache = std::move(*opened);
+    if (!note.empty()) Log(LogLevel::kWarning, note);
+  }
+  return MountAndServe(*config, std::move(*location), *verified, std::move(cache));
 }
 
 }  // namespace pcrfs::fs

@@ -35,6 +35,9 @@ enum Key : int {
   kRegion,
   kEndpoint,
   kProfile,
+  kCredentialsFile,
+  kConfigFile,
+  kAccount,
   kNoSign,
   kAddressing,
   kHeaderFile,
@@ -45,6 +48,7 @@ enum Key : int {
   kRemoteCache,
   kDiskCache,
   kDiskCacheFill,
+  kLogFile,
   kReadWrite,
   kHelp,
   kVersion,
@@ -67,6 +71,9 @@ const fuse_opt kOptionSpecs[] = {FUSE_OPT_KEY("scans=%s", kScans),
                                  FUSE_OPT_KEY("region=%s", kRegion),
                                  FUSE_OPT_KEY("endpoint=%s", kEndpoint),
                                  FUSE_OPT_KEY("profile=%s", kProfile),
+                                 FUSE_OPT_KEY("credentials_file=%s", kCredentialsFile),
+                                 FUSE_OPT_KEY("config_file=%s", kConfigFile),
+                                 FUSE_OPT_KEY("account=%s", kAccount),
                                  FUSE_OPT_KEY("no_sign", kNoSign),
                                  FUSE_OPT_KEY("addressing=%s", kAddressing),
                                  FUSE_OPT_KEY("header_file=%s", kHeaderFile),
@@ -77,6 +84,7 @@ const fuse_opt kOptionSpecs[] = {FUSE_OPT_KEY("scans=%s", kScans),
                                  FUSE_OPT_KEY("remote_cache=%s", kRemoteCache),
                                  FUSE_OPT_KEY("disk_cache=%s", kDiskCache),
                                  FUSE_OPT_KEY("disk_cache_fill", kDiskCacheFill),
+                                 FUSE_OPT_KEY("log_file=%s", kLogFile),
                                  FUSE_OPT_KEY("rw", kReadWrite),
                                  FUSE_OPT_KEY("-h", kHelp),
                                  FUSE_OPT_KEY("--help", kHelp),
@@ -259,6 +267,13 @@ Status ApplySizeOptions(const ParseState& st, MountConfig* c) {
   return Status::OK();
 }
 
+// An Azure storage account's name: 3 to 24 lowercase letters and digits (it becomes the host
+// name ACCOUNT.blob.core.windows.net).
+bool IsAzureAccountName(const std::string& v) {
+  return v.size() >= 3 && v.size() <= 24 &&
+         v.find_first_not_of("abcdefghijklmnopqrstuvwxyz0123456789") == std::string::npos;
+}
+
 // One remote option, `name` being key's name; REQUIRES: v non-empty unless key takes no value.
 Status ApplyRemoteOption(Key key, const char* name, const std::string& v, RemoteOptions* out) {
   RemoteOptions& r = *out;
@@ -271,6 +286,18 @@ Status ApplyRemoteOption(Key key, const char* name, const std::string& v, Remote
       break;
     case kProfile:
       r.s3.profile = v;
+      break;
+    case kCredentialsFile:
+      r.s3.credentials_file = v;
+      break;
+    case kConfigFile:
+      r.s3.config_file = v;
+      break;
+    case kAccount:
+      if (!IsAzureAccountName(v)) {
+        return Bad(name, v, "an Azure storage account name (3..24 lowercase letters and digits)");
+      }
+      r.azure_account = v;
       break;
     case kNoSign:
       r.s3.no_sign = true;
@@ -335,12 +362,15 @@ Status CheckRemoteOptionsFit(const MountConfig& c, bool remote) {
     return Status::InvalidArgument("-o disk_cache_fill: needs -o disk_cache=SIZE");
   }
   if (!r.s3.endpoint.empty() || !r.s3.region.empty() || !r.s3.profile.empty() || r.s3.no_sign ||
-      r.s3.addressing != S3Options::Addressing::kAuto) {
+      r.s3.addressing != S3Options::Addressing::kAuto || !r.s3.credentials_file.empty() ||
+      !r.s3.config_file.empty()) {
     if (remote && !ParseUrl(c.store).map([](const Url& u) { return u.is_s3(); }).value_or(true)) {
       return Status::InvalidArgument(
-          "-o region, endpoint, profile, no_sign and addressing are for s3:// stores only");
+          "-o region, endpoint, profile, no_sign, addressing, credentials_file and config_file "
+          "are for s3:// stores only");
     }
   }
+  // -o account (Azure) is taken with any remote URL until az:// URLs are parsed.
   return Status::OK();
 }
 
@@ -350,6 +380,9 @@ Status ApplyRemoteOptions(const ParseState& st, MountConfig* c) {
   static const std::pair<Key, const char*> kNames[] = {{kRegion, "region"},
                                                        {kEndpoint, "endpoint"},
                                                        {kProfile, "profile"},
+                                                       {kCredentialsFile, "credentials_file"},
+                                                       {kConfigFile, "config_file"},
+                                                       {kAccount, "account"},
                                                        {kNoSign, "no_sign"},
                                                        {kAddressing, "addressing"},
                                                        {kHeaderFile, "header_file"},
@@ -437,6 +470,10 @@ Result<MountConfig> ParseMountOptions(int argc, const char* const argv[]) {
   PCRFS_RETURN_ERR_IF_ERROR(ApplyNumericOptions(st, &config));
   PCRFS_RETURN_ERR_IF_ERROR(ApplySizeOptions(st, &config));
   PCRFS_RETURN_ERR_IF_ERROR(ApplyRemoteOptions(st, &config));
+  if (auto it = st.values.find(kLogFile); it != st.values.end()) {
+    if (it->second.empty()) return Err(Bad("log_file", it->second, "a file name"));
+    config.log_file = it->second;
+  }
   return config;
 }
 

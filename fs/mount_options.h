@@ -50,8 +50,12 @@ struct MountConfig {
   // -o prefetch_probe or -o prefetch_chunk was given: retired (the record scheduler sizes its
   // reads itself), accepted with any value so old fstab lines still mount, and noted.
   bool retired_options = false;
-  // A remote STORE's options (-o region, endpoint, profile, no_sign, addressing, header_file,
-  // ca_file, cache_dir, remote_timeout, remote_connections); refused for a local STORE.
+  // -o log_file: the daemon appends its messages to this file (common/log.h), opened before it
+  // detaches; empty: syslog once detached.
+  std::string log_file;
+  // A remote STORE's options (-o region, endpoint, profile, credentials_file, config_file,
+  // account, no_sign, addressing, header_file, ca_file, cache_dir, remote_timeout,
+  // remote_connections, ...); refused for a local STORE.
   RemoteOptions remote;
   // What libfuse parses itself (fuse_parse_cmdline, fuse_session_new): the program name, the
   // mount point, -f, -d, -s, and every -o option pcrfs does not define (allow_other, ro, ...).

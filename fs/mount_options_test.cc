@@ -210,5 +210,77 @@ TEST(MountOptionsTest, RemoteOptionsAreCheckedStrictly) {
   EXPECT_NE(ErrorOf("no_sign"), "");
 }
 
+TEST(MountOptionsTest, CredentialFilesAndAccountAreApplied) {
+  auto c = Parse({"s3://bucket/prefix", "mnt", "-o",
+                  "credentials_file=/etc/pcrfs/aws-credentials,config_file=/etc/pcrfs/aws-config,"
+                  "profile=train,account=devstoreaccount1"});
+  ASSERT_TRUE(c) << c.error().ToString();
+  EXPECT_EQ(c->remote.s3.credentials_file, "/etc/pcrfs/aws-credentials");
+  EXPECT_EQ(c->remote.s3.config_file, "/etc/pcrfs/aws-config");
+  EXPECT_EQ(c->remote.s3.profile, "train");
+  EXPECT_EQ(c->remote.azure_account, "devstoreaccount1");
+  EXPECT_EQ(c->fuse_args, (std::vector<std::string>{"pcrfs", "mnt"}));
+  // Unset: empty, for the resolvers' own defaults (AWS_SHARED_CREDENTIALS_FILE, ~/.aws, ...).
+  auto d = Parse({"s3://bucket/prefix", "mnt"});
+  ASSERT_TRUE(d);
+  EXPECT_EQ(d->remote.s3.credentials_file, "");
+  EXPECT_EQ(d->remote.s3.config_file, "");
+  EXPECT_EQ(d->remote.azure_account, "");
+  // The account is taken with any remote URL for now (az:// URLs come later).
+  auto e = Parse({"https://h/store", "mnt", "-o", "account=abc"});
+  ASSERT_TRUE(e) << e.error().ToString();
+  EXPECT_EQ(e->remote.azure_account, "abc");
+}
+
+TEST(MountOptionsTest, CredentialFilesAndAccountAreCheckedStrictly) {
+  auto err = [](const char* store, const char* option) {
+    auto c = Parse({store, "mnt", "-o", option});
+    return c ? std::string() : c.error().message();
+  };
+  const char* s3 = "s3://bucket/prefix";
+  EXPECT_EQ(err(s3, "credentials_file="), "-o credentials_file=: expected a value");
+  EXPECT_EQ(err(s3, "config_file="), "-o config_file=: expected a value");
+  EXPECT_EQ(err(s3, "account="), "-o account=: expected a value");
+  for (const char* bad :
+       {"account=ab", "account=Upper", "account=has-dash", "account=abcdefghijklmnopqrstuvwxy"}) {
+    const std::string value = std::string(bad).substr(8);
+    EXPECT_EQ(err(s3, bad), "-o account=" + value +
+                                ": expected an Azure storage account name (3..24 lowercase "
+                                "letters and digits)");
+  }
+  EXPECT_EQ(err(s3, "account=abcdefghijklmnopqrstuvwx"), "");  // 24
+  // The AWS CLI's files are S3's: refused for an http(s) store.
+  for (const char* option : {"credentials_file=/c", "config_file=/c"}) {
+    EXPECT_EQ(err("https://h/store", option),
+              "-o region, endpoint, profile, no_sign, addressing, credentials_file and "
+              "config_file are for s3:// stores only")
+        << option;
+  }
+  // And, like every remote option, for a local store.
+  EXPECT_EQ(ErrorOf("credentials_file=/c"),
+            "-o credentials_file: only for a remote store (an http://, https:// or s3:// URL), "
+            "and st is a local path");
+  EXPECT_EQ(ErrorOf("config_file=/c"),
+            "-o config_file: only for a remote store (an http://, https:// or s3:// URL), and st "
+            "is a local path");
+  EXPECT_EQ(ErrorOf("account=abc"),
+            "-o account: only for a remote store (an http://, https:// or s3:// URL), and st is "
+            "a local path");
+}
+
+TEST(MountOptionsTest, LogFileIsTakenWithAnyStore) {
+  auto c = Parse({"st", "mnt", "-o", "log_file=/var/log/pcrfs.log,ro"});
+  ASSERT_TRUE(c) << c.error().ToString();
+  EXPECT_EQ(c->log_file, "/var/log/pcrfs.log");
+  EXPECT_EQ(c->fuse_args, (std::vector<std::string>{"pcrfs", "-o", "ro", "mnt"}));
+  auto r = Parse({"s3://bucket/prefix", "mnt", "-o", "log_file=rel.log"});
+  ASSERT_TRUE(r) << r.error().ToString();
+  EXPECT_EQ(r->log_file, "rel.log");  // made absolute by the daemon, before it changes to /
+  auto d = Parse({"st", "mnt"});
+  ASSERT_TRUE(d);
+  EXPECT_EQ(d->log_file, "");
+  EXPECT_EQ(ErrorOf("log_file="), "-o log_file=: expected a file name");
+}
+
 }  // namespace
 }  // namespace pcrfs::fs

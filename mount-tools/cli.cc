@@ -85,6 +85,9 @@ Result<std::unique_ptr<index::Store>> OpenStore(const std::string& store) {
 }
 
 Result<RemoteOptions> RemoteOptionsFromEnv() {
+  // The daemon's -o credentials_file, config_file, profile and account have no PCRFS_ variable:
+  // the resolvers read AWS_SHARED_CREDENTIALS_FILE, AWS_CONFIG_FILE, AWS_PROFILE and
+  // AZURE_STORAGE_ACCOUNT themselves, as the AWS and Azure CLIs do.
   RemoteOptions options;
   if (const char* v = std::getenv("PCRFS_CACHE_DIR")) options.cache_dir = v;
   if (const char* v = std::getenv("PCRFS_HEADER_FILE")) options.headers_file = v;
