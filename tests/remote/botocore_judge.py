@@ -12,8 +12,9 @@ same variables and files.
 
 The one deviation from stock botocore 1.29: it has no AWS_ENDPOINT_URL_STS (1.31 added endpoint
 overrides), so when env sets it, the subprocess makes every STS client botocore creates for the
-credential chain use that endpoint_url (a wrapper around Session.create_client). Nothing else is
-patched: the IMDS endpoint comes from AWS_EC2_METADATA_SERVICE_ENDPOINT and the container
+credential chain use that endpoint_url (a wrapper around Session.create_client; with no region
+configured such a client signs for us-east-1, as it would for STS's global endpoint). Nothing
+else is patched: the IMDS endpoint comes from AWS_EC2_METADATA_SERVICE_ENDPOINT and the container
 endpoint from AWS_CONTAINER_CREDENTIALS_FULL_URI, both of which 1.29 honours.
 
 What 1.29 cannot judge: AWS_CONTAINER_AUTHORIZATION_TOKEN_FILE (it sends no Authorization), a
@@ -35,13 +36,16 @@ import json, os, sys
 
 def patch_sts_endpoint(url):
     # The judge's only deviation (botocore 1.29 has no AWS_ENDPOINT_URL_STS): STS clients the
-    # credential providers create go to url.
+    # credential providers create go to url. Without a region configured they sign for us-east-1,
+    # as they do for STS's global endpoint (an endpoint_url alone would be NoRegionError).
     import botocore.session
     create_client = botocore.session.Session.create_client
 
     def create_client_with_sts_endpoint(self, service_name, *args, **kwargs):
-        if service_name == "sts" and not args[4:5] and kwargs.get("endpoint_url") is None:
+        if service_name == "sts" and not args and kwargs.get("endpoint_url") is None:
             kwargs["endpoint_url"] = url
+            if kwargs.get("region_name") is None and self.get_config_variable("region") is None:
+                kwargs["region_name"] = "us-east-1"
         return create_client(self, service_name, *args, **kwargs)
 
     botocore.session.Session.create_client = create_client_with_sts_endpoint

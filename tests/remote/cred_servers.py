@@ -462,7 +462,7 @@ class StsServer(_Fake):
         role_id = "AROA" + hashlib.sha256(form["RoleArn"].encode()).hexdigest()[:17].upper()
         return (f'<{action}Response xmlns="{STS_NS}">\n'
                 f"  <{action}Result>\n"
-                f"    {extra}\n"
+                + (f"    {extra}\n" if extra else "") +
                 f"    <AssumedRoleUser>\n"
                 f"      <Arn>arn:aws:sts::{ACCOUNT}:assumed-role/{xml_escape(role_name)}/"
                 f"{xml_escape(session)}</Arn>\n"
