@@ -25,6 +25,7 @@ import tempfile
 import threading
 import time
 import urllib.error
+import urllib.parse
 import urllib.request
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -256,6 +257,44 @@ def check_node_modules():
                           f"tests/remote/install.sh (it needs the npm registry once)")
 
 
+class FrontKeys:
+    """The key list of a running s3_front.js, over its control API (POST/DELETE/GET
+    /__front/keys). The credential fakes (cred_servers.py) take one of these, or an S3Server, or
+    anything else with add_key/remove_key: from a CLI only the front's endpoint is known."""
+
+    def __init__(self, endpoint):
+        self.endpoint = endpoint.rstrip("/")
+
+    def _call(self, method, path, obj=None):
+        data = json.dumps(obj).encode() if obj is not None else None
+        req = urllib.request.Request(self.endpoint + path, data=data, method=method,
+                                     headers={"Content-Type": "application/json"})
+        try:
+            with urllib.request.urlopen(req, timeout=30) as r:
+                return json.loads(r.read())
+        except urllib.error.HTTPError as e:
+            with e:
+                raise ServerError(f"{method} {path}: {e.code} {e.read().decode(errors='replace')}")
+
+    def add_key(self, access_key, secret_key, token=None, expires_at=None):
+        """Accepts requests signed with this key (and, when token is given, only with that
+        x-amz-security-token) until expires_at (epoch seconds; None: forever); after it they get
+        400 ExpiredToken. Replaces a key with the same id."""
+        key = {"access_key": access_key, "secret_key": secret_key}
+        if token is not None:
+            key["session_token"] = token
+        if expires_at is not None:
+            key["expires_at"] = expires_at
+        return self._call("POST", "/__front/keys", key)
+
+    def remove_key(self, access_key):
+        return self._call("DELETE", "/__front/keys/" + urllib.parse.quote(access_key, safe=""))[
+            "removed"]
+
+    def keys(self):
+        return self._call("GET", "/__front/keys")["keys"]
+
+
 class S3Server:
     """s3rver on loopback behind s3_front.js, which checks every request's SigV4 signature with
     AWS's own signer. The bucket is created empty; when root is given its files are uploaded
@@ -264,7 +303,11 @@ class S3Server:
     .endpoint is the front's URL (path style: ENDPOINT/BUCKET/KEY; virtual-host style with Host:
     BUCKET.localhost:PORT). .client() is a boto3 client for it. .front_stats() the front's
     counters (requests, signed_ok, anonymous, refused by S3 error code, range_fixed).
-    check_clock=False accepts any x-amz-date (to replay AWS's published examples)."""
+    check_clock=False accepts any x-amz-date (to replay AWS's published examples).
+
+    The keys it accepts change at runtime, as temporary credentials do: .add_key(ak, sk, token,
+    expires_at) and .remove_key(ak) (the front's /__front/keys API, see FrontKeys); a key past
+    its expires_at gets S3's 400 ExpiredToken."""
 
     def __init__(self, root, bucket, access_key, secret_key, region="us-east-1", prefix="",
                  session_token=None, allow_anonymous=False, extra_buckets=(), port=0,
@@ -370,6 +413,18 @@ class S3Server:
     def front_stats(self):
         with urllib.request.urlopen(self.endpoint + "/__front/stats", timeout=30) as r:
             return json.loads(r.read())
+
+    def add_key(self, access_key, secret_key, token=None, expires_at=None):
+        """Accepts one more key (or replaces it); see FrontKeys.add_key."""
+        return FrontKeys(self.endpoint).add_key(access_key, secret_key, token, expires_at)
+
+    def remove_key(self, access_key):
+        """Refuses that key from now on (403 InvalidAccessKeyId); True if it was known."""
+        return FrontKeys(self.endpoint).remove_key(access_key)
+
+    def keys(self):
+        """The accepted keys: [{"access_key", "expires_at", "session_token": bool, "expired"}]."""
+        return FrontKeys(self.endpoint).keys()
 
     def __exit__(self, *exc):
         stop_process(self.proc)

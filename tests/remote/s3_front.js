@@ -7,10 +7,16 @@
 //   node s3_front.js CONFIG.json
 //
 // CONFIG: {"directory": s3rver's folder, "buckets": [names], "region": "us-east-1",
-//          "keys": [{"access_key", "secret_key", "session_token"?}], "allow_anonymous": false,
+//          "keys": [{"access_key", "secret_key", "session_token"?, "expires_at"?}],
+//          "allow_anonymous": false,
 //          "port": 0, "check_clock": true (false accepts any x-amz-date, for AWS's examples)}
 // Prints one JSON line {"port": N, "s3rver_port": M} once both listen. GET /__front/stats
 // answers the front's counters (bucket names cannot start with "_").
+//
+// The accepted keys change at runtime, like temporary credentials do (tests/remote/cred_servers.py
+// mints them): POST /__front/keys {"access_key", "secret_key", "session_token"?, "expires_at"?
+// (epoch seconds)} adds or replaces one, DELETE /__front/keys/AK removes one, GET /__front/keys
+// lists ids and expiry (never a secret). A key past its expires_at gets S3's 400 ExpiredToken.
 'use strict';
 
 const crypto = require('crypto');
@@ -50,7 +56,7 @@ const REMOVED_HEADER = 'x-fault-proxy-removed';
 
 const config = JSON.parse(fs.readFileSync(process.argv[2], 'utf8'));
 const region = config.region || 'us-east-1';
-const keys = new Map(config.keys.map((k) => [k.access_key, k]));
+const keys = new Map();
 const stats = {
   requests: 0,
   signed_ok: 0,
@@ -199,6 +205,11 @@ async function verify(req, rawPath, rawQuery, body) {
     throw new S3Error(403, 'InvalidToken',
         'The provided token is malformed or otherwise invalid.');
   }
+  // S3 reads the expiry from the session token itself, before it looks at the signature.
+  if (isExpired(key)) {
+    throw new S3Error(400, 'ExpiredToken', 'The provided token has expired.',
+        token ? {'Token-0': token} : {});
+  }
 
   // The headers the client signed, as received; a header the fault proxy removed counts as sent.
   const received = Object.assign({}, req.headers);
@@ -242,6 +253,86 @@ async function verify(req, rawPath, rawQuery, body) {
           SignatureProvided: auth.signature, CanonicalRequest: canonical,
         });
   }
+}
+
+function isExpired(key) {
+  return key.expires_at !== undefined && key.expires_at !== null &&
+      Date.now() / 1000 >= key.expires_at;
+}
+
+class ControlError extends Error {
+  constructor(status, message) {
+    super(message);
+    this.status = status;
+  }
+}
+
+// Validates one key of the config or of POST /__front/keys; throws a ControlError(400).
+function checkedKey(k) {
+  const bad = (why) => new ControlError(400, `a bad key: ${why}`);
+  if (!k || typeof k !== 'object') throw bad('not a JSON object');
+  for (const name of ['access_key', 'secret_key']) {
+    if (typeof k[name] !== 'string' || !k[name]) throw bad(`${name} must be a non-empty string`);
+  }
+  if (/[/\s,=]/.test(k.access_key)) {
+    throw bad('an access key cannot hold / , = or spaces (the Credential field splits on them)');
+  }
+  if (k.session_token !== undefined && k.session_token !== null &&
+      (typeof k.session_token !== 'string' || !k.session_token)) {
+    throw bad('session_token must be a non-empty string or null');
+  }
+  if (k.expires_at !== undefined && k.expires_at !== null &&
+      (typeof k.expires_at !== 'number' || !Number.isFinite(k.expires_at))) {
+    throw bad('expires_at must be epoch seconds or null');
+  }
+  const key = {access_key: k.access_key, secret_key: k.secret_key};
+  if (k.session_token) key.session_token = k.session_token;
+  if (typeof k.expires_at === 'number') key.expires_at = k.expires_at;
+  return key;
+}
+
+function sendJson(res, status, obj) {
+  const out = JSON.stringify(obj);
+  res.writeHead(status, {
+    'Content-Type': 'application/json',
+    'Content-Length': Buffer.byteLength(out),
+  });
+  res.end(out);
+}
+
+// The control API under /__front/ (bucket names cannot start with "_", so no S3 path clashes).
+function handleControl(req, res, rawPath, body) {
+  if (rawPath === '/__front/stats' && req.method === 'GET') {
+    sendJson(res, 200, stats);
+    return;
+  }
+  if (rawPath === '/__front/keys' && req.method === 'GET') {
+    sendJson(res, 200, {keys: [...keys.values()].map((k) => ({
+      access_key: k.access_key, expires_at: k.expires_at === undefined ? null : k.expires_at,
+      session_token: Boolean(k.session_token), expired: isExpired(k),
+    }))});
+    return;
+  }
+  if (rawPath === '/__front/keys' && req.method === 'POST') {
+    let parsed;
+    try {
+      parsed = JSON.parse(body.toString('utf8'));
+    } catch (err) {
+      throw new ControlError(400, `a bad key: ${err.message}`);
+    }
+    const key = checkedKey(parsed);
+    const replaced = keys.has(key.access_key);
+    keys.set(key.access_key, key);
+    sendJson(res, 200, {access_key: key.access_key, replaced});
+    return;
+  }
+  const m = /^\/__front\/keys\/([^/]+)$/.exec(rawPath);
+  if (m && req.method === 'DELETE') {
+    const ak = decodeURIComponent(m[1]);
+    sendJson(res, 200, {access_key: ak, removed: keys.delete(ak)});
+    return;
+  }
+  throw new ControlError(404, `no control ${req.method} ${rawPath}`);
 }
 
 function s3rverRequest(method, reqPath, headers, body) {
@@ -294,10 +385,13 @@ async function handle(req, res) {
   const q = req.url.indexOf('?');
   let rawPath = q < 0 ? req.url : req.url.slice(0, q);
   const rawQuery = q < 0 ? '' : req.url.slice(q + 1);
-  if (rawPath === '/__front/stats') {
-    const out = JSON.stringify(stats);
-    res.writeHead(200, {'Content-Type': 'application/json', 'Content-Length': out.length});
-    res.end(out);
+  if (rawPath.startsWith('/__front/')) {
+    try {
+      handleControl(req, res, rawPath, body);
+    } catch (err) {
+      if (!(err instanceof ControlError)) throw err;
+      sendJson(res, err.status, {error: err.message});  // not an S3 refusal: not counted
+    }
     return;
   }
   const query = parseQuery(rawQuery);
@@ -360,6 +454,10 @@ async function handle(req, res) {
 }
 
 async function main() {
+  for (const k of config.keys) {
+    const key = checkedKey(k);
+    keys.set(key.access_key, key);
+  }
   const s3rver = new S3rver({
     address: '127.0.0.1', port: 0, silent: true, directory: config.directory,
     configureBuckets: config.buckets.map((name) => ({name})),
