@@ -135,11 +135,14 @@ class Azurite:
         return blob.BlobServiceClient(account_url=self.endpoint, credential=credential)
 
     def create_container(self, container, public=False):
+        """Creates container (no error if it exists); returns a ContainerClient for it (close it,
+        or use it in a with statement)."""
         c = self.service().get_container_client(container)
         try:
             c.create_container(public_access="container" if public else None)
         except Exception as e:  # ResourceExistsError: already there
             if type(e).__name__ != "ResourceExistsError":
+                c.close()
                 raise
         return c
 
@@ -148,17 +151,17 @@ class Azurite:
         created if needed. Returns {blob name: size}."""
         if not os.path.isdir(root):
             raise ServerError(f"azurite upload: {root} is not a directory")
-        c = self.create_container(container)
         prefix = prefix.strip("/")
         out = {}
-        for dirpath, _, files in os.walk(root):
-            for name in sorted(files):
-                path = os.path.join(dirpath, name)
-                rel = os.path.relpath(path, root).replace(os.sep, "/")
-                blob_name = f"{prefix}/{rel}" if prefix else rel
-                with open(path, "rb") as f:
-                    c.upload_blob(blob_name, f, overwrite=True)
-                out[blob_name] = os.path.getsize(path)
+        with self.create_container(container) as c:
+            for dirpath, _, files in os.walk(root):
+                for name in sorted(files):
+                    path = os.path.join(dirpath, name)
+                    rel = os.path.relpath(path, root).replace(os.sep, "/")
+                    blob_name = f"{prefix}/{rel}" if prefix else rel
+                    with open(path, "rb") as f:
+                        c.upload_blob(blob_name, f, overwrite=True)
+                    out[blob_name] = os.path.getsize(path)
         return out
 
     def sas(self, container, expiry=None, permissions="rl", start=None):
@@ -195,7 +198,7 @@ def main(argv=None):
                 if args.root:
                     self.upload(args.root, args.container, args.prefix)
                 else:
-                    self.create_container(args.container)
+                    self.create_container(args.container).close()
             except BaseException:
                 self.__exit__(None, None, None)
                 raise
