@@ -181,9 +181,9 @@ Status CheckPrefix(std::string* prefix, const std::string& shown) {
 
 Status CheckContainer(const std::string& container, const std::string& shown) {
   if (!ValidContainer(container)) {
-    return Status::InvalidArgument(
+    return Status::InvalidArgument(RedactAzureSecrets(
         shown + ": '" + container +
-        "' is not a valid container name (3-63 lower-case letters, digits and single hyphens)");
+        "' is not a valid container name (3-63 lower-case letters, digits and single hyphens)"));
   }
   return Status::OK();
 }
@@ -245,9 +245,9 @@ Result<StoreParts> ParseBlobUrl(std::string_view s, const std::string& shown) {
   }
   p.account = host.substr(0, host.size() - suffix.size());
   if (!ValidAccount(p.account)) {
-    return Err(Status::InvalidArgument(shown + ": '" + p.account +
-                                       "' is not a valid storage account name (3-24 lower-case "
-                                       "letters and digits)"));
+    return Err(Status::InvalidArgument(RedactAzureSecrets(
+        shown + ": '" + p.account +
+        "' is not a valid storage account name (3-24 lower-case letters and digits)")));
   }
   p.endpoint.scheme = https ? Url::Scheme::kHttps : Url::Scheme::kHttp;
   p.endpoint.host = host;
@@ -776,6 +776,10 @@ Result<AzureConfig> ResolveAzureConfig(std::string_view store, const AzureOption
   } else if (endpoint.has_value() && endpoint->path.size() > 1) {
     c.account = endpoint->path.substr(1, endpoint->path.find('/', 1) - 1);
     c.account_source = "endpoint path";
+  } else if (std::string host = endpoint.has_value() ? endpoint->host : "";
+             IsAzureUrl("https://" + host)) {
+    c.account = host.substr(0, host.find('.'));
+    c.account_source = "endpoint host";
   } else {
     return Err(
         Status::InvalidArgument(shown +

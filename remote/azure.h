@@ -84,7 +84,8 @@ struct AzureConfig {
 // Resolves the configuration of `store` (az://CONTAINER[/PREFIX] or
 // https://ACCOUNT.blob.core.windows.net/CONTAINER[/PREFIX][?SAS]):
 //  account:     the https URL's host; else options.account, AZURE_STORAGE_ACCOUNT, the
-//               connection string's AccountName, the endpoint's first path segment (emulators);
+//               connection string's AccountName, the endpoint's first path segment (emulators)
+//               or its host (ACCOUNT.blob.core.windows.net);
 //  endpoint:    the https URL's; else options.endpoint, the connection string's BlobEndpoint,
 //               its DefaultEndpointsProtocol://ACCOUNT.blob.EndpointSuffix, else
 //               https://ACCOUNT.blob.core.windows.net;

@@ -6,7 +6,7 @@
 //   azure_sign_test parse STORE < LISTING.xml              ParseListing of an answer
 // STORE is az://... or https://ACCOUNT.blob.core.windows.net/...; the account, endpoint and
 // credentials come from the environment (AZURE_STORAGE_*) and the options before the command:
-// --account A, --endpoint URL, --sas-file F, --no-sign.
+// --account A, --endpoint URL, --sas-file F, --no-sign, --if-none-match ETAG (sent and signed).
 // Prints one JSON line: {"ok": true, "url": ..., "headers": [[name, value], ...],
 // "name": ..., "auth": {...}} (parse: {"ok": true, "entries": [[key, size, mtime], ...],
 // "next": ...}) or {"ok": false, "error": ...}; exits 0, 1, or 2 for bad usage.
@@ -31,6 +31,7 @@ int Fail(const Status& s) {
 
 int Usage() {
   std::cerr << "usage: azure_sign_test [--account A] [--endpoint URL] [--sas-file F] [--no-sign] "
+               "[--if-none-match ETAG] "
                "get STORE KEY [START END] | list STORE [MARKER [MAX]] | parse STORE < XML\n";
   return 2;
 }
@@ -53,7 +54,8 @@ std::string Decode(std::string_view s) {
 
 // The request as the HTTP client hands it to a signer: Host, the encoded path, the decoded
 // query pairs, and the headers that will be sent.
-SignableRequest RequestOf(const std::string& url, std::optional<std::pair<uint64_t, uint64_t>> r) {
+SignableRequest RequestOf(const std::string& url, std::optional<std::pair<uint64_t, uint64_t>> r,
+                          const std::string& if_none_match) {
   SignableRequest req;
   size_t scheme_end = url.find("://") + 3;
   size_t path_start = url.find('/', scheme_end);
@@ -79,11 +81,13 @@ SignableRequest RequestOf(const std::string& url, std::optional<std::pair<uint64
     req.headers.emplace_back("Range",
                              "bytes=" + std::to_string(r->first) + "-" + std::to_string(r->second));
   }
+  if (!if_none_match.empty()) req.headers.emplace_back("If-None-Match", if_none_match);
   return req;
 }
 
 int Main(int argc, char** argv) {
   AzureOptions options;
+  std::string if_none_match;
   int i = 1;
   for (; i < argc && std::string(argv[i]).rfind("--", 0) == 0; ++i) {
     std::string flag = argv[i];
@@ -98,6 +102,8 @@ int Main(int argc, char** argv) {
       options.endpoint = argv[++i];
     } else if (flag == "--sas-file") {
       options.sas_file = argv[++i];
+    } else if (flag == "--if-none-match") {
+      if_none_match = argv[++i];
     } else {
       return Usage();
     }
@@ -132,7 +138,7 @@ int Main(int argc, char** argv) {
   } else {
     return Usage();
   }
-  SignableRequest req = RequestOf(url, range);
+  SignableRequest req = RequestOf(url, range, if_none_match);
   auto signed_parts = access->signer->Sign(req, std::chrono::system_clock::now());
   if (!signed_parts.has_value()) return Fail(signed_parts.error());
   if (!signed_parts->query.empty()) {

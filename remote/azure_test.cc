@@ -113,6 +113,17 @@ TEST_F(AzureConfigTest, EmulatorEndpointGivesTheAccountAndPathStyle) {
   EXPECT_EQ(p.Name("records/00000042.pcr"), "az://pcrfs/store/records/00000042.pcr");
 }
 
+TEST_F(AzureConfigTest, AccountFromAnEndpointHost) {
+  AzureOptions o;
+  o.endpoint = "https://fromhost.blob.core.usgovcloudapi.net";
+  auto c = Resolve("az://container", o);
+  ASSERT_TRUE(c.has_value()) << c.error().ToString();
+  EXPECT_EQ(c->account, "fromhost");
+  EXPECT_EQ(c->account_source, "endpoint host");
+  EXPECT_EQ(AzureProtocol(*c).ObjectUrl("k"),
+            "https://fromhost.blob.core.usgovcloudapi.net/container/k");
+}
+
 TEST_F(AzureConfigTest, HttpsUrlWithSas) {
   auto c = Resolve(std::string("https://myaccount.blob.core.windows.net/photos/a%20b/c?") + kSas);
   ASSERT_TRUE(c.has_value()) << c.error().ToString();
@@ -198,6 +209,7 @@ TEST_F(AzureConfigTest, ErrorsNameTheSourceAndNoSecret) {
   };
   env_["AZURE_STORAGE_ACCOUNT"] = "acct";
   expect_error("az://ab", "not a valid container name");
+  expect_error("https://acct.blob.core.windows.net/sig=SECRETSIG", "not a valid container name");
   expect_error("az://Upper", "not a valid container name");
   expect_error("az://a--b", "not a valid container name");
   expect_error("az://-ab", "not a valid container name");

@@ -172,6 +172,13 @@ class AzuriteTest(unittest.TestCase):
             self.assertEqual(status, 206, body[:300])
             self.assertEqual(body, data[first:last + 1])
             self.assertEqual(hdrs["content-range"], f"bytes {first}-{last}/{len(data)}")
+        # If-None-Match, signed: 304 while the ETag holds (how pcrfs revalidates its index).
+        status, hdrs, _ = self.pcrfs_get("sub/b.bin", self.shared_key())
+        etag = hdrs["etag"]
+        for options, want in (((), 200), (("--if-none-match", etag), 304),
+                              (("--if-none-match", '"0xOTHER"'), 200)):
+            status, _, _ = self.pcrfs_get("sub/b.bin", self.shared_key(), options=options)
+            self.assertEqual(status, want, options)
         status, hdrs, _ = self.pcrfs_get("no/such.bin", self.shared_key())
         self.assertEqual(status, 404)
         self.assertEqual(hdrs.get("x-ms-error-code"), "BlobNotFound")
