@@ -32,6 +32,7 @@
 #include "index/record_writer.h"
 #include "index/store.h"
 #include "index/store_index.h"
+#include "remote/azure.h"
 
 namespace pcrfs::tools {
 namespace fs = std::filesystem;
@@ -90,7 +91,10 @@ bool IsArchiveSource(const std::string& source) {
 
 // provenance.json's kind of source.
 std::string SourceKind(const std::string& source) {
-  if (IsRemoteUrl(source)) return IsRemoteArchiveUrl(source) ? "remote-archive" : "s3-prefix";
+  if (IsRemoteUrl(source)) {
+    if (IsRemoteArchiveUrl(source)) return "remote-archive";
+    return IsAzureUrl(source) ? "azure-prefix" : "s3-prefix";
+  }
   return IsArchivePath(source) ? "archive" : "folder";
 }
 
@@ -1222,10 +1226,12 @@ Status CheckBuildArguments(const BuildConfig& config) {
   const std::string& store = config.store;
   if (src.empty() || store.empty()) return Status::InvalidArgument("SRC and STORE are required");
   if (IsRemoteUrl(src)) {  // reached when the build starts; only its form is checked here
-    auto url = ParseUrl(src);
-    if (!url) return url.error();
-    if (!url->is_s3() && !IsRemoteArchiveUrl(src)) {
-      return Status::InvalidArgument(url->ToString() + ": not an archive URL");
+    if (!IsAzureUrl(src)) {
+      auto url = ParseUrl(src);
+      if (!url) return url.error();
+      if (!url->is_s3() && !IsRemoteArchiveUrl(src)) {
+        return Status::InvalidArgument(url->ToString() + ": not an archive URL");
+      }
     }
     if (config.images_per_record == 0 || config.images_per_record > (1u << 20)) {
       return Status::InvalidArgument("--images-per-record must be between 1 and 1048576");

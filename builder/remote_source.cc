@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "index/entry.h"
+#include "remote/azure.h"
 #include "remote/url.h"
 #include "remote/xml.h"
 
@@ -207,11 +208,17 @@ class RemoteArchiveStream final : public ArchiveStream {
 }  // namespace
 
 bool IsRemoteArchiveUrl(const std::string& url) {
-  auto u = ParseUrl(url);
-  if (!u) return false;
-  if (!u->is_s3()) return true;
+  std::string path;
+  if (IsAzureUrl(url)) {
+    path = RedactUrl(url);  // no query
+  } else {
+    auto u = ParseUrl(url);
+    if (!u) return false;
+    if (!u->is_s3()) return true;
+    path = u->path;
+  }
   for (std::string_view ext : {".tar", ".tar.gz", ".tgz", ".zip"}) {
-    if (EndsWithNoCase(u->path, ext)) return true;
+    if (EndsWithNoCase(path, ext)) return true;
   }
   return false;
 }
@@ -223,7 +230,7 @@ Result<RemoteAccess> RemoteAccess::Create(const std::string& url, const RemoteOp
   RemoteAccess a;
   a.url = loc->url;
   a.name = loc->name;
-  a.is_bucket = loc->s3.has_value();
+  a.is_bucket = loc->s3.has_value() || loc->azure.has_value();
   PCRFS_RETURN_ERR_IF_ERROR(StartCredentialRenewal(*loc));  // a long build outlives a token
   auto client = MakeObjectClient(*loc);
   if (!client) return Err(client.error());

@@ -10,6 +10,7 @@
 #include <map>
 #include <utility>
 
+#include "remote/azure.h"
 #include "remote/url.h"
 
 namespace pcrfs::fs {
@@ -38,6 +39,7 @@ enum Key : int {
   kCredentialsFile,
   kConfigFile,
   kAccount,
+  kSasFile,
   kNoSign,
   kAddressing,
   kHeaderFile,
@@ -74,6 +76,7 @@ const fuse_opt kOptionSpecs[] = {FUSE_OPT_KEY("scans=%s", kScans),
                                  FUSE_OPT_KEY("credentials_file=%s", kCredentialsFile),
                                  FUSE_OPT_KEY("config_file=%s", kConfigFile),
                                  FUSE_OPT_KEY("account=%s", kAccount),
+                                 FUSE_OPT_KEY("sas_file=%s", kSasFile),
                                  FUSE_OPT_KEY("no_sign", kNoSign),
                                  FUSE_OPT_KEY("addressing=%s", kAddressing),
                                  FUSE_OPT_KEY("header_file=%s", kHeaderFile),
@@ -299,6 +302,9 @@ Status ApplyRemoteOption(Key key, const char* name, const std::string& v, Remote
       }
       r.azure_account = v;
       break;
+    case kSasFile:
+      r.sas_file = v;
+      break;
     case kNoSign:
       r.s3.no_sign = true;
       break;
@@ -361,16 +367,24 @@ Status CheckRemoteOptionsFit(const MountConfig& c, bool remote) {
   if (r.disk_cache_fill && r.disk_cache == 0) {
     return Status::InvalidArgument("-o disk_cache_fill: needs -o disk_cache=SIZE");
   }
-  if (!r.s3.endpoint.empty() || !r.s3.region.empty() || !r.s3.profile.empty() || r.s3.no_sign ||
-      r.s3.addressing != S3Options::Addressing::kAuto || !r.s3.credentials_file.empty() ||
-      !r.s3.config_file.empty()) {
-    if (remote && !ParseUrl(c.store).map([](const Url& u) { return u.is_s3(); }).value_or(true)) {
-      return Status::InvalidArgument(
-          "-o region, endpoint, profile, no_sign, addressing, credentials_file and config_file "
-          "are for s3:// stores only");
-    }
+  if (!remote) return Status::OK();  // ApplyRemoteOptions refuses them all for a local store
+  const bool azure = IsAzureUrl(c.store);
+  const bool bucket =
+      azure || ParseUrl(c.store).map([](const Url& u) { return u.is_s3(); }).value_or(false);
+  if (!bucket && (!r.s3.endpoint.empty() || r.s3.no_sign)) {
+    return Status::InvalidArgument(
+        "-o endpoint and no_sign are for s3://, gs:// and Azure stores only");
   }
-  // -o account (Azure) is taken with any remote URL until az:// URLs are parsed.
+  if (!azure && (!r.azure_account.empty() || !r.sas_file.empty())) {
+    return Status::InvalidArgument("-o account and sas_file are for Azure stores only");
+  }
+  if ((azure || !bucket) && (!r.s3.region.empty() || !r.s3.profile.empty() ||
+                             r.s3.addressing != S3Options::Addressing::kAuto ||
+                             !r.s3.credentials_file.empty() || !r.s3.config_file.empty())) {
+    return Status::InvalidArgument(
+        "-o region, profile, addressing, credentials_file and config_file are for s3:// and "
+        "gs:// stores only");
+  }
   return Status::OK();
 }
 
@@ -383,6 +397,7 @@ Status ApplyRemoteOptions(const ParseState& st, MountConfig* c) {
                                                        {kCredentialsFile, "credentials_file"},
                                                        {kConfigFile, "config_file"},
                                                        {kAccount, "account"},
+                                                       {kSasFile, "sas_file"},
                                                        {kNoSign, "no_sign"},
                                                        {kAddressing, "addressing"},
                                                        {kHeaderFile, "header_file"},

@@ -213,12 +213,11 @@ TEST(MountOptionsTest, RemoteOptionsAreCheckedStrictly) {
 TEST(MountOptionsTest, CredentialFilesAndAccountAreApplied) {
   auto c = Parse({"s3://bucket/prefix", "mnt", "-o",
                   "credentials_file=/etc/pcrfs/aws-credentials,config_file=/etc/pcrfs/aws-config,"
-                  "profile=train,account=devstoreaccount1"});
+                  "profile=train"});
   ASSERT_TRUE(c) << c.error().ToString();
   EXPECT_EQ(c->remote.s3.credentials_file, "/etc/pcrfs/aws-credentials");
   EXPECT_EQ(c->remote.s3.config_file, "/etc/pcrfs/aws-config");
   EXPECT_EQ(c->remote.s3.profile, "train");
-  EXPECT_EQ(c->remote.azure_account, "devstoreaccount1");
   EXPECT_EQ(c->fuse_args, (std::vector<std::string>{"pcrfs", "mnt"}));
   // Unset: empty, for the resolvers' own defaults (AWS_SHARED_CREDENTIALS_FILE, ~/.aws, ...).
   auto d = Parse({"s3://bucket/prefix", "mnt"});
@@ -226,10 +225,10 @@ TEST(MountOptionsTest, CredentialFilesAndAccountAreApplied) {
   EXPECT_EQ(d->remote.s3.credentials_file, "");
   EXPECT_EQ(d->remote.s3.config_file, "");
   EXPECT_EQ(d->remote.azure_account, "");
-  // The account is taken with any remote URL for now (az:// URLs come later).
-  auto e = Parse({"https://h/store", "mnt", "-o", "account=abc"});
+  auto e = Parse({"az://container/store", "mnt", "-o", "account=abc,sas_file=/run/sas"});
   ASSERT_TRUE(e) << e.error().ToString();
   EXPECT_EQ(e->remote.azure_account, "abc");
+  EXPECT_EQ(e->remote.sas_file, "/run/sas");
 }
 
 TEST(MountOptionsTest, CredentialFilesAndAccountAreCheckedStrictly) {
@@ -238,22 +237,31 @@ TEST(MountOptionsTest, CredentialFilesAndAccountAreCheckedStrictly) {
     return c ? std::string() : c.error().message();
   };
   const char* s3 = "s3://bucket/prefix";
+  const char* az = "az://container/prefix";
   EXPECT_EQ(err(s3, "credentials_file="), "-o credentials_file=: expected a value");
   EXPECT_EQ(err(s3, "config_file="), "-o config_file=: expected a value");
   EXPECT_EQ(err(s3, "account="), "-o account=: expected a value");
   for (const char* bad :
        {"account=ab", "account=Upper", "account=has-dash", "account=abcdefghijklmnopqrstuvwxy"}) {
     const std::string value = std::string(bad).substr(8);
-    EXPECT_EQ(err(s3, bad), "-o account=" + value +
+    EXPECT_EQ(err(az, bad), "-o account=" + value +
                                 ": expected an Azure storage account name (3..24 lowercase "
                                 "letters and digits)");
   }
-  EXPECT_EQ(err(s3, "account=abcdefghijklmnopqrstuvwx"), "");  // 24
+  EXPECT_EQ(err(az, "account=abcdefghijklmnopqrstuvwx"), "");  // 24
+  EXPECT_EQ(err(az, "sas_file=/run/sas,endpoint=http://127.0.0.1:10000/devstoreaccount1,no_sign"),
+            "");
+  EXPECT_EQ(err(s3, "account=abc"), "-o account and sas_file are for Azure stores only");
+  EXPECT_EQ(err(az, "profile=p"),
+            "-o region, profile, addressing, credentials_file and config_file are for s3:// and "
+            "gs:// stores only");
+  EXPECT_EQ(err("https://h/store", "no_sign"),
+            "-o endpoint and no_sign are for s3://, gs:// and Azure stores only");
   // The AWS CLI's files are S3's: refused for an http(s) store.
   for (const char* option : {"credentials_file=/c", "config_file=/c"}) {
     EXPECT_EQ(err("https://h/store", option),
-              "-o region, endpoint, profile, no_sign, addressing, credentials_file and "
-              "config_file are for s3:// stores only")
+              "-o region, profile, addressing, credentials_file and config_file are for s3:// "
+              "and gs:// stores only")
         << option;
   }
   // And, like every remote option, for a local store.

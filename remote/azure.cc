@@ -1165,29 +1165,33 @@ std::string AzureSasSigner::DescribeJson() const {
 
 // ----------------------------------------------------------------------------- factory
 
+Result<std::shared_ptr<RequestSigner>> MakeAzureSigner(const AzureConfig& config) {
+  switch (config.auth) {
+    case AzureConfig::Auth::kAnonymous:
+      return std::shared_ptr<RequestSigner>(std::make_shared<AzureAnonymousSigner>());
+    case AzureConfig::Auth::kSharedKey:
+      return std::shared_ptr<RequestSigner>(std::make_shared<AzureSharedKeySigner>(
+          config.account, config.key, config.credentials_source));
+    case AzureConfig::Auth::kSas:
+      return std::shared_ptr<RequestSigner>(
+          AzureSasSigner::FromToken(config.sas, config.credentials_source));
+    case AzureConfig::Auth::kSasFile: {
+      auto signer = AzureSasSigner::FromFile(config.sas_file);
+      if (!signer.has_value()) return Err(signer.error());
+      return std::shared_ptr<RequestSigner>(std::move(*signer));
+    }
+  }
+  return Err(Status::InvalidArgument("unknown Azure authorization"));
+}
+
 Result<AzureAccess> MakeAzureAccess(std::string_view store, const AzureOptions& options,
                                     const EnvLookup& env) {
   auto config = ResolveAzureConfig(store, options, env);
   if (!config.has_value()) return Err(config.error());
   AzureAccess access;
-  switch (config->auth) {
-    case AzureConfig::Auth::kAnonymous:
-      access.signer = std::make_shared<AzureAnonymousSigner>();
-      break;
-    case AzureConfig::Auth::kSharedKey:
-      access.signer = std::make_shared<AzureSharedKeySigner>(config->account, config->key,
-                                                             config->credentials_source);
-      break;
-    case AzureConfig::Auth::kSas:
-      access.signer = AzureSasSigner::FromToken(config->sas, config->credentials_source);
-      break;
-    case AzureConfig::Auth::kSasFile: {
-      auto signer = AzureSasSigner::FromFile(config->sas_file);
-      if (!signer.has_value()) return Err(signer.error());
-      access.signer = std::move(*signer);
-      break;
-    }
-  }
+  auto signer = MakeAzureSigner(*config);
+  if (!signer.has_value()) return Err(signer.error());
+  access.signer = std::move(*signer);
   auto protocol = std::make_unique<AzureProtocol>(std::move(*config));
   access.name = protocol->Name("");
   access.protocol = std::move(protocol);

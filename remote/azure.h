@@ -223,6 +223,9 @@ struct AzureAccess {
   std::shared_ptr<RequestSigner> signer;
   std::string name;
 };
+// The signer of a resolved configuration (the SAS file is read now: errors name it).
+Result<std::shared_ptr<RequestSigner>> MakeAzureSigner(const AzureConfig& config);
+
 Result<AzureAccess> MakeAzureAccess(std::string_view store, const AzureOptions& options,
                                     const EnvLookup& env = nullptr);
 

@@ -71,6 +71,15 @@ Status FetchOne(ObjectClient& client, const StoreLocation& loc, const char* name
   return Status::OK();
 }
 
+// Absolute: the daemon changes to / when it forks, and opens these again after.
+void MakeOptionPathsAbsolute(RemoteOptions* o) {
+  std::error_code ec;
+  for (std::string* path : {&o->headers_file, &o->ca_file, &o->cache_dir, &o->sas_file,
+                            &o->s3.credentials_file, &o->s3.config_file}) {
+    if (!path->empty()) *path = std::filesystem::absolute(*path, ec).lexically_normal();
+  }
+}
+
 }  // namespace
 
 std::string DefaultCacheDir(const std::string& redacted_url, const EnvLookup& env) {
@@ -89,9 +98,7 @@ HttpClientOptions ClientOptionsFor(const StoreLocation& location) {
   o.deadline = location.options.timeout;
   o.max_connections_per_host = location.options.connections;
   o.max_connections = std::max(64, location.options.connections);
-  if (location.s3 && location.aws_credentials != nullptr) {
-    o.signer = std::make_shared<SigV4RequestSigner>(location.aws_credentials, location.s3->region);
-  }
+  o.signer = location.signer;
   return o;
 }
 
@@ -104,6 +111,8 @@ Result<std::shared_ptr<ObjectClient>> MakeObjectClient(const StoreLocation& loca
   std::unique_ptr<ObjectProtocol> protocol;
   if (location.s3) {
     protocol = std::make_unique<S3Protocol>(*location.s3);
+  } else if (location.azure) {
+    protocol = std::make_unique<AzureProtocol>(*location.azure);
   } else {
     protocol = std::make_unique<HttpProtocol>(location.url);
   }
@@ -117,23 +126,37 @@ Result<StoreLocation> ResolveLocation(const std::string& store, const RemoteOpti
   loc.name = store;
   loc.dir = store;
   if (!IsRemoteUrl(store)) return loc;
+  loc.options = options;
+  MakeOptionPathsAbsolute(&loc.options);
+  if (IsAzureUrl(store)) {
+    AzureOptions az;
+    az.account = options.azure_account;
+    az.endpoint = options.s3.endpoint;
+    az.sas_file = loc.options.sas_file;
+    az.no_sign = options.s3.no_sign;
+    auto config = ResolveAzureConfig(store, az, env);
+    if (!config) return Err(config.error());
+    auto signer = MakeAzureSigner(*config);
+    if (!signer) return Err(signer.error());
+    loc.remote = true;
+    loc.signer = std::move(*signer);
+    loc.name = AzureProtocol(*config).Name("");
+    loc.azure = std::move(*config);
+    return loc;
+  }
   auto url = ParseUrl(store);
   if (!url) return Err(url.error());
   loc.remote = true;
   loc.url = *url;
   loc.name = url->ToString();
-  loc.options = options;
-  // Absolute: the daemon changes to / when it forks, and opens these again after.
-  std::error_code abs_ec;
-  for (std::string* path :
-       {&loc.options.headers_file, &loc.options.ca_file, &loc.options.cache_dir}) {
-    if (!path->empty()) *path = std::filesystem::absolute(*path, abs_ec).lexically_normal();
-  }
   if (url->is_s3()) {
-    auto s3 = ResolveS3Config(*url, options.s3, env);
+    auto s3 = ResolveS3Config(*url, loc.options.s3, env);
     if (!s3) return Err(s3.error());
     loc.s3 = std::move(*s3);
     loc.aws_credentials = loc.s3->aws_credentials;
+    if (loc.aws_credentials != nullptr) {
+      loc.signer = std::make_shared<SigV4RequestSigner>(loc.aws_credentials, loc.s3->region);
+    }
   }
   return loc;
 }

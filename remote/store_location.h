@@ -17,6 +17,7 @@
 #include "common/status.h"
 #include "index/store.h"
 #include "remote/aws_credential_source.h"
+#include "remote/azure.h"
 #include "remote/http_client.h"
 #include "remote/object_client.h"
 #include "remote/range_cache.h"
@@ -32,6 +33,8 @@ struct RemoteOptions {
   // Azure Blob Storage (az://CONTAINER/PREFIX): -o account (else AZURE_STORAGE_ACCOUNT); the
   // endpoint is s3.endpoint (-o endpoint: Azurite, sovereign clouds).
   std::string azure_account;
+  // -o sas_file: an Azure SAS token in a file, read again when it changes (a rotating token).
+  std::string sas_file;
   std::string headers_file;  // extra "Name: value" lines for every request (a bearer token)
   std::string ca_file;       // a PEM bundle instead of the system's
   std::string cache_dir;     // empty: DefaultCacheDir(url)
@@ -54,6 +57,10 @@ struct StoreLocation {
   std::optional<S3Config> s3;
   // S3's credentials (nullptr: anonymous), resolved before the daemon forks.
   std::shared_ptr<const AwsCredentialSource> aws_credentials;
+  std::optional<AzureConfig> azure;  // az:// and https://ACCOUNT.blob.core.windows.net
+  // What authorizes every request (S3: SigV4 over aws_credentials; Azure: Shared Key, SAS or
+  // anonymous; nullptr: nothing). Holds no thread: made before the fork, shared after.
+  std::shared_ptr<const RequestSigner> signer;
   RemoteOptions options;
 };
 
