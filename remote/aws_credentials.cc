@@ -1217,9 +1217,17 @@ Result<std::shared_ptr<RenewingCredentials>> ResolveAwsCredentials(
   }
 
   std::string why_env, why_profile, why_web = "not tried", why_container, why_imds;
-  auto env = FromEnvironment(*in, &why_env);
-  if (!env) return Err(env.error());
-  if (*env) {
+  // A profile given as an option overrides keys in the environment, as botocore's
+  // Session(profile=...) and the CLI's --profile do (AWS_PROFILE does not).
+  std::optional<FetchedCredentials> from_env;
+  if (!options.profile.empty()) {
+    why_env = "not used: -o profile names a profile";
+  } else {
+    auto env = FromEnvironment(*in, &why_env);
+    if (!env) return Err(env.error());
+    from_env = std::move(*env);
+  }
+  if (auto* env = &from_env; *env) {
     FetchedCredentials f = **env;
     return make(CredentialProvider::Kind::kFixed, std::move(f),
                 [f](bool) -> Result<FetchedCredentials> { return f; });

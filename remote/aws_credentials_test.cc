@@ -142,6 +142,23 @@ TEST_F(AwsCredentialsTest, EnvironmentKeysAreFixed) {
   EXPECT_TRUE(requests_.empty());
 }
 
+// botocore's Session(profile=...) and the CLI's --profile drop the environment's keys; the
+// variable AWS_PROFILE does not.
+TEST_F(AwsCredentialsTest, AProfileOptionOverridesEnvironmentKeysButAwsProfileDoesNot) {
+  env_["AWS_ACCESS_KEY_ID"] = "AKIAENV";
+  env_["AWS_SECRET_ACCESS_KEY"] = kSecret;
+  Write(".aws/credentials", "[train]\naws_access_key_id=AKIATRAIN\naws_secret_access_key=S\n");
+  AwsCredentialOptions o;
+  o.profile = "train";
+  auto c = Resolve(o);
+  ASSERT_TRUE(c.has_value()) << c.error().ToString();
+  EXPECT_EQ((*c)->Current()->credentials.access_key_id(), "AKIATRAIN");
+  env_["AWS_PROFILE"] = "train";
+  auto d = Resolve();
+  ASSERT_TRUE(d.has_value()) << d.error().ToString();
+  EXPECT_EQ((*d)->Current()->credentials.access_key_id(), "AKIAENV");
+}
+
 TEST_F(AwsCredentialsTest, EnvironmentKeyWithoutSecretNamesTheVariable) {
   env_["AWS_ACCESS_KEY_ID"] = "AKIAENV";
   auto c = Resolve();

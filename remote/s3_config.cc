@@ -149,6 +149,7 @@ Status ResolveCredentials(const S3Options& options, const EnvLookup& env,
   if (!resolved.has_value()) {
     if (!resolved.error().IsNotFound()) return resolved.error();
     c->credentials_source = "none (anonymous: " + resolved.error().message() + ")";
+    c->no_credentials = resolved.error().message();
     return Status::OK();
   }
   c->aws_credentials = *resolved;

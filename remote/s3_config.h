@@ -68,6 +68,9 @@ struct S3Config {
   // The snapshot's source ("environment", "profile train (credential_process)", ...), or
   // "none (no_sign)", "none (anonymous: no AWS credentials: ...)".
   std::string credentials_source;
+  // Anonymous because nothing was found: "no AWS credentials: environment (...), ..." naming
+  // every source tried (for the message when the bucket refuses anonymous requests).
+  std::string no_credentials;
 
   // The http(s) URL of the object `name` under the store's prefix: the key URI-encoded once
   // (SigV4 rules, '/' kept), path style ENDPOINT/BUCKET/KEY or virtual host BUCKET.HOST/KEY.

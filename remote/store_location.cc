@@ -43,12 +43,14 @@ Status FetchOne(ObjectClient& client, const StoreLocation& loc, const char* name
   auto r = Download(client, name, dest, SavedEtag(dest));
   if (!r) {
     const Status& e = r.error();
-    if (e.sys_errno() == EACCES && loc.s3 && loc.aws_credentials == nullptr &&
-        !loc.options.s3.no_sign) {
+    if (e.sys_errno() == EACCES && loc.s3 && !loc.s3->no_credentials.empty()) {
       // Unsigned because nothing was found: say that, not only the server's 403.
-      return Status::IOError(loc.name + ": refused to an anonymous request (" + e.message() +
-                                 "); " + loc.s3->credentials_source +
-                                 " (-o no_sign for a public bucket)",
+      const std::string& m = e.message();
+      const size_t status = m.rfind(": ");
+      return Status::IOError(loc.name + ": refused an anonymous request (" +
+                                 (status == std::string::npos ? m : m.substr(status + 2)) +
+                                 ") and " + loc.s3->no_credentials +
+                                 "; -o no_sign reads public buckets only",
                              EACCES);
     }
     if (e.IsNotFound()) {
