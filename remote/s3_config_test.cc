@@ -51,6 +51,23 @@ TEST_F(S3ConfigTest, DefaultsAreAnonymousUsEast1VirtualHost) {
             "https://bucket.s3.us-east-1.amazonaws.com/stores/a/records/00000042.pcr");
 }
 
+// gs:// is GCS's S3-compatible XML API: Google's endpoint, region "auto", HMAC keys as AWS keys.
+TEST_F(S3ConfigTest, GcsUsesGooglesEndpoint) {
+  env_["AWS_ACCESS_KEY_ID"] = "GOOGHMACKEYID0000000";
+  env_["AWS_SECRET_ACCESS_KEY"] = "hmac-secret";
+  auto c = Resolve("gs://bucket/stores/a");
+  ASSERT_TRUE(c.has_value()) << c.error().ToString();
+  EXPECT_TRUE(c->gcs);
+  EXPECT_EQ(c->region, "auto");
+  EXPECT_EQ(c->endpoint.ToString(), "https://storage.googleapis.com");
+  EXPECT_EQ(c->ObjectUrl("records/00000042.pcr"),
+            "https://bucket.storage.googleapis.com/stores/a/records/00000042.pcr");
+  EXPECT_EQ(c->credentials.access_key_id(), "GOOGHMACKEYID0000000");
+  S3Options o;
+  o.endpoint = "http://127.0.0.1:4443";
+  EXPECT_EQ(Resolve("gs://bucket/p", o)->ObjectUrl("x"), "http://127.0.0.1:4443/bucket/p/x");
+}
+
 TEST_F(S3ConfigTest, RegionOrder) {
   Write(".aws/config", "[default]\nregion = eu-north-1\n[profile other]\nregion=ap-south-1\n");
   EXPECT_EQ(Resolve("s3://bucket")->region, "eu-north-1");
