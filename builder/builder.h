@@ -18,7 +18,7 @@
 #include "codec/transcoder.h"
 #include "common/status.h"
 #include "index/manifest.h"
-#include "remote/store_location.h"
+#include "location/store_location.h"
 
 namespace pcrfs::tools {
 

@@ -17,7 +17,7 @@
 #include "builder/source_tree.h"
 #include "common/status.h"
 #include "remote/object_client.h"
-#include "remote/store_location.h"
+#include "location/store_location.h"
 
 namespace pcrfs::tools {
 
@@ -27,7 +27,7 @@ bool IsRemoteArchiveUrl(const std::string& url);
 
 // The object client of a source URL (rooted at it: keys are relative to the bucket prefix; ""
 // is the URL's own object), resolved from the same options and environment as a remote
-// store's (remote/store_location.h).
+// store's (location/store_location.h).
 struct RemoteAccess {
   Url url;
   std::string name;        // the URL without credentials, query or fragment

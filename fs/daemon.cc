@@ -32,7 +32,7 @@
 #include "fs/mount_options.h"
 #include "index/store.h"
 #include "remote/object_client.h"
-#include "remote/store_location.h"
+#include "location/store_location.h"
 
 namespace pcrfs::fs {
 namespace {

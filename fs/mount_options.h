@@ -13,7 +13,7 @@
 
 #include "common/status.h"
 #include "fs/filesystem.h"
-#include "remote/store_location.h"
+#include "location/store_location.h"
 
 namespace pcrfs::fs {
 

@@ -6,7 +6,7 @@
 #include <iostream>
 #include <string_view>
 
-#include "remote/store_location.h"
+#include "location/store_location.h"
 #include "remote/url.h"
 
 namespace pcrfs::tools {

@@ -12,7 +12,7 @@
 
 #include "index/entry.h"
 #include "index/store.h"
-#include "remote/store_location.h"
+#include "location/store_location.h"
 
 namespace pcrfs::tools {
 

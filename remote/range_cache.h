@@ -12,7 +12,7 @@
 // index (index/record_reader.cc), which calls Drop() on a mismatch and reads once more, so a
 // damaged cache file costs one refetch, never wrong bytes.
 //
-// The disk tier lives in one folder per index identity (remote/store_location.cc names it from
+// The disk tier lives in one folder per index identity (location/store_location.cc names it from
 // the index file's trailer, so a store rebuilt at the same URL never meets the old bytes).
 // Files are "RECORD-OFFSET-LENGTH" (hex record id, decimal numbers), written to a temporary
 // name and renamed, so a crash leaves no partial extent; a file whose size does not match its

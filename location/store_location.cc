@@ -1,4 +1,4 @@
-#include "remote/store_location.h"
+#include "location/store_location.h"
 
 #include <fcntl.h>
 #include <sys/file.h>
