@@ -33,7 +33,7 @@ class SimulatedSource final : public RandomAccessFile {
   };
   // burst_seconds > 0: a blkio throttle's token bucket, which after an idle spell lets that
   // many seconds of bandwidth through at once, as cgroup v1's throttle does with its 100 ms
-  // slices (docs/benchmarks.md, issue 12).
+  // slices (docs/notebook/2026-11-23-to-27-record-scheduler.md).
   SimulatedSource(uint64_t size, double bandwidth, double latency, bool keeps = true,
                   double burst_seconds = 0)
       : size_(size),

@@ -44,7 +44,8 @@ int main(int argc, char** argv) {
   // image; glibc serves each with mmap and gives it back, zeroing fresh pages every time, until
   // its dynamic threshold has risen, which a build's transcoding does first and a merge never
   // does. Measured on 100 sampled images: 29 s user + 19 s sys without, 9.5 s + 0.2 s with
-  // (docs/benchmarks.md, sharded builds). 32 MiB is the dynamic threshold's own ceiling.
+  // (docs/notebook/2026-11-23-builds-from-archives-remotes-shards.md). 32 MiB is the dynamic
+  // threshold's own ceiling.
   // Not for a build: its transcoding raises the threshold before its sample anyway, and the
   // untrimmed heap would add ~28 MiB to its peak RSS (test_large_files bounds it).
   const std::string command = argv[1];

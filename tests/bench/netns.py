@@ -8,10 +8,10 @@ outside, only the network is new).
 
 The cap is an HTB class on lo (netem is not in this kernel: latency comes from
 tests/remote/fault_proxy.py). lo's MTU is set to an Ethernet link's 1500 bytes (--mtu; lo's
-own 64 KiB made nginx's answers just over one segment stall for ~40 ms, docs/benchmarks.md);
-the burst is at least 64 KiB, 256 KiB by default. Every byte on lo crosses the cap once,
-requests included. As root this uses `unshare -n`, otherwise `unshare -rn` (a user
-namespace). From Python: run_capped(rate, argv).
+own 64 KiB made nginx's answers just over one segment stall for ~40 ms,
+docs/notebook/2026-11-23-to-27-remote-stores.md); the burst is at least 64 KiB, 256 KiB by
+default. Every byte on lo crosses the cap once, requests included. As root this uses
+`unshare -n`, otherwise `unshare -rn` (a user namespace). From Python: run_capped(rate, argv).
 """
 
 import argparse

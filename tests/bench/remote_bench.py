@@ -803,7 +803,8 @@ def report(args, meta, ds, conds, summ, local, idx_res, loader_res, proxy_chk, c
                  f"({100 * ds['level_bytes'][k - 1] / ds['src_bytes']:.0f}%)"
                  for k in args.levels) + ".")
     L.append(f"- Network: one network namespace, its lo's MTU {args.mtu} bytes (lo's own 64 KiB "
-             "made nginx's answers just over one segment stall for ~40 ms: docs/benchmarks.md); "
+             "made nginx's answers just over one segment stall for ~40 ms: "
+             "docs/notebook/2026-11-23-to-27-remote-stores.md); "
              "on its lo, an HTB class caps the answers of the "
              "server a client talks to (packets from its port: nginx or the S3 front, or the "
              "proxy in front of them; requests and a proxy's own upstream traffic are not "
