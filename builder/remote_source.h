@@ -16,8 +16,8 @@
 #include "builder/archive_source.h"
 #include "builder/source_tree.h"
 #include "common/status.h"
-#include "remote/object_client.h"
 #include "location/store_location.h"
+#include "remote/object_client.h"
 
 namespace pcrfs::tools {
 

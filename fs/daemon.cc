@@ -31,8 +31,8 @@
 #include "fs/fuse_ops.h"
 #include "fs/mount_options.h"
 #include "index/store.h"
-#include "remote/object_client.h"
 #include "location/store_location.h"
+#include "remote/object_client.h"
 
 namespace pcrfs::fs {
 namespace {
