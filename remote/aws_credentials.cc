@@ -1217,7 +1217,16 @@ Result<std::shared_ptr<RenewingCredentials>> ResolveAwsCredentials(
   }
 
   std::string why_env, why_profile, why_web = "not tried", why_container, why_imds;
-  auto env = FromEnvironment(*in, &why_env);
+  // A profile named by the option is botocore's Session(profile=...) (the CLI's --profile): it
+  // takes the environment's keys out of the chain, so that the profile's own credentials (or
+  // its role, with credential_source Environment) are used. AWS_PROFILE does not: with it the
+  // environment's keys still come first, as in botocore.
+  Result<std::optional<FetchedCredentials>> env = std::optional<FetchedCredentials>();
+  if (options.profile.empty()) {
+    env = FromEnvironment(*in, &why_env);
+  } else {
+    why_env = "not used with -o profile";
+  }
   if (!env) return Err(env.error());
   if (*env) {
     FetchedCredentials f = **env;
