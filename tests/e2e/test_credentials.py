@@ -107,9 +107,10 @@ def setUpModule():
         Base.tmp = tmp
         src = os.path.join(tmp, "src")
         for i in range(N_FILES):
-            save_jpeg(photo(240 + 16 * (i % 4), 180 + 8 * (i % 3), seed=3000 + i),
+            save_jpeg(photo(480 + 16 * (i % 4), 360 + 8 * (i % 3), seed=3000 + i),
                       os.path.join(src, f"class{i % 4}", f"img{i:03d}.jpg"), quality=92)
         Base.store = os.path.join(tmp, "www", "store")
+        os.makedirs(os.path.dirname(Base.store))
         run([PCR, "build", src, Base.store, "--quiet", "--images-per-record", "4"])
         Base.want = {k: pcr_extract(Base.store, k) for k in LEVELS}
         Base.files = sorted(Base.want[LEVELS[0]])
@@ -316,13 +317,17 @@ class ChainTest(Base):
         token_file = self.write("web-token", WEB_TOKEN)
         env = self.env(AWS_WEB_IDENTITY_TOKEN_FILE=token_file, AWS_ROLE_ARN=ROLE,
                        AWS_ROLE_SESSION_NAME="pcrfs-e2e", **self.sts.env())
+        before = len(self.sts.requests())
         want, auth = self.mount_like_botocore(
             "web-identity", env,
             provenance=self.sts_provenance("AssumeRoleWithWebIdentity", ROLE))
         self.assertEqual(want["method"], "assume-role-with-web-identity")
         self.assertIn("expires", auth)
-        sessions = {r["session_name"] for r in self.sts.requests(role_arn=ROLE)}
-        self.assertEqual(sessions, {"pcrfs-e2e"})
+        # Both called STS with the session name of AWS_ROLE_SESSION_NAME.
+        calls = self.sts.requests()[before:]
+        self.assertGreaterEqual(len(calls), 2)
+        self.assertEqual({(r["action"], r["session_name"], r["status"]) for r in calls},
+                         {("AssumeRoleWithWebIdentity", "pcrfs-e2e", 200)})
 
     def test_credential_process(self):
         command = shlex.join([PYTHON, CRED_SERVERS, "credential-process", "--s3-endpoint",
@@ -519,7 +524,7 @@ class NoCredentialsTest(Base):
 SOAK_READERS = 4
 SOAK_EPOCHS = 4
 SOAK_EPOCH_SECONDS = 23.0  # paced: 4 epochs span > 4 lifetimes of 20 s
-SOAK_LEVELS = (10, 3, 10, 3)
+SOAK_LEVEL = 10  # whole files: every epoch needs every record's every byte
 
 
 class Readers:
@@ -581,7 +586,7 @@ class SoakTest(Base):
             readers = Readers(m.mnt, self.want, self.files, SOAK_READERS)
             started = time.time()
             per_epoch = []
-            for epoch, level in enumerate(SOAK_LEVELS[:SOAK_EPOCHS]):
+            for epoch in range(SOAK_EPOCHS):
                 drop_caches()
                 front_before = self.s3.front_stats()["bytes_to_client"]
                 if epoch == 2:
@@ -589,7 +594,7 @@ class SoakTest(Base):
                     # hourly): the file gets the new one, STS refuses the old one from now on.
                     write_atomic(token_file, rotated_token)
                     self.sts.rotate_web_identity_token(rotated_token)
-                readers.epoch(epoch, level, SOAK_EPOCH_SECONDS)
+                readers.epoch(epoch, SOAK_LEVEL, SOAK_EPOCH_SECONDS)
                 per_epoch.append(self.s3.front_stats()["bytes_to_client"] - front_before)
             elapsed = time.time() - started
             xattr = remote_xattr(m.mnt)
@@ -606,11 +611,14 @@ class SoakTest(Base):
         self.assertEqual(readers.failures, [], summary)
         self.assertEqual(readers.reads, SOAK_EPOCHS * len(self.files))
         self.assertEqual(client["failed"], 0, summary)
-        # Cold epochs: each one fetched at least the record bytes of its level from S3.
+        # Cold epochs: each one fetched most of the store's records again from S3 (the daemon's
+        # caches hold 2M of them at most).
+        records = sum(os.path.getsize(os.path.join(d, n))
+                      for d, _, names in os.walk(os.path.join(self.store, "records"))
+                      for n in names)
+        self.assertGreater(records, 6 << 20)
         for epoch, got in enumerate(per_epoch):
-            level = SOAK_LEVELS[epoch]
-            self.assertGreater(got, sum(map(len, self.want[level].values())) // 2,
-                               (epoch, summary))
+            self.assertGreater(got, records - (3 << 20), (epoch, records, summary))
         # Renewed in the background, the fakes agree: >= 4 renewals, each a new key the front
         # then saw in use.
         mine = calls()[judged:]
@@ -626,7 +634,6 @@ class SoakTest(Base):
         self.assertLessEqual(refused.get("ExpiredToken", 0), client["retries"]["auth"], summary)
         self.assertEqual(set(refused) - {"ExpiredToken"}, set(), summary)
         self.assertEqual(auth["source"], "web identity")
-        self.assert_no_secret(log, json.dumps(xattr), rotated_token)
         self.extra_secrets.add(rotated_token)
         self.assert_no_secret(log, json.dumps(xattr))
 
@@ -668,11 +675,14 @@ class HeaderFileRotationTest(Base):
                     timer.join()
                 drop_caches()
                 readers.epoch(0, 10, 0)  # after the last rotation: everything once more, at once
+                # Fetches ahead of the readers end too: then the counters and nginx's log agree.
+                wait_for(lambda: remote_xattr(m.mnt)["client"]["in_flight"] == 0,
+                         "no request in flight")
+                time.sleep(1.5)  # nginx flushes its access log each second
                 xattr = remote_xattr(m.mnt)
                 log = m.log()
-            time.sleep(1.5)  # nginx flushes its access log each second
-            with open(nginx.access_log) as f:
-                statuses = [line.split('"')[2].split()[0] for line in f if '"' in line]
+                with open(nginx.access_log) as f:
+                    statuses = [line.split('"')[2].split()[0] for line in f if '"' in line]
         client = xattr["client"]
         summary = (f"{readers.reads} reads, retries {client['retries']}, failed "
                    f"{client['failed']} {client.get('failed_by_reason')}, nginx 401s "
@@ -682,6 +692,8 @@ class HeaderFileRotationTest(Base):
         self.assertEqual(readers.reads, (self.ROTATIONS + 1) * len(self.files))
         self.assertEqual(client["failed"], 0, summary)
         self.assertGreater(statuses.count("206") + statuses.count("200"), 0)
+        # Every 401 the rotations caused was retried (with the new token) and none failed.
+        self.assertGreater(statuses.count("401"), 0, summary)
         self.assertEqual(client["retries"]["auth"], statuses.count("401"), summary)
         self.assert_no_secret(log, json.dumps(xattr))
 
