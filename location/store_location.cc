@@ -37,6 +37,30 @@ std::string SavedEtag(const std::string& path) {
   return std::string(bytes->begin(), bytes->end());
 }
 
+// `e` with "NAME: " in front (its code and errno kept), unless it starts with NAME already: an
+// s3:// store's errors name the store as the user wrote it, not only an endpoint URL, a
+// profile or an STS role.
+Status NamingStore(const std::string& name, const Status& e) {
+  if (e.message().starts_with(name)) return e;
+  std::string msg = name + ": " + e.message();
+  switch (e.code()) {
+    case Status::Code::kNotFound:
+      return Status::NotFound(std::move(msg));
+    case Status::Code::kCorruption:
+      return Status::Corruption(std::move(msg));
+    case Status::Code::kIOError:
+      return Status::IOError(std::move(msg), e.sys_errno());
+    case Status::Code::kNotSupported:
+      return Status::NotSupported(std::move(msg));
+    case Status::Code::kAlreadyExists:
+      return Status::AlreadyExists(std::move(msg));
+    case Status::Code::kResourceExhausted:
+      return Status::ResourceExhausted(std::move(msg));
+    default:
+      return Status::InvalidArgument(std::move(msg));
+  }
+}
+
 // Downloads `name` of the store into the cache folder, conditional on its saved ETag.
 Status FetchOne(ObjectClient& client, const StoreLocation& loc, const char* name) {
   const std::string dest = loc.dir + "/" + name;
@@ -60,7 +84,7 @@ Status FetchOne(ObjectClient& client, const StoreLocation& loc, const char* name
       }
       return Status::Corruption(loc.name + ": damaged store: " + name + " is missing");
     }
-    return e;
+    return loc.s3 ? NamingStore(loc.name, e) : e;
   }
   if (r->modified || !r->etag.empty()) {
     const std::string etag_path = dest + ".etag";
@@ -153,7 +177,7 @@ Result<StoreLocation> ResolveLocation(const std::string& store, const RemoteOpti
   loc.name = url->ToString();
   if (url->is_s3()) {
     auto s3 = ResolveS3Config(*url, loc.options.s3, env);
-    if (!s3) return Err(s3.error());
+    if (!s3) return Err(NamingStore(loc.name, s3.error()));
     loc.s3 = std::move(*s3);
     loc.aws_credentials = loc.s3->aws_credentials;
     if (loc.aws_credentials != nullptr) {

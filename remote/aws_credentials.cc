@@ -1217,17 +1217,18 @@ Result<std::shared_ptr<RenewingCredentials>> ResolveAwsCredentials(
   }
 
   std::string why_env, why_profile, why_web = "not tried", why_container, why_imds;
-  // A profile given as an option overrides keys in the environment, as botocore's
-  // Session(profile=...) and the CLI's --profile do (AWS_PROFILE does not).
-  std::optional<FetchedCredentials> from_env;
-  if (!options.profile.empty()) {
-    why_env = "not used: -o profile names a profile";
+  // A profile named by the option is botocore's Session(profile=...) (the CLI's --profile): it
+  // takes the environment's keys out of the chain, so that the profile's own credentials (or
+  // its role, with credential_source Environment) are used. AWS_PROFILE does not: with it the
+  // environment's keys still come first, as in botocore.
+  Result<std::optional<FetchedCredentials>> env = std::optional<FetchedCredentials>();
+  if (options.profile.empty()) {
+    env = FromEnvironment(*in, &why_env);
   } else {
-    auto env = FromEnvironment(*in, &why_env);
-    if (!env) return Err(env.error());
-    from_env = std::move(*env);
+    why_env = "not used with -o profile";
   }
-  if (auto* env = &from_env; *env) {
+  if (!env) return Err(env.error());
+  if (*env) {
     FetchedCredentials f = **env;
     return make(CredentialProvider::Kind::kFixed, std::move(f),
                 [f](bool) -> Result<FetchedCredentials> { return f; });

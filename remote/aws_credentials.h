@@ -4,6 +4,8 @@
 //
 // The chain, first hit wins (botocore's provider order):
 //  1. environment: AWS_ACCESS_KEY_ID + AWS_SECRET_ACCESS_KEY (+ AWS_SESSION_TOKEN). Long-term.
+//     Skipped when options.profile names a profile (-o profile), as botocore skips it for
+//     Session(profile=...) and the CLI's --profile; not for AWS_PROFILE.
 //  2. assume role from the profile: `role_arn` with `source_profile` (resolved recursively;
 //     a profile may name itself as source when it holds static keys) or `credential_source`
 //     (Environment, Ec2InstanceMetadata, EcsContainer); STS AssumeRole signed with SigV4 by

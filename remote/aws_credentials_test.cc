@@ -262,6 +262,18 @@ TEST_F(AwsCredentialsTest, ProfileStaticKeysCredentialsFileFirst) {
   ASSERT_TRUE(c.has_value()) << c.error().ToString();
   EXPECT_EQ((*c)->Current()->credentials.access_key_id(), "AKIAOTHER");
   EXPECT_EQ((*c)->Current()->credentials.session_token(), "T3");
+  // Keys in the environment win over AWS_PROFILE, not over the option (botocore's
+  // Session(profile=...) and the CLI's --profile leave the environment out).
+  env_["AWS_ACCESS_KEY_ID"] = "AKIAENVKEY";
+  env_["AWS_SECRET_ACCESS_KEY"] = kSecret;
+  c = Resolve(o);
+  ASSERT_TRUE(c.has_value()) << c.error().ToString();
+  EXPECT_EQ((*c)->Current()->credentials.access_key_id(), "AKIAOTHER");
+  c = Resolve();
+  ASSERT_TRUE(c.has_value()) << c.error().ToString();
+  EXPECT_EQ((*c)->Current()->credentials.access_key_id(), "AKIAENVKEY");
+  env_.erase("AWS_ACCESS_KEY_ID");
+  env_.erase("AWS_SECRET_ACCESS_KEY");
   // Files from the options, then the variables.
   Write("c2", "[x]\naws_access_key_id=AKIAC2\naws_secret_access_key=S\n");
   o.profile = "x";
@@ -514,8 +526,18 @@ TEST_F(AwsCredentialsTest, CredentialSourceEnvironmentAndInstanceMetadata) {
   auto c = Resolve(o);
   ASSERT_FALSE(c.has_value());  // no keys in the environment
   EXPECT_TRUE(Has(c.error().message(), "credential_source Environment, but AWS_ACCESS_KEY_ID"));
-  // With keys in the environment, the chain's first step takes them: credential_source
-  // Environment matters under a profile whose own role is wanted, so use instance metadata.
+  // With keys in the environment and the profile named by the option (botocore's
+  // Session(profile=...)), the environment is the role's source, not the chain's first step.
+  env_["AWS_ACCESS_KEY_ID"] = "AKIAENVSOURCE";
+  env_["AWS_SECRET_ACCESS_KEY"] = kSecret;
+  c = Resolve(o);
+  ASSERT_TRUE(c.has_value()) << c.error().ToString();
+  EXPECT_EQ((*c)->Current()->credentials.access_key_id(), "ASIAOK");
+  ASSERT_EQ(requests_.size(), 1u);
+  EXPECT_TRUE(Has(Header(requests_[0].headers, "Authorization"), "Credential=AKIAENVSOURCE/"));
+  requests_.clear();
+  env_.erase("AWS_ACCESS_KEY_ID");
+  env_.erase("AWS_SECRET_ACCESS_KEY");
   o.profile = "m";
   Answer("PUT http://169.254.169.254/latest/api/token", 200, "IMDSTOKEN");
   Answer("GET http://169.254.169.254/latest/meta-data/iam/security-credentials/", 200, "r\n");

@@ -396,9 +396,6 @@ class FstabWithoutHomeTest(LoopbackServersCase):
         self.assertEqual(p.returncode, 1, p.stderr)
         self.assertIn("403", p.stderr)
 
-    @unittest.skip("-o credentials_file is parsed into S3Options::credentials_file, but "
-                   "ResolveS3Config (remote/s3_config.cc) does not read it yet: enable once the "
-                   "credential code honours it")
     def test_s3_store_from_fstab_with_credentials_file(self):
         s3, url = self.s3_store()
         home = os.path.join(self.tmp, "home-empty")  # root's ~/.aws holds nothing
@@ -411,9 +408,12 @@ class FstabWithoutHomeTest(LoopbackServersCase):
         mnt = os.path.join(self.tmp, "mnt-fstab-creds")
         options = (f"ro,noauto,_netdev,scans=5,endpoint={s3.endpoint},profile=ops,"
                    f"credentials_file={creds},cache_dir={self.cache('fstab-creds')}")
+        signed_before = s3.front_stats()["signed_by_key"].get(ACCESS_KEY, 0)
         got = self.fstab_mount([(url, mnt, options)], home)[mnt]
         self.assertEqual(got["rc"], 0, got["stderr"])
         self.assertEqual(got["tree"], self.want5)
+        # Signed with the file's key (root's ~/.aws is empty: nothing else could sign).
+        self.assertGreater(s3.front_stats()["signed_by_key"].get(ACCESS_KEY, 0), signed_before)
 
 
 if __name__ == "__main__":

@@ -302,7 +302,8 @@ class S3Server:
 
     .endpoint is the front's URL (path style: ENDPOINT/BUCKET/KEY; virtual-host style with Host:
     BUCKET.localhost:PORT). .client() is a boto3 client for it. .front_stats() the front's
-    counters (requests, signed_ok, anonymous, refused by S3 error code, range_fixed).
+    counters (requests, signed_ok, signed_by_key, anonymous, refused by S3 error code,
+    range_fixed).
     check_clock=False accepts any x-amz-date (to replay AWS's published examples).
 
     The keys it accepts change at runtime, as temporary credentials do: .add_key(ak, sk, token,

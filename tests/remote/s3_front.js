@@ -60,6 +60,7 @@ const keys = new Map();
 const stats = {
   requests: 0,
   signed_ok: 0,
+  signed_by_key: {},  // access key id -> requests signed with it that passed
   anonymous: 0,
   refused: {},
   range_fixed: 0,
@@ -253,6 +254,7 @@ async function verify(req, rawPath, rawQuery, body) {
           SignatureProvided: auth.signature, CanonicalRequest: canonical,
         });
   }
+  return auth.accessKey;
 }
 
 function isExpired(key) {
@@ -399,8 +401,9 @@ async function handle(req, res) {
     throw new S3Error(403, 'AccessDenied', 'This test server does not accept presigned URLs');
   }
   if (req.headers['authorization'] !== undefined) {
-    await verify(req, rawPath, rawQuery, body);
+    const accessKey = await verify(req, rawPath, rawQuery, body);
     stats.signed_ok++;
+    stats.signed_by_key[accessKey] = (stats.signed_by_key[accessKey] || 0) + 1;
   } else if (config.allow_anonymous && (req.method === 'GET' || req.method === 'HEAD')) {
     stats.anonymous++;
   } else {
