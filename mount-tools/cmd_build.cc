@@ -231,7 +231,7 @@ int RunBuild(const std::vector<std::string>& args) {
     return kExitUsage;
   }
   std::optional<ProgressLine> progress;
-  StartProgressLine("build", src, vm.count("quiet") > 0, vm.count("progress") > 0, &progress,
+  StartProgressLine("build", ShownStore(src), vm.count("quiet") > 0, vm.count("progress") > 0, &progress,
                     &config.progress);
   auto report = BuildLocked(config, *lock);
   if (progress) progress->Finish();
