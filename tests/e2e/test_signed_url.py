@@ -7,18 +7,22 @@ request, and the token never shown: not in pcrfs's stderr, the log file, /proc/m
 fsname), user.pcrfs.remote, an error message or the cache folder's name. Needs
 tests/remote/install.sh (nginx)."""
 
+import hashlib
 import json
 import os
 import re
+import shutil
 import subprocess
 import sys
+import tarfile
+import time
 import unittest
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(os.path.dirname(HERE), "remote"))
 
 from pcrtest import (PCR, PCRFS, LoopbackServersCase, Mount, pcr_extract, photo,  # noqa: E402
-                     read_tree, run, save_jpeg, sha)
+                     read_tree, run, save_jpeg, sha, store_bytes)
 from remote_servers import FaultProxy, Nginx  # noqa: E402
 
 LEVELS = tuple(range(1, 11))
@@ -62,8 +66,11 @@ class SignedUrlTest(LoopbackServersCase):
                 self.assertEqual(sha(data), sha(self.local[k][rel]), f"level {k}: {rel}")
                 self.assertEqual(os.path.getsize(os.path.join(mnt, f"scan{k}", rel)), len(data))
 
-    def access_log(self):
+    def access_log(self, offset=0):
+        """nginx's access log from byte offset on (it flushes every second)."""
+        time.sleep(1.5)
         with open(self.nginx.access_log) as f:
+            f.seek(offset)
             return f.read()
 
     def test_server_requires_the_token(self):
@@ -78,6 +85,7 @@ class SignedUrlTest(LoopbackServersCase):
 
     def test_mount_every_level_and_the_token_never_shown(self):
         log_file = os.path.join(self.tmp, "pcrfs.log")
+        offset = len(self.access_log())
         with self.mount(self.url, "signed", f"log_file={log_file}") as m:
             self.assert_every_level(m.mnt)
             xattr = os.getxattr(m.mnt, "user.pcrfs.remote").decode()
@@ -94,15 +102,15 @@ class SignedUrlTest(LoopbackServersCase):
         for what, text in (("xattr", xattr), ("/proc/mounts", mounts[0]),
                            ("mount", mount_out), ("stderr", stderr)):
             self.assert_no_token(text, what)
-        if os.path.exists(log_file):
-            with open(log_file) as f:
-                self.assert_no_token(f.read(), "log file")
+        with open(log_file) as f:
+            self.assert_no_token(f.read(), "log file")
         # Every request pcrfs sent carried the query as given (nginx refuses the rest).
-        requests = [line for line in self.access_log().splitlines() if "pcrfs" in line or
-                    "/store/" in line]
-        self.assertTrue(requests)
+        requests = self.access_log(offset).splitlines()
+        self.assertGreater(len(requests), 2)
         refused = [line for line in requests if '" 403 ' in line]
         self.assertEqual(refused, [])
+        for line in requests:
+            self.assertIn(f"?sig={TOKEN}&sv=1 HTTP/1.1", line)
 
     def test_a_failing_record_is_logged_without_the_token(self):
         """A 404 for one record (through the fault proxy): its files EIO, the log names the
@@ -128,41 +136,76 @@ class SignedUrlTest(LoopbackServersCase):
         self.assertIn(victim, stderr)
         self.assert_no_token(stderr, "stderr")
         self.assert_no_token(xattr, "xattr")
-        if os.path.exists(log_file):
-            with open(log_file) as f:
-                self.assert_no_token(f.read(), "log file")
+        with open(log_file) as f:
+            self.assert_no_token(f.read(), "log file")
         # Every request through the proxy had the query, exactly as given.
         self.assertTrue(sent)
         for path in sent:
             self.assertTrue(path.endswith(f"?sig={TOKEN}&sv=1"), path)
 
     def test_cache_folder_does_not_depend_on_the_query(self):
+        """Without -o cache_dir the cache folder is named by the SHA-256 of the URL without its
+        query (remote/store_location.cc DefaultCacheDir): the same for any token and any order
+        of the parameters."""
         home = os.path.join(self.tmp, "home-cache")
         os.makedirs(home)
         env = dict(self.env, HOME=home)
-        cache_root = os.path.join(home, ".cache", "pcrfs")
-        folders = []
-        # The same store with its query in another order, and with one more parameter.
-        for i, url in enumerate((self.url, f"{self.base}?sv=1&sig={TOKEN}",
-                                 f"{self.base}?sig={TOKEN}&sv=1&extra=2")):
-            mnt = os.path.join(self.tmp, f"mnt-default-cache-{i}")
-            with Mount(url, mnt, "-o", "scans=6", env=env) as m:
-                got = read_tree(m.mnt)
-                self.assertEqual(got, self.local[6])
-            folders.append(sorted(os.listdir(cache_root)))
-        self.assertEqual(len(folders[0]), 1, folders)
-        self.assertEqual(folders, [folders[0]] * 3)
-        name = folders[0][0]
-        self.assert_no_token(name)
-        self.assertRegex(name, r"^[0-9a-f]{64}$")
-        # The same folder as the URL without a query (pcr with the token: cat reads through
-        # it).
-        p = run([PCR, "cat", self.url, sorted(self.local[2])[0], "--scans", "2"], env=env)
-        self.assertEqual(p.stdout, self.local[2][sorted(self.local[2])[0]])
-        self.assertEqual(sorted(os.listdir(cache_root)), folders[0])
-        for dirpath, dirnames, filenames in os.walk(cache_root):
-            for n in dirnames + filenames:
-                self.assert_no_token(n)
+        root = "/var/cache/pcrfs" if os.geteuid() == 0 else os.path.join(home, ".cache", "pcrfs")
+        want = os.path.join(root, hashlib.sha256(self.base.encode()).hexdigest())
+        urls = (self.url, f"{self.base}?sv=1&sig={TOKEN}", f"{self.base}?sig={TOKEN}&sv=1&x=2")
+        try:
+            for i, url in enumerate(urls):
+                shutil.rmtree(want, ignore_errors=True)
+                mnt = os.path.join(self.tmp, f"mnt-default-cache-{i}")
+                with Mount(url, mnt, "-o", "scans=6", env=env) as m:
+                    self.assertEqual(read_tree(m.mnt), self.local[6])
+                self.assertTrue(os.path.exists(os.path.join(want, "index.lmdb")), url)
+                for other in urls:
+                    named = os.path.join(root, hashlib.sha256(other.encode()).hexdigest())
+                    self.assertFalse(os.path.exists(named), other)
+            # pcr with the token reads through the same folder.
+            shutil.rmtree(want, ignore_errors=True)
+            rel = sorted(self.local[2])[0]
+            p = run([PCR, "cat", self.url, rel, "--scans", "2"], env=env)
+            self.assertEqual(p.stdout, self.local[2][rel])
+            self.assertTrue(os.path.exists(os.path.join(want, "index.lmdb")))
+            for dirpath, dirnames, filenames in os.walk(want):
+                for n in dirnames + filenames:
+                    self.assert_no_token(n)
+        finally:
+            shutil.rmtree(want, ignore_errors=True)
+
+    def test_build_from_a_signed_archive_url(self):
+        """pcr build http://HOST/src.tar?sig=...: the same store as from the local archive;
+        the token in no message, not in provenance.json."""
+        tar = os.path.join(self.nginx.root, "src.tar")
+        with tarfile.open(tar, "w") as t:
+            t.add(self.src, arcname=".")
+        opts = ["--images-per-record", "5", "--quality-sample", "3"]
+        local = os.path.join(self.tmp, "built-local-tar")
+        run([PCR, "build", tar, local, "--quiet", *opts])
+        store = os.path.join(self.tmp, "built-signed-tar")
+        url = f"{self.nginx.url}/src.tar?sig={TOKEN}&sv=1"
+        p = run([PCR, "build", url, store, "--progress", *opts], env=self.env)
+        out = (p.stdout + p.stderr).decode()
+        self.assert_no_token(out)
+        self.assertIn(f"{self.nginx.url}/src.tar", out)
+        a, b = store_bytes(local), store_bytes(store)
+        self.assertEqual(sorted(a), sorted(b))
+        for k in a:
+            self.assertEqual(a[k], b[k], k)
+        with open(os.path.join(store, "provenance.json")) as f:
+            provenance = f.read()
+        self.assert_no_token(provenance)
+        self.assertEqual(json.loads(provenance)["source"]["location"], f"{self.nginx.url}/src.tar")
+        # A wrong token: one line, 403, no token.
+        p = run([PCR, "build", f"{self.nginx.url}/src.tar?sig={WRONG}&sv=1",
+                 os.path.join(self.tmp, "built-wrong"), *opts], env=self.env, check=False)
+        self.assertNotEqual(p.returncode, 0)
+        err = p.stderr.decode()
+        self.assertEqual(len(err.strip().splitlines()), 1, err)
+        self.assertIn("403", err)
+        self.assert_no_token(err + p.stdout.decode())
 
     def test_pcr_over_a_signed_url(self):
         env = dict(self.env, PCRFS_CACHE_DIR=self.cache("pcr"))
