@@ -558,6 +558,16 @@ class AzureStoreTest(LoopbackServersCase):
         line = self.mount_fails("az://no-such-container/x", [
             f"cache_dir={self.cache('no-container')}", self.endpoint_opt], self.key_env)
         self.assertIn("no-such-container", line)
+        self.assertIn("no such container (404 ContainerNotFound)", line)
+        build_env = dict(self.env, AZURE_STORAGE_CONNECTION_STRING=self.az.connection_string)
+        line = self.fails([PCR, "build", "az://no-such-container/x",
+                           os.path.join(self.tmp, "never-built")], build_env, expect=2)
+        self.assertIn("no-such-container", line)
+        self.assertIn("404 Not Found (ContainerNotFound)", line)
+        line = self.fails([PCR, "build", f"az://{SRC_CONTAINER}/no/such/prefix",
+                           os.path.join(self.tmp, "never-built")], build_env, expect=2)
+        self.assertIn(f"az://{SRC_CONTAINER}/no/such/prefix: no objects under this prefix", line)
+        self.assertFalse(os.path.exists(os.path.join(self.tmp, "never-built")))
         # A missing prefix in a container that exists: not a store.
         line = self.mount_fails(f"az://{STORE_CONTAINER}/nothing/here", [
             f"cache_dir={self.cache('no-prefix')}", self.endpoint_opt], self.key_env)
