@@ -560,6 +560,7 @@ class AzureStoreTest(LoopbackServersCase):
         self.assertIn("no-such-container", line)
         self.assertIn("no such container (404 ContainerNotFound)", line)
         build_env = dict(self.env, AZURE_STORAGE_CONNECTION_STRING=self.az.connection_string)
+        self.az.create_container(SRC_CONTAINER).close()  # whichever test runs first
         line = self.fails([PCR, "build", "az://no-such-container/x",
                            os.path.join(self.tmp, "never-built")], build_env, expect=2)
         self.assertIn("no-such-container", line)
