@@ -8,6 +8,7 @@
 #include <cerrno>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <filesystem>
 #include <system_error>
 
@@ -78,6 +79,15 @@ Status FetchOne(ObjectClient& client, const StoreLocation& loc, const char* name
                              EACCES);
     }
     if (e.IsNotFound()) {
+      // A 404 for a whole container or bucket (a typo in its name) is not a folder without a
+      // store: say which, with the service's code (the message ends "(CODE)").
+      for (const auto& [code, what] : {std::pair{"(ContainerNotFound)", "no such container"},
+                                       std::pair{"(NoSuchBucket)", "no such bucket"}}) {
+        if (e.message().ends_with(code)) {
+          return Status::InvalidArgument(loc.name + ": " + what + " (404 " +
+                                         std::string(code + 1, std::strlen(code) - 2) + ")");
+        }
+      }
       if (std::string_view(name) == index::kManifestFile) {
         return Status::InvalidArgument(loc.name + ": not a pcrfs store (no " +
                                        index::kManifestFile + ")");

@@ -84,6 +84,10 @@ Result<std::unique_ptr<index::Store>> OpenStore(const std::string& store) {
   return OpenStoreLocation(store, *options);
 }
 
+std::string ShownStore(const std::string& store) {
+  return IsRemoteUrl(store) ? RedactUrl(store) : store;
+}
+
 Result<RemoteOptions> RemoteOptionsFromEnv() {
   // The daemon's -o credentials_file, config_file, profile and account have no PCRFS_ variable:
   // the resolvers read AWS_SHARED_CREDENTIALS_FILE, AWS_CONFIG_FILE, AWS_PROFILE and

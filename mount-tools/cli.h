@@ -45,6 +45,10 @@ struct StoreFile {
 // PCRFS_CACHE_DIR, PCRFS_HEADER_FILE, PCRFS_CA_FILE, PCRFS_REMOTE_TIMEOUT (seconds).
 Result<std::unique_ptr<index::Store>> OpenStore(const std::string& store);
 
+// STORE or SRC as pcr may print it: a URL without its query (a signed URL's token, a SAS),
+// fragment and user info (remote/url.h RedactUrl); a local path as given.
+std::string ShownStore(const std::string& store);
+
 // The options of a remote store or source from the environment, as OpenStore reads them
 // (PCRFS_CACHE_DIR, PCRFS_HEADER_FILE, PCRFS_CA_FILE, PCRFS_REMOTE_TIMEOUT; S3's settings are
 // resolved from AWS_* later). InvalidArgument naming the variable for a bad value.

@@ -231,8 +231,8 @@ int RunBuild(const std::vector<std::string>& args) {
     return kExitUsage;
   }
   std::optional<ProgressLine> progress;
-  StartProgressLine("build", src, vm.count("quiet") > 0, vm.count("progress") > 0, &progress,
-                    &config.progress);
+  StartProgressLine("build", ShownStore(src), vm.count("quiet") > 0, vm.count("progress") > 0,
+                    &progress, &config.progress);
   auto report = BuildLocked(config, *lock);
   if (progress) progress->Finish();
   if (!report) return FailedBuildExit(report.error(), store);

@@ -133,7 +133,7 @@ int RunExtract(const std::vector<std::string>& args) {
   }
   auto tree = ListTree((*store)->index());
   if (!tree) {
-    std::fprintf(stderr, "pcr extract: %s: %s\n", store_dir.c_str(),
+    std::fprintf(stderr, "pcr extract: %s: %s\n", ShownStore(store_dir).c_str(),
                  tree.error().message().c_str());
     return 1;
   }

@@ -164,7 +164,7 @@ int PrintRecommendation(const index::Store& store, const std::string& store_dir,
     std::fprintf(stderr,
                  "pcr inspect: %s has no quality sample (built with --quality-sample 0, or "
                  "no JPEGs); add --quality to measure one now\n",
-                 store_dir.c_str());
+                 ShownStore(store_dir).c_str());
     return 1;
   }
   const index::Manifest& m = store.manifest();
@@ -185,7 +185,8 @@ int PrintRecommendation(const index::Store& store, const std::string& store_dir,
                  "level %d: 5th-percentile MS-SSIM %.4f >= %g over %u sampled JPEGs; "
                  "%.1f%% of the source bytes. Mount it with: pcrfs %s MNT -o scans=%d\n",
                  level, l.p5_msssim, min_msssim, quality.measured,
-                 Percent(m.level_bytes[level - 1], m.source_bytes), store_dir.c_str(), level);
+                 Percent(m.level_bytes[level - 1], m.source_bytes), ShownStore(store_dir).c_str(),
+                 level);
   }
   return 0;
 }

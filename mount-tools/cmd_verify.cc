@@ -59,7 +59,7 @@ int RunVerify(const std::vector<std::string>& args) {
   }
   std::printf("pcr verify: %s: %" PRIu64 " records, %" PRIu64 " files, %" PRIu64
               " folders, %" PRIu64 " pieces checked",
-              config.store.c_str(), report->records, report->files, report->directories,
+              ShownStore(config.store).c_str(), report->records, report->files, report->directories,
               report->pieces);
   if (!config.source.empty()) {
     std::printf("; %" PRIu64 " files compared with %s", report->compared, config.source.c_str());

@@ -16,6 +16,7 @@ SIGTERM/SIGINT and writes a ready file with JSON once it answers:
 import argparse
 import json
 import os
+import re
 import shutil
 import signal
 import socket
@@ -145,14 +146,21 @@ class Nginx:
     """nginx on 127.0.0.1 at a free port serving root: single and multi-range GETs, ETag,
     If-None-Match (304), keep-alive. tls=True serves HTTPS with a fresh self-signed certificate
     for 127.0.0.1 and localhost (.ca_file verifies it). bearer_token makes every request without
-    "Authorization: Bearer TOKEN" get 401."""
+    "Authorization: Bearer TOKEN" get 401. required_query ({name: value}) makes every request
+    whose query lacks exactly those parameters (name=value, as sent) get 403, as a CDN or a store
+    behind signed URLs answers."""
 
-    def __init__(self, root, tls=False, bearer_token=None, workers=2, port=None):
+    def __init__(self, root, tls=False, bearer_token=None, workers=2, port=None,
+                 required_query=None):
         self.root = os.path.abspath(root)
         if not os.path.isdir(self.root):
             raise ServerError(f"nginx root {root}: not a directory")
         self.tls = tls
         self.bearer_token = bearer_token
+        self.required_query = dict(required_query or {})
+        for name, value in self.required_query.items():
+            if not re.fullmatch(r"[A-Za-z0-9_]+", name) or re.search(r'["\\$;{}\s]', value):
+                raise ServerError(f"nginx required_query: {name!r}={value!r} cannot be checked")
         self.workers = workers
         self.port = port
         self.prefix = None
@@ -202,6 +210,8 @@ class Nginx:
         auth = ""
         if self.bearer_token is not None:
             auth = f'if ($http_authorization != "Bearer {self.bearer_token}") {{ return 401; }}'
+        for name, value in self.required_query.items():
+            auth += f' if ($arg_{name} != "{value}") {{ return 403; }}'
         conf = NGINX_CONF.format(user="user root root;" if os.geteuid() == 0 else "",
                                  workers=self.workers, prefix=self.prefix, port=self.port,
                                  ssl=" ssl" if self.tls else "", tls=tls, root=self.root,
