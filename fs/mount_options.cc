@@ -115,8 +115,8 @@ constexpr Option kOptions[] = {
     {.name = "kernel_readahead", .kind = Kind::kSize, .meta = "SIZE", .hi = 16 * kMiB,
      .what = "1M", .zero = "the kernel's default", .def = "1M",
      .set = [](MountConfig& c, const Value& v) { c.kernel_readahead = v.n; },
-     .help = "the kernel's readahead window for files read in order (the kernel's default: "
-             "128K); needs root, else the kernel's stays"},
+     .help = "the kernel's readahead window for files read in order (root only; the kernel's "
+             "own: 128K)"},
     {.name = "uid", .kind = Kind::kInt, .meta = "N", .hi = kMaxId, .def = "the mounting user",
      .set = [](MountConfig& c, const Value& v) { c.uid = static_cast<uid_t>(v.n); },
      .help = "owner of every file"},
@@ -130,8 +130,8 @@ constexpr Option kOptions[] = {
      .help = "accepted (pcrfs always mounts read-only; rw is refused)"},
     {.name = "log_file", .kind = Kind::kPath, .meta = "PATH", .def = "stderr with -f, else syslog",
      .set = [](MountConfig& c, const Value& v) { c.log_file = v.text; },
-     .help = "append the daemon's messages to PATH, one line each with its UTC time and level; "
-             "SIGHUP reopens it. Its folder must exist"},
+     .help = "append the daemon's messages to PATH (its folder must exist), one line each with "
+             "its UTC time and level; SIGHUP reopens it"},
     {.name = "prefetch_probe", .kind = Kind::kRetired,
      .set = [](MountConfig& c, const Value&) { c.retired_options = true; }},
     {.name = "prefetch_chunk", .kind = Kind::kRetired,
@@ -144,8 +144,8 @@ constexpr Option kOptions[] = {
     {.name = "endpoint", .kind = Kind::kText, .meta = "URL",
      .def = "AWS_ENDPOINT_URL_S3, AWS_ENDPOINT_URL, AWS's", .stores = Stores::kBucket,
      .set = [](MountConfig& c, const Value& v) { c.remote.s3.endpoint = v.text; },
-     .help = "S3 endpoint (MinIO, RGW, ...) or Azure's (Azurite, sovereign clouds)"},
-    {.name = "profile", .kind = Kind::kText, .meta = "P", .def = "AWS_PROFILE, default",
+     .help = "S3 endpoint for MinIO, RGW, ..., or Azure's for Azurite or a sovereign cloud"},
+    {.name = "profile", .kind = Kind::kText, .meta = "P", .def = "AWS_PROFILE, else \"default\"",
      .stores = Stores::kS3,
      .set = [](MountConfig& c, const Value& v) { c.remote.s3.profile = v.text; },
      .help = "profile of ~/.aws/credentials and ~/.aws/config"},
@@ -228,6 +228,16 @@ std::string Range(const Option& o) {
                                : std::to_string(o.lo) + ".." + std::to_string(o.hi);
 }
 
+// "yes|no|auto" -> {"yes", "no", "auto"}.
+std::vector<std::string_view> Choices(std::string_view values) {
+  std::vector<std::string_view> choices;
+  for (size_t start = 0, end; start <= values.size(); start = end + 1) {
+    end = std::min(values.find('|', start), values.size());
+    choices.push_back(values.substr(start, end - start));
+  }
+  return choices;
+}
+
 // What a value of `o` must be, after "expected " in an error about `text`.
 std::string Expected(const Option& o, std::string_view text) {
   const std::string what(o.what);
@@ -240,10 +250,11 @@ std::string Expected(const Option& o, std::string_view text) {
     case Kind::kFraction:
       return "a number in (0, 1], e.g. " + what;
     case Kind::kEnum: {
-      std::string list(o.values);
-      const size_t last = list.rfind('|');
-      list.replace(last, 1, " or ");
-      for (size_t bar; (bar = list.find('|')) != std::string::npos;) list.replace(bar, 1, ", ");
+      const std::vector<std::string_view> choices = Choices(o.values);
+      std::string list;
+      for (size_t i = 0; i < choices.size(); ++i) {
+        (list += i == 0 ? "" : i + 1 == choices.size() ? " or " : ", ") += choices[i];
+      }
       return list;
     }
     case Kind::kText:
@@ -291,13 +302,9 @@ Status ApplyValue(const Option& o, std::string_view label, const std::string& te
       break;
     }
     case Kind::kEnum: {
-      size_t start = 0;
-      for (v.n = 0; start <= o.values.size(); ++v.n) {
-        const size_t end = std::min(o.values.find('|', start), o.values.size());
-        if (o.values.substr(start, end - start) == text) break;
-        start = end + 1;
-      }
-      ok = start <= o.values.size();
+      const std::vector<std::string_view> choices = Choices(o.values);
+      v.n = std::find(choices.begin(), choices.end(), text) - choices.begin();
+      ok = v.n < choices.size();
       break;
     }
     case Kind::kText:
