@@ -1,13 +1,16 @@
-#define FUSE_USE_VERSION FUSE_MAKE_VERSION(3, 12)
+// The -o options as one table, and the loops over it: apply (ApplyMountOptions), help
+// (MountOptionsHelp), environment (RemoteOptionsFromEnv). No libfuse here, so that `pcr` links
+// it; the fuse_opt glue of ParseMountOptions is mount_options_fuse.cc.
 #include "fs/mount_options.h"
 
-#include <fuse3/fuse_opt.h>
 #include <unistd.h>
 
+#include <algorithm>
+#include <array>
 #include <cctype>
 #include <cerrno>
+#include <chrono>
 #include <cstdlib>
-#include <map>
 #include <utility>
 
 #include "remote/azure.h"
@@ -16,140 +19,308 @@
 namespace pcrfs::fs {
 namespace {
 
-// The -o options pcrfs defines. Each is taken as text and checked after parsing, because
-// fuse_opt's own "%u" accepts "3x" and wraps "-5".
-enum Key : int {
-  kScans = 100,
-  kThreads,
-  kCacheSize,
-  kUid,
-  kGid,
-  kReadahead,
-  kPrefetch,
-  kPrefetchProbe,
-  kPrefetchChunk,
-  kMsssim,
-  kReaddirplus,
-  kPush,
-  kIndexRss,
-  kKernelReadahead,
-  kRegion,
-  kEndpoint,
-  kProfile,
-  kCredentialsFile,
-  kConfigFile,
-  kAccount,
-  kSasFile,
-  kNoSign,
-  kAddressing,
-  kHeaderFile,
-  kCaFile,
-  kCacheDir,
-  kRemoteTimeout,
-  kRemoteConnections,
-  kRemoteCache,
-  kDiskCache,
-  kDiskCacheFill,
-  kLogFile,
-  kReadWrite,
-  kHelp,
-  kVersion,
+enum class Kind {
+  kFlag,      // no value: -o no_sign
+  kInt,       // decimal digits only (no sign, no blanks) in lo..hi
+  kSize,      // ParseSize in lo..hi
+  kFraction,  // a decimal number in (0, 1]
+  kEnum,      // one of `values` ("yes|no|auto"), given to the setter as its index
+  kText,      // non-empty; with hi: lo..hi characters, all from `values`
+  kPath,      // a non-empty file or folder name
+  kRetired,   // any value, ignored with a note (old fstab lines still mount); not documented
+  kLibfuse,   // left to libfuse: here for --help and the README check only
 };
 
-const fuse_opt kOptionSpecs[] = {FUSE_OPT_KEY("scans=%s", kScans),
-                                 FUSE_OPT_KEY("threads=%s", kThreads),
-                                 FUSE_OPT_KEY("cache_size=%s", kCacheSize),
-                                 FUSE_OPT_KEY("uid=%s", kUid),
-                                 FUSE_OPT_KEY("gid=%s", kGid),
-                                 FUSE_OPT_KEY("readahead=%s", kReadahead),
-                                 FUSE_OPT_KEY("prefetch=%s", kPrefetch),
-                                 FUSE_OPT_KEY("prefetch_probe=%s", kPrefetchProbe),
-                                 FUSE_OPT_KEY("prefetch_chunk=%s", kPrefetchChunk),
-                                 FUSE_OPT_KEY("msssim=%s", kMsssim),
-                                 FUSE_OPT_KEY("readdirplus=%s", kReaddirplus),
-                                 FUSE_OPT_KEY("push=%s", kPush),
-                                 FUSE_OPT_KEY("index_rss=%s", kIndexRss),
-                                 FUSE_OPT_KEY("kernel_readahead=%s", kKernelReadahead),
-                                 FUSE_OPT_KEY("region=%s", kRegion),
-                                 FUSE_OPT_KEY("endpoint=%s", kEndpoint),
-                                 FUSE_OPT_KEY("profile=%s", kProfile),
-                                 FUSE_OPT_KEY("credentials_file=%s", kCredentialsFile),
-                                 FUSE_OPT_KEY("config_file=%s", kConfigFile),
-                                 FUSE_OPT_KEY("account=%s", kAccount),
-                                 FUSE_OPT_KEY("sas_file=%s", kSasFile),
-                                 FUSE_OPT_KEY("no_sign", kNoSign),
-                                 FUSE_OPT_KEY("addressing=%s", kAddressing),
-                                 FUSE_OPT_KEY("header_file=%s", kHeaderFile),
-                                 FUSE_OPT_KEY("ca_file=%s", kCaFile),
-                                 FUSE_OPT_KEY("cache_dir=%s", kCacheDir),
-                                 FUSE_OPT_KEY("remote_timeout=%s", kRemoteTimeout),
-                                 FUSE_OPT_KEY("remote_connections=%s", kRemoteConnections),
-                                 FUSE_OPT_KEY("remote_cache=%s", kRemoteCache),
-                                 FUSE_OPT_KEY("disk_cache=%s", kDiskCache),
-                                 FUSE_OPT_KEY("disk_cache_fill", kDiskCacheFill),
-                                 FUSE_OPT_KEY("log_file=%s", kLogFile),
-                                 FUSE_OPT_KEY("rw", kReadWrite),
-                                 FUSE_OPT_KEY("-h", kHelp),
-                                 FUSE_OPT_KEY("--help", kHelp),
-                                 FUSE_OPT_KEY("-V", kVersion),
-                                 FUSE_OPT_KEY("--version", kVersion),
-                                 FUSE_OPT_END};
+// The stores an option is for. Any other than kAny is refused with a local STORE, where it would
+// be ignored silently, and listed under "remote stores" in --help.
+enum class Stores { kAny, kRemote, kBucket /* s3://, gs://, Azure */, kS3 /* and gs:// */, kAzure };
 
-struct ParseState {
-  MountConfig* config;
-  std::map<int, std::string> values;  // by key; a repeated option: the last one counts
-  std::string error;                  // the first problem found while parsing
-  int nonopt_seen = 0;
+struct Value {
+  uint64_t n = 0;  // kInt, kSize; kEnum: the index in `values`
+  double x = 0;    // kFraction
+  std::string_view text;
 };
 
-// fuse_opt's callback: 0 consumes the argument, 1 keeps it for libfuse, -1 stops.
-int OptProc(void* data, const char* arg, int key, fuse_args*) {
-  auto* st = static_cast<ParseState*>(data);
-  const std::string_view a(arg);
-  switch (key) {
-    case FUSE_OPT_KEY_NONOPT:
-      if (st->nonopt_seen++ == 0) {
-        st->config->store = a;
-        return 0;
+struct Option {
+  std::string_view name;
+  Kind kind;
+  std::string_view meta = "";  // the value in --help ("N" in "-o threads=N"); kEnum: `values`
+  uint64_t lo = 0, hi = 0;
+  std::string_view values = "";
+  // What the errors say: kInt, the unit ("a percentage, an integer in 0..100"); kSize and
+  // kFraction, an example; kText, what a value of the wrong form should be; kPath, what to give
+  // (default "a file name").
+  std::string_view what = "";
+  std::string_view zero = "";  // what 0 means, for errors and --help
+  std::string_view def = "";   // the default, for --help
+  Stores stores = Stores::kAny;
+  const char* env = nullptr;  // pcr's environment variable (RemoteOptionsFromEnv)
+  void (*set)(MountConfig&, const Value&) = nullptr;
+  std::string_view help = "";
+};
+
+constexpr uint64_t kMiB = uint64_t{1} << 20, kTiB = uint64_t{1} << 40;
+// uid_t and gid_t are 32 bits; (uid_t)-1 means "no change" to chown and is no owner.
+constexpr uint64_t kMaxId = 4294967294u;
+
+// In --help's order, kAny options first; --help appends the range and the default to `help`.
+// clang-format off
+constexpr Option kOptions[] = {
+    {.name = "scans", .kind = Kind::kInt, .meta = "K", .lo = 1, .hi = index::kNumGroups,
+     .set = [](MountConfig& c, const Value& v) { c.fs.fixed_level = static_cast<int>(v.n); },
+     .help = "serve the dataset at level K at the root"},
+    {.name = "msssim", .kind = Kind::kFraction, .meta = "X", .what = "0.95",
+     .set = [](MountConfig& c, const Value& v) { c.msssim = v.x; },
+     .help = "serve, at the root, the lowest level whose 5th-percentile MS-SSIM (measured by pcr "
+             "build) is at least X, in (0, 1]"},
+    {.name = "threads", .kind = Kind::kInt, .meta = "N", .lo = 1, .hi = 256,
+     .def = "2 x cores, at least 4; a remote store: at least remote_connections",
+     .set = [](MountConfig& c, const Value& v) { c.threads = static_cast<unsigned>(v.n); },
+     .help = "FUSE worker threads"},
+    {.name = "cache_size", .kind = Kind::kSize, .meta = "SIZE", .lo = kMiB, .hi = kTiB,
+     .what = "256M", .def = "256M",
+     .set = [](MountConfig& c, const Value& v) { c.fs.cache_bytes = v.n; },
+     .help = "piece cache memory cap"},
+    {.name = "readahead", .kind = Kind::kInt, .meta = "N", .hi = 1024, .zero = "off", .def = "64",
+     .set = [](MountConfig& c, const Value& v) {
+       c.fs.readahead_slots = static_cast<uint32_t>(v.n);
+     },
+     .help = "when a folder is read in order, fetch its next N files while the device is idle"},
+    {.name = "prefetch", .kind = Kind::kInt, .meta = "P", .hi = 100, .what = "a percentage",
+     .zero = "off", .def = "3",
+     .set = [](MountConfig& c, const Value& v) {
+       c.fs.prefetch_percent = static_cast<uint32_t>(v.n);
+     },
+     .help = "once P% of a folder's files have been read, fetch the rest of the folder while the "
+             "device is idle"},
+    {.name = "readdirplus", .kind = Kind::kEnum, .meta = "MODE", .values = "yes|no|auto",
+     .set = [](MountConfig& c, const Value& v) {
+       using enum ReaddirPlus;
+       c.fs.readdirplus = std::array{kAlways, kNever, kAuto}[v.n];
+     },
+     .help = "yes (default): listings carry every entry's attributes, so the kernel knows each "
+             "listed file (no lookup at its open; its bytes can be pushed) and builds an inode "
+             "per entry (~1 KiB); no: plain listings, cheapest for find or a walk that opens "
+             "nothing; auto: the kernel decides"},
+    {.name = "push", .kind = Kind::kSize, .meta = "SIZE", .hi = kTiB, .what = "4G", .zero = "off",
+     .def = "a quarter of memory",
+     .set = [](MountConfig& c, const Value& v) { c.fs.push_bytes = v.n; },
+     .help = "with readdirplus: put up to SIZE bytes of the files the readers are predicted to "
+             "read into the page cache before they ask (no request per file)"},
+    {.name = "index_rss", .kind = Kind::kSize, .meta = "SIZE", .hi = kTiB, .what = "16M",
+     .zero = "never unmap", .def = "16M",
+     .set = [](MountConfig& c, const Value& v) { c.index_rss = v.n; },
+     .help = "unmap index pages (they stay in the page cache) once the daemon's file-backed "
+             "resident memory passes SIZE"},
+    {.name = "kernel_readahead", .kind = Kind::kSize, .meta = "SIZE", .hi = 16 * kMiB,
+     .what = "1M", .zero = "the kernel's default", .def = "1M",
+     .set = [](MountConfig& c, const Value& v) { c.kernel_readahead = v.n; },
+     .help = "the kernel's readahead window for files read in order (root only; the kernel's "
+             "own: 128K)"},
+    {.name = "uid", .kind = Kind::kInt, .meta = "N", .hi = kMaxId, .def = "the mounting user",
+     .set = [](MountConfig& c, const Value& v) { c.uid = static_cast<uid_t>(v.n); },
+     .help = "owner of every file"},
+    {.name = "gid", .kind = Kind::kInt, .meta = "N", .hi = kMaxId,
+     .def = "the mounting user's group",
+     .set = [](MountConfig& c, const Value& v) { c.gid = static_cast<gid_t>(v.n); },
+     .help = "group of every file"},
+    {.name = "allow_other", .kind = Kind::kLibfuse,
+     .help = "let other users read (implies default_permissions)"},
+    {.name = "ro", .kind = Kind::kLibfuse,
+     .help = "accepted (pcrfs always mounts read-only; rw is refused)"},
+    {.name = "log_file", .kind = Kind::kPath, .meta = "PATH", .def = "stderr with -f, else syslog",
+     .set = [](MountConfig& c, const Value& v) { c.log_file = v.text; },
+     .help = "append the daemon's messages to PATH (its folder must exist), one line each with "
+             "its UTC time and level; SIGHUP reopens it"},
+    {.name = "prefetch_probe", .kind = Kind::kRetired,
+     .set = [](MountConfig& c, const Value&) { c.retired_options = true; }},
+    {.name = "prefetch_chunk", .kind = Kind::kRetired,
+     .set = [](MountConfig& c, const Value&) { c.retired_options = true; }},
+
+    {.name = "region", .kind = Kind::kText, .meta = "R",
+     .def = "AWS_REGION, ~/.aws/config, us-east-1", .stores = Stores::kS3,
+     .set = [](MountConfig& c, const Value& v) { c.remote.s3.region = v.text; },
+     .help = "S3 region"},
+    {.name = "endpoint", .kind = Kind::kText, .meta = "URL",
+     .def = "AWS_ENDPOINT_URL_S3, AWS_ENDPOINT_URL, AWS's", .stores = Stores::kBucket,
+     .set = [](MountConfig& c, const Value& v) { c.remote.s3.endpoint = v.text; },
+     .help = "S3 endpoint for MinIO, RGW, ..., or Azure's for Azurite or a sovereign cloud"},
+    {.name = "profile", .kind = Kind::kText, .meta = "P", .def = "AWS_PROFILE, else \"default\"",
+     .stores = Stores::kS3,
+     .set = [](MountConfig& c, const Value& v) { c.remote.s3.profile = v.text; },
+     .help = "profile of ~/.aws/credentials and ~/.aws/config"},
+    {.name = "credentials_file", .kind = Kind::kPath, .meta = "F",
+     .def = "AWS_SHARED_CREDENTIALS_FILE, ~/.aws/credentials", .stores = Stores::kS3,
+     .set = [](MountConfig& c, const Value& v) { c.remote.s3.credentials_file = v.text; },
+     .help = "the AWS credentials file; for fstab and systemd, where HOME may be unset"},
+    {.name = "config_file", .kind = Kind::kPath, .meta = "F",
+     .def = "AWS_CONFIG_FILE, ~/.aws/config", .stores = Stores::kS3,
+     .set = [](MountConfig& c, const Value& v) { c.remote.s3.config_file = v.text; },
+     .help = "the AWS config file"},
+    // It becomes the host name ACCOUNT.blob.core.windows.net.
+    {.name = "account", .kind = Kind::kText, .meta = "NAME", .lo = 3, .hi = 24,
+     .values = "abcdefghijklmnopqrstuvwxyz0123456789",
+     .what = "an Azure storage account name (3..24 lowercase letters and digits)",
+     .def = "AZURE_STORAGE_ACCOUNT", .stores = Stores::kAzure,
+     .set = [](MountConfig& c, const Value& v) { c.remote.azure_account = v.text; },
+     .help = "Azure storage account of an az:// store, 3..24 lowercase letters and digits"},
+    {.name = "sas_file", .kind = Kind::kPath, .meta = "F", .stores = Stores::kAzure,
+     .set = [](MountConfig& c, const Value& v) { c.remote.sas_file = v.text; },
+     .help = "an Azure SAS token in a file, read again when it changes"},
+    {.name = "no_sign", .kind = Kind::kFlag, .stores = Stores::kBucket,
+     .set = [](MountConfig& c, const Value&) { c.remote.s3.no_sign = true; },
+     .help = "anonymous requests (a public bucket or container)"},
+    {.name = "addressing", .kind = Kind::kEnum, .values = "path|virtual",
+     .def = "path for -o endpoint", .stores = Stores::kS3,
+     .set = [](MountConfig& c, const Value& v) {
+       c.remote.s3.addressing = v.n == 0 ? S3Options::Addressing::kPath
+                                         : S3Options::Addressing::kVirtualHost;
+     },
+     .help = "S3 addressing"},
+    {.name = "header_file", .kind = Kind::kPath, .meta = "F", .stores = Stores::kRemote,
+     .env = "PCRFS_HEADER_FILE",
+     .set = [](MountConfig& c, const Value& v) { c.remote.headers_file = v.text; },
+     .help = "\"Name: value\" lines sent with every request (a token)"},
+    {.name = "ca_file", .kind = Kind::kPath, .meta = "F", .stores = Stores::kRemote,
+     .env = "PCRFS_CA_FILE",
+     .set = [](MountConfig& c, const Value& v) { c.remote.ca_file = v.text; },
+     .help = "PEM CA bundle instead of the system's"},
+    {.name = "cache_dir", .kind = Kind::kPath, .meta = "D", .what = "a folder name",
+     .def = "/var/cache/pcrfs/HASH for root, else ~/.cache/pcrfs/HASH",
+     .stores = Stores::kRemote, .env = "PCRFS_CACHE_DIR",
+     .set = [](MountConfig& c, const Value& v) { c.remote.cache_dir = v.text; },
+     .help = "where manifest.json and index.lmdb are kept"},
+    {.name = "remote_timeout", .kind = Kind::kInt, .meta = "S", .lo = 1, .hi = 3600,
+     .what = "seconds", .def = "30", .stores = Stores::kRemote, .env = "PCRFS_REMOTE_TIMEOUT",
+     .set = [](MountConfig& c, const Value& v) { c.remote.timeout = std::chrono::seconds(v.n); },
+     .help = "a read fails with EIO after S seconds of retries"},
+    {.name = "remote_connections", .kind = Kind::kInt, .meta = "N", .lo = 1, .hi = 256,
+     .def = "16", .stores = Stores::kRemote,
+     .set = [](MountConfig& c, const Value& v) { c.remote.connections = static_cast<int>(v.n); },
+     .help = "connections per host (reads waited for go first, fetches ahead keep 4)"},
+    {.name = "remote_cache", .kind = Kind::kSize, .meta = "SIZE", .lo = kMiB, .hi = kTiB,
+     .what = "256M", .def = "256M", .stores = Stores::kRemote,
+     .set = [](MountConfig& c, const Value& v) { c.remote.memory_cache = v.n; },
+     .help = "memory for fetched record bytes"},
+    {.name = "disk_cache", .kind = Kind::kSize, .meta = "SIZE", .hi = 64 * kTiB, .what = "20G",
+     .zero = "none", .def = "0", .stores = Stores::kRemote,
+     .set = [](MountConfig& c, const Value& v) { c.remote.disk_cache = v.n; },
+     .help = "keep fetched record bytes on disk under cache_dir/chunks"},
+    {.name = "disk_cache_fill", .kind = Kind::kFlag, .stores = Stores::kRemote,
+     .set = [](MountConfig& c, const Value&) { c.remote.disk_cache_fill = true; },
+     .help = "fetch the mounted level of every record into the disk cache in the background at "
+             "mount"},
+};
+// clang-format on
+
+// "1M", "64T", "0": the largest unit that divides v.
+std::string FormatSize(uint64_t v) {
+  static constexpr std::pair<int, const char*> kUnits[] = {
+      {40, "T"}, {30, "G"}, {20, "M"}, {10, "K"}};
+  for (const auto& [shift, unit] : kUnits) {
+    if (v != 0 && v % (uint64_t{1} << shift) == 0) return std::to_string(v >> shift) + unit;
+  }
+  return std::to_string(v);
+}
+
+std::string Range(const Option& o) {
+  return o.kind == Kind::kSize ? FormatSize(o.lo) + ".." + FormatSize(o.hi)
+                               : std::to_string(o.lo) + ".." + std::to_string(o.hi);
+}
+
+// "yes|no|auto" -> {"yes", "no", "auto"}.
+std::vector<std::string_view> Choices(std::string_view values) {
+  std::vector<std::string_view> choices;
+  for (size_t start = 0, end; start <= values.size(); start = end + 1) {
+    end = std::min(values.find('|', start), values.size());
+    choices.push_back(values.substr(start, end - start));
+  }
+  return choices;
+}
+
+// What a value of `o` must be, after "expected " in an error about `text`.
+std::string Expected(const Option& o, std::string_view text) {
+  const std::string what(o.what);
+  switch (o.kind) {
+    case Kind::kInt:
+      return (what.empty() ? "" : what + ", ") + "an integer in " + Range(o);
+    case Kind::kSize:
+      return "a size in " + Range(o) + ", e.g. " + what +
+             (o.zero.empty() ? "" : " (0: " + std::string(o.zero) + ")");
+    case Kind::kFraction:
+      return "a number in (0, 1], e.g. " + what;
+    case Kind::kEnum: {
+      const std::vector<std::string_view> choices = Choices(o.values);
+      std::string list;
+      for (size_t i = 0; i < choices.size(); ++i) {
+        (list += i == 0 ? "" : i + 1 == choices.size() ? " or " : ", ") += choices[i];
       }
-      if (st->nonopt_seen == 2) st->config->mountpoint = a;
-      return 1;
-    case FUSE_OPT_KEY_OPT:
-      return 1;
-    case kReadWrite:
-      st->error = "-o rw: the store is read-only (pcrfs always mounts ro)";
-      return -1;
-    case kHelp:
-      st->config->show_help = true;
-      return 1;
-    case kVersion:
-      st->config->show_version = true;
-      return 1;
-    case kNoSign:
-      st->values[key] = "";
-      return 0;
+      return list;
+    }
+    case Kind::kText:
+      return text.empty() ? "a value" : what;
     default:
-      st->values[key] = std::string(a.substr(a.find('=') + 1));
-      return 0;
+      return what.empty() ? "a file name" : what;
   }
 }
 
-Status Bad(std::string_view option, std::string_view value, std::string_view expected) {
-  return Status::InvalidArgument("-o " + std::string(option) + "=" + std::string(value) +
-                                 ": expected " + std::string(expected));
-}
-
-// Decimal digits only, in [lo, hi].
-Result<uint64_t> ParseInteger(std::string_view option, const std::string& text, uint64_t lo,
-                              uint64_t hi) {
-  const std::string range = "an integer in " + std::to_string(lo) + ".." + std::to_string(hi);
-  if (text.empty() || text.find_first_not_of("0123456789") != std::string::npos) {
-    return Err(Bad(option, text, range));
-  }
+std::optional<uint64_t> ParseDecimal(const std::string& text) {
+  if (text.empty() || text.find_first_not_of("0123456789") != std::string::npos) return {};
   errno = 0;
   const unsigned long long v = std::strtoull(text.c_str(), nullptr, 10);
-  if (errno != 0 || v < lo || v > hi) return Err(Bad(option, text, range));
-  return static_cast<uint64_t>(v);
+  if (errno != 0) return {};
+  return v;
+}
+
+std::optional<double> ParseFraction(const std::string& text) {
+  char* end = nullptr;
+  errno = 0;
+  const double x = std::strtod(text.c_str(), &end);
+  const bool starts_as_number =
+      !text.empty() && (std::isdigit(static_cast<unsigned char>(text[0])) || text[0] == '.');
+  if (!starts_as_number || errno != 0 || *end != '\0' || !(x > 0 && x <= 1)) return {};
+  return x;
+}
+
+// Checks `text` as a value of `o` and sets it in *c; `label` is "-o NAME" or the variable.
+Status ApplyValue(const Option& o, std::string_view label, const std::string& text,
+                  MountConfig* c) {
+  Value v{.text = text};
+  bool ok = true;
+  switch (o.kind) {
+    case Kind::kInt:
+    case Kind::kSize: {
+      auto n = o.kind == Kind::kInt ? ParseDecimal(text) : ParseSize(text);
+      ok = n && *n >= o.lo && *n <= o.hi;
+      v.n = n.value_or(0);
+      break;
+    }
+    case Kind::kFraction: {
+      auto x = ParseFraction(text);
+      ok = x.has_value();
+      v.x = x.value_or(0);
+      break;
+    }
+    case Kind::kEnum: {
+      const std::vector<std::string_view> choices = Choices(o.values);
+      v.n = std::find(choices.begin(), choices.end(), text) - choices.begin();
+      ok = v.n < choices.size();
+      break;
+    }
+    case Kind::kText:
+    case Kind::kPath:
+      ok = !text.empty() && (o.hi == 0 || (text.size() >= o.lo && text.size() <= o.hi &&
+                                           text.find_first_not_of(o.values) == std::string::npos));
+      break;
+    default:
+      break;
+  }
+  if (!ok) {
+    return Status::InvalidArgument(std::string(label) + "=" + text + ": expected " +
+                                   Expected(o, text));
+  }
+  o.set(*c, v);
+  return Status::OK();
 }
 
 // A quarter of the machine's memory.
@@ -160,270 +331,46 @@ uint64_t DefaultPushBytes() {
   return static_cast<uint64_t>(pages) * static_cast<uint64_t>(page) / 4;
 }
 
-// A size in [lo, hi].
-Result<uint64_t> ParseSizeOption(std::string_view option, const std::string& text, uint64_t lo,
-                                 uint64_t hi, std::string_view expected) {
-  auto size = ParseSize(text);
-  if (!size || *size < lo || *size > hi) return Err(Bad(option, text, expected));
-  return *size;
-}
-
-Status ApplyLevelOptions(const ParseState& st, MountConfig* c) {
-  if (auto it = st.values.find(kScans); it != st.values.end()) {
-    auto v = ParseInteger("scans", it->second, 1, index::kNumGroups);
-    if (!v) return v.error();
-    c->fs.fixed_level = static_cast<int>(*v);
-  }
-  if (auto it = st.values.find(kMsssim); it != st.values.end()) {
-    const std::string& text = it->second;
-    char* end = nullptr;
-    errno = 0;
-    const double x = std::strtod(text.c_str(), &end);
-    const bool starts_as_number =
-        !text.empty() && (std::isdigit(static_cast<unsigned char>(text[0])) || text[0] == '.');
-    if (!starts_as_number || errno != 0 || *end != '\0' || !(x > 0 && x <= 1)) {
-      return Bad("msssim", text, "a number in (0, 1], e.g. 0.95");
-    }
-    if (c->fs.fixed_level != 0) {
-      return Status::InvalidArgument("-o msssim and -o scans both choose the level; give one");
-    }
-    c->msssim = x;
-  }
-  return Status::OK();
-}
-
-Status ApplyNumericOptions(const ParseState& st, MountConfig* c) {
-  auto find = [&st](Key k) -> const std::string* {
-    auto it = st.values.find(k);
-    return it == st.values.end() ? nullptr : &it->second;
-  };
-  if (const std::string* t = find(kThreads)) {
-    auto v = ParseInteger("threads", *t, 1, kMaxThreads);
-    if (!v) return v.error();
-    c->threads = static_cast<unsigned>(*v);
-  }
-  if (const std::string* t = find(kUid)) {
-    auto v = ParseInteger("uid", *t, 0, kMaxId);
-    if (!v) return v.error();
-    c->uid = static_cast<uid_t>(*v);
-  }
-  if (const std::string* t = find(kGid)) {
-    auto v = ParseInteger("gid", *t, 0, kMaxId);
-    if (!v) return v.error();
-    c->gid = static_cast<gid_t>(*v);
-  }
-  if (const std::string* t = find(kReadahead)) {
-    auto v = ParseInteger("readahead", *t, 0, kMaxReadaheadFiles);
-    if (!v) return v.error();
-    c->fs.readahead_slots = static_cast<uint32_t>(*v);
-  }
-  if (const std::string* t = find(kPrefetch)) {
-    auto v = ParseInteger("prefetch", *t, 0, 100);
-    if (!v) return Bad("prefetch", *t, "a percentage, an integer in 0..100");
-    c->fs.prefetch_percent = static_cast<uint32_t>(*v);
-  }
-  if (find(kPrefetchProbe) != nullptr || find(kPrefetchChunk) != nullptr) {
-    c->retired_options = true;
-  }
-  return Status::OK();
-}
-
-Status ApplySizeOptions(const ParseState& st, MountConfig* c) {
-  if (auto it = st.values.find(kCacheSize); it != st.values.end()) {
-    auto v = ParseSizeOption("cache_size", it->second, kMinCacheBytes, kMaxCacheBytes,
-                             "a size in 1M..1T, e.g. 256M");
-    if (!v) return v.error();
-    c->fs.cache_bytes = *v;
-  }
-  if (auto it = st.values.find(kIndexRss); it != st.values.end()) {
-    auto v = ParseSizeOption("index_rss", it->second, 0, kMaxIndexRss,
-                             "a size in 0..1T, e.g. 16M (0: never unmap)");
-    if (!v) return v.error();
-    c->index_rss = *v;
-  }
-  if (auto it = st.values.find(kKernelReadahead); it != st.values.end()) {
-    auto v = ParseSizeOption("kernel_readahead", it->second, 0, kMaxKernelReadahead,
-                             "a size in 0..16M, e.g. 1M (0: the kernel's default)");
-    if (!v) return v.error();
-    c->kernel_readahead = *v;
-  }
-  if (auto it = st.values.find(kPush); it != st.values.end()) {
-    auto v =
-        ParseSizeOption("push", it->second, 0, kMaxPushBytes, "a size in 0..1T, e.g. 4G (0: off)");
-    if (!v) return v.error();
-    c->fs.push_bytes = *v;
-  } else {
-    c->fs.push_bytes = DefaultPushBytes();
-  }
-  if (auto it = st.values.find(kReaddirplus); it != st.values.end()) {
-    const std::string& mode = it->second;
-    if (mode == "yes") {
-      c->fs.readdirplus = ReaddirPlus::kAlways;
-    } else if (mode == "no") {
-      c->fs.readdirplus = ReaddirPlus::kNever;
-    } else if (mode == "auto") {
-      c->fs.readdirplus = ReaddirPlus::kAuto;
-    } else {
-      return Bad("readdirplus", mode, "yes, no or auto");
-    }
-  }
-  return Status::OK();
-}
-
-// An Azure storage account's name: 3 to 24 lowercase letters and digits (it becomes the host
-// name ACCOUNT.blob.core.windows.net).
-bool IsAzureAccountName(const std::string& v) {
-  return v.size() >= 3 && v.size() <= 24 &&
-         v.find_first_not_of("abcdefghijklmnopqrstuvwxyz0123456789") == std::string::npos;
-}
-
-// One remote option, `name` being key's name; REQUIRES: v non-empty unless key takes no value.
-Status ApplyRemoteOption(Key key, const char* name, const std::string& v, RemoteOptions* out) {
-  RemoteOptions& r = *out;
-  switch (key) {
-    case kRegion:
-      r.s3.region = v;
+// Whether an option for `stores` fits STORE; else what it is for, for the error.
+std::optional<std::string_view> NotFor(Stores stores, const std::string& store) {
+  const bool azure = IsAzureUrl(store);
+  const bool s3 =
+      !azure && ParseUrl(store).map([](const Url& u) { return u.is_s3(); }).value_or(false);
+  switch (stores) {
+    case Stores::kBucket:
+      if (!s3 && !azure) return "s3://, gs:// and Azure stores";
       break;
-    case kEndpoint:
-      r.s3.endpoint = v;
+    case Stores::kS3:
+      if (!s3) return "s3:// and gs:// stores";
       break;
-    case kProfile:
-      r.s3.profile = v;
-      break;
-    case kCredentialsFile:
-      r.s3.credentials_file = v;
-      break;
-    case kConfigFile:
-      r.s3.config_file = v;
-      break;
-    case kAccount:
-      if (!IsAzureAccountName(v)) {
-        return Bad(name, v, "an Azure storage account name (3..24 lowercase letters and digits)");
-      }
-      r.azure_account = v;
-      break;
-    case kSasFile:
-      r.sas_file = v;
-      break;
-    case kNoSign:
-      r.s3.no_sign = true;
-      break;
-    case kAddressing:
-      if (v == "path") {
-        r.s3.addressing = S3Options::Addressing::kPath;
-      } else if (v == "virtual") {
-        r.s3.addressing = S3Options::Addressing::kVirtualHost;
-      } else {
-        return Bad(name, v, "path or virtual");
-      }
-      break;
-    case kHeaderFile:
-      r.headers_file = v;
-      break;
-    case kCaFile:
-      r.ca_file = v;
-      break;
-    case kCacheDir:
-      r.cache_dir = v;
-      break;
-    case kRemoteTimeout: {
-      auto secs = ParseInteger(name, v, 1, kMaxRemoteTimeoutSeconds);
-      if (!secs) return secs.error();
-      r.timeout = std::chrono::seconds(*secs);
-      break;
-    }
-    case kRemoteConnections: {
-      auto n = ParseInteger(name, v, 1, kMaxRemoteConnections);
-      if (!n) return n.error();
-      r.connections = static_cast<int>(*n);
-      break;
-    }
-    case kRemoteCache: {
-      auto n =
-          ParseSizeOption(name, v, kMinCacheBytes, kMaxCacheBytes, "a size in 1M..1T, e.g. 256M");
-      if (!n) return n.error();
-      r.memory_cache = *n;
-      break;
-    }
-    case kDiskCache: {
-      auto n =
-          ParseSizeOption(name, v, 0, kMaxDiskCacheBytes, "a size in 0..64T, e.g. 20G (0: none)");
-      if (!n) return n.error();
-      r.disk_cache = *n;
-      break;
-    }
-    case kDiskCacheFill:
-      r.disk_cache_fill = true;
+    case Stores::kAzure:
+      if (!azure) return "Azure stores";
       break;
     default:
       break;
   }
-  return Status::OK();
+  return std::nullopt;
 }
 
-// Options that only an s3:// store takes, and a disk cache fill without a disk cache.
-Status CheckRemoteOptionsFit(const MountConfig& c, bool remote) {
-  const RemoteOptions& r = c.remote;
-  if (r.disk_cache_fill && r.disk_cache == 0) {
-    return Status::InvalidArgument("-o disk_cache_fill: needs -o disk_cache=SIZE");
-  }
-  if (!remote) return Status::OK();  // ApplyRemoteOptions refuses them all for a local store
-  const bool azure = IsAzureUrl(c.store);
-  const bool bucket =
-      azure || ParseUrl(c.store).map([](const Url& u) { return u.is_s3(); }).value_or(false);
-  if (!bucket && (!r.s3.endpoint.empty() || r.s3.no_sign)) {
-    return Status::InvalidArgument(
-        "-o endpoint and no_sign are for s3://, gs:// and Azure stores only");
-  }
-  if (!azure && (!r.azure_account.empty() || !r.sas_file.empty())) {
-    return Status::InvalidArgument("-o account and sas_file are for Azure stores only");
-  }
-  if ((azure || !bucket) && (!r.s3.region.empty() || !r.s3.profile.empty() ||
-                             r.s3.addressing != S3Options::Addressing::kAuto ||
-                             !r.s3.credentials_file.empty() || !r.s3.config_file.empty())) {
-    return Status::InvalidArgument(
-        "-o region, profile, addressing, credentials_file and config_file are for s3:// and "
-        "gs:// stores only");
-  }
-  return Status::OK();
-}
-
-// The options of a remote store. Strings must be non-empty; every one of them is refused with a
-// local STORE (it would be ignored silently).
-Status ApplyRemoteOptions(const ParseState& st, MountConfig* c) {
-  static const std::pair<Key, const char*> kNames[] = {{kRegion, "region"},
-                                                       {kEndpoint, "endpoint"},
-                                                       {kProfile, "profile"},
-                                                       {kCredentialsFile, "credentials_file"},
-                                                       {kConfigFile, "config_file"},
-                                                       {kAccount, "account"},
-                                                       {kSasFile, "sas_file"},
-                                                       {kNoSign, "no_sign"},
-                                                       {kAddressing, "addressing"},
-                                                       {kHeaderFile, "header_file"},
-                                                       {kCaFile, "ca_file"},
-                                                       {kCacheDir, "cache_dir"},
-                                                       {kRemoteTimeout, "remote_timeout"},
-                                                       {kRemoteConnections, "remote_connections"},
-                                                       {kRemoteCache, "remote_cache"},
-                                                       {kDiskCache, "disk_cache"},
-                                                       {kDiskCacheFill, "disk_cache_fill"}};
-  const bool remote = IsRemoteUrl(c->store);
-  RemoteOptions& r = c->remote;
-  for (const auto& [key, name] : kNames) {
-    auto it = st.values.find(key);
-    if (it == st.values.end()) continue;
-    const std::string& v = it->second;
-    if (!remote) {
-      return Status::InvalidArgument(std::string("-o ") + name +
-                                     ": only for a remote store (an http://, https:// or s3:// "
-                                     "URL), and " +
-                                     c->store + " is a local path");
+// Wraps "    -o name=META" and its help into lines of at most 80 characters, the help from
+// column 27.
+void AppendHelp(const std::string& head, std::string_view text, std::string* out) {
+  constexpr size_t kColumn = 27, kWidth = 80;
+  std::string line = head + std::string(head.size() + 2 > kColumn ? 2 : kColumn - head.size(), ' ');
+  bool empty = true;  // no word on this line yet
+  while (!text.empty()) {
+    const std::string_view word = text.substr(0, text.find(' '));
+    text.remove_prefix(std::min(text.size(), word.size() + 1));
+    if (!empty && line.size() + 1 + word.size() > kWidth) {
+      *out += line + "\n";
+      line.assign(kColumn, ' ');
+      empty = true;
     }
-    if (key != kNoSign && key != kDiskCacheFill && v.empty()) return Bad(name, v, "a value");
-    PCRFS_RETURN_IF_ERROR(ApplyRemoteOption(key, name, v, &r));
+    line += empty ? "" : " ";
+    line += word;
+    empty = false;
   }
-  return CheckRemoteOptionsFit(*c, remote);
+  *out += line + "\n";
 }
 
 }  // namespace
@@ -431,65 +378,97 @@ Status ApplyRemoteOptions(const ParseState& st, MountConfig* c) {
 std::optional<uint64_t> ParseSize(std::string_view text) {
   const size_t digits = text.find_first_not_of("0123456789");
   if (digits == 0 || text.empty()) return std::nullopt;
-  const std::string number(text.substr(0, digits));
+  auto v = ParseDecimal(std::string(text.substr(0, digits)));
+  if (!v) return std::nullopt;
   const std::string_view suffix = digits == std::string_view::npos ? "" : text.substr(digits);
-  errno = 0;
-  const unsigned long long v = std::strtoull(number.c_str(), nullptr, 10);
-  if (errno != 0) return std::nullopt;
   int shift = 0;
   if (!suffix.empty()) {
-    switch (suffix[0]) {
-      case 'k':
-      case 'K':
-        shift = 10;
-        break;
-      case 'm':
-      case 'M':
-        shift = 20;
-        break;
-      case 'g':
-      case 'G':
-        shift = 30;
-        break;
-      case 't':
-      case 'T':
-        shift = 40;
-        break;
-      default:
-        return std::nullopt;
-    }
-    const std::string_view unit = suffix.substr(1);
-    if (!unit.empty() && unit != "B" && unit != "iB") return std::nullopt;
+    const size_t unit = std::string_view("KMGT").find(
+        static_cast<char>(std::toupper(static_cast<unsigned char>(suffix[0]))));
+    if (unit == std::string_view::npos) return std::nullopt;
+    shift = 10 * static_cast<int>(unit + 1);
+    const std::string_view rest = suffix.substr(1);
+    if (!rest.empty() && rest != "B" && rest != "iB") return std::nullopt;
   }
-  if (v > (UINT64_MAX >> shift)) return std::nullopt;
-  return static_cast<uint64_t>(v) << shift;
+  if (*v > (UINT64_MAX >> shift)) return std::nullopt;
+  return *v << shift;
 }
 
-Result<MountConfig> ParseMountOptions(int argc, const char* const argv[]) {
-  MountConfig config;
-  ParseState st{&config, {}, {}, 0};
-  fuse_args args = FUSE_ARGS_INIT(argc, const_cast<char**>(argv));
-  if (fuse_opt_parse(&args, &st, kOptionSpecs, OptProc) != 0) {
-    fuse_opt_free_args(&args);
-    // fuse_opt has printed its own reason (e.g. "-o" without a value) unless we have one.
-    return Err(Status::InvalidArgument(st.error.empty() ? "invalid arguments" : st.error));
+std::vector<std::string> MountOptionTemplates() {
+  std::vector<std::string> templates;
+  for (const Option& o : kOptions) {
+    templates.push_back(o.kind == Kind::kLibfuse ? ""
+                        : o.kind == Kind::kFlag  ? std::string(o.name)
+                                                 : std::string(o.name) + "=%s");
   }
-  for (int i = 0; i < args.argc; ++i) config.fuse_args.emplace_back(args.argv[i]);
-  fuse_opt_free_args(&args);
+  return templates;
+}
 
-  if (config.show_help || config.show_version) return config;
-  if (config.store.empty() || config.mountpoint.empty()) {
-    return Err(Status::InvalidArgument("STORE and MOUNTPOINT are required (see pcrfs --help)"));
+Status ApplyMountOptions(const std::map<size_t, std::string>& given, MountConfig* c) {
+  c->fs.push_bytes = DefaultPushBytes();
+  const bool remote = IsRemoteUrl(c->store);
+  for (const auto& [i, text] : given) {
+    const Option& o = kOptions[i];
+    const std::string label = "-o " + std::string(o.name);
+    if (!remote && o.stores != Stores::kAny) {
+      return Status::InvalidArgument(label +
+                                     ": only for a remote store (an http://, https:// or s3:// "
+                                     "URL), and " +
+                                     c->store + " is a local path");
+    }
+    PCRFS_RETURN_IF_ERROR(ApplyValue(o, label, text, c));
+    if (auto wanted = NotFor(o.stores, c->store)) {
+      return Status::InvalidArgument(label + ": only for " + std::string(*wanted));
+    }
   }
-  PCRFS_RETURN_ERR_IF_ERROR(ApplyLevelOptions(st, &config));
-  PCRFS_RETURN_ERR_IF_ERROR(ApplyNumericOptions(st, &config));
-  PCRFS_RETURN_ERR_IF_ERROR(ApplySizeOptions(st, &config));
-  PCRFS_RETURN_ERR_IF_ERROR(ApplyRemoteOptions(st, &config));
-  if (auto it = st.values.find(kLogFile); it != st.values.end()) {
-    if (it->second.empty()) return Err(Bad("log_file", it->second, "a file name"));
-    config.log_file = it->second;
+  if (c->msssim && c->fs.fixed_level != 0) {
+    return Status::InvalidArgument("-o msssim and -o scans both choose the level; give one");
   }
-  return config;
+  if (c->remote.disk_cache_fill && c->remote.disk_cache == 0) {
+    return Status::InvalidArgument("-o disk_cache_fill: needs -o disk_cache=SIZE");
+  }
+  return Status::OK();
+}
+
+std::string MountOptionsHelp(bool remote_stores) {
+  std::string out;
+  for (const Option& o : kOptions) {
+    if (o.kind == Kind::kRetired || (o.stores != Stores::kAny) != remote_stores) continue;
+    const std::string_view meta = o.kind == Kind::kEnum && o.meta.empty() ? o.values : o.meta;
+    std::string text(o.help);
+    if (o.kind == Kind::kInt || o.kind == Kind::kSize) text += ", " + Range(o);
+    std::string note;
+    if (!o.def.empty()) {
+      note = (std::isdigit(static_cast<unsigned char>(o.def[0])) ? "default " : "default: ") +
+             std::string(o.def);
+    }
+    if (!o.zero.empty()) {
+      note += (o.def == "0" ? ": " : note.empty() ? "0: " : "; 0: ") + std::string(o.zero);
+    }
+    if (!note.empty()) text += " (" + note + ")";
+    AppendHelp("    -o " + std::string(o.name) + (meta.empty() ? "" : "=") + std::string(meta),
+               text, &out);
+  }
+  return out;
+}
+
+std::vector<std::string_view> DocumentedMountOptions() {
+  std::vector<std::string_view> names;
+  for (const Option& o : kOptions) {
+    if (o.kind != Kind::kRetired) names.push_back(o.name);
+  }
+  return names;
+}
+
+Result<RemoteOptions> RemoteOptionsFromEnv(const EnvLookup& env) {
+  MountConfig c;
+  for (const Option& o : kOptions) {
+    if (o.env == nullptr) continue;
+    const char* v = env ? env(o.env) : std::getenv(o.env);
+    if (v == nullptr || (*v == '\0' && (o.kind == Kind::kText || o.kind == Kind::kPath))) continue;
+    PCRFS_RETURN_ERR_IF_ERROR(ApplyValue(o, o.env, v, &c));
+  }
+  return c.remote;
 }
 
 }  // namespace pcrfs::fs

@@ -1,11 +1,16 @@
 // The daemon's command line (`pcrfs STORE MOUNTPOINT [options]`) parsed into a value, apart
 // from mounting: nothing here touches the store, the mount point or the kernel, so the parser is
 // unit-tested without a mount (fs/mount_options_test.cc).
+//
+// Every -o option is one entry of a table (mount_options.cc): its name, kind, range or values,
+// the stores it is for, pcr's environment variable and its help. Parsing, the errors, --help and
+// RemoteOptionsFromEnv are loops over that table; a test checks the README's tables against it.
 #pragma once
 
 #include <sys/types.h>
 
 #include <cstdint>
+#include <map>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -14,22 +19,9 @@
 #include "common/status.h"
 #include "fs/filesystem.h"
 #include "location/store_location.h"
+#include "remote/s3_config.h"
 
 namespace pcrfs::fs {
-
-// The valid ranges of the numeric options, named in the errors and in --help.
-inline constexpr unsigned kMaxThreads = 256;
-inline constexpr unsigned kMaxReadaheadFiles = 1024;
-inline constexpr uint64_t kMinCacheBytes = uint64_t{1} << 20;
-inline constexpr uint64_t kMaxCacheBytes = uint64_t{1} << 40;
-inline constexpr uint64_t kMaxIndexRss = uint64_t{1} << 40;
-inline constexpr uint64_t kMaxKernelReadahead = uint64_t{16} << 20;
-inline constexpr uint64_t kMaxRemoteTimeoutSeconds = 3600;
-inline constexpr uint64_t kMaxRemoteConnections = 256;
-inline constexpr uint64_t kMaxPushBytes = uint64_t{1} << 40;
-inline constexpr uint64_t kMaxDiskCacheBytes = uint64_t{64} << 40;
-// uid_t and gid_t are 32 bits; (uid_t)-1 means "no change" to chown and is no owner.
-inline constexpr uint64_t kMaxId = 4294967294u;
 
 struct MountConfig {
   std::string store;       // the first argument that is not an option
@@ -53,9 +45,7 @@ struct MountConfig {
   // -o log_file: the daemon appends its messages to this file (common/log.h), opened before it
   // detaches; empty: syslog once detached.
   std::string log_file;
-  // A remote STORE's options (-o region, endpoint, profile, credentials_file, config_file,
-  // account, no_sign, addressing, header_file, ca_file, cache_dir, remote_timeout,
-  // remote_connections, ...); refused for a local STORE.
+  // A remote STORE's options (-o region, endpoint, cache_dir, ...); refused for a local STORE.
   RemoteOptions remote;
   // What libfuse parses itself (fuse_parse_cmdline, fuse_session_new): the program name, the
   // mount point, -f, -d, -s, and every -o option pcrfs does not define (allow_other, ro, ...).
@@ -72,5 +62,24 @@ Result<MountConfig> ParseMountOptions(int argc, const char* const argv[]);
 
 // "256M", "1G", "4096", "64KiB" -> bytes; nullopt for anything else or an overflow.
 std::optional<uint64_t> ParseSize(std::string_view text);
+
+// --help's lines for the options of every store (remote_stores false) or of remote stores.
+std::string MountOptionsHelp(bool remote_stores);
+
+// The name of every option --help and the README describe (also allow_other and ro, which
+// libfuse takes; not the retired prefetch_probe and prefetch_chunk).
+std::vector<std::string_view> DocumentedMountOptions();
+
+// A remote store's options from the environment, for `pcr` (the options that have a PCRFS_*
+// variable: PCRFS_CACHE_DIR, PCRFS_HEADER_FILE, PCRFS_CA_FILE, PCRFS_REMOTE_TIMEOUT), checked
+// as -o checks them; an empty string variable counts as unset. InvalidArgument naming the
+// variable for a bad value. `env`: std::getenv if null.
+Result<RemoteOptions> RemoteOptionsFromEnv(const EnvLookup& env = nullptr);
+
+// For ParseMountOptions' fuse_opt glue (mount_options_fuse.cc): each option's fuse_opt template
+// ("threads=%s", "no_sign"; empty for one left to libfuse), and the options given (index in
+// that list -> the text after '=') checked and applied to *config, whose store is set.
+std::vector<std::string> MountOptionTemplates();
+Status ApplyMountOptions(const std::map<size_t, std::string>& given, MountConfig* config);
 
 }  // namespace pcrfs::fs

@@ -3,7 +3,11 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <fstream>
 #include <initializer_list>
+#include <map>
+#include <set>
+#include <sstream>
 #include <string>
 #include <vector>
 
@@ -197,12 +201,14 @@ TEST(MountOptionsTest, RemoteOptionsAreCheckedStrictly) {
     return c ? std::string() : c.error().message();
   };
   EXPECT_EQ(err("addressing=both"), "-o addressing=both: expected path or virtual");
-  EXPECT_EQ(err("remote_timeout=0"), "-o remote_timeout=0: expected an integer in 1..3600");
-  EXPECT_EQ(err("remote_timeout=5s"), "-o remote_timeout=5s: expected an integer in 1..3600");
+  EXPECT_EQ(err("remote_timeout=0"),
+            "-o remote_timeout=0: expected seconds, an integer in 1..3600");
+  EXPECT_EQ(err("remote_timeout=5s"),
+            "-o remote_timeout=5s: expected seconds, an integer in 1..3600");
   EXPECT_EQ(err("remote_connections=257"),
             "-o remote_connections=257: expected an integer in 1..256");
   EXPECT_EQ(err("region="), "-o region=: expected a value");
-  EXPECT_EQ(err("cache_dir="), "-o cache_dir=: expected a value");
+  EXPECT_EQ(err("cache_dir="), "-o cache_dir=: expected a folder name");
   // With a local store a remote option would be ignored: refused instead.
   EXPECT_EQ(ErrorOf("endpoint=http://127.0.0.1:9000"),
             "-o endpoint: only for a remote store (an http://, https:// or s3:// URL), and st "
@@ -238,8 +244,8 @@ TEST(MountOptionsTest, CredentialFilesAndAccountAreCheckedStrictly) {
   };
   const char* s3 = "s3://bucket/prefix";
   const char* az = "az://container/prefix";
-  EXPECT_EQ(err(s3, "credentials_file="), "-o credentials_file=: expected a value");
-  EXPECT_EQ(err(s3, "config_file="), "-o config_file=: expected a value");
+  EXPECT_EQ(err(s3, "credentials_file="), "-o credentials_file=: expected a file name");
+  EXPECT_EQ(err(s3, "config_file="), "-o config_file=: expected a file name");
   EXPECT_EQ(err(s3, "account="), "-o account=: expected a value");
   for (const char* bad :
        {"account=ab", "account=Upper", "account=has-dash", "account=abcdefghijklmnopqrstuvwxy"}) {
@@ -251,19 +257,22 @@ TEST(MountOptionsTest, CredentialFilesAndAccountAreCheckedStrictly) {
   EXPECT_EQ(err(az, "account=abcdefghijklmnopqrstuvwx"), "");  // 24
   EXPECT_EQ(err(az, "sas_file=/run/sas,endpoint=http://127.0.0.1:10000/devstoreaccount1,no_sign"),
             "");
-  EXPECT_EQ(err(s3, "account=abc"), "-o account and sas_file are for Azure stores only");
-  EXPECT_EQ(err(az, "profile=p"),
-            "-o region, profile, addressing, credentials_file and config_file are for s3:// and "
-            "gs:// stores only");
+  EXPECT_EQ(err(s3, "account=abc"), "-o account: only for Azure stores");
+  EXPECT_EQ(err(s3, "sas_file=/s"), "-o sas_file: only for Azure stores");
+  EXPECT_EQ(err(az, "profile=p"), "-o profile: only for s3:// and gs:// stores");
+  EXPECT_EQ(err(az, "addressing=path"), "-o addressing: only for s3:// and gs:// stores");
   EXPECT_EQ(err("https://h/store", "no_sign"),
-            "-o endpoint and no_sign are for s3://, gs:// and Azure stores only");
+            "-o no_sign: only for s3://, gs:// and Azure stores");
+  EXPECT_EQ(err("https://h/store", "endpoint=http://e"),
+            "-o endpoint: only for s3://, gs:// and Azure stores");
+  EXPECT_EQ(err("gs://bucket/prefix", "region=auto,profile=p,no_sign"), "");
   // The AWS CLI's files are S3's: refused for an http(s) store.
-  for (const char* option : {"credentials_file=/c", "config_file=/c"}) {
-    EXPECT_EQ(err("https://h/store", option),
-              "-o region, profile, addressing, credentials_file and config_file are for s3:// "
-              "and gs:// stores only")
-        << option;
+  for (const char* option : {"credentials_file=/c", "config_file=/c", "region=r"}) {
+    const std::string name = std::string(option).substr(0, std::string(option).find('='));
+    EXPECT_EQ(err("https://h/store", option), "-o " + name + ": only for s3:// and gs:// stores");
   }
+  EXPECT_EQ(err(s3, "disk_cache_fill"), "-o disk_cache_fill: needs -o disk_cache=SIZE");
+  EXPECT_EQ(err(s3, "disk_cache_fill,disk_cache=1G"), "");
   // And, like every remote option, for a local store.
   EXPECT_EQ(ErrorOf("credentials_file=/c"),
             "-o credentials_file: only for a remote store (an http://, https:// or s3:// URL), "
@@ -288,6 +297,68 @@ TEST(MountOptionsTest, LogFileIsTakenWithAnyStore) {
   ASSERT_TRUE(d);
   EXPECT_EQ(d->log_file, "");
   EXPECT_EQ(ErrorOf("log_file="), "-o log_file=: expected a file name");
+}
+
+TEST(MountOptionsTest, RemoteOptionsFromTheEnvironment) {
+  std::map<std::string, std::string> vars = {{"PCRFS_CACHE_DIR", "/c"},
+                                             {"PCRFS_HEADER_FILE", "/h"},
+                                             {"PCRFS_CA_FILE", "/ca.pem"},
+                                             {"PCRFS_REMOTE_TIMEOUT", "7"}};
+  auto env = [&vars](const char* name) -> const char* {
+    auto it = vars.find(name);
+    return it == vars.end() ? nullptr : it->second.c_str();
+  };
+  auto r = RemoteOptionsFromEnv(env);
+  ASSERT_TRUE(r) << r.error().ToString();
+  EXPECT_EQ(r->cache_dir, "/c");
+  EXPECT_EQ(r->headers_file, "/h");
+  EXPECT_EQ(r->ca_file, "/ca.pem");
+  EXPECT_EQ(r->timeout, std::chrono::seconds(7));
+  vars = {{"PCRFS_CACHE_DIR", ""}};  // empty: unset
+  r = RemoteOptionsFromEnv(env);
+  ASSERT_TRUE(r);
+  EXPECT_EQ(r->cache_dir, "");
+  EXPECT_EQ(r->timeout, RemoteOptions().timeout);
+  for (const char* bad : {"0", "3601", "5s", "", "-1"}) {
+    vars = {{"PCRFS_REMOTE_TIMEOUT", bad}};
+    r = RemoteOptionsFromEnv(env);
+    ASSERT_FALSE(r) << bad;
+    EXPECT_EQ(r.error().message(), std::string("PCRFS_REMOTE_TIMEOUT=") + bad +
+                                       ": expected seconds, an integer in 1..3600");
+  }
+}
+
+// Every option --help describes, each on a line of its own.
+TEST(MountOptionsTest, HelpNamesEveryOption) {
+  const std::string help = MountOptionsHelp(false) + MountOptionsHelp(true);
+  for (std::string_view name : DocumentedMountOptions()) {
+    const std::string key = "    -o " + std::string(name);
+    const size_t at = help.find(key);
+    ASSERT_NE(at, std::string::npos) << name;
+    EXPECT_NE(std::string_view("= ").find(help[at + key.size()]), std::string_view::npos) << name;
+  }
+  size_t start = 0;
+  for (size_t end; (end = help.find('\n', start)) != std::string::npos; start = end + 1) {
+    EXPECT_LE(end - start, 80u) << help.substr(start, end - start);
+  }
+  EXPECT_EQ(help.find("prefetch_probe"), std::string::npos);  // retired, not documented
+}
+
+// README.md's option tables ("| `-o NAME=...` | ... |" rows) list every option, and only those.
+TEST(MountOptionsTest, ReadmeTablesListEveryOption) {
+  std::ifstream readme(PCRFS_SOURCE_DIR "/README.md");
+  ASSERT_TRUE(readme) << PCRFS_SOURCE_DIR "/README.md";
+  std::set<std::string> listed;
+  for (std::string line; std::getline(readme, line);) {
+    if (line.rfind("| `-o ", 0) != 0) continue;
+    std::stringstream cell(line.substr(6, line.find('`', 6) - 6));  // "uid=N,gid=N"
+    for (std::string option; std::getline(cell, option, ',');) {
+      listed.insert(option.substr(0, option.find('=')));
+    }
+  }
+  std::set<std::string> options;
+  for (std::string_view name : DocumentedMountOptions()) options.emplace(name);
+  EXPECT_EQ(listed, options);
 }
 
 }  // namespace

@@ -1,8 +1,6 @@
 #include "mount-tools/cli.h"
 
-#include <chrono>
 #include <cstdio>
-#include <cstdlib>
 #include <iostream>
 #include <string_view>
 
@@ -86,26 +84,6 @@ Result<std::unique_ptr<index::Store>> OpenStore(const std::string& store) {
 
 std::string ShownStore(const std::string& store) {
   return IsRemoteUrl(store) ? RedactUrl(store) : store;
-}
-
-Result<RemoteOptions> RemoteOptionsFromEnv() {
-  // The daemon's -o credentials_file, config_file, profile and account have no PCRFS_ variable:
-  // the resolvers read AWS_SHARED_CREDENTIALS_FILE, AWS_CONFIG_FILE, AWS_PROFILE and
-  // AZURE_STORAGE_ACCOUNT themselves, as the AWS and Azure CLIs do.
-  RemoteOptions options;
-  if (const char* v = std::getenv("PCRFS_CACHE_DIR")) options.cache_dir = v;
-  if (const char* v = std::getenv("PCRFS_HEADER_FILE")) options.headers_file = v;
-  if (const char* v = std::getenv("PCRFS_CA_FILE")) options.ca_file = v;
-  if (const char* v = std::getenv("PCRFS_REMOTE_TIMEOUT")) {
-    char* end = nullptr;
-    const unsigned long secs = std::strtoul(v, &end, 10);
-    if (*v < '0' || *v > '9' || *end != '\0' || secs == 0 || secs > 3600) {
-      return Err(Status::InvalidArgument(std::string("PCRFS_REMOTE_TIMEOUT=") + v +
-                                         ": expected seconds in 1..3600"));
-    }
-    options.timeout = std::chrono::seconds(secs);
-  }
-  return options;
 }
 
 tl::expected<StoreFile, int> OpenStoreFile(const char* command, const std::string& store_dir,

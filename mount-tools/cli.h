@@ -10,6 +10,7 @@
 #include <utility>
 #include <vector>
 
+#include "fs/mount_options.h"
 #include "index/entry.h"
 #include "index/store.h"
 #include "location/store_location.h"
@@ -49,10 +50,13 @@ Result<std::unique_ptr<index::Store>> OpenStore(const std::string& store);
 // fragment and user info (remote/url.h RedactUrl); a local path as given.
 std::string ShownStore(const std::string& store);
 
-// The options of a remote store or source from the environment, as OpenStore reads them
-// (PCRFS_CACHE_DIR, PCRFS_HEADER_FILE, PCRFS_CA_FILE, PCRFS_REMOTE_TIMEOUT; S3's settings are
-// resolved from AWS_* later). InvalidArgument naming the variable for a bad value.
-Result<RemoteOptions> RemoteOptionsFromEnv();
+// The options of a remote store or source from the environment, as OpenStore reads them: the
+// daemon's option table names a PCRFS_* variable for some options (PCRFS_CACHE_DIR,
+// PCRFS_HEADER_FILE, PCRFS_CA_FILE, PCRFS_REMOTE_TIMEOUT), checked as -o checks them. The -o
+// credentials_file, config_file, profile and account have none: the resolvers read
+// AWS_SHARED_CREDENTIALS_FILE, AWS_CONFIG_FILE, AWS_PROFILE and AZURE_STORAGE_ACCOUNT
+// themselves, as the AWS and Azure CLIs do.
+using fs::RemoteOptionsFromEnv;
 
 tl::expected<StoreFile, int> OpenStoreFile(const char* command, const std::string& store_dir,
                                            const std::string& path);
