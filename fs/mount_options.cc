@@ -33,7 +33,14 @@ enum class Kind {
 
 // The stores an option is for. Any other than kAny is refused with a local STORE, where it would
 // be ignored silently, and listed under "remote stores" in --help.
-enum class Stores { kAny, kRemote, kBucket /* s3://, gs://, Azure */, kS3 /* and gs:// */, kAzure };
+enum class Stores {
+  kAny,
+  kRemote,
+  kBucket /* s3://, gs://, Azure */,
+  kS3 /* and gs:// */,
+  kAzure,
+  kHttp /* http(s):// but Azure's */
+};
 
 struct Value {
   uint64_t n = 0;  // kInt, kSize; kEnum: the index in `values`
@@ -167,6 +174,11 @@ constexpr Option kOptions[] = {
     {.name = "sas_file", .kind = Kind::kPath, .meta = "F", .stores = Stores::kAzure,
      .set = [](MountConfig& c, const Value& v) { c.remote.sas_file = v.text; },
      .help = "an Azure SAS token in a file, read again when it changes"},
+    {.name = "query_file", .kind = Kind::kPath, .meta = "F", .stores = Stores::kHttp,
+     .env = "PCRFS_QUERY_FILE",
+     .set = [](MountConfig& c, const Value& v) { c.remote.query_file = v.text; },
+     .help = "a signed URL's query (a CDN token) in a file, added to every request and read "
+             "again when it changes"},
     {.name = "no_sign", .kind = Kind::kFlag, .stores = Stores::kBucket,
      .set = [](MountConfig& c, const Value&) { c.remote.s3.no_sign = true; },
      .help = "anonymous requests (a public bucket or container)"},
@@ -345,6 +357,9 @@ std::optional<std::string_view> NotFor(Stores stores, const std::string& store) 
       break;
     case Stores::kAzure:
       if (!azure) return "Azure stores";
+      break;
+    case Stores::kHttp:
+      if (s3 || azure) return "http:// and https:// stores";
       break;
     default:
       break;

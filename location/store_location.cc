@@ -111,7 +111,7 @@ Status FetchOne(ObjectClient& client, const StoreLocation& loc, const char* name
 void MakeOptionPathsAbsolute(RemoteOptions* o) {
   std::error_code ec;
   for (std::string* path : {&o->headers_file, &o->ca_file, &o->cache_dir, &o->sas_file,
-                            &o->s3.credentials_file, &o->s3.config_file}) {
+                            &o->query_file, &o->s3.credentials_file, &o->s3.config_file}) {
     if (!path->empty()) *path = std::filesystem::absolute(*path, ec).lexically_normal();
   }
 }
@@ -185,6 +185,12 @@ Result<StoreLocation> ResolveLocation(const std::string& store, const RemoteOpti
   loc.remote = true;
   loc.url = *url;
   loc.name = url->ToString();
+  if (!url->is_s3() && !loc.options.query_file.empty()) {
+    auto signer =
+        QueryTokenSigner::FromFile(loc.options.query_file, QueryTokenSigner::Flavor::kHttpQuery);
+    if (!signer) return Err(signer.error());
+    loc.signer = std::move(*signer);
+  }
   if (url->is_s3()) {
     auto s3 = ResolveS3Config(*url, loc.options.s3, env);
     if (!s3) return Err(NamingStore(loc.name, s3.error()));

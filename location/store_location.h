@@ -35,6 +35,9 @@ struct RemoteOptions {
   std::string azure_account;
   // -o sas_file: an Azure SAS token in a file, read again when it changes (a rotating token).
   std::string sas_file;
+  // -o query_file: an http(s) store's signed-URL query (a CDN token) in a file, appended to
+  // every request after the URL's own query, read again when it changes.
+  std::string query_file;
   std::string headers_file;  // extra "Name: value" lines for every request (a bearer token)
   std::string ca_file;       // a PEM bundle instead of the system's
   std::string cache_dir;     // empty: DefaultCacheDir(url)

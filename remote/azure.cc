@@ -376,8 +376,9 @@ struct SasFileRead {
 
 // Reads a SAS token file; the stamp is the opened file's (fstat), so a rename between the stat
 // and the read cannot pair a new token with an old stamp.
-Result<SasFileRead> ReadSasFile(const std::string& path) {
-  const std::string what = "option sas_file " + path;
+Result<SasFileRead> ReadSasFile(const std::string& path, QueryTokenSigner::Flavor flavor) {
+  const bool sas = flavor == QueryTokenSigner::Flavor::kAzureSas;
+  const std::string what = std::string(sas ? "option sas_file " : "option query_file ") + path;
   auto fd = OpenFile(path, O_RDONLY);
   if (!fd.has_value()) return Err(Status::InvalidArgument(what + ": " + fd.error().message()));
   struct stat st;
@@ -388,7 +389,14 @@ Result<SasFileRead> ReadSasFile(const std::string& path) {
   if (!bytes.has_value()) return Err(Status::InvalidArgument(bytes.error().message()));
   SasFileRead r;
   r.token = CleanToken(std::string(bytes->begin(), bytes->end()));
-  PCRFS_RETURN_ERR_IF_ERROR(CheckSasToken(r.token, what));
+  if (sas) {
+    PCRFS_RETURN_ERR_IF_ERROR(CheckSasToken(r.token, what));
+  } else if (r.token.empty() || !std::all_of(r.token.begin(), r.token.end(), [](char c) {
+               return static_cast<unsigned char>(c) > 0x20 && static_cast<unsigned char>(c) < 0x7F;
+             })) {
+    return Err(Status::InvalidArgument(what + ": not a query string (one line of printable "
+                                              "characters, e.g. Expires=...&Signature=...)"));
+  }
   r.dev = st.st_dev;
   r.ino = st.st_ino;
   r.size = st.st_size;
@@ -831,7 +839,7 @@ Result<AzureConfig> ResolveAzureConfig(std::string_view store, const AzureOption
     return c;
   }
   if (!options.sas_file.empty()) {
-    auto read = ReadSasFile(options.sas_file);
+    auto read = ReadSasFile(options.sas_file, QueryTokenSigner::Flavor::kAzureSas);
     if (!read.has_value()) return Err(read.error());
     c.sas_file = options.sas_file;
     c.auth = AzureConfig::Auth::kSasFile;
@@ -1079,39 +1087,43 @@ std::string AzureSharedKeySigner::DescribeJson() const {
   return j.dump();
 }
 
-AzureSasSigner::AzureSasSigner(std::string token, std::string source, std::string path)
-    : source_(std::move(source)), path_(std::move(path)) {
+QueryTokenSigner::QueryTokenSigner(std::string token, std::string source, std::string path,
+                                   Flavor flavor)
+    : source_(std::move(source)), path_(std::move(path)), flavor_(flavor) {
   MutexLock l(&mu_);
   token_ = std::move(token);
 }
 
-std::shared_ptr<AzureSasSigner> AzureSasSigner::FromToken(std::string token, std::string source) {
-  return std::shared_ptr<AzureSasSigner>(
-      new AzureSasSigner(CleanToken(token), std::move(source), ""));
+std::shared_ptr<QueryTokenSigner> QueryTokenSigner::FromToken(std::string token,
+                                                              std::string source) {
+  return std::shared_ptr<QueryTokenSigner>(
+      new QueryTokenSigner(CleanToken(token), std::move(source), "", Flavor::kAzureSas));
 }
 
-Result<std::shared_ptr<AzureSasSigner>> AzureSasSigner::FromFile(std::string path) {
-  auto read = ReadSasFile(path);
+Result<std::shared_ptr<QueryTokenSigner>> QueryTokenSigner::FromFile(std::string path,
+                                                                     Flavor flavor) {
+  auto read = ReadSasFile(path, flavor);
   if (!read.has_value()) return Err(read.error());
-  std::shared_ptr<AzureSasSigner> signer(
-      new AzureSasSigner(read->token, "option sas_file", std::move(path)));
+  std::shared_ptr<QueryTokenSigner> signer(new QueryTokenSigner(
+      read->token, flavor == Flavor::kAzureSas ? "option sas_file" : "option query_file",
+      std::move(path), flavor));
   MutexLock l(&signer->mu_);
   signer->stamp_ = {read->dev, read->ino, read->size, read->mtime_ns};
   signer->last_check_ = std::chrono::system_clock::now();
   return signer;
 }
 
-void AzureSasSigner::CheckFileLocked() const {
+void QueryTokenSigner::CheckFileLocked() const {
   if (path_.empty()) return;
   struct stat st;
   if (stat(path_.c_str(), &st) != 0) {
-    last_error_ = Status::FromErrno("option sas_file " + path_, errno).message();
+    last_error_ = Status::FromErrno(source_ + " " + path_, errno).message();
     return;
   }
   FileStamp now{st.st_dev, st.st_ino, st.st_size,
                 int64_t{st.st_mtim.tv_sec} * 1000000000 + st.st_mtim.tv_nsec};
   if (now == stamp_) return;
-  auto read = ReadSasFile(path_);
+  auto read = ReadSasFile(path_, flavor_);
   if (!read.has_value()) {
     // Keep the last good token; a half-written file gets another look when it changes again.
     last_error_ = read.error().message();
@@ -1126,10 +1138,10 @@ void AzureSasSigner::CheckFileLocked() const {
   }
 }
 
-Result<SignedParts> AzureSasSigner::Sign(const SignableRequest& /*request*/,
-                                         std::chrono::system_clock::time_point now) const {
+Result<SignedParts> QueryTokenSigner::Sign(const SignableRequest& /*request*/,
+                                           std::chrono::system_clock::time_point now) const {
   SignedParts parts;
-  parts.headers = DateAndVersion(now);
+  if (flavor_ == Flavor::kAzureSas) parts.headers = DateAndVersion(now);
   MutexLock l(&mu_);
   if (!path_.empty() && (now < last_check_ || now - last_check_ >= std::chrono::seconds(1))) {
     CheckFileLocked();
@@ -1140,22 +1152,24 @@ Result<SignedParts> AzureSasSigner::Sign(const SignableRequest& /*request*/,
   return parts;
 }
 
-bool AzureSasSigner::OnRefused(uint64_t generation, long /*status*/,
-                               std::string_view /*code*/) const {
+bool QueryTokenSigner::OnRefused(uint64_t generation, long /*status*/,
+                                 std::string_view /*code*/) const {
   if (path_.empty()) return false;
   MutexLock l(&mu_);
   CheckFileLocked();
   return generation_ != generation;
 }
 
-void AzureSasSigner::Reload() const {
+void QueryTokenSigner::Reload() const {
   MutexLock l(&mu_);
   CheckFileLocked();
 }
 
-std::string AzureSasSigner::DescribeJson() const {
+std::string QueryTokenSigner::DescribeJson() const {
   MutexLock l(&mu_);
-  nlohmann::json j = {{"source", "sas"}, {"from", source_}, {"generation", generation_}};
+  nlohmann::json j = {{"source", flavor_ == Flavor::kAzureSas ? "sas" : "signed URL query"},
+                      {"from", source_},
+                      {"generation", generation_}};
   if (!path_.empty()) j["file"] = path_;
   if (std::string se = QueryParam(token_, "se"); !se.empty()) j["expires"] = se;
   if (std::string sp = QueryParam(token_, "sp"); !sp.empty()) j["permissions"] = sp;
@@ -1174,9 +1188,9 @@ Result<std::shared_ptr<RequestSigner>> MakeAzureSigner(const AzureConfig& config
           config.account, config.key, config.credentials_source));
     case AzureConfig::Auth::kSas:
       return std::shared_ptr<RequestSigner>(
-          AzureSasSigner::FromToken(config.sas, config.credentials_source));
+          QueryTokenSigner::FromToken(config.sas, config.credentials_source));
     case AzureConfig::Auth::kSasFile: {
-      auto signer = AzureSasSigner::FromFile(config.sas_file);
+      auto signer = QueryTokenSigner::FromFile(config.sas_file);
       if (!signer.has_value()) return Err(signer.error());
       return std::shared_ptr<RequestSigner>(std::move(*signer));
     }

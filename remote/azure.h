@@ -7,7 +7,7 @@
 // Every message that may hold user input passes through RedactAzureSecrets().
 //
 // Threads: the resolution functions and AzureProtocol are pure (AzureProtocol is immutable, so
-// thread-safe). The signers are thread-safe; AzureSasSigner reads its token file under a mutex
+// thread-safe). The signers are thread-safe; QueryTokenSigner reads its token file under a mutex
 // (a stat at most once a second: a local file, never the network).
 #pragma once
 
@@ -166,18 +166,24 @@ class AzureSharedKeySigner : public RequestSigner {
   std::string source_;
 };
 
-// SAS: x-ms-date, x-ms-version, and the token as SignedParts::query. Either a fixed token, or a
-// file re-read when it changes (its inode, size or mtime; checked at most once a second of
-// Sign's `now`, and at once on OnRefused and Reload), so a token rotated by another process
-// keeps working. A file that cannot be read or holds no SAS keeps the last good token (the
-// error shows in DescribeJson).
-class AzureSasSigner : public RequestSigner {
+// A token appended to every object URL as SignedParts::query: an Azure SAS (with Azure's
+// x-ms-date and x-ms-version headers), or the query of a signed HTTP URL (a CDN token; nothing
+// else added). Either a fixed token, or a file re-read when it changes (its inode, size or
+// mtime; checked at most once a second of Sign's `now`, and at once on OnRefused and Reload),
+// so a token rotated by another process keeps working. A file that cannot be read or holds no
+// token keeps the last good one (the error shows in DescribeJson).
+class QueryTokenSigner : public RequestSigner {
  public:
-  // A fixed token (without '?'); source: where it came from.
-  static std::shared_ptr<AzureSasSigner> FromToken(std::string token, std::string source);
-  // Reads `path` now. Errors (InvalidArgument naming the option and the path): unreadable,
-  // empty, not a SAS.
-  static Result<std::shared_ptr<AzureSasSigner>> FromFile(std::string path);
+  enum class Flavor {
+    kAzureSas,  // checked to be a SAS (sv= and sig=); Azure's headers added
+    kHttpQuery  // any query string of printable characters
+  };
+  // A fixed SAS (without '?'); source: where it came from.
+  static std::shared_ptr<QueryTokenSigner> FromToken(std::string token, std::string source);
+  // Reads `path` now (the option sas_file, or for kHttpQuery query_file). Errors
+  // (InvalidArgument naming the option and the path): unreadable, empty, not a SAS.
+  static Result<std::shared_ptr<QueryTokenSigner>> FromFile(std::string path,
+                                                            Flavor flavor = Flavor::kAzureSas);
 
   Result<SignedParts> Sign(const SignableRequest& request,
                            std::chrono::system_clock::time_point now) const override;
@@ -186,8 +192,8 @@ class AzureSasSigner : public RequestSigner {
   void Reload() const override;
   std::string DescribeJson() const override;
 
-  AzureSasSigner(const AzureSasSigner&) = delete;
-  AzureSasSigner& operator=(const AzureSasSigner&) = delete;
+  QueryTokenSigner(const QueryTokenSigner&) = delete;
+  QueryTokenSigner& operator=(const QueryTokenSigner&) = delete;
 
  private:
   struct FileStamp {
@@ -198,12 +204,13 @@ class AzureSasSigner : public RequestSigner {
     bool operator==(const FileStamp&) const = default;
   };
 
-  AzureSasSigner(std::string token, std::string source, std::string path);
+  QueryTokenSigner(std::string token, std::string source, std::string path, Flavor flavor);
   // Re-reads the file if its stamp changed. REQUIRES: mu_ held.
   void CheckFileLocked() const REQUIRES(mu_);
 
   const std::string source_;
   const std::string path_;  // empty: a fixed token
+  const Flavor flavor_;
   mutable Mutex mu_;
   mutable std::string token_ GUARDED_BY(mu_);
   mutable uint64_t generation_ GUARDED_BY(mu_) = 1;

@@ -483,7 +483,7 @@ TEST(AzureSignerTest, AnonymousAndSas) {
   EXPECT_TRUE(parts->query.empty());
   EXPECT_EQ(anon.DescribeJson(), R"({"source":"none"})");
 
-  auto sas = AzureSasSigner::FromToken(std::string("?") + kSas, "AZURE_STORAGE_SAS_TOKEN");
+  auto sas = QueryTokenSigner::FromToken(std::string("?") + kSas, "AZURE_STORAGE_SAS_TOKEN");
   parts = sas->Sign(SignableRequest{}, Nov27());
   ASSERT_TRUE(parts.has_value());
   EXPECT_EQ(parts->query, kSas);
@@ -518,7 +518,7 @@ TEST_F(AzureSasFileTest, RereadWhenItChangesAtMostOncePerSecond) {
   const std::string sas1 = "sv=2021-08-06&se=2030-01-01&sp=r&sig=ONE";
   const std::string sas2 = "sv=2021-08-06&se=2031-01-01&sp=r&sig=TWO";
   Write(sas1 + "\n");
-  auto signer = AzureSasSigner::FromFile(path_.string());
+  auto signer = QueryTokenSigner::FromFile(path_.string());
   ASSERT_TRUE(signer.has_value()) << signer.error().ToString();
   const auto t0 = system_clock::now();
   auto p = (*signer)->Sign(SignableRequest{}, t0);
@@ -563,7 +563,7 @@ TEST_F(AzureSasFileTest, RereadWhenItChangesAtMostOncePerSecond) {
 
 TEST_F(AzureSasFileTest, BadFileAtStartIsAnError) {
   Write("\n");
-  auto signer = AzureSasSigner::FromFile(path_.string());
+  auto signer = QueryTokenSigner::FromFile(path_.string());
   ASSERT_FALSE(signer.has_value());
   EXPECT_NE(signer.error().message().find("option sas_file " + path_.string()), std::string::npos);
 }
@@ -599,7 +599,7 @@ TEST(AzureRedactTest, SasSignaturesAndKeysNeverShow) {
 }
 
 TEST(AzureSignerTest, ThreadSafeSas) {
-  auto sas = AzureSasSigner::FromToken(kSas, "test");
+  auto sas = QueryTokenSigner::FromToken(kSas, "test");
   std::vector<std::thread> threads;
   for (int i = 0; i < 4; ++i) {
     threads.emplace_back([&] {

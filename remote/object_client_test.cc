@@ -10,6 +10,7 @@
 #include <fstream>
 
 #include "remote/aws_credential_source.h"
+#include "remote/azure.h"
 #include "remote/fake_object_client.h"
 #include "remote/object_protocols.h"
 #include "remote/range_cache.h"
@@ -309,6 +310,48 @@ TEST(HttpAuthTest, ARotatedHeaderFileIsReadAgainAfterA401) {
   auto r = client->GetBlocking(g);
   ASSERT_TRUE(r.has_value()) << r.error().ToString();
   EXPECT_EQ(r->body, "0123456789");
+  std::filesystem::remove_all(dir);
+}
+
+// A signed URL's token in a file (-o query_file) that rotates: the refused request makes the
+// signer look at the file at once, and the retry carries the new token after the URL's own
+// query. No header is added.
+TEST(HttpAuthTest, ARotatedQueryFileIsReadAgainAfterARefusal) {
+  auto dir = std::filesystem::temp_directory_path() / ("qf-" + std::to_string(::getpid()));
+  std::filesystem::create_directories(dir);
+  const std::string file = (dir / "query").string();
+  std::ofstream(file) << "?Expires=1&Signature=old\n";
+  std::atomic<int> refused{0};
+  TestHttpServer server([&](const std::string& req, int) {
+    if (req.find("GET /store/k?v=1&Expires=22&Signature=new HTTP/1.1") == std::string::npos) {
+      ++refused;
+      return TestHttpServer::Reply(403, "Forbidden", "");
+    }
+    EXPECT_EQ(req.find("x-ms-"), std::string::npos);
+    return TestHttpServer::Reply(200, "OK", "0123456789");
+  });
+  auto signer = QueryTokenSigner::FromFile(file, QueryTokenSigner::Flavor::kHttpQuery);
+  ASSERT_TRUE(signer.has_value()) << signer.error().ToString();
+  HttpClientOptions o;
+  o.signer = *signer;
+  auto http = HttpClient::Create(o);
+  ASSERT_TRUE(http.has_value());
+  auto client =
+      MakeHttpObjectClient(std::shared_ptr<HttpClient>(std::move(*http)),
+                           std::make_unique<HttpProtocol>(*ParseUrl(server.url("/store?v=1"))));
+  ObjectGet g;
+  g.key = "k";
+  auto first = client->GetBlocking(g);
+  ASSERT_FALSE(first.has_value());  // the old token, and the file did not change: not retried
+  EXPECT_EQ(refused.load(), 1);
+  EXPECT_EQ(first.error().message().find("Signature"), std::string::npos);
+  std::ofstream(file) << "Expires=22&Signature=new\n";  // rotated
+  auto r = client->GetBlocking(g);
+  ASSERT_TRUE(r.has_value()) << r.error().ToString();
+  EXPECT_EQ(r->body, "0123456789");
+  EXPECT_EQ(client->DescribeAuthJson().find("Signature"), std::string::npos);
+  std::ofstream(file) << "not a token\n";  // a bad rewrite keeps the last good token
+  EXPECT_TRUE(client->GetBlocking(g).has_value());
   std::filesystem::remove_all(dir);
 }
 
