@@ -75,17 +75,6 @@ Status CheckCredentials(const FetchedCredentials& f, std::string_view what) {
   return Status::OK();
 }
 
-// Days since 1970-01-01 of a civil date (Howard Hinnant's algorithm): timegm without its
-// thread-unsafe cousins and time zone state.
-int64_t DaysFromCivil(int64_t y, unsigned m, unsigned d) {
-  y -= m <= 2;
-  const int64_t era = (y >= 0 ? y : y - 399) / 400;
-  const unsigned yoe = static_cast<unsigned>(y - era * 400);
-  const unsigned doy = (153 * (m + (m > 2 ? -3 : 9)) + 2) / 5 + d - 1;
-  const unsigned doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
-  return era * 146097 + static_cast<int64_t>(doe) - 719468;
-}
-
 std::string FormUrlEncode(const HeaderList& params) {
   std::string out;
   for (const auto& [k, v] : params) {

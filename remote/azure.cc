@@ -53,31 +53,6 @@ std::string Trim(std::string_view s) {
   return std::string(s.substr(b, e - b + 1));
 }
 
-int HexValue(char c) {
-  if (c >= '0' && c <= '9') return c - '0';
-  if (c >= 'a' && c <= 'f') return c - 'a' + 10;
-  if (c >= 'A' && c <= 'F') return c - 'A' + 10;
-  return -1;
-}
-
-// %XX decoding ('+' stays '+': paths and Azure's encoded names are not forms).
-std::optional<std::string> PercentDecode(std::string_view s) {
-  std::string out;
-  out.reserve(s.size());
-  for (size_t i = 0; i < s.size(); ++i) {
-    if (s[i] != '%') {
-      out += s[i];
-      continue;
-    }
-    if (i + 2 >= s.size()) return std::nullopt;
-    int hi = HexValue(s[i + 1]), lo = HexValue(s[i + 2]);
-    if (hi < 0 || lo < 0) return std::nullopt;
-    out += static_cast<char>(hi * 16 + lo);
-    i += 2;
-  }
-  return out;
-}
-
 constexpr char kBase64Chars[] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
 
 std::string Base64Encode(std::string_view in) {
@@ -323,40 +298,43 @@ Result<Url> ParseEndpoint(const std::string& value, const std::string& source) {
   return *ep;
 }
 
-// The value of query parameter `name` (decoded) in an encoded query string, or "".
-std::string QueryParam(std::string_view query, std::string_view name) {
+int HexValue(char c) {
+  if (c >= '0' && c <= '9') return c - '0';
+  if (c >= 'a' && c <= 'f') return c - 'a' + 10;
+  if (c >= 'A' && c <= 'F') return c - 'A' + 10;
+  return -1;
+}
+
+// The raw (encoded) value of query parameter `name` in an encoded query string; nullopt when
+// absent ("name" alone is an empty value).
+std::optional<std::string_view> FindQueryParam(std::string_view query, std::string_view name) {
   size_t start = 0;
   while (start <= query.size()) {
-    size_t amp = query.find('&', start);
-    std::string_view part =
+    const size_t amp = query.find('&', start);
+    const std::string_view part =
         query.substr(start, amp == std::string_view::npos ? query.npos : amp - start);
-    size_t eq = part.find('=');
+    const size_t eq = part.find('=');
     if (part.substr(0, eq) == name) {
-      if (eq == std::string_view::npos) return "";
-      std::string raw(part.substr(eq + 1));
-      std::replace(raw.begin(), raw.end(), '+', ' ');
-      return PercentDecode(raw).value_or("");
+      return eq == std::string_view::npos ? std::string_view() : part.substr(eq + 1);
     }
     if (amp == std::string_view::npos) break;
     start = amp + 1;
   }
-  return "";
+  return std::nullopt;
+}
+
+// The value of query parameter `name` (decoded, '+' as a space) or "".
+std::string QueryParam(std::string_view query, std::string_view name) {
+  auto raw = FindQueryParam(query, name);
+  if (!raw) return "";
+  std::string text(*raw);
+  std::replace(text.begin(), text.end(), '+', ' ');
+  return PercentDecode(text).value_or("");
 }
 
 bool HasQueryParam(std::string_view query, std::string_view name) {
-  size_t start = 0;
-  while (start <= query.size()) {
-    size_t amp = query.find('&', start);
-    std::string_view part =
-        query.substr(start, amp == std::string_view::npos ? query.npos : amp - start);
-    size_t eq = part.find('=');
-    if (eq != std::string_view::npos && part.substr(0, eq) == name && eq + 1 < part.size()) {
-      return true;
-    }
-    if (amp == std::string_view::npos) break;
-    start = amp + 1;
-  }
-  return false;
+  auto raw = FindQueryParam(query, name);
+  return raw && !raw->empty();
 }
 
 // A token as users paste it: surrounding whitespace and a leading '?' dropped.
@@ -402,16 +380,6 @@ Result<SasFileRead> ReadSasFile(const std::string& path, QueryTokenSigner::Flavo
   r.size = st.st_size;
   r.mtime_ns = int64_t{st.st_mtim.tv_sec} * 1000000000 + st.st_mtim.tv_nsec;
   return r;
-}
-
-// Days since 1970-01-01 of a civil date (Howard Hinnant's algorithm).
-int64_t DaysFromCivil(int64_t y, unsigned m, unsigned d) {
-  y -= m <= 2;
-  const int64_t era = (y >= 0 ? y : y - 399) / 400;
-  const unsigned yoe = static_cast<unsigned>(y - era * 400);
-  const unsigned doy = (153 * (m + (m > 2 ? -3 : 9)) + 2) / 5 + d - 1;
-  const unsigned doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
-  return era * 146097 + static_cast<int64_t>(doe) - 719468;
 }
 
 constexpr const char* kWeekdays[] = {"Sun", "Mon", "Tue", "Wed", "Thu", "Fri", "Sat"};

@@ -46,20 +46,6 @@ std::string TrimWs(std::string_view s) {
   return std::string(s);
 }
 
-std::string PercentDecode(std::string_view s) {
-  std::string out;
-  for (size_t i = 0; i < s.size(); ++i) {
-    if (s[i] == '%' && i + 2 < s.size() && std::isxdigit(static_cast<unsigned char>(s[i + 1])) &&
-        std::isxdigit(static_cast<unsigned char>(s[i + 2]))) {
-      out.push_back(static_cast<char>(std::stoi(std::string(s.substr(i + 1, 2)), nullptr, 16)));
-      i += 2;
-    } else {
-      out.push_back(s[i]);
-    }
-  }
-  return out;
-}
-
 // scheme://authority/path?query of a URL the client is asked to fetch.
 struct UrlParts {
   std::string host_header;  // authority without a default port
@@ -98,8 +84,10 @@ std::optional<UrlParts> SplitUrl(const std::string& url) {
       size_t amp = query.find('&');
       std::string_view kv = query.substr(0, amp);
       size_t eq = kv.find('=');
-      p.query.emplace_back(PercentDecode(kv.substr(0, eq)),
-                           eq == std::string_view::npos ? "" : PercentDecode(kv.substr(eq + 1)));
+      // A malformed escape is signed as it stands (the server sees the same bytes).
+      auto decode = [](std::string_view v) { return PercentDecode(v).value_or(std::string(v)); };
+      p.query.emplace_back(decode(kv.substr(0, eq)),
+                           eq == std::string_view::npos ? "" : decode(kv.substr(eq + 1)));
       if (amp == std::string_view::npos) break;
       query.remove_prefix(amp + 1);
     }

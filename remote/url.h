@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <string_view>
 
@@ -57,6 +58,14 @@ Result<Url> ParseUrl(std::string_view s);
 // (upper-case hex); '/' is kept when keep_slash. Applied once to the raw key: S3 is never
 // double-encoded.
 std::string UriEncode(std::string_view s, bool keep_slash);
+
+// %XX decoded ('+' stays '+': paths and names are not forms); nullopt for a '%' not followed
+// by two hex digits.
+std::optional<std::string> PercentDecode(std::string_view s);
+
+// Days since 1970-01-01 of a proleptic Gregorian date (Howard Hinnant's algorithm): what
+// timegm computes, without its time zone state. For the dates of HTTP, ISO 8601 and S3.
+int64_t DaysFromCivil(int64_t y, unsigned m, unsigned d);
 
 // s without user info, query and fragment ("https://u:p@h/x?token=1" -> "https://h/x"): for
 // error messages and logs about any string that may be a URL, parsed or not.
