@@ -1,6 +1,7 @@
 #include "index/level_plan.h"
 
 #include <algorithm>
+#include <memory>
 
 namespace pcrfs::index {
 namespace {
@@ -60,12 +61,12 @@ LevelPlan::LevelPlan(EntryKind kind, const PieceRefs& pieces, int k, uint64_t of
     const PieceRef& p = pieces[static_cast<size_t>(g)];
     const uint64_t piece_end = AddCapped(pos, p.length);
     if (p.length > 0 && piece_end > offset_) {
-      LevelSpan& s = spans_[num_spans_++];
-      s.group = g + 1;
-      s.piece = p;
-      s.begin = std::max(offset_, pos) - pos;
-      s.end = std::min(end_, piece_end) - pos;
-      s.file_offset = pos + s.begin;
+      const uint64_t begin = std::max(offset_, pos) - pos;
+      std::construct_at(&spans_.at[num_spans_++], LevelSpan{.group = g + 1,
+                                                            .piece = p,
+                                                            .begin = begin,
+                                                            .end = std::min(end_, piece_end) - pos,
+                                                            .file_offset = pos + begin});
     }
     pos = piece_end;
   }

@@ -107,6 +107,8 @@ TEST(LevelPlanTest, WholeFileIsEveryNonEmptyPieceAndTheEoi) {
       EXPECT_EQ(s.end, s.piece.length);
     }
     EXPECT_EQ(Follow(plan, p), Materialize(EntryKind::kJpeg, p, k));
+    const LevelPlan copy = plan;  // a value: copies hold their own spans
+    EXPECT_EQ(Follow(copy, p), Materialize(EntryKind::kJpeg, p, k));
   }
 }
 
