@@ -9,6 +9,7 @@
 #include "common/crc32c.h"
 #include "common/log.h"
 #include "common/thread_name.h"
+#include "index/level_plan.h"
 #include "index/record_reader.h"
 
 namespace pcrfs::fs {
@@ -25,12 +26,6 @@ void SetTimes(struct stat* st, int64_t sec, uint32_t nsec) {
   st->st_mtim.tv_nsec = nsec;
   st->st_atim = st->st_mtim;
   st->st_ctim = st->st_mtim;
-}
-
-// The level-k bytes of a file are pieces 1..k (JPEG; piece 1 only for passthrough) and then,
-// for JPEGs, the two bytes FF D9.
-int PieceCount(const index::Entry& e, int level) {
-  return e.kind == index::EntryKind::kJpeg ? level : 1;
 }
 
 }  // namespace
@@ -312,71 +307,52 @@ Result<size_t> Filesystem::ReadUncounted(uint64_t ino, uint64_t offset, size_t s
   const Resolved& r = *resolved;
   if (r.ladder_root || r.entry.is_dir()) return Err(Errno(EISDIR, "read"));
   const index::Entry& e = r.entry;
-  const uint64_t file_size = e.SizeAtLevel(r.level);
-  if (offset >= file_size || size == 0) return size_t{0};
-  const uint64_t end = std::min<uint64_t>(file_size, offset + size);
+  // Which pieces, which parts of them, and which bytes of the tail (index/level_plan.h).
+  const index::LevelPlan plan(e.kind, e.pieces, r.level, offset, size);
+  if (plan.empty()) return size_t{0};
 
-  const int pieces = PieceCount(e, r.level);
-  const bool whole_file = offset == 0 && end == file_size;
-  // The pieces of one file lie in `pieces` different group regions. Ask for all of them at
-  // once, so a cold read waits for the slowest piece instead of the sum of all.
+  const bool whole_file = plan.offset() == 0 && plan.end() == plan.file_size();
+  // The pieces of one file lie in different group regions. Ask for all of them at once, so a
+  // cold read waits for the slowest piece instead of the sum of all.
   auto file = OpenRecord(e.record);
   if (!file) {
     ReportDamage(e, r.level, file.error());
     return Err(Status::IOError(file.error().message(), EIO));
   }
   predictor_.OnRead(e, r.level);
-  if (pieces > 1) {
+  if (plan.pieces_used() > 1) {
     std::vector<RecordScheduler::Range> wanted;
-    uint64_t pos = 0;
-    for (int g = 1; g <= pieces && pos < end; ++g) {
-      const index::PieceRef& ref = e.pieces[static_cast<size_t>(g - 1)];
-      if (ref.length > 0 && pos + ref.length > offset) {
-        const uint64_t from = std::max(offset, pos) - pos;
-        const uint64_t to = std::min(end, pos + ref.length) - pos;
-        const uint64_t block = from / index::kChecksumBlockSize;
-        const PieceCache& cache = index::HasBlockCrcs(ref.length) ? large_cache_ : cache_;
-        if (!cache.Contains({e.record, e.slot, static_cast<uint32_t>(g), block})) {
-          // The checksum blocks this request needs of this piece, not the whole piece.
-          const uint64_t begin = block * index::kChecksumBlockSize;
-          const uint64_t stop = std::min(
-              ref.length, ((to - 1) / index::kChecksumBlockSize + 1) * index::kChecksumBlockSize);
-          wanted.push_back({ref.offset + begin, stop - begin});
-        }
+    for (const index::LevelSpan& s : plan.spans()) {
+      const uint64_t block = s.first_block();
+      const PieceCache& cache = index::HasBlockCrcs(s.piece.length) ? large_cache_ : cache_;
+      if (!cache.Contains({e.record, e.slot, static_cast<uint32_t>(s.group), block})) {
+        // The checksum blocks this request needs of this piece, not the whole piece.
+        const uint64_t begin = block * index::kChecksumBlockSize;
+        const uint64_t stop = std::min(s.piece.length, s.end_block() * index::kChecksumBlockSize);
+        wanted.push_back({s.piece.offset + begin, stop - begin});
       }
-      pos += ref.length;
     }
     scheduler_.WillRead(**file, wanted);
   }
 
-  uint64_t pos = 0;  // file offset where the current piece starts
-  size_t copied = 0;
-  for (int g = 1; g <= pieces && pos < end; ++g) {
-    const uint64_t len = e.pieces[static_cast<size_t>(g - 1)].length;
-    if (len > 0 && pos + len > offset) {
-      const uint64_t from = std::max(offset, pos) - pos;  // in the piece
-      const uint64_t to = std::min(end, pos + len) - pos;
-      for (uint64_t b = from / index::kChecksumBlockSize; b * index::kChecksumBlockSize < to; ++b) {
-        auto block = GetBlock(**file, e, g, b, !whole_file);
-        if (!block) {
-          ReportDamage(e, r.level, block.error());
-          return Err(block.error());
-        }
-        const uint64_t block_begin = b * index::kChecksumBlockSize;
-        const uint64_t a = std::max(from, block_begin) - block_begin;
-        const uint64_t z = std::min(to, block_begin + (*block)->size()) - block_begin;
-        std::memcpy(dst + copied, (*block)->data() + a, z - a);
-        copied += z - a;
+  for (const index::LevelSpan& s : plan.spans()) {
+    uint8_t* out = dst + (s.file_offset - plan.offset());
+    for (uint64_t b = s.first_block(); b < s.end_block(); ++b) {
+      auto block = GetBlock(**file, e, s.group, b, !whole_file);
+      if (!block) {
+        ReportDamage(e, r.level, block.error());
+        return Err(block.error());
       }
+      const uint64_t block_begin = b * index::kChecksumBlockSize;
+      const uint64_t a = std::max(s.begin, block_begin) - block_begin;
+      const uint64_t z = std::min(s.end, block_begin + (*block)->size()) - block_begin;
+      std::memcpy(out, (*block)->data() + a, z - a);
+      out += z - a;
     }
-    pos += len;
   }
-  if (e.kind == index::EntryKind::kJpeg) {
-    for (int i = 0; i < 2; ++i, ++pos) {
-      if (pos >= offset && pos < end) dst[copied++] = index::kEoi[i];
-    }
-  }
-  return copied;
+  const std::span<const uint8_t> tail = plan.tail();
+  std::copy(tail.begin(), tail.end(), dst + (plan.tail_offset() - plan.offset()));
+  return static_cast<size_t>(plan.length());
 }
 
 Result<std::string> Filesystem::GetXattr(uint64_t ino, std::string_view name) const {

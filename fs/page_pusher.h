@@ -84,10 +84,10 @@ class PagePusher {
   uint64_t max_file_bytes() const { return options_.max_file_bytes; }
 
   // File `ino` is predicted to be read; its bytes are `pieces` of `record` (in file order,
-  // each its own range of the record, none shared with another file), then `tail` (a JPEG's
-  // end-of-image marker). Call before the pieces are queued as speculative reads; `record`
-  // must outlive the pusher. A file expected already, of no bytes or more than
-  // max_file_bytes, or arriving when the budget is spent is ignored.
+  // each its own range of the record, none shared with another file), then `tail`
+  // (LevelPlan::tail(): a JPEG's end-of-image marker). Call before the pieces are queued as
+  // speculative reads; `record` must outlive the pusher. A file expected already, of no bytes or
+  // more than max_file_bytes, or arriving when the budget is spent is ignored.
   void Expect(const RandomAccessFile* record, uint64_t ino, const std::vector<Piece>& pieces,
               std::string_view tail = {}) EXCLUDES(mu_);
   // A speculative read of [offset, end) of `record` finished: those bytes are in the source's

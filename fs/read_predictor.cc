@@ -1,10 +1,12 @@
 #include "fs/read_predictor.h"
 
 #include <algorithm>
+#include <span>
 #include <string_view>
 #include <vector>
 
 #include "fs/inode.h"
+#include "index/level_plan.h"
 
 namespace pcrfs::fs {
 
@@ -155,22 +157,23 @@ void ReadPredictor::Plan(uint64_t dir_ino, uint64_t first, uint64_t count, int l
   Status s = store_.index().List(*dir, first, [&](const index::Entry& child) {
     if (listed++ >= count) return false;
     if (child.is_dir()) return true;
-    const int groups = child.kind == index::EntryKind::kJpeg ? level : 1;
+    // The level-k bytes, exactly as Filesystem::ReadUncounted reads them (index/level_plan.h).
+    const index::LevelPlan plan(child.kind, child.pieces, level);
     auto& regions = pieces[child.record];
-    if (regions.size() < static_cast<size_t>(groups)) regions.resize(static_cast<size_t>(groups));
+    const auto groups = static_cast<size_t>(plan.pieces_used());
+    if (regions.size() < groups) regions.resize(groups);
     PushFile* pf = nullptr;
-    if (push && child.SizeAtLevel(level) <= pusher_->max_file_bytes()) {
-      // The level-k bytes: pieces 1..k, then for a JPEG its end-of-image marker.
-      const std::string_view eoi(reinterpret_cast<const char*>(index::kEoi), 2);
-      pf = &push_files[child.record].emplace_back(PushFile{
-          ToFuseIno(child.ino, level), {}, child.kind == index::EntryKind::kJpeg ? eoi : ""});
+    if (push && plan.file_size() <= pusher_->max_file_bytes()) {
+      const std::span<const uint8_t> tail = plan.tail();
+      pf = &push_files[child.record].emplace_back(
+          PushFile{ToFuseIno(child.ino, level),
+                   {},
+                   {reinterpret_cast<const char*>(tail.data()), tail.size()}});
     }
-    // (The same pieces and tail that Filesystem::ReadUncounted returns; index::LevelSize is
-    // their sum.)
-    for (int g = 0; g < groups; ++g) {
-      const index::PieceRef& p = child.pieces[static_cast<size_t>(g)];
-      if (p.length > 0) regions[static_cast<size_t>(g)].push_back({p.offset, p.length});
-      if (p.length > 0 && pf != nullptr) pf->pieces.push_back({p.offset, p.length, p.masked_crc});
+    for (const index::LevelSpan& span : plan.spans()) {  // whole pieces: the plan is the file
+      const index::PieceRef& p = span.piece;
+      regions[static_cast<size_t>(span.group - 1)].push_back({p.offset, p.length});
+      if (pf != nullptr) pf->pieces.push_back({p.offset, p.length, p.masked_crc});
     }
     return true;
   });

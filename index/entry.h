@@ -7,6 +7,7 @@
 #include <string_view>
 
 #include "common/status.h"
+#include "index/level_plan.h"
 #include "index/passthrough_reason.h"
 #include "index/record_format.h"
 
@@ -37,7 +38,8 @@ struct Entry {
   PieceRefs pieces;
 
   bool is_dir() const { return kind == EntryKind::kDirectory; }
-  uint64_t SizeAtLevel(int k) const { return is_dir() ? 0 : LevelSize(kind, pieces, k); }
+  // The size of the level-k file (index/level_plan.h; 0 for a directory).
+  uint64_t SizeAtLevel(int k) const { return LevelSize(kind, pieces, k); }
 };
 
 std::string EncodeEntry(const Entry& e);

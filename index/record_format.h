@@ -22,7 +22,7 @@ inline constexpr uint32_t kRecordFormatVersion = 1;
 
 enum class EntryKind : uint8_t {
   kDirectory = 1,
-  kJpeg = 2,         // a progressive JPEG in 10 pieces; level k = pieces 1..k + FF D9
+  kJpeg = 2,         // a progressive JPEG in 10 pieces; its levels: index/level_plan.h
   kPassthrough = 3,  // the source bytes, whole, in piece 1; the same at every level
 };
 
@@ -55,9 +55,6 @@ inline constexpr uint64_t ChecksumBlockLength(uint64_t length, uint64_t b) {
 // True when a piece carries per-block CRCs in the index.
 inline constexpr bool HasBlockCrcs(uint64_t length) { return length > kChecksumBlockSize; }
 
-// Size in bytes of a file of `kind` at level k (1..10).
-uint64_t LevelSize(EntryKind kind, const PieceRefs& pieces, int k);
-
 // The block CRCs of one piece longer than a checksum block: what the index stores for it.
 struct PieceBlockCrcs {
   uint32_t slot = 0;
@@ -67,6 +64,7 @@ struct PieceBlockCrcs {
   bool operator==(const PieceBlockCrcs&) const = default;
 };
 
+// The end-of-image marker that ends every level of a JPEG (index/level_plan.h).
 inline constexpr uint8_t kEoi[2] = {0xFF, 0xD9};
 
 struct RecordImage {

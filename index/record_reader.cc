@@ -5,6 +5,7 @@
 
 #include "common/coding.h"
 #include "common/crc32c.h"
+#include "index/level_plan.h"
 
 namespace pcrfs::index {
 namespace {
@@ -218,37 +219,31 @@ Status ReadLevel(const RandomAccessFile& file, EntryKind kind, const PieceRefs& 
     return Status::InvalidArgument(file.name() + ": level " + std::to_string(k) + " is not in 1.." +
                                    std::to_string(kNumGroups));
   }
-  int num_pieces;
-  switch (kind) {
-    case EntryKind::kJpeg:
-      num_pieces = k;
-      break;
-    case EntryKind::kPassthrough:
-      num_pieces = 1;
-      break;
-    default:
-      return Status::InvalidArgument(file.name() + ": a directory has no data");
+  const LevelPlan plan(kind, pieces, k);
+  if (plan.pieces_used() == 0) {
+    return Status::InvalidArgument(file.name() + ": a directory has no data");
   }
   // Bounds before allocating: a damaged entry must not make us allocate terabytes.
-  uint64_t total = 0;
-  for (int g = 0; g < num_pieces; ++g) {
+  for (int g = 0; g < plan.pieces_used(); ++g) {
     const PieceRef& p = pieces[static_cast<size_t>(g)];
     if (p.offset > file.Size() || p.length > file.Size() - p.offset) {
       return Status::Corruption(file.name() + ": " + PieceName(g + 1) + " at offset " +
                                 U(p.offset) + " (" + U(p.length) +
                                 " bytes) lies outside the file (" + U(file.Size()) + " bytes)");
     }
-    total += p.length;  // each <= file size, at most 10 of them: no overflow
   }
-  out->resize(static_cast<size_t>(total + (kind == EntryKind::kJpeg ? sizeof(kEoi) : 0)));
-  uint8_t* dst = out->data();
-  for (int g = 0; g < num_pieces; ++g) {
-    const PieceRef& p = pieces[static_cast<size_t>(g)];
-    PCRFS_RETURN_IF_ERROR(
-        ReadChecked(file, p.offset, p.length, p.masked_crc, PieceName(g + 1), dst));
-    dst += p.length;
+  out->resize(static_cast<size_t>(plan.file_size()));  // each piece <= file size, at most 10
+  // Every piece of the level is checked in group order, an empty one too (its CRC must be that
+  // of no bytes); a non-empty one is a span of the plan, the whole piece.
+  const std::span<const LevelSpan> spans = plan.spans();
+  size_t next = 0;
+  for (int g = 1; g <= plan.pieces_used(); ++g) {
+    const PieceRef& p = pieces[static_cast<size_t>(g - 1)];
+    uint8_t* dst = out->data();
+    if (next < spans.size() && spans[next].group == g) dst += spans[next++].file_offset;
+    PCRFS_RETURN_IF_ERROR(ReadChecked(file, p.offset, p.length, p.masked_crc, PieceName(g), dst));
   }
-  if (kind == EntryKind::kJpeg) std::memcpy(dst, kEoi, sizeof(kEoi));
+  std::copy(plan.tail().begin(), plan.tail().end(), out->data() + plan.tail_offset());
   return Status::OK();
 }
 

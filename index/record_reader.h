@@ -40,8 +40,8 @@ Status ScanPiece(const RandomAccessFile& file, const PieceRef& piece, const std:
 // CRC is checked). What an index of format 2, which has no block CRCs, is missing.
 Result<std::vector<uint32_t>> ComputeBlockCrcs(const RandomAccessFile& file, const PieceRef& piece);
 
-// Reads the bytes of a file at level k (1..10) into *out, checking every piece's CRC.
-// kJpeg: pieces 1..k + FF D9. kPassthrough: piece 1.
+// Reads the bytes of a file at level k (1..10) into *out, checking the CRC of every piece the
+// level uses (LevelPlan, index/level_plan.h).
 Status ReadLevel(const RandomAccessFile& file, EntryKind kind, const PieceRefs& pieces, int k,
                  std::vector<uint8_t>* out);
 

@@ -6,6 +6,7 @@
 
 #include "common/crc32c.h"
 #include "common/test_support.h"
+#include "index/level_plan.h"
 #include "index/record_reader.h"
 #include "index/record_writer.h"
 

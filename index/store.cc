@@ -255,8 +255,8 @@ Status Store::ReadFileTo(const Entry& e, int k, const ByteSink& sink) const {
   }
   auto rec = GetRecordFile(e.record);
   if (!rec) return rec.error();
-  const int used = e.kind == EntryKind::kJpeg ? k : 1;
-  for (int g = 0; g < used; ++g) {
+  const LevelPlan plan(e.kind, e.pieces, k);
+  for (int g = 0; g < plan.pieces_used(); ++g) {
     const auto gi = static_cast<size_t>(g);
     const PieceRef& p = e.pieces[gi];
     const uint64_t begin = rec->info.group_offset[gi];
@@ -269,17 +269,19 @@ Status Store::ReadFileTo(const Entry& e, int k, const ByteSink& sink) const {
     }
   }
   std::vector<uint8_t> buf;
-  for (int g = 1; g <= used; ++g) {
-    const PieceRef& p = e.pieces[static_cast<size_t>(g - 1)];
-    if (p.length == 0) continue;
-    buf.resize(static_cast<size_t>(std::min(p.length, kChecksumBlockSize)));
-    for (uint64_t b = 0; b < NumChecksumBlocks(p.length); ++b) {
-      PCRFS_RETURN_IF_ERROR(ReadBlock(*rec->file, e, g, b, buf.data()));
-      PCRFS_RETURN_IF_ERROR(sink(std::span<const uint8_t>(
-          buf.data(), static_cast<size_t>(ChecksumBlockLength(p.length, b)))));
+  for (const LevelSpan& s : plan.spans()) {
+    buf.resize(static_cast<size_t>(std::min(s.piece.length, kChecksumBlockSize)));
+    for (uint64_t b = s.first_block(); b < s.end_block(); ++b) {
+      PCRFS_RETURN_IF_ERROR(ReadBlock(*rec->file, e, s.group, b, buf.data()));
+      const uint64_t block_begin = b * kChecksumBlockSize;
+      const uint64_t from = std::max(s.begin, block_begin) - block_begin;
+      const uint64_t to =
+          std::min(s.end, block_begin + ChecksumBlockLength(s.piece.length, b)) - block_begin;
+      PCRFS_RETURN_IF_ERROR(
+          sink(std::span<const uint8_t>(buf.data() + from, static_cast<size_t>(to - from))));
     }
   }
-  if (e.kind == EntryKind::kJpeg) return sink(std::span<const uint8_t>(kEoi, sizeof(kEoi)));
+  if (!plan.tail().empty()) return sink(plan.tail());
   return Status::OK();
 }
 

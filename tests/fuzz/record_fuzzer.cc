@@ -2,7 +2,7 @@
 // check"). ReadRecordLayout, then ReadLevel of every image at every level and VerifyRecord, over
 // an in-memory file. Invariants checked beyond "no crash, no sanitizer report":
 //   - a level that reads has exactly LevelSize(kind, pieces, k) bytes, and a JPEG level ends in
-//     FF D9; a passthrough file reads the same at every level;
+//     FF D9; a passthrough file reads the same at every level (level_plan_fuzzer checks the plan);
 //   - level k reading implies every level below it reads (levels are prefixes);
 //   - VerifyRecord accepts every layout ReadRecordLayout accepts, and names an image as damaged
 //     exactly when one of its ten pieces fails, which for a JPEG is when level 10 fails.
@@ -18,6 +18,7 @@
 #include "common/coding.h"
 #include "common/crc32c.h"
 #include "common/test_support.h"
+#include "index/level_plan.h"
 #include "index/record_reader.h"
 #include "tests/fuzz/fuzz_check.h"
 
