@@ -376,6 +376,9 @@ int OpenAndServe(fuse_session* se, Filesystem** fs_slot, const MountConfig& conf
       Log(LogLevel::kError, location.name + ": " + s.message());
       return 2;
     }
+    if (location.signer != nullptr) {  // where the authority came from; never a secret
+      Log(LogLevel::kInfo, location.name + ": authorized by " + location.signer->DescribeJson());
+    }
     auto created = MakeObjectClient(location);
     if (!created) {
       Log(LogLevel::kError, location.name + ": " + created.error().message());
