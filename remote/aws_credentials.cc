@@ -19,6 +19,7 @@
 
 #include "common/thread_name.h"
 #include "remote/url.h"
+#include "remote/xml.h"
 
 extern char** environ;
 
@@ -86,47 +87,15 @@ std::string FormUrlEncode(const HeaderList& params) {
 
 // ---- XML: the few elements of an STS answer ---------------------------------------------------
 
-// The text of the first <tag>...</tag> in xml (no attributes, no nesting of the same tag: STS's
-// answers have neither), entities of the five predefined kinds decoded. nullopt if absent.
-std::optional<std::string> XmlText(std::string_view xml, std::string_view tag) {
-  const std::string open = "<" + std::string(tag) + ">";
-  const std::string close = "</" + std::string(tag) + ">";
-  const size_t b = xml.find(open);
-  if (b == std::string_view::npos) return std::nullopt;
-  const size_t start = b + open.size();
-  const size_t e = xml.find(close, start);
-  if (e == std::string_view::npos) return std::nullopt;
-  std::string_view raw = xml.substr(start, e - start);
-  std::string out;
-  out.reserve(raw.size());
-  for (size_t i = 0; i < raw.size(); ++i) {
-    if (raw[i] != '&') {
-      out.push_back(raw[i]);
-      continue;
-    }
-    static constexpr std::pair<std::string_view, char> kEntities[] = {
-        {"&amp;", '&'}, {"&lt;", '<'}, {"&gt;", '>'}, {"&quot;", '"'}, {"&apos;", '\''}};
-    bool decoded = false;
-    for (const auto& [name, c] : kEntities) {
-      if (raw.substr(i, name.size()) == name) {
-        out.push_back(c);
-        i += name.size() - 1;
-        decoded = true;
-        break;
-      }
-    }
-    if (!decoded) out.push_back('&');
-  }
-  return out;
-}
-
 // The STS <Error> of an answer that is not a success: "Code: Message", or "" if there is none.
 std::string StsError(std::string_view xml) {
-  if (xml.size() > kMaxXml) xml = xml.substr(0, kMaxXml);
-  const auto code = XmlText(xml, "Code");
-  if (!code) return "";
-  const auto message = XmlText(xml, "Message");
-  return OneLine(*code, 80) + (message ? ": " + OneLine(*message) : "");
+  if (xml.size() > kMaxXml) return "";
+  auto doc = ParseXml(xml);
+  const XmlNode* error = doc ? doc->Find("Error") : nullptr;
+  const XmlNode* code = error != nullptr ? error->Child("Code") : nullptr;
+  if (code == nullptr) return "";
+  const XmlNode* message = error->Child("Message");
+  return OneLine(code->text, 80) + (message != nullptr ? ": " + OneLine(message->text) : "");
 }
 
 Result<FetchedCredentials> CredentialsFromJson(const nlohmann::json& j, const char* token_field,
@@ -238,16 +207,21 @@ std::string FormatIso8601(Clock::time_point t) {
 
 Result<FetchedCredentials> ParseStsCredentials(std::string_view xml) {
   if (xml.size() > kMaxXml) return Err(Status::Corruption("STS answer larger than 64 KiB"));
-  const std::string error = StsError(xml);
-  if (xml.find("<Error>") != std::string_view::npos && !error.empty()) {
+  if (const std::string error = StsError(xml); !error.empty()) {
     return Err(Status::InvalidArgument(error));
   }
-  const auto block = XmlText(xml, "Credentials");
-  if (!block) return Err(Status::Corruption("STS answer without <Credentials>"));
-  const auto id = XmlText(*block, "AccessKeyId");
-  const auto secret = XmlText(*block, "SecretAccessKey");
-  const auto token = XmlText(*block, "SessionToken");
-  const auto expiration = XmlText(*block, "Expiration");
+  auto doc = ParseXml(xml);
+  if (!doc) return Err(Status::Corruption("STS answer: " + doc.error().message()));
+  const XmlNode* block = doc->Find("Credentials");
+  if (block == nullptr) return Err(Status::Corruption("STS answer without <Credentials>"));
+  auto text = [&](const char* name) -> std::optional<std::string> {
+    const XmlNode* n = block->Child(name);
+    return n != nullptr ? std::optional<std::string>(n->text) : std::nullopt;
+  };
+  const auto id = text("AccessKeyId");
+  const auto secret = text("SecretAccessKey");
+  const auto token = text("SessionToken");
+  const auto expiration = text("Expiration");
   if (!id || !secret || !token || !expiration) {
     return Err(Status::Corruption(
         "STS answer without AccessKeyId, SecretAccessKey, SessionToken or Expiration"));

@@ -1,5 +1,6 @@
 #include "remote/object_protocols.h"
 
+#include <cctype>
 #include <cstdlib>
 
 #include "remote/xml.h"
@@ -49,46 +50,40 @@ Result<std::string> S3Protocol::ListUrl(std::string_view continuation_token,
 
 Result<ObjectListing> S3Protocol::ParseListing(std::string_view xml) const {
   const std::string name = Name("");
-  if (xml.find("<ListBucketResult") == std::string_view::npos) {
-    return Err(Status::Corruption(name + ": not a ListObjectsV2 answer"));
-  }
+  auto bad = [&](const std::string& what) { return Err(Status::Corruption(name + ": " + what)); };
+  auto root = ParseXml(xml);
+  if (!root) return bad("not a ListObjectsV2 answer (" + root.error().message() + ")");
+  if (root->name != "ListBucketResult") return bad("not a ListObjectsV2 answer");
   const std::string prefix = config_.prefix.empty() ? "" : config_.prefix + "/";
   ObjectListing out;
-  for (size_t p = xml.find("<Contents>"); p != std::string_view::npos;
-       p = xml.find("<Contents>", p + 10)) {
-    const size_t end = xml.find("</Contents>", p);
-    if (end == std::string_view::npos) {
-      return Err(Status::Corruption(name + ": a listing entry is cut"));
-    }
-    auto key_xml = XmlElement(xml, "Key", p, end);
-    auto size_text = XmlElement(xml, "Size", p, end);
-    auto time_text = XmlElement(xml, "LastModified", p, end);
-    std::optional<std::string> key = key_xml ? XmlText(*key_xml) : std::nullopt;
+  for (const XmlNode& c : root->children) {
+    if (c.name != "Contents") continue;
+    const XmlNode* key = c.Child("Key");
+    const XmlNode* size = c.Child("Size");
+    const XmlNode* time = c.Child("LastModified");
     ObjectListing::Entry e;
     char* size_end = nullptr;
-    const std::string size_str(size_text.value_or(""));
+    const std::string size_str = size != nullptr ? size->text : "";
     e.size = std::strtoull(size_str.c_str(), &size_end, 10);
-    if (!key || size_str.empty() || size_str[0] == '-' || *size_end != '\0' || !time_text ||
-        !ParseIsoTime(*time_text, &e.mtime_sec, &e.mtime_nsec)) {
-      return Err(
-          Status::Corruption(name + ": a listing entry without a valid Key, Size or LastModified"));
+    if (key == nullptr || size_str.empty() ||
+        !std::isdigit(static_cast<unsigned char>(size_str[0])) || *size_end != '\0' ||
+        time == nullptr || !ParseIsoTime(time->text, &e.mtime_sec, &e.mtime_nsec)) {
+      return bad("a listing entry without a valid Key, Size or LastModified");
     }
-    if (key->compare(0, prefix.size(), prefix) != 0) {
-      return Err(Status::Corruption(name + ": listed a key outside the prefix"));
+    if (key->text.compare(0, prefix.size(), prefix) != 0) {
+      return bad("listed a key outside the prefix");
     }
-    e.key = key->substr(prefix.size());
+    e.key = key->text.substr(prefix.size());
     if (e.key.empty()) continue;  // the prefix's own folder marker
     out.entries.push_back(std::move(e));
   }
-  const auto truncated = XmlElement(xml, "IsTruncated");
-  if (truncated && *truncated == "true") {
-    const auto next = XmlElement(xml, "NextContinuationToken");
-    auto next_text = next ? XmlText(*next) : std::nullopt;
-    if (!next_text || next_text->empty()) {
-      return Err(
-          Status::Corruption(name + ": a truncated listing without a new continuation token"));
+  const XmlNode* truncated = root->Child("IsTruncated");
+  if (truncated != nullptr && truncated->text == "true") {
+    const XmlNode* next = root->Child("NextContinuationToken");
+    if (next == nullptr || next->text.empty()) {
+      return bad("a truncated listing without a new continuation token");
     }
-    out.next_token = std::move(*next_text);
+    out.next_token = next->text;
   }
   return out;
 }
