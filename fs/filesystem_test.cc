@@ -13,8 +13,8 @@
 #include <chrono>
 #include <cstdint>
 #include <filesystem>
-#include <functional>
 #include <fstream>
+#include <functional>
 #include <random>
 #include <string>
 #include <thread>
@@ -323,16 +323,19 @@ TEST_F(FilesystemTest, StatFsSizeIsTheSourceAndUsedIsTheMountedLevel) {
     FsOptions options;
     options.fixed_level = level;
     auto fs = Make(options);
-    const uint64_t used = level == 0 ? tree_bytes(*fs, Walk(*fs, "scan10"))
-                                     : tree_bytes(*fs, kFuseRootIno);
+    const uint64_t used =
+        level == 0 ? tree_bytes(*fs, Walk(*fs, "scan10")) : tree_bytes(*fs, kFuseRootIno);
     const struct statvfs sv = fs->StatFs();
     EXPECT_EQ(sv.f_frsize, kStatFsUnit);
     EXPECT_EQ(sv.f_bsize, kBlockSize);
     EXPECT_EQ(sv.f_blocks, units(std::max(source, used)));
     EXPECT_EQ(sv.f_blocks - sv.f_bfree, units(used));
     EXPECT_EQ(sv.f_bavail, sv.f_bfree);
-    if (level == 1) EXPECT_GT(sv.f_bavail, 0u);  // level 1 is far smaller than the source
-    EXPECT_EQ(sv.f_files, 4u + 1u + 4u);  // 5 files and 4 folders (a, a/b, empty, the root)
+    if (level == 1) {
+      EXPECT_GT(sv.f_bavail, 0u);  // level 1 is far smaller than the source
+    }
+    // The store's entries: 5 files and 4 folders (a, a/b, empty and the root).
+    EXPECT_EQ(sv.f_files, 4u + 1u + 4u);
     EXPECT_EQ(sv.f_ffree, 0u);
     EXPECT_EQ(sv.f_favail, 0u);
     EXPECT_EQ(sv.f_namemax, 255u);
