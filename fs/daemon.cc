@@ -201,6 +201,29 @@ Result<index::FileIdentity> CheckBeforeMount(MountConfig* config, const StoreLoc
   return (*store)->index().identity();
 }
 
+// After libfuse failed to mount and said why in its own words ("fuse: failed to open
+// /dev/fuse: Permission denied", "fuse: device not found"): when the reason is the device, one
+// more line says what to do about it. Opening /dev/fuse is what libfuse tried first, with the
+// same credentials.
+void ExplainMountFailure() {
+  const int fd = ::open("/dev/fuse", O_RDWR | O_CLOEXEC);
+  if (fd >= 0) {
+    ::close(fd);
+    return;
+  }
+  const int err = errno;
+  const std::string what = std::string("/dev/fuse: ") + std::strerror(err);
+  if (err == ENOENT || err == ENODEV) {
+    Log(LogLevel::kError, what +
+                              ": load the fuse module (modprobe fuse); in a container, pass "
+                              "--device /dev/fuse (README: Troubleshooting)");
+  } else if (err == EACCES || err == EPERM) {
+    Log(LogLevel::kError, what +
+                              ": this user may not use FUSE; in a container, pass --device "
+                              "/dev/fuse --cap-add SYS_ADMIN (README: Troubleshooting)");
+  }
+}
+
 // Owns a fuse_args built from strings.
 struct FuseArgs {
   fuse_args args = FUSE_ARGS_INIT(0, nullptr);
@@ -457,6 +480,8 @@ int MountAndServe(const MountConfig& config, StoreLocation location,
       rc = OpenAndServe(se, &fs_ptr, config, location, verified, cmdline.opts, std::move(cache),
                         &sighup);
       fuse_session_unmount(se);
+    } else {
+      ExplainMountFailure();
     }
     sighup.Stop();
     fuse_remove_signal_handlers(se);
@@ -493,8 +518,11 @@ int RunDaemon(int argc, char** argv) {
     return 0;
   }
   if (config->show_version) {
+    // Line-buffered, because libfuse ends with a child (fusermount3 --version) writing to the
+    // same stdout: fully buffered into a pipe, pcrfs's own line came out after the child's.
+    std::setvbuf(stdout, nullptr, _IOLBF, 0);
     std::printf("pcrfs %s\n", PCRFS_VERSION);
-    fuse_lowlevel_version();
+    fuse_lowlevel_version();  // "using FUSE kernel interface version", fusermount3's version
     return 0;
   }
   // Opened before anything else, so a bad path is one line and nothing is fetched or mounted;

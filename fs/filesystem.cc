@@ -2,6 +2,7 @@
 
 #include <fcntl.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
@@ -421,10 +422,20 @@ struct statvfs Filesystem::StatFs() const {
   struct statvfs sv;
   std::memset(&sv, 0, sizeof sv);
   const index::Manifest& m = store_->manifest();
-  sv.f_bsize = kBlockSize;
-  sv.f_frsize = kBlockSize;
-  sv.f_blocks = (m.level_bytes[index::kNumGroups - 1] + kBlockSize - 1) / kBlockSize;
-  sv.f_files = m.num_entries;
+  // Used: the bytes of the level at the root (the ladder: level 10, the store's whole content,
+  // of which every lower level is a prefix). Size: the source dataset's bytes. Available: the
+  // difference, the bytes this level saves against the source. df's Use% is used / (used +
+  // available), so a zero there always read 100% (squashfs's convention) and said nothing.
+  const int level = options_.fixed_level != 0 ? options_.fixed_level : index::kNumGroups;
+  const uint64_t used = m.level_bytes[static_cast<size_t>(level - 1)];
+  const uint64_t size = std::max(m.source_bytes, used);
+  auto units = [](uint64_t bytes) { return (bytes + kStatFsUnit - 1) / kStatFsUnit; };
+  sv.f_bsize = kBlockSize;  // the preferred read size
+  sv.f_frsize = kStatFsUnit;
+  sv.f_blocks = units(size);
+  sv.f_bfree = units(size) - units(used);
+  sv.f_bavail = sv.f_bfree;
+  sv.f_files = m.num_entries;  // nothing can be created: no free inodes
   sv.f_namemax = 255;
   sv.f_flag = ST_RDONLY | ST_NOSUID | ST_NODEV;
   return sv;

@@ -67,6 +67,7 @@ struct FsOptions {
 };
 
 inline constexpr uint32_t kBlockSize = 128 * 1024;  // st_blksize: one FUSE read request
+inline constexpr uint32_t kStatFsUnit = 4096;       // statfs's f_frsize, df's unit
 
 class Filesystem {
  public:
@@ -104,6 +105,10 @@ class Filesystem {
   Result<std::string> GetXattr(uint64_t ino, std::string_view name) const;
   Result<std::vector<std::string>> ListXattr(uint64_t ino) const;
 
+  // What df shows, from the manifest (no I/O): size = the source dataset's bytes, used = the
+  // bytes of the level at the root (level 10 under the ladder root), available = the bytes
+  // that level saves (nothing can be written: ST_RDONLY), inodes = the store's entries, none
+  // free. Counted in kStatFsUnit units; f_bsize is kBlockSize.
   struct statvfs StatFs() const;
 
   // Queues speculative reads of every record's level-`level` prefix (its header, tables and

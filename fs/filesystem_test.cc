@@ -7,12 +7,14 @@
 #include <sys/vfs.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cerrno>
 #include <chrono>
 #include <cstdint>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <random>
 #include <string>
 #include <thread>
@@ -294,6 +296,51 @@ TEST_F(FilesystemTest, FixedLevelRootIsTheTree) {
   EXPECT_EQ(fixed->Lookup(kFuseRootIno, "scan1").error().ToErrno(), ENOENT);
   // Another level's inode does not exist in a fixed-level mount.
   EXPECT_FALSE(fixed->GetAttr(Walk(*ladder, "scan2/a/one.jpg")).has_value());
+}
+
+// df's numbers: size = the source's bytes, used = the bytes of the tree at the root's level
+// (what du of the mount adds up), available = the difference, so df never reads 100% full at
+// a level that saves bytes. Counted apart here: from the source folder and by walking the tree.
+TEST_F(FilesystemTest, StatFsSizeIsTheSourceAndUsedIsTheMountedLevel) {
+  uint64_t source = 0;
+  for (const auto& e : stdfs::recursive_directory_iterator(*dir_ + "/src")) {
+    if (e.is_regular_file()) source += e.file_size();
+  }
+  std::function<uint64_t(const Filesystem&, uint64_t)> tree_bytes = [&](const Filesystem& fs,
+                                                                        uint64_t dir) {
+    uint64_t total = 0;
+    EXPECT_TRUE(fs.ReadDir(dir, 0, [&](std::string_view name, const struct stat& st, uint64_t) {
+                    if (name == "." || name == "..") return true;
+                    total += S_ISDIR(st.st_mode) ? tree_bytes(fs, st.st_ino)
+                                                 : static_cast<uint64_t>(st.st_size);
+                    return true;
+                  }).ok());
+    return total;
+  };
+  auto units = [](uint64_t bytes) { return (bytes + kStatFsUnit - 1) / kStatFsUnit; };
+  for (const int level : {0, 1, 5, 10}) {
+    SCOPED_TRACE(level);
+    FsOptions options;
+    options.fixed_level = level;
+    auto fs = Make(options);
+    const uint64_t used =
+        level == 0 ? tree_bytes(*fs, Walk(*fs, "scan10")) : tree_bytes(*fs, kFuseRootIno);
+    const struct statvfs sv = fs->StatFs();
+    EXPECT_EQ(sv.f_frsize, kStatFsUnit);
+    EXPECT_EQ(sv.f_bsize, kBlockSize);
+    EXPECT_EQ(sv.f_blocks, units(std::max(source, used)));
+    EXPECT_EQ(sv.f_blocks - sv.f_bfree, units(used));
+    EXPECT_EQ(sv.f_bavail, sv.f_bfree);
+    if (level == 1) {
+      EXPECT_GT(sv.f_bavail, 0u);  // level 1 is far smaller than the source
+    }
+    // The store's entries: 5 files and 4 folders (a, a/b, empty and the root).
+    EXPECT_EQ(sv.f_files, 4u + 1u + 4u);
+    EXPECT_EQ(sv.f_ffree, 0u);
+    EXPECT_EQ(sv.f_favail, 0u);
+    EXPECT_EQ(sv.f_namemax, 255u);
+    EXPECT_TRUE(sv.f_flag & ST_RDONLY);
+  }
 }
 
 TEST_F(FilesystemTest, XattrsDescribeTheFile) {

@@ -72,7 +72,9 @@ Result<std::shared_ptr<RangeCache>> RangeCache::Open(RangeCacheOptions options, 
     if (::flock(fd->get(), LOCK_EX | LOCK_NB) != 0) {
       if (note != nullptr) {
         *note = cache->options_.disk_dir +
-                ": the disk cache is in use by another pcrfs process; this mount keeps none";
+                ": the disk cache is in use by another pcrfs process; this mount runs without "
+                "one and fetches again from the store whatever its memory cache drops (give "
+                "each mount its own -o cache_dir)";
       }
     } else {
       cache->lock_fd_ = std::move(*fd);

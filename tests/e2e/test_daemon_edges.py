@@ -5,6 +5,7 @@ processes."""
 
 import json
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -274,6 +275,95 @@ class StaleMountTest(unittest.TestCase):
             self.assertEqual(p.returncode, 1, p.stderr)
             self.assertIn("a pcrfs store is already mounted here", p.stderr)
 
+
+class VersionTest(unittest.TestCase):
+    def test_pcrfs_says_its_own_version_first(self):
+        # Into a pipe (fully buffered), where libfuse's child fusermount3 used to print first.
+        cmake = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..",
+                             "CMakeLists.txt")
+        with open(cmake) as f:
+            version = re.search(r"project\(pcrfs VERSION (\S+)", f.read()).group(1)
+        p = run_pcrfs("--version")
+        self.assertEqual(p.returncode, 0, p.stderr)
+        lines = p.stdout.splitlines()
+        self.assertEqual(lines[0], f"pcrfs {version}")
+        self.assertTrue(any("FUSE" in line for line in lines[1:]), p.stdout)
+
+
+def tree_bytes(root):
+    return sum(os.lstat(os.path.join(d, n)).st_size
+               for d, _, names in os.walk(root) for n in names)
+
+
+class StatfsTest(unittest.TestCase):
+    """df shows the source dataset's bytes as the size, the mounted level's bytes as used (what
+    du of the tree adds up) and the difference, the bytes the level saves, as available: never
+    100% at a level smaller than the source."""
+
+    def test_df_size_is_the_source_and_used_is_the_level(self):
+        unit = 4096
+        source = tree_bytes(os.path.join(WORK, "src"))
+        cases = [("mnt-df-ladder", (), "scan10"), ("mnt-df-1", ("-o", "scans=1"), ""),
+                 ("mnt-df-10", ("-o", "scans=10"), "")]
+        for name, options, tree in cases:
+            with self.subTest(options=options):
+                mnt = os.path.join(WORK, name)
+                with Mount(STORE, mnt, *options):
+                    used = tree_bytes(os.path.join(mnt, tree))
+                    sv = os.statvfs(mnt)
+                    self.assertEqual(sv.f_frsize, unit)
+                    self.assertEqual(sv.f_blocks, -(-max(source, used) // unit))
+                    self.assertEqual(sv.f_blocks - sv.f_bfree, -(-used // unit))
+                    self.assertEqual(sv.f_bavail, sv.f_bfree)
+                    self.assertEqual(sv.f_ffree, 0)
+                    self.assertEqual(sv.f_namemax, 255)
+                    self.assertTrue(sv.f_flag & os.ST_RDONLY)
+                    df = run(["df", "-B1", "--output=size,used,avail,pcent", mnt],
+                             text=True).stdout.splitlines()[1].split()
+                    self.assertEqual(int(df[0]), sv.f_blocks * unit)
+                    self.assertEqual(int(df[1]), -(-used // unit) * unit)
+                    self.assertEqual(int(df[2]), sv.f_bavail * unit)
+                    if options == ("-o", "scans=1"):
+                        self.assertLess(int(df[3].rstrip("%")), 50, df)
+
+
+class FuseDevicePermissionTest(unittest.TestCase):
+    """A user who may not open /dev/fuse (the usual failure in a container) gets libfuse's line
+    and pcrfs's line on what to do, the two that README's troubleshooting row quotes."""
+
+    def test_permission_denied_on_dev_fuse_says_what_to_do(self):
+        if os.geteuid() != 0 or shutil.which("unshare") is None or shutil.which("setpriv") is None:
+            self.skipTest("needs root, unshare and setpriv")
+        work = tempfile.mkdtemp(prefix="pcrfs-devfuse-")
+        try:
+            os.chmod(work, 0o755)
+            store = os.path.join(work, "store")
+            shutil.copytree(STORE, store)
+            run(["chmod", "-R", "a+rX", store])
+            mnt = os.path.join(work, "mnt")
+            os.makedirs(mnt, mode=0o755)
+            # In a private mount namespace, /dev/fuse is a node only root may open; pcrfs runs
+            # as nobody, as a container's user would without --device /dev/fuse.
+            node = os.path.join(work, "fuse")
+            run(["mknod", "-m", "0600", node, "c", "10", "229"])
+            script = (f"mount --bind {node} /dev/fuse && exec setpriv --reuid=65534 "
+                      f"--regid=65534 --clear-groups {PCRFS} {store} {mnt}")
+            p = subprocess.run(["unshare", "-m", "--propagation", "private", "sh", "-c", script],
+                               capture_output=True, text=True, timeout=60)
+            self.assertNotEqual(p.returncode, 0)
+            self.assertEqual(p.stderr.splitlines(), [
+                "fuse: failed to open /dev/fuse: Permission denied",
+                "pcrfs: /dev/fuse: Permission denied: this user may not use FUSE; in a "
+                "container, pass --device /dev/fuse --cap-add SYS_ADMIN (README: "
+                "Troubleshooting)"], p.stderr)
+            self.assertFalse(is_mounted(mnt))
+            readme = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..",
+                                  "README.md")
+            with open(readme) as f:
+                text = f.read()
+            self.assertIn("`fuse: failed to open /dev/fuse: Permission denied`", text)
+        finally:
+            shutil.rmtree(work, ignore_errors=True)
 
 if __name__ == "__main__":
     unittest.main(verbosity=2)

@@ -256,6 +256,10 @@ class DiskCacheWarningTest(LoopbackServersCase):
         self.assertEqual(p.returncode, 0, p.stderr)
         self.assertIn("the disk cache is in use by another pcrfs process", p.stderr)
         self.assertEqual(len(p.stderr.splitlines()), 1, p.stderr)
+        # The line names the folder, what running without it costs, and the way out.
+        self.assertIn(os.path.join(cache, "chunks"), p.stderr)
+        self.assertIn("fetches again from the store", p.stderr)
+        self.assertIn("its own -o cache_dir", p.stderr)
         want = {k: sha(v) for k, v in pcr_extract(self.store, 5).items()}
         self.assertEqual({k: sha(v) for k, v in read_tree(mnts[1]).items()}, want)
         for mnt in mnts:
