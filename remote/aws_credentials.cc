@@ -153,8 +153,9 @@ Result<Clock::time_point> ParseIso8601(std::string_view s) {
       !digits(2, &second)) {
     return bad();
   }
-  // 1970 to 9000: no credential expires outside, and every result formats back as 4 digits.
-  if (year < 1970 || year > 9000 || month < 1 || month > 12 || day < 1 || day > 31 || hour > 23 ||
+  // 1970 to 2200: no credential expires outside, and the system clock's nanoseconds since
+  // 1970 (int64) end in 2262.
+  if (year < 1970 || year > 2200 || month < 1 || month > 12 || day < 1 || day > 31 || hour > 23 ||
       minute > 59 || second > 60) {
     return bad();
   }
