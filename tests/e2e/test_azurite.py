@@ -10,7 +10,6 @@ Environment: AZURE_SIGN_TEST, the azure_sign_test binary (ctest sets it)."""
 import datetime
 import json
 import os
-import random
 import signal
 import subprocess
 import sys
@@ -23,6 +22,7 @@ REMOTE = os.path.join(os.path.dirname(HERE), "remote")
 sys.path.insert(0, REMOTE)
 
 from azurite import ACCOUNT, ACCOUNT_KEY, Azurite, sdk  # noqa: E402
+from remote_servers import write_random_files  # noqa: E402
 
 CONTAINER = "pcrfs-test"
 PREFIX = "stores/one"
@@ -32,19 +32,10 @@ CURL = "/usr/bin/curl"
 
 def make_files(root):
     """A small tree of random files, including awkward names and an empty file."""
-    rng = random.Random(17)
     files = {"a.bin": 100_000, "sub/b.bin": 3000, "sub/with space+plus.bin": 777,
              "one.bin": 1, "empty.bin": 0, "deep/er/c&d=e.bin": 65536 + 3,
              "unicode-\u00e9t\u00e9.bin": 10}
-    out = {}
-    for rel, size in files.items():
-        path = os.path.join(root, rel)
-        os.makedirs(os.path.dirname(path), exist_ok=True)
-        data = rng.randbytes(size)
-        with open(path, "wb") as f:
-            f.write(data)
-        out[rel] = data
-    return out
+    return write_random_files(root, files, 17)
 
 
 def curl(url, headers=()):

@@ -18,7 +18,7 @@ import unittest
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(os.path.dirname(HERE), "remote"))
 
-from remote_servers import FaultProxy, Nginx, S3Server  # noqa: E402
+from remote_servers import FaultProxy, Nginx, S3Server, write_random_files  # noqa: E402
 
 FETCH = os.environ.get("PCR_FETCH_TEST", "build/remote/pcr_fetch_test")
 ACCESS_KEY = "AKIDPCRFSCLIENT"
@@ -28,19 +28,10 @@ PREFIX = "stores/one"
 
 
 def make_files(root):
-    rng = random.Random(42)
     files = {"manifest.json": 900, "index.lmdb": 200_000,
              "records/00000000.pcr": 3_000_000, "records/00000001.pcr": 70_000,
              "records/with space+plus.pcr": 5000}
-    out = {}
-    for rel, size in files.items():
-        path = os.path.join(root, rel)
-        os.makedirs(os.path.dirname(path), exist_ok=True)
-        data = rng.randbytes(size)
-        with open(path, "wb") as f:
-            f.write(data)
-        out[rel] = data
-    return out
+    return write_random_files(root, files, 42)
 
 
 def sha(b):

@@ -29,7 +29,8 @@ import botocore.awsrequest  # noqa: E402
 import botocore.credentials  # noqa: E402
 import botocore.exceptions  # noqa: E402
 
-from remote_servers import FaultProxy, Nginx, S3Server, ServerError  # noqa: E402
+from remote_servers import (FaultProxy, Nginx, S3Server, ServerError,  # noqa: E402
+                            write_random_files)
 
 AWS = "/usr/bin/aws"  # Debian's awscli: how users upload a store
 ACCESS_KEY = "AKIDPCRFSTEST"
@@ -40,18 +41,9 @@ EMPTY_SHA256 = hashlib.sha256(b"").hexdigest()
 
 def make_files(root):
     """A small tree of random files, including awkward names and an empty file."""
-    rng = random.Random(13)
     files = {"a.bin": 100_000, "sub/b.bin": 3000, "sub/with space+plus.bin": 777,
              "one.bin": 1, "empty.bin": 0, "deep/er/c.bin": 65536 + 3}
-    out = {}
-    for rel, size in files.items():
-        path = os.path.join(root, rel)
-        os.makedirs(os.path.dirname(path), exist_ok=True)
-        data = rng.randbytes(size)
-        with open(path, "wb") as f:
-            f.write(data)
-        out[rel] = data
-    return out
+    return write_random_files(root, files, 13)
 
 
 def get(url, headers=None, method="GET", context=None):

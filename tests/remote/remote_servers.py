@@ -16,6 +16,7 @@ SIGTERM/SIGINT and writes a ready file with JSON once it answers:
 import argparse
 import json
 import os
+import random
 import re
 import shutil
 import signal
@@ -48,6 +49,21 @@ for _var in ("no_proxy", "NO_PROXY"):
 
 class ServerError(RuntimeError):
     pass
+
+
+def write_random_files(root, sizes, seed):
+    """Writes {relative path: size} of seeded random bytes under root (folders made as needed);
+    returns {relative path: bytes}: the fixture the servers' and clients' tests serve."""
+    rng = random.Random(seed)
+    out = {}
+    for rel, size in sizes.items():
+        path = os.path.join(root, rel)
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        data = rng.randbytes(size)
+        with open(path, "wb") as f:
+            f.write(data)
+        out[rel] = data
+    return out
 
 
 def free_port(host="127.0.0.1"):
