@@ -364,30 +364,25 @@ def report(args, facts, conds, setups, summ, dec, started, elapsed, load0, load1
              f" + a fresh mount per epoch. MB = 10^6 bytes.")
     L.append("")
 
-    L.append("## Images/s (ratio to the source folder, same decoder and condition)")
-    L.append("")
-    L.append("| decoder | setup | " + " | ".join(cond_name(c) for c in conds) + " |")
-    L.append("|---|---|" + "--:|" * len(conds))
-    for s in setups:
-        cells = [s[0], f"L{s[1]}" if s[1] else "source"]
-        for c in conds:
-            r, nat = summ[(c, s)], summ[(c, (s[0], 0))]
-            cells.append(f"{r['images_per_s']:,.0f}" +
-                         (f" ({r['images_per_s'] / nat['images_per_s']:.2f}x)" if s[1] else ""))
-        L.append("| " + " | ".join(cells) + " |")
-    L.append("")
-    L.append("## CPU ms per image, loader + daemon (total / the source's total)")
-    L.append("")
-    L.append("| decoder | setup | " + " | ".join(cond_name(c) for c in conds) + " |")
-    L.append("|---|---|" + "--:|" * len(conds))
-    for s in setups:
-        cells = [s[0], f"L{s[1]}" if s[1] else "source"]
-        for c in conds:
-            r, nat = summ[(c, s)], summ[(c, (s[0], 0))]
-            cells.append(f"{r['loader_cpu_ms']:.2f} + {r['daemon_cpu_ms']:.2f}" +
-                         (f" ({r['total_cpu_ms'] / nat['total_cpu_ms']:.2f}x)" if s[1] else ""))
-        L.append("| " + " | ".join(cells) + " |")
-    L.append("")
+    def table(title, cell, ratio_key):
+        """One row per setup, one column per condition: cell(r), and for a pcrfs level the
+        ratio of ratio_key to the source folder's (same decoder and condition)."""
+        L.append(title)
+        L.append("")
+        L.append("| decoder | setup | " + " | ".join(cond_name(c) for c in conds) + " |")
+        L.append("|---|---|" + "--:|" * len(conds))
+        for s in setups:
+            cells = [s[0], f"L{s[1]}" if s[1] else "source"]
+            for c in conds:
+                r, nat = summ[(c, s)], summ[(c, (s[0], 0))]
+                cells.append(cell(r) + (f" ({r[ratio_key] / nat[ratio_key]:.2f}x)" if s[1] else ""))
+            L.append("| " + " | ".join(cells) + " |")
+        L.append("")
+
+    table("## Images/s (ratio to the source folder, same decoder and condition)",
+          lambda r: f"{r['images_per_s']:,.0f}", "images_per_s")
+    table("## CPU ms per image, loader + daemon (total / the source's total)",
+          lambda r: f"{r['loader_cpu_ms']:.2f} + {r['daemon_cpu_ms']:.2f}", "total_cpu_ms")
 
     rows = dec["rows"]
     src = rows["source"]
