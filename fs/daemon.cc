@@ -30,6 +30,7 @@
 #include "fs/filesystem.h"
 #include "fs/fuse_ops.h"
 #include "fs/mount_options.h"
+#include "fs/watchdog.h"
 #include "index/store.h"
 #include "location/store_location.h"
 #include "remote/object_client.h"
@@ -391,7 +392,7 @@ DaemonHooks HooksFor(const std::shared_ptr<ObjectClient>& client) {
 int OpenAndServe(fuse_session* se, Filesystem** fs_slot, const MountConfig& config,
                  const StoreLocation& location, const index::FileIdentity& verified,
                  const fuse_cmdline_opts& opts, std::shared_ptr<RangeCache> cache,
-                 SighupReload* sighup) {
+                 SighupReload* sighup, Watchdog* watchdog) {
   FsOptions fs_options = config.fs;
   std::shared_ptr<ObjectClient> client;
   if (location.remote) {  // after the fork: curl's threads and handles do not survive one
@@ -433,6 +434,12 @@ int OpenAndServe(fuse_session* se, Filesystem** fs_slot, const MountConfig& conf
     // ENOENT is returned quietly; for bytes in memory a write is one copy either way.
     return fuse_lowlevel_notify_store(se, ino, 0, &bufv, FUSE_BUF_NO_SPLICE);
   };
+  // For tests only (tests/e2e/test_watchdog.py): every read from offset 0 pushes the bytes it
+  // answers before replying, which blocks on the page its own READ holds locked: the wedge of
+  // issue 34, made certain.
+  if (const char* t = std::getenv("PCRFS_TEST_PUSH_UNDER_READ"); t && std::strcmp(t, "1") == 0) {
+    SetPushUnderReadForTest(fs_options.push);
+  }
   fs_options.uid = config.uid.value_or(::getuid());
   fs_options.gid = config.gid.value_or(::getgid());
   Filesystem fs(std::move(*store), fs_options);
@@ -442,6 +449,10 @@ int OpenAndServe(fuse_session* se, Filesystem** fs_slot, const MountConfig& conf
     fs.FillLevel(config.fs.fixed_level != 0 ? config.fs.fixed_level : index::kNumGroups);
   }
   sighup->Start(HooksFor(client).reload);
+  // Everything that needs root is done (the mount, the store and cache opened): give it up.
+  if (watchdog->DropPrivileges()) {
+    Log(LogLevel::kInfo, "mounted; the daemon keeps no capabilities (no_new_privs set)");
+  }
   const int rc = ServeLoop(se, config, opts, location.remote);
   sighup->Stop();  // before the client and the store go
   // A SIGTERM or SIGINT ends the loop with that signal's number: a clean exit.
@@ -477,9 +488,22 @@ int MountAndServe(const MountConfig& config, StoreLocation location,
       SetLogSink(cmdline.opts.foreground   ? LogSink::kStderr
                  : config.log_file.empty() ? LogSink::kSyslog
                                            : LogSink::kNone);
+      // A daemon that dies never leaves its mount wedged (fs/watchdog.h).
+      // PCRFS_TEST_NO_WATCHDOG=1, for tests only, shows the wedge as it was.
+      Watchdog watchdog;
+      const char* no_watchdog = std::getenv("PCRFS_TEST_NO_WATCHDOG");
+      if (no_watchdog == nullptr || std::strcmp(no_watchdog, "1") != 0) {
+        const std::string device = FindMount(cmdline.opts.mountpoint).device;
+        const Status started = watchdog.Start(
+            {::getpid(), device, cmdline.opts.mountpoint, config.log_file, CurrentLogSink()});
+        if (!started.ok()) Log(LogLevel::kWarning, started.message());
+        InstallCrashAbort(AbortFileOf(device));
+      }
       rc = OpenAndServe(se, &fs_ptr, config, location, verified, cmdline.opts, std::move(cache),
-                        &sighup);
+                        &sighup, &watchdog);
+      if (watchdog.dropped()) watchdog.Unmount();  // root's unmount, by the watchdog
       fuse_session_unmount(se);
+      watchdog.Finish();
     } else {
       ExplainMountFailure();
     }
@@ -535,6 +559,7 @@ int RunDaemon(int argc, char** argv) {
       std::fprintf(stderr, "pcrfs: %s\n", opened.message().c_str());
       return 1;
     }
+    if (!ec) config->log_file = path;  // the watchdog opens it again from /
   }
   MakeFileOptionsAbsolute(&config->remote);
   if (config->retired_options) {

@@ -10,6 +10,7 @@
 #include <exception>
 #include <new>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "common/log.h"
@@ -152,6 +153,9 @@ void OpRelease(fuse_req_t req, fuse_ino_t, fuse_file_info*) { fuse_reply_err(req
 
 thread_local std::vector<uint8_t> tls_read_buffer;
 
+// SetPushUnderReadForTest's; empty but in that test.
+std::function<int(uint64_t, const uint8_t*, size_t)> g_push_under_read;
+
 void OpRead(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off, fuse_file_info*) {
   Guard(req, "read", [&] {
     if (off < 0) {
@@ -164,6 +168,7 @@ void OpRead(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off, fuse_file_in
       fuse_reply_err(req, n.error().ToErrno());
       return;
     }
+    if (g_push_under_read && off == 0 && *n > 0) g_push_under_read(ino, tls_read_buffer.data(), *n);
     fuse_reply_buf(req, reinterpret_cast<const char*>(tls_read_buffer.data()), *n);
   });
 }
@@ -335,6 +340,10 @@ fuse_lowlevel_ops MakeOps() {
 }
 
 }  // namespace
+
+void SetPushUnderReadForTest(std::function<int(uint64_t, const uint8_t*, size_t)> push) {
+  g_push_under_read = std::move(push);
+}
 
 const fuse_lowlevel_ops& FuseOperations() {
   static const fuse_lowlevel_ops ops = MakeOps();

@@ -3,6 +3,10 @@
 // page; every entry point catches everything (bad_alloc -> ENOMEM, anything else -> EIO).
 #pragma once
 
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+
 struct fuse_lowlevel_ops;
 
 namespace pcrfs::fs {
@@ -11,6 +15,12 @@ class Filesystem;
 
 // The operations table; the session's userdata must be the Filesystem*.
 const fuse_lowlevel_ops& FuseOperations();
+
+// Tests only (PCRFS_TEST_PUSH_UNDER_READ=1, fs/daemon.cc): from now on, a READ at offset 0
+// hands the bytes it answers to `push` (FUSE_NOTIFY_STORE) before it replies. The push waits
+// for the page that READ itself holds locked, forever: the wedge of issue 34 on demand. Call
+// before the session serves.
+void SetPushUnderReadForTest(std::function<int(uint64_t ino, const uint8_t* data, size_t n)> push);
 
 // How long the kernel may cache entries, attributes and negative lookups: the store is
 // immutable, so as long as it likes.

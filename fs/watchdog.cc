@@ -1,0 +1,295 @@
+#include "fs/watchdog.h"
+
+#include <fcntl.h>
+#include <linux/capability.h>
+#include <poll.h>
+#include <sys/mount.h>
+#include <sys/prctl.h>
+#include <sys/socket.h>
+#include <sys/syscall.h>
+#include <sys/vfs.h>
+#include <sys/wait.h>
+#include <syslog.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <csignal>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <string>
+
+namespace pcrfs::fs {
+namespace {
+
+constexpr const char* kConnections = "/sys/fs/fuse/connections";
+constexpr long kFusectlMagic = 0x65735543;
+constexpr int kPollMs = 250;
+constexpr unsigned kPfExiting = 0x4;  // PF_EXITING: the task is in do_exit
+
+// Messages on the socket, daemon -> watchdog: kBye (ending normally: exit quietly), kUnmount
+// (unmount for me, then answer kDone).
+constexpr char kBye = 'q';
+constexpr char kUnmount = 'u';
+constexpr char kDone = 'k';
+
+void MountFusectlIfMissing() {
+  struct statfs sfs;
+  if (::statfs(kConnections, &sfs) != 0) return;  // no fuse module, or no /sys
+  if (static_cast<long>(sfs.f_type) == kFusectlMagic) return;
+  // Only root may; a user's daemon then relies on fusectl being mounted by the system.
+  if (::mount("fusectl", kConnections, "fusectl", MS_NOSUID | MS_NODEV | MS_NOEXEC, nullptr) != 0) {
+    return;
+  }
+}
+
+// The device field of the mountinfo line of a mount at `mountpoint` with device `device`, or
+// any mount with that device when `mountpoint` is empty: whether it is still mounted.
+bool MountedHere(const std::string& device, const std::string& mountpoint) {
+  FILE* f = std::fopen("/proc/self/mountinfo", "re");
+  if (f == nullptr) return false;
+  char line[4096];
+  bool found = false;
+  while (!found && std::fgets(line, sizeof line, f) != nullptr) {
+    char dev[64], point[4096];
+    if (std::sscanf(line, "%*s %*s %63s %*s %4095s", dev, point) != 2) continue;
+    found = device == dev && (mountpoint.empty() || mountpoint == point);
+  }
+  std::fclose(f);
+  return found;
+}
+
+enum class DaemonState { kAlive, kDying };
+
+// From /proc/PID/stat: state (field 3) and flags (field 9), after the ")" that ends the name.
+DaemonState ReadState(pid_t pid) {
+  char path[64];
+  std::snprintf(path, sizeof path, "/proc/%d/stat", static_cast<int>(pid));
+  const int fd = ::open(path, O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return DaemonState::kDying;  // gone
+  char buf[1024];
+  const ssize_t n = ::read(fd, buf, sizeof buf - 1);
+  ::close(fd);
+  if (n <= 0) return DaemonState::kDying;
+  buf[n] = '\0';
+  const char* close_paren = std::strrchr(buf, ')');
+  if (close_paren == nullptr) return DaemonState::kAlive;
+  char state = 0;
+  unsigned flags = 0;
+  if (std::sscanf(close_paren + 1, " %c %*d %*d %*d %*d %*d %u", &state, &flags) != 2) {
+    return DaemonState::kAlive;
+  }
+  if (state == 'Z' || state == 'X' || state == 'x' || (flags & kPfExiting) != 0) {
+    return DaemonState::kDying;
+  }
+  return DaemonState::kAlive;
+}
+
+void LogFromWatchdog(const WatchdogSpec& spec, LogLevel level, const std::string& line) {
+  if (!spec.log_file.empty()) (void)SetLogFile(spec.log_file);
+  if (spec.sink == LogSink::kSyslog) SetLogSink(LogSink::kSyslog);
+  Log(level, line);
+}
+
+// Writes "1" to the abort file; 0 or an errno.
+int WriteAbort(const std::string& abort_file) {
+  const int fd = ::open(abort_file.c_str(), O_WRONLY | O_CLOEXEC);
+  if (fd < 0) return errno;
+  const int err = ::write(fd, "1", 1) == 1 ? 0 : errno;
+  ::close(fd);
+  return err;
+}
+
+[[noreturn]] void RunWatchdog(const WatchdogSpec& spec, int sock) {
+  ::setsid();  // its own session and process group
+  [[maybe_unused]] const int cd = ::chdir("/");
+  ::prctl(PR_SET_NAME, "pcrfs-watchdog", 0, 0, 0);
+  // The daemon's handlers (libfuse's end the session) mean nothing here.
+  std::signal(SIGTERM, SIG_DFL);
+  std::signal(SIGINT, SIG_IGN);
+  std::signal(SIGHUP, SIG_IGN);
+  std::signal(SIGPIPE, SIG_IGN);
+  for (int s : {SIGSEGV, SIGBUS, SIGABRT, SIGILL, SIGFPE}) std::signal(s, SIG_DFL);
+  // Every inherited descriptor goes (/dev/fuse above all); with -f, stderr stays: that is where
+  // the daemon logs.
+  CloseLogFile();
+  ::closelog();
+  const int null = ::open("/dev/null", O_RDWR);
+  if (null >= 0) {
+    ::dup2(null, 0);
+    ::dup2(null, 1);
+    if (spec.sink != LogSink::kStderr) ::dup2(null, 2);
+  }
+  if (::dup2(sock, 3) != 3) ::_exit(1);
+  ::close_range(4, ~0U, 0);
+  sock = 3;
+
+  const std::string abort_file = AbortFileOf(spec.device);
+  const std::string conn_dir = abort_file.substr(0, abort_file.rfind('/'));
+  bool eof = false;
+  for (;;) {
+    if (!eof) {
+      pollfd p{sock, POLLIN, 0};
+      const int r = ::poll(&p, 1, kPollMs);
+      if (r > 0) {
+        char c = 0;
+        const ssize_t n = ::read(sock, &c, 1);
+        if (n == 1 && c == kBye) ::_exit(0);
+        if (n == 1 && c == kUnmount) {
+          if (MountedHere(spec.device, spec.mountpoint)) {
+            ::umount2(spec.mountpoint.c_str(), MNT_DETACH);
+          }
+          [[maybe_unused]] const ssize_t w = ::write(sock, &kDone, 1);
+          continue;
+        }
+        if (n == 0 || (n < 0 && errno != EINTR && errno != EAGAIN)) eof = true;
+        if (!eof) continue;
+      } else if (r < 0 && errno != EINTR) {
+        eof = true;
+      }
+    } else {
+      ::usleep(kPollMs * 1000);
+    }
+    // End of file without a goodbye: every descriptor of the daemon is closed, it is exiting.
+    if (!eof && ReadState(spec.daemon) == DaemonState::kAlive) continue;
+    if (::access(conn_dir.c_str(), F_OK) != 0 || !MountedHere(spec.device, "")) {
+      if (ReadState(spec.daemon) == DaemonState::kAlive) continue;  // not yet gone
+      ::_exit(0);                                                   // the mount went with it
+    }
+    const int err = WriteAbort(abort_file);
+    if (err == 0) {
+      LogFromWatchdog(spec, LogLevel::kError,
+                      "watchdog: the daemon (pid " + std::to_string(spec.daemon) + ") died with " +
+                          spec.mountpoint +
+                          " mounted; aborted its FUSE connection (readers get \"Transport "
+                          "endpoint is not connected\"); unmount it: fusermount3 -u " +
+                          spec.mountpoint);
+    } else {
+      LogFromWatchdog(spec, LogLevel::kError,
+                      "watchdog: the daemon (pid " + std::to_string(spec.daemon) + ") died with " +
+                          spec.mountpoint + " mounted; " + abort_file + ": " + std::strerror(err) +
+                          "; as root: echo 1 > " + abort_file + "; then fusermount3 -u " +
+                          spec.mountpoint);
+    }
+    ::_exit(0);
+  }
+}
+
+// The crash handler's abort file, made before the handler is installed.
+char g_abort_file[128];
+constexpr int kCrashSignals[] = {SIGSEGV, SIGBUS, SIGABRT, SIGILL, SIGFPE};
+struct sigaction g_previous[sizeof kCrashSignals / sizeof kCrashSignals[0]];
+
+void OnCrash(int sig, siginfo_t* info, void*) {
+  const int saved = errno;
+  const int fd = ::open(g_abort_file, O_WRONLY | O_CLOEXEC);
+  if (fd >= 0) {
+    [[maybe_unused]] const ssize_t n = ::write(fd, "1", 1);
+    ::close(fd);
+  }
+  for (size_t i = 0; i < sizeof kCrashSignals / sizeof kCrashSignals[0]; ++i) {
+    if (kCrashSignals[i] == sig) ::sigaction(sig, &g_previous[i], nullptr);
+  }
+  errno = saved;
+  // A fault (si_code > 0, from the kernel) happens again when the instruction is retried, now
+  // with the previous handler; a signal sent by a process (kill, abort()) is sent again.
+  if (info == nullptr || info->si_code <= 0) ::raise(sig);
+}
+
+}  // namespace
+
+std::string AbortFileOf(const std::string& device) {
+  unsigned major = 0, minor = 0;
+  char end = 0;
+  if (std::sscanf(device.c_str(), "%u:%u%c", &major, &minor, &end) != 2) return "";
+  // fusectl names a connection by the kernel's dev_t of its superblock: MKDEV(major, minor).
+  return std::string(kConnections) + "/" + std::to_string((major << 20) | minor) + "/abort";
+}
+
+Status Watchdog::Start(const WatchdogSpec& spec) {
+  if (AbortFileOf(spec.device).empty()) {
+    return Status::InvalidArgument("watchdog: no device for " + spec.mountpoint);
+  }
+  MountFusectlIfMissing();
+  int fds[2];
+  if (::socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, fds) != 0) {
+    return Status::FromErrno("watchdog socketpair", errno);
+  }
+  const pid_t pid = ::fork();
+  if (pid < 0) {
+    const int err = errno;
+    ::close(fds[0]);
+    ::close(fds[1]);
+    return Status::FromErrno("watchdog fork", err);
+  }
+  if (pid == 0) RunWatchdog(spec, fds[1]);
+  ::close(fds[1]);
+  sock_ = UniqueFd(fds[0]);
+  pid_ = pid;
+  return Status::OK();
+}
+
+bool Watchdog::DropPrivileges() {
+  if (!running() || dropped_) return dropped_;
+  __user_cap_header_struct header{_LINUX_CAPABILITY_VERSION_3, 0};
+  __user_cap_data_struct data[_LINUX_CAPABILITY_U32S_3] = {};
+  if (::syscall(SYS_capget, &header, data) != 0) return false;
+  bool any = false;
+  for (const auto& d : data) any = any || d.effective != 0 || d.permitted != 0;
+  if (!any) return false;  // an ordinary user: nothing to give up
+  const auto fail = [](const char* what) {
+    Log(LogLevel::kWarning, std::string("could not drop privileges (") + what + ": " +
+                                std::strerror(errno) + "); serving with them");
+    return false;
+  };
+  if (::prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0) return fail("no_new_privs");
+  for (int cap = 0; cap <= 63; ++cap) {
+    if (::prctl(PR_CAPBSET_DROP, cap, 0, 0, 0) != 0) {
+      if (errno == EINVAL) break;  // past the last capability this kernel knows
+      return fail("bounding set");
+    }
+  }
+  ::prctl(PR_CAP_AMBIENT, PR_CAP_AMBIENT_CLEAR_ALL, 0, 0, 0);
+  __user_cap_data_struct none[_LINUX_CAPABILITY_U32S_3] = {};
+  header = {_LINUX_CAPABILITY_VERSION_3, 0};
+  if (::syscall(SYS_capset, &header, none) != 0) return fail("capset");
+  dropped_ = true;
+  return true;
+}
+
+void Watchdog::Unmount() {
+  if (!running()) return;
+  if (::write(sock_.get(), &kUnmount, 1) != 1) return;
+  pollfd p{sock_.get(), POLLIN, 0};
+  if (::poll(&p, 1, 5000) > 0) {
+    char c = 0;
+    [[maybe_unused]] const ssize_t n = ::read(sock_.get(), &c, 1);
+  }
+}
+
+void Watchdog::Finish() {
+  if (!running()) return;
+  [[maybe_unused]] const ssize_t n = ::write(sock_.get(), &kBye, 1);
+  sock_.Reset();
+  for (int i = 0; i < 200; ++i) {  // it exits at once; 2 s at most
+    const pid_t r = ::waitpid(pid_, nullptr, WNOHANG);
+    if (r == pid_ || (r < 0 && errno != EINTR)) break;
+    ::usleep(10000);
+  }
+  pid_ = -1;
+}
+
+void InstallCrashAbort(const std::string& abort_file) {
+  if (abort_file.empty() || abort_file.size() >= sizeof g_abort_file) return;
+  std::memcpy(g_abort_file, abort_file.c_str(), abort_file.size() + 1);
+  for (size_t i = 0; i < sizeof kCrashSignals / sizeof kCrashSignals[0]; ++i) {
+    struct sigaction sa;
+    std::memset(&sa, 0, sizeof sa);
+    sa.sa_sigaction = &OnCrash;
+    sigemptyset(&sa.sa_mask);
+    sa.sa_flags = SA_SIGINFO | SA_NODEFER;
+    ::sigaction(kCrashSignals[i], &sa, &g_previous[i]);
+  }
+}
+
+}  // namespace pcrfs::fs

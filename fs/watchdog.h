@@ -1,0 +1,89 @@
+// A killed daemon never wedges its mount (issue 34), and a daemon run as root keeps no
+// privileges once mounted.
+//
+// The wedge: when the daemon dies (SIGKILL, the OOM killer, a crash) while a thread of it is
+// inside FUSE_NOTIFY_STORE (PagePusher) waiting for a page that a reader's pending READ holds
+// locked, that thread never leaves the kernel, so the process never finishes exiting, /dev/fuse
+// is never released, readers sit in D state and the mount cannot be unmounted. Only writing to
+// /sys/fs/fuse/connections/N/abort (fusectl) frees it: the kernel then ends every request with
+// ENOTCONN, the pages unlock, the stuck thread returns and the process ends.
+//
+// The watchdog is a small process forked from the daemon once the mount is up (after
+// daemonizing; with -f too). It holds none of the daemon's files (not /dev/fuse, not the mount
+// point: it runs in /), runs in a session of its own (a signal to the daemon's process group
+// does not reach it) and keeps the daemon's credentials as they were before the privilege
+// drop. It waits on a socket to the daemon and, every 250 ms, reads /proc/PID/stat of the
+// daemon: once the daemon's main thread has exited (zombie, exiting, or gone, or the socket
+// reached end of file without a goodbye) while the mount is still there, it writes 1 to the
+// connection's abort file, logs one line (syslog, or the log file, or stderr with -f: where the
+// daemon logs) and exits. A daemon that ends normally says goodbye first (Finish): the
+// watchdog then exits quietly.
+//
+// The daemon's own fatal-signal handler (SIGSEGV, SIGBUS, SIGABRT, SIGILL, SIGFPE) writes the
+// same abort file first (InstallCrashAbort): a crash that would dump core waits for every
+// thread, the stuck one included, so it must be unwedged from inside.
+#pragma once
+
+#include <sys/types.h>
+
+#include <string>
+
+#include "common/file_util.h"
+#include "common/log.h"
+#include "common/status.h"
+
+namespace pcrfs::fs {
+
+struct WatchdogSpec {
+  pid_t daemon = 0;        // the daemon's pid (its main thread)
+  std::string device;      // the mount's "MAJOR:MINOR" in /proc/self/mountinfo
+  std::string mountpoint;  // absolute
+  std::string log_file;    // absolute; empty: none
+  LogSink sink = LogSink::kSyslog;
+};
+
+// The fusectl abort file of the connection of the mount whose mountinfo device is `device`
+// ("0:53" -> "/sys/fs/fuse/connections/53/abort"); empty if `device` is malformed.
+std::string AbortFileOf(const std::string& device);
+
+class Watchdog {
+ public:
+  Watchdog() = default;
+  ~Watchdog() { Finish(); }
+  Watchdog(const Watchdog&) = delete;
+  Watchdog& operator=(const Watchdog&) = delete;
+
+  // Mounts fusectl at /sys/fs/fuse/connections if it is not mounted and this process may, then
+  // forks the watchdog. Call while the process has one thread. Errors: socketpair or fork
+  // failed (nothing started).
+  Status Start(const WatchdogSpec& spec);
+  bool running() const { return pid_ > 0; }
+
+  // Gives up every capability (bounding, effective, permitted, inheritable and ambient sets)
+  // and sets no_new_privs, when this process has any capability (root); a process without
+  // any keeps everything as it is (fusermount3, setuid root, must still work for its unmount).
+  // Only with a running watchdog, which keeps root's and unmounts for the daemon (Unmount).
+  // Returns whether it dropped; a failure is logged and leaves the daemon serving.
+  bool DropPrivileges();
+  bool dropped() const { return dropped_; }
+
+  // Asks the watchdog to unmount the mount (lazily, as libfuse does for root) and waits up to
+  // 5 s for it. For a daemon that dropped its privileges and cannot unmount itself.
+  void Unmount();
+
+  // The daemon ends normally: the watchdog exits quietly; waits for it (up to 2 s).
+  void Finish();
+
+ private:
+  pid_t pid_ = -1;
+  UniqueFd sock_;
+  bool dropped_ = false;
+};
+
+// Installs handlers for SIGSEGV, SIGBUS, SIGABRT, SIGILL and SIGFPE that write 1 to
+// `abort_file` (async-signal-safe open/write/close) and then let the signal take its course
+// (the handler that was there before, a sanitizer's, or the default: a core dump). Call once,
+// single-threaded. Nothing with an empty path.
+void InstallCrashAbort(const std::string& abort_file);
+
+}  // namespace pcrfs::fs
