@@ -450,9 +450,7 @@ int OpenAndServe(fuse_session* se, Filesystem** fs_slot, const MountConfig& conf
   }
   sighup->Start(HooksFor(client).reload);
   // Everything that needs root is done (the mount, the store and cache opened): give it up.
-  if (watchdog->DropPrivileges()) {
-    Log(LogLevel::kInfo, "mounted; the daemon keeps no capabilities (no_new_privs set)");
-  }
+  watchdog->DropPrivileges();
   const int rc = ServeLoop(se, config, opts, location.remote);
   sighup->Stop();  // before the client and the store go
   // A SIGTERM or SIGINT ends the loop with that signal's number: a clean exit.
@@ -489,7 +487,8 @@ int MountAndServe(const MountConfig& config, StoreLocation location,
                  : config.log_file.empty() ? LogSink::kSyslog
                                            : LogSink::kNone);
       // A daemon that dies never leaves its mount wedged (fs/watchdog.h).
-      // PCRFS_TEST_NO_WATCHDOG=1, for tests only, shows the wedge as it was.
+      // PCRFS_TEST_NO_WATCHDOG=1, for tests only, shows the wedge as it was (no watchdog, no
+      // crash handler); PCRFS_TEST_NO_CRASH_HANDLER=1 leaves crashes to the watchdog.
       Watchdog watchdog;
       const char* no_watchdog = std::getenv("PCRFS_TEST_NO_WATCHDOG");
       if (no_watchdog == nullptr || std::strcmp(no_watchdog, "1") != 0) {
@@ -497,7 +496,10 @@ int MountAndServe(const MountConfig& config, StoreLocation location,
         const Status started = watchdog.Start(
             {::getpid(), device, cmdline.opts.mountpoint, config.log_file, CurrentLogSink()});
         if (!started.ok()) Log(LogLevel::kWarning, started.message());
-        InstallCrashAbort(AbortFileOf(device));
+        const char* no_handler = std::getenv("PCRFS_TEST_NO_CRASH_HANDLER");  // tests only
+        if (no_handler == nullptr || std::strcmp(no_handler, "1") != 0) {
+          InstallCrashAbort(AbortFileOf(device));
+        }
       }
       rc = OpenAndServe(se, &fs_ptr, config, location, verified, cmdline.opts, std::move(cache),
                         &sighup, &watchdog);

@@ -25,7 +25,11 @@ namespace {
 constexpr const char* kConnections = "/sys/fs/fuse/connections";
 constexpr long kFusectlMagic = 0x65735543;
 constexpr int kPollMs = 250;
-constexpr unsigned kPfExiting = 0x4;  // PF_EXITING: the task is in do_exit
+// Task flags (/proc/PID/stat field 9) of a main thread that is on its way out: PF_EXITING (in
+// do_exit), PF_POSTCOREDUMP (waiting for another thread's core dump), PF_DUMPCORE and
+// PF_SIGNALED (dumping core itself). A crash that dumps core waits for every thread first, so
+// a wedged daemon's main thread stays there, in D or I state, and never becomes a zombie.
+constexpr unsigned kPfDying = 0x4 | 0x8 | 0x200 | 0x400;
 
 // Messages on the socket, daemon -> watchdog: kBye (ending normally: exit quietly), kUnmount
 // (unmount for me, then answer kDone).
@@ -79,7 +83,7 @@ DaemonState ReadState(pid_t pid) {
   if (std::sscanf(close_paren + 1, " %c %*d %*d %*d %*d %*d %u", &state, &flags) != 2) {
     return DaemonState::kAlive;
   }
-  if (state == 'Z' || state == 'X' || state == 'x' || (flags & kPfExiting) != 0) {
+  if (state == 'Z' || state == 'X' || state == 'x' || (flags & kPfDying) != 0) {
     return DaemonState::kDying;
   }
   return DaemonState::kAlive;
@@ -184,8 +188,15 @@ void OnCrash(int sig, siginfo_t* info, void*) {
   const int saved = errno;
   const int fd = ::open(g_abort_file, O_WRONLY | O_CLOEXEC);
   if (fd >= 0) {
-    [[maybe_unused]] const ssize_t n = ::write(fd, "1", 1);
+    const bool aborted = ::write(fd, "1", 1) == 1;
     ::close(fd);
+    if (aborted) {  // on stderr (with -f; /dev/null once detached): no formatting here
+      char line[] = "pcrfs: fatal signal NN: aborted the FUSE connection (readers get errors)\n";
+      char* nn = line + sizeof "pcrfs: fatal signal " - 1;
+      nn[0] = static_cast<char>('0' + (sig / 10) % 10);
+      nn[1] = static_cast<char>('0' + sig % 10);
+      [[maybe_unused]] const ssize_t n = ::write(2, line, sizeof line - 1);
+    }
   }
   for (size_t i = 0; i < sizeof kCrashSignals / sizeof kCrashSignals[0]; ++i) {
     if (kCrashSignals[i] == sig) ::sigaction(sig, &g_previous[i], nullptr);
