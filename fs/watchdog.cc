@@ -9,7 +9,6 @@
 #include <sys/syscall.h>
 #include <sys/vfs.h>
 #include <sys/wait.h>
-#include <syslog.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -36,6 +35,7 @@ constexpr unsigned kPfDying = 0x4 | 0x8 | 0x200 | 0x400;
 constexpr char kBye = 'q';
 constexpr char kUnmount = 'u';
 constexpr char kDone = 'k';
+constexpr char kReady = 'r';  // watchdog -> daemon, once it runs
 
 void MountFusectlIfMissing() {
   struct statfs sfs;
@@ -91,7 +91,7 @@ DaemonState ReadState(pid_t pid) {
 
 void LogFromWatchdog(const WatchdogSpec& spec, LogLevel level, const std::string& line) {
   if (!spec.log_file.empty()) (void)SetLogFile(spec.log_file);
-  if (spec.sink == LogSink::kSyslog) SetLogSink(LogSink::kSyslog);
+  SetLogSink(spec.sink);
   Log(level, line);
 }
 
@@ -104,30 +104,39 @@ int WriteAbort(const std::string& abort_file) {
   return err;
 }
 
-[[noreturn]] void RunWatchdog(const WatchdogSpec& spec, int sock) {
-  ::setsid();  // its own session and process group
-  [[maybe_unused]] const int cd = ::chdir("/");
+// In the forked child: its own session, in /, stdin and stdout (and stderr but with -f) on
+// /dev/null, the socket on descriptor 3, then pcrfs again as "pcrfs-watchdog" (WatchdogMain):
+// every other descriptor is close-on-exec in pcrfs, /dev/fuse included, and a fresh process
+// keeps nothing of the daemon's memory. Only async-signal-safe calls: the daemon may have
+// threads by now in a library's hands.
+[[noreturn]] void ExecWatchdog(const WatchdogSpec& spec, int sock, char* const argv[]) {
+  ::setsid();
+  if (::chdir("/") != 0) ::_exit(127);
+  const int null = ::open("/dev/null", O_RDWR);
+  if (null < 0) ::_exit(127);
+  ::dup2(null, 0);
+  ::dup2(null, 1);
+  if (spec.sink != LogSink::kStderr) ::dup2(null, 2);
+  if (sock == 3) {
+    ::fcntl(3, F_SETFD, 0);
+  } else if (::dup2(sock, 3) != 3) {  // dup2 clears close-on-exec
+    ::_exit(127);
+  }
+  ::close_range(4, ~0U, 0);
+  sigset_t none;
+  sigemptyset(&none);
+  ::sigprocmask(SIG_SETMASK, &none, nullptr);
+  ::execv("/proc/self/exe", argv);
+  ::_exit(127);
+}
+
+// The watchdog's loop (fs/watchdog.h), on descriptor `sock`.
+int RunWatchdog(const WatchdogSpec& spec, int sock) {
   ::prctl(PR_SET_NAME, "pcrfs-watchdog", 0, 0, 0);
-  // The daemon's handlers (libfuse's end the session) mean nothing here.
-  std::signal(SIGTERM, SIG_DFL);
-  std::signal(SIGINT, SIG_IGN);
+  std::signal(SIGINT, SIG_IGN);  // a terminal's ^C goes to the daemon, which says goodbye
   std::signal(SIGHUP, SIG_IGN);
   std::signal(SIGPIPE, SIG_IGN);
-  for (int s : {SIGSEGV, SIGBUS, SIGABRT, SIGILL, SIGFPE}) std::signal(s, SIG_DFL);
-  // Every inherited descriptor goes (/dev/fuse above all); with -f, stderr stays: that is where
-  // the daemon logs.
-  CloseLogFile();
-  ::closelog();
-  const int null = ::open("/dev/null", O_RDWR);
-  if (null >= 0) {
-    ::dup2(null, 0);
-    ::dup2(null, 1);
-    if (spec.sink != LogSink::kStderr) ::dup2(null, 2);
-  }
-  if (::dup2(sock, 3) != 3) ::_exit(1);
-  ::close_range(4, ~0U, 0);
-  sock = 3;
-
+  if (::write(sock, &kReady, 1) != 1) return 1;
   const std::string abort_file = AbortFileOf(spec.device);
   const std::string conn_dir = abort_file.substr(0, abort_file.rfind('/'));
   bool eof = false;
@@ -138,7 +147,7 @@ int WriteAbort(const std::string& abort_file) {
       if (r > 0) {
         char c = 0;
         const ssize_t n = ::read(sock, &c, 1);
-        if (n == 1 && c == kBye) ::_exit(0);
+        if (n == 1 && c == kBye) return 0;
         if (n == 1 && c == kUnmount) {
           if (MountedHere(spec.device, spec.mountpoint)) {
             ::umount2(spec.mountpoint.c_str(), MNT_DETACH);
@@ -226,6 +235,19 @@ Status Watchdog::Start(const WatchdogSpec& spec) {
   if (::socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, fds) != 0) {
     return Status::FromErrno("watchdog socketpair", errno);
   }
+  // The arguments are made before the fork: the child only calls async-signal-safe functions.
+  const std::string pid_text = std::to_string(spec.daemon);
+  const char* sink = spec.sink == LogSink::kStderr   ? "stderr"
+                     : spec.sink == LogSink::kSyslog ? "syslog"
+                                                     : "none";
+  const char* argv[] = {"pcrfs-watchdog",
+                        kWatchdogFlag,
+                        pid_text.c_str(),
+                        spec.device.c_str(),
+                        spec.mountpoint.c_str(),
+                        spec.log_file.c_str(),
+                        sink,
+                        nullptr};
   const pid_t pid = ::fork();
   if (pid < 0) {
     const int err = errno;
@@ -233,10 +255,20 @@ Status Watchdog::Start(const WatchdogSpec& spec) {
     ::close(fds[1]);
     return Status::FromErrno("watchdog fork", err);
   }
-  if (pid == 0) RunWatchdog(spec, fds[1]);
+  if (pid == 0) ExecWatchdog(spec, fds[1], const_cast<char* const*>(argv));
   ::close(fds[1]);
   sock_ = UniqueFd(fds[0]);
   pid_ = pid;
+  // It says it runs; a watchdog that could not start (exec failed) is reaped and none runs.
+  pollfd p{sock_.get(), POLLIN, 0};
+  char c = 0;
+  if (::poll(&p, 1, 5000) != 1 || ::read(sock_.get(), &c, 1) != 1 || c != kReady) {
+    ::kill(pid_, SIGKILL);
+    ::waitpid(pid_, nullptr, 0);
+    pid_ = -1;
+    sock_.Reset();
+    return Status::IOError("watchdog: did not start; a killed daemon may leave its mount hung");
+  }
   return Status::OK();
 }
 
@@ -288,6 +320,20 @@ void Watchdog::Finish() {
     ::usleep(10000);
   }
   pid_ = -1;
+}
+
+int WatchdogMain(int argc, char** argv) {
+  if (argc != 7 || std::strcmp(argv[1], kWatchdogFlag) != 0) return 2;
+  WatchdogSpec spec;
+  spec.daemon = static_cast<pid_t>(std::atoi(argv[2]));
+  spec.device = argv[3];
+  spec.mountpoint = argv[4];
+  spec.log_file = argv[5];
+  spec.sink = std::strcmp(argv[6], "stderr") == 0   ? LogSink::kStderr
+              : std::strcmp(argv[6], "syslog") == 0 ? LogSink::kSyslog
+                                                    : LogSink::kNone;
+  if (spec.daemon <= 0 || AbortFileOf(spec.device).empty()) return 2;
+  return RunWatchdog(spec, 3);
 }
 
 void InstallCrashAbort(const std::string& abort_file) {

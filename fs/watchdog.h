@@ -46,6 +46,13 @@ struct WatchdogSpec {
 // ("0:53" -> "/sys/fs/fuse/connections/53/abort"); empty if `device` is malformed.
 std::string AbortFileOf(const std::string& device);
 
+// How pcrfs runs as the watchdog: `pcrfs --watchdog PID DEVICE MOUNTPOINT LOG_FILE SINK` with
+// the socket to the daemon on descriptor 3 (Watchdog::Start execs it so; argv[0] is
+// "pcrfs-watchdog", so `pidof pcrfs` names the daemon alone).
+inline constexpr const char* kWatchdogFlag = "--watchdog";
+// Runs the watchdog; returns its exit code (2: arguments that Watchdog::Start never gives).
+int WatchdogMain(int argc, char** argv);
+
 class Watchdog {
  public:
   Watchdog() = default;
@@ -54,8 +61,8 @@ class Watchdog {
   Watchdog& operator=(const Watchdog&) = delete;
 
   // Mounts fusectl at /sys/fs/fuse/connections if it is not mounted and this process may, then
-  // forks the watchdog. Call while the process has one thread. Errors: socketpair or fork
-  // failed (nothing started).
+  // starts the watchdog (fork, exec of /proc/self/exe) and waits up to 5 s until it runs.
+  // Errors: socketpair, fork or exec failed (nothing runs).
   Status Start(const WatchdogSpec& spec);
   bool running() const { return pid_ > 0; }
 

@@ -360,6 +360,10 @@ class WatchdogTest(unittest.TestCase):
         watchdog = d.watchdog()
         fds = [os.readlink(f"/proc/{watchdog}/fd/{n}") for n in os.listdir(f"/proc/{watchdog}/fd")]
         self.assertFalse([f for f in fds if "fuse" in f], fds)
+        # /dev/null, /dev/null, the daemon's stderr (-f), the socket to the daemon.
+        self.assertEqual(sorted(os.listdir(f"/proc/{watchdog}/fd")), ["0", "1", "2", "3"], fds)
+        with open(f"/proc/{watchdog}/cmdline", "rb") as f:
+            self.assertEqual(f.read().split(b"\0")[0], b"pcrfs-watchdog")
         self.assertEqual(os.readlink(f"/proc/{watchdog}/cwd"), "/")
         self.assertNotEqual(os.getpgid(watchdog), os.getpgid(d.pid))
         # Signalling the daemon's process group leaves the watchdog, which then does its job.
