@@ -302,7 +302,7 @@ bool Watchdog::DropPrivileges() {
 
 void Watchdog::Unmount() {
   if (!running()) return;
-  if (::write(sock_.get(), &kUnmount, 1) != 1) return;
+  if (::send(sock_.get(), &kUnmount, 1, MSG_NOSIGNAL) != 1) return;
   pollfd p{sock_.get(), POLLIN, 0};
   if (::poll(&p, 1, 5000) > 0) {
     char c = 0;
@@ -312,7 +312,7 @@ void Watchdog::Unmount() {
 
 void Watchdog::Finish() {
   if (!running()) return;
-  [[maybe_unused]] const ssize_t n = ::write(sock_.get(), &kBye, 1);
+  [[maybe_unused]] const ssize_t n = ::send(sock_.get(), &kBye, 1, MSG_NOSIGNAL);
   sock_.Reset();
   for (int i = 0; i < 200; ++i) {  // it exits at once; 2 s at most
     const pid_t r = ::waitpid(pid_, nullptr, WNOHANG);
