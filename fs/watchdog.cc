@@ -65,8 +65,10 @@ bool MountedHere(const std::string& device, const std::string& mountpoint) {
 
 enum class DaemonState { kAlive, kDying };
 
-// From /proc/PID/stat: state (field 3) and flags (field 9), after the ")" that ends the name.
-DaemonState ReadState(pid_t pid) {
+// From /proc/PID/stat: state (field 3), flags (field 9) and start time (field 22), after the
+// ")" that ends the name. `*start` is set on the first call (0) and compared after: another
+// process that got the pid is not the daemon.
+DaemonState ReadState(pid_t pid, unsigned long long* start) {
   char path[64];
   std::snprintf(path, sizeof path, "/proc/%d/stat", static_cast<int>(pid));
   const int fd = ::open(path, O_RDONLY | O_CLOEXEC);
@@ -80,9 +82,14 @@ DaemonState ReadState(pid_t pid) {
   if (close_paren == nullptr) return DaemonState::kAlive;
   char state = 0;
   unsigned flags = 0;
-  if (std::sscanf(close_paren + 1, " %c %*d %*d %*d %*d %*d %u", &state, &flags) != 2) {
+  unsigned long long started = 0;
+  if (std::sscanf(close_paren + 1,
+                  " %c %*s %*s %*s %*s %*s %u %*s %*s %*s %*s %*s %*s %*s %*s %*s %*s %*s %*s %llu",
+                  &state, &flags, &started) != 3) {
     return DaemonState::kAlive;
   }
+  if (*start == 0) *start = started;
+  if (started != *start) return DaemonState::kDying;  // the pid is another process's now
   if (state == 'Z' || state == 'X' || state == 'x' || (flags & kPfDying) != 0) {
     return DaemonState::kDying;
   }
@@ -136,6 +143,8 @@ int RunWatchdog(const WatchdogSpec& spec, int sock) {
   std::signal(SIGINT, SIG_IGN);  // a terminal's ^C goes to the daemon, which says goodbye
   std::signal(SIGHUP, SIG_IGN);
   std::signal(SIGPIPE, SIG_IGN);
+  unsigned long long started = 0;  // the daemon's start time
+  if (ReadState(spec.daemon, &started) != DaemonState::kAlive) return 1;
   if (::write(sock, &kReady, 1) != 1) return 1;
   const std::string abort_file = AbortFileOf(spec.device);
   const std::string conn_dir = abort_file.substr(0, abort_file.rfind('/'));
@@ -163,11 +172,11 @@ int RunWatchdog(const WatchdogSpec& spec, int sock) {
     } else {
       ::usleep(kPollMs * 1000);
     }
-    // End of file without a goodbye: every descriptor of the daemon is closed, it is exiting.
-    if (!eof && ReadState(spec.daemon) == DaemonState::kAlive) continue;
+    // The socket's end of file alone is not enough (every descriptor of the daemon closed means
+    // every thread is exiting, which the state shows too): only a dying daemon is acted on.
+    if (ReadState(spec.daemon, &started) == DaemonState::kAlive) continue;
     if (::access(conn_dir.c_str(), F_OK) != 0 || !MountedHere(spec.device, "")) {
-      if (ReadState(spec.daemon) == DaemonState::kAlive) continue;  // not yet gone
-      ::_exit(0);                                                   // the mount went with it
+      return 0;  // the mount went with it
     }
     const int err = WriteAbort(abort_file);
     if (err == 0) {
@@ -184,7 +193,7 @@ int RunWatchdog(const WatchdogSpec& spec, int sock) {
                           "; as root: echo 1 > " + abort_file + "; then fusermount3 -u " +
                           spec.mountpoint);
     }
-    ::_exit(0);
+    return 0;
   }
 }
 
