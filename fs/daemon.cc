@@ -480,26 +480,30 @@ int MountAndServe(const MountConfig& config, StoreLocation location,
       Log(LogLevel::kError, installed.message());
     } else if (fuse_session_mount(se, cmdline.opts.mountpoint) == 0) {
       SetKernelReadahead(cmdline.opts.mountpoint, config.kernel_readahead);
-      // Everything said so far went to the terminal; from here on stderr is /dev/null unless -f.
-      fuse_daemonize(cmdline.opts.foreground);
-      // Daemonized: -o log_file's file alone if given, else syslog (the journal on systemd).
-      SetLogSink(cmdline.opts.foreground   ? LogSink::kStderr
-                 : config.log_file.empty() ? LogSink::kSyslog
-                                           : LogSink::kNone);
-      // A daemon that dies never leaves its mount wedged (fs/watchdog.h).
+      const LogSink sink = cmdline.opts.foreground   ? LogSink::kStderr
+                           : config.log_file.empty() ? LogSink::kSyslog
+                                                     : LogSink::kNone;
+      // A daemon that dies never leaves its mount wedged (fs/watchdog.h). Started before
+      // daemonizing, so that it runs as pcrfs-watchdog by the time the command returns.
       // PCRFS_TEST_NO_WATCHDOG=1, for tests only, shows the wedge as it was (no watchdog, no
       // crash handler); PCRFS_TEST_NO_CRASH_HANDLER=1 leaves crashes to the watchdog.
       Watchdog watchdog;
       const char* no_watchdog = std::getenv("PCRFS_TEST_NO_WATCHDOG");
-      if (no_watchdog == nullptr || std::strcmp(no_watchdog, "1") != 0) {
-        const std::string device = FindMount(cmdline.opts.mountpoint).device;
-        const Status started = watchdog.Start(
-            {::getpid(), device, cmdline.opts.mountpoint, config.log_file, CurrentLogSink()});
+      const bool watch = no_watchdog == nullptr || std::strcmp(no_watchdog, "1") != 0;
+      const std::string device = FindMount(cmdline.opts.mountpoint).device;
+      if (watch) {
+        const Status started =
+            watchdog.Start({device, cmdline.opts.mountpoint, config.log_file, sink});
         if (!started.ok()) Log(LogLevel::kWarning, started.message());
-        const char* no_handler = std::getenv("PCRFS_TEST_NO_CRASH_HANDLER");  // tests only
-        if (no_handler == nullptr || std::strcmp(no_handler, "1") != 0) {
-          InstallCrashAbort(AbortFileOf(device));
-        }
+      }
+      // Everything said so far went to the terminal; from here on stderr is /dev/null unless -f.
+      fuse_daemonize(cmdline.opts.foreground);
+      // Daemonized: -o log_file's file alone if given, else syslog (the journal on systemd).
+      SetLogSink(sink);
+      watchdog.Watch(::getpid());  // the daemon's pid from now on
+      const char* no_handler = std::getenv("PCRFS_TEST_NO_CRASH_HANDLER");  // tests only
+      if (watch && (no_handler == nullptr || std::strcmp(no_handler, "1") != 0)) {
+        InstallCrashAbort(AbortFileOf(device));
       }
       rc = OpenAndServe(se, &fs_ptr, config, location, verified, cmdline.opts, std::move(cache),
                         &sighup, &watchdog);

@@ -36,6 +36,7 @@ constexpr char kBye = 'q';
 constexpr char kUnmount = 'u';
 constexpr char kDone = 'k';
 constexpr char kReady = 'r';  // watchdog -> daemon, once it runs
+constexpr char kPid = 'p';    // daemon -> watchdog: a pid_t follows, the process to watch
 
 void MountFusectlIfMissing() {
   struct statfs sfs;
@@ -143,9 +144,20 @@ int RunWatchdog(const WatchdogSpec& spec, int sock) {
   std::signal(SIGINT, SIG_IGN);  // a terminal's ^C goes to the daemon, which says goodbye
   std::signal(SIGHUP, SIG_IGN);
   std::signal(SIGPIPE, SIG_IGN);
-  unsigned long long started = 0;  // the daemon's start time
-  if (ReadState(spec.daemon, &started) != DaemonState::kAlive) return 1;
   if (::write(sock, &kReady, 1) != 1) return 1;
+  // First the daemon's pid (after it has daemonized); a daemon gone before saying it leaves
+  // nothing that is known to be its own.
+  pid_t watched = 0;
+  for (;;) {
+    char c = 0;
+    const ssize_t n = ::read(sock, &c, 1);
+    if (n < 0 && errno == EINTR) continue;
+    if (n != 1) return 0;
+    if (c == kBye) return 0;
+    if (c == kPid && ::read(sock, &watched, sizeof watched) == sizeof watched) break;
+  }
+  unsigned long long started = 0;  // the daemon's start time
+  if (ReadState(watched, &started) != DaemonState::kAlive) return 1;
   const std::string abort_file = AbortFileOf(spec.device);
   const std::string conn_dir = abort_file.substr(0, abort_file.rfind('/'));
   bool eof = false;
@@ -174,21 +186,21 @@ int RunWatchdog(const WatchdogSpec& spec, int sock) {
     }
     // The socket's end of file alone is not enough (every descriptor of the daemon closed means
     // every thread is exiting, which the state shows too): only a dying daemon is acted on.
-    if (ReadState(spec.daemon, &started) == DaemonState::kAlive) continue;
+    if (ReadState(watched, &started) == DaemonState::kAlive) continue;
     if (::access(conn_dir.c_str(), F_OK) != 0 || !MountedHere(spec.device, "")) {
       return 0;  // the mount went with it
     }
     const int err = WriteAbort(abort_file);
     if (err == 0) {
       LogFromWatchdog(spec, LogLevel::kError,
-                      "watchdog: the daemon (pid " + std::to_string(spec.daemon) + ") died with " +
+                      "watchdog: the daemon (pid " + std::to_string(watched) + ") died with " +
                           spec.mountpoint +
                           " mounted; aborted its FUSE connection (readers get \"Transport "
                           "endpoint is not connected\"); unmount it: fusermount3 -u " +
                           spec.mountpoint);
     } else {
       LogFromWatchdog(spec, LogLevel::kError,
-                      "watchdog: the daemon (pid " + std::to_string(spec.daemon) + ") died with " +
+                      "watchdog: the daemon (pid " + std::to_string(watched) + ") died with " +
                           spec.mountpoint + " mounted; " + abort_file + ": " + std::strerror(err) +
                           "; as root: echo 1 > " + abort_file + "; then fusermount3 -u " +
                           spec.mountpoint);
@@ -245,13 +257,11 @@ Status Watchdog::Start(const WatchdogSpec& spec) {
     return Status::FromErrno("watchdog socketpair", errno);
   }
   // The arguments are made before the fork: the child only calls async-signal-safe functions.
-  const std::string pid_text = std::to_string(spec.daemon);
   const char* sink = spec.sink == LogSink::kStderr   ? "stderr"
                      : spec.sink == LogSink::kSyslog ? "syslog"
                                                      : "none";
   const char* argv[] = {"pcrfs-watchdog",
                         kWatchdogFlag,
-                        pid_text.c_str(),
                         spec.device.c_str(),
                         spec.mountpoint.c_str(),
                         spec.log_file.c_str(),
@@ -309,6 +319,14 @@ bool Watchdog::DropPrivileges() {
   return true;
 }
 
+void Watchdog::Watch(pid_t pid) {
+  if (!running()) return;
+  char message[1 + sizeof pid];
+  message[0] = kPid;
+  std::memcpy(message + 1, &pid, sizeof pid);
+  [[maybe_unused]] const ssize_t n = ::send(sock_.get(), message, sizeof message, MSG_NOSIGNAL);
+}
+
 void Watchdog::Unmount() {
   if (!running()) return;
   if (::send(sock_.get(), &kUnmount, 1, MSG_NOSIGNAL) != 1) return;
@@ -332,16 +350,15 @@ void Watchdog::Finish() {
 }
 
 int WatchdogMain(int argc, char** argv) {
-  if (argc != 7 || std::strcmp(argv[1], kWatchdogFlag) != 0) return 2;
+  if (argc != 6 || std::strcmp(argv[1], kWatchdogFlag) != 0) return 2;
   WatchdogSpec spec;
-  spec.daemon = static_cast<pid_t>(std::atoi(argv[2]));
-  spec.device = argv[3];
-  spec.mountpoint = argv[4];
-  spec.log_file = argv[5];
-  spec.sink = std::strcmp(argv[6], "stderr") == 0   ? LogSink::kStderr
-              : std::strcmp(argv[6], "syslog") == 0 ? LogSink::kSyslog
+  spec.device = argv[2];
+  spec.mountpoint = argv[3];
+  spec.log_file = argv[4];
+  spec.sink = std::strcmp(argv[5], "stderr") == 0   ? LogSink::kStderr
+              : std::strcmp(argv[5], "syslog") == 0 ? LogSink::kSyslog
                                                     : LogSink::kNone;
-  if (spec.daemon <= 0 || AbortFileOf(spec.device).empty()) return 2;
+  if (AbortFileOf(spec.device).empty()) return 2;
   return RunWatchdog(spec, 3);
 }
 

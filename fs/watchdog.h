@@ -35,7 +35,6 @@
 namespace pcrfs::fs {
 
 struct WatchdogSpec {
-  pid_t daemon = 0;        // the daemon's pid (its main thread)
   std::string device;      // the mount's "MAJOR:MINOR" in /proc/self/mountinfo
   std::string mountpoint;  // absolute
   std::string log_file;    // absolute; empty: none
@@ -46,8 +45,8 @@ struct WatchdogSpec {
 // ("0:53" -> "/sys/fs/fuse/connections/53/abort"); empty if `device` is malformed.
 std::string AbortFileOf(const std::string& device);
 
-// How pcrfs runs as the watchdog: `pcrfs --watchdog PID DEVICE MOUNTPOINT LOG_FILE SINK` with
-// the socket to the daemon on descriptor 3 (Watchdog::Start execs it so; argv[0] is
+// How pcrfs runs as the watchdog: `pcrfs --watchdog DEVICE MOUNTPOINT LOG_FILE SINK` with the
+// socket to the daemon on descriptor 3 (Watchdog::Start execs it so; argv[0] is
 // "pcrfs-watchdog", so `pidof pcrfs` names the daemon alone).
 inline constexpr const char* kWatchdogFlag = "--watchdog";
 // Runs the watchdog; returns its exit code (2: arguments that Watchdog::Start never gives).
@@ -61,9 +60,13 @@ class Watchdog {
   Watchdog& operator=(const Watchdog&) = delete;
 
   // Mounts fusectl at /sys/fs/fuse/connections if it is not mounted and this process may, then
-  // starts the watchdog (fork, exec of /proc/self/exe) and waits up to 5 s until it runs.
-  // Errors: socketpair, fork or exec failed (nothing runs).
+  // starts the watchdog (fork, exec of /proc/self/exe) and waits up to 5 s until it runs. Call
+  // before daemonizing (the watchdog is running before the mount command returns) and before
+  // any thread starts. Errors: socketpair, fork or exec failed (nothing runs).
   Status Start(const WatchdogSpec& spec);
+  // Tells the watchdog the daemon's pid (after daemonizing: the process that serves). It
+  // watches nothing before.
+  void Watch(pid_t pid);
   bool running() const { return pid_ > 0; }
 
   // Gives up every capability (bounding, effective, permitted, inheritable and ambient sets)

@@ -355,6 +355,38 @@ class WatchdogTest(unittest.TestCase):
         self.assert_gone(watchdog, timeout=5)
         self.assertNotIn("watchdog", d.log())
 
+    def test_detached_daemon(self):
+        # Without -f: the watchdog runs (as pcrfs-watchdog, not pcrfs) by the time the mount
+        # command returns, outlives its parent, and logs to -o log_file.
+        mnt = os.path.join(self.tmp, "mnt")
+        log = os.path.join(self.tmp, "pcrfs.log")
+        os.makedirs(mnt)
+        self.addCleanup(lambda: is_mounted(mnt) and subprocess.run(["fusermount3", "-uz", mnt]))
+        run([PCRFS, STORE, mnt, "-o", "log_file=" + log])
+        procs = {}
+        for entry in os.listdir("/proc"):
+            try:
+                with open(f"/proc/{entry}/cmdline", "rb") as f:
+                    args = f.read().split(b"\0")
+            except OSError:
+                continue
+            if mnt.encode() in args:
+                procs.setdefault(os.path.basename(args[0]).decode(), []).append(int(entry))
+        self.assertEqual(sorted(procs), ["pcrfs", "pcrfs-watchdog"], procs)
+        self.assertEqual((len(procs["pcrfs"]), len(procs["pcrfs-watchdog"])), (1, 1), procs)
+        daemon, watchdog = procs["pcrfs"][0], procs["pcrfs-watchdog"][0]
+        self.assertEqual(proc_stat(watchdog)[2], "pcrfs-watchdog")
+        with open(os.path.join(mnt, "scan10", FILES[0]), "rb") as f:
+            self.assertGreater(len(f.read()), 0)
+        os.kill(daemon, signal.SIGKILL)
+        self.assert_gone(daemon, watchdog)
+        with self.assertRaises(OSError) as e:
+            os.statvfs(mnt)
+        self.assertIn(e.exception.errno, (errno.ENOTCONN, errno.ECONNABORTED))
+        with open(log) as f:
+            self.assertIn(f"watchdog: the daemon (pid {daemon}) died with {mnt} mounted", f.read())
+        self.assertEqual(unmount(mnt).returncode, 0)
+
     def test_watchdog_holds_nothing(self):
         d = self.daemon()
         watchdog = d.watchdog()
