@@ -270,9 +270,11 @@ bool WriteManifestSeeds(const std::string& dir) {
   return Write(dir + "/quality.json", m.ToJson());
 }
 
-// A 3-file index as `pcr build` writes it; `big` adds a meta value and block CRCs longer than a
-// page (overflow pages). Written with and without the trailer.
-bool WriteIndexSeed(const std::string& dir, const std::string& name, int format, bool big) {
+// An index of `files` files in one folder as `pcr build` writes it (40 make branch pages); `big`
+// adds a meta value and block CRCs longer than a page (overflow pages). Written with and without
+// the trailer.
+bool WriteIndexSeed(const std::string& dir, const std::string& name, int format, uint64_t files,
+                    bool big) {
   const std::string path = dir + "/" + name;
   auto w = index::IndexWriter::Create(path, format);
   if (!w) return Fail(w.error().ToString());
@@ -281,13 +283,13 @@ bool WriteIndexSeed(const std::string& dir, const std::string& name, int format,
   root.parent = index::kRootIno;
   root.mode = 0755;
   root.first_child = 2;
-  root.num_children = 3;
+  root.num_children = files;
   Status s = (*w)->AddEntry(root);
-  for (uint64_t ino = 2; ino <= 4 && s.ok(); ++ino) {
+  for (uint64_t ino = 2; ino < 2 + files && s.ok(); ++ino) {
     index::Entry e;
     e.ino = ino;
     e.parent = index::kRootIno;
-    e.name = "img" + std::to_string(ino) + ".jpg";
+    e.name = "img" + std::to_string(100 + ino) + ".jpg";
     e.kind = index::EntryKind::kJpeg;
     e.mode = 0644;
     e.source_size = 1000 * ino;
@@ -309,7 +311,7 @@ bool WriteIndexSeed(const std::string& dir, const std::string& name, int format,
       r.group_offset[static_cast<size_t>(g)] = 1000 + 100 * static_cast<uint64_t>(g);
     }
     r.file_size = r.group_offset[index::kNumGroups] + 16;
-    r.num_images = 3;
+    r.num_images = static_cast<uint32_t>(files);
     s = (*w)->AddRecord(r);
   }
   if (s.ok()) s = (*w)->PutMeta("generator", "make_fuzz_seeds");
@@ -323,9 +325,10 @@ bool WriteIndexSeed(const std::string& dir, const std::string& name, int format,
 }
 
 bool WriteLmdbPagesSeeds(const std::string& dir) {
-  return MakeDir(dir) && WriteIndexSeed(dir, "small.lmdb", index::kIndexFormat, false) &&
-         WriteIndexSeed(dir, "format2.lmdb", index::kOldestIndexFormat, false) &&
-         WriteIndexSeed(dir, "overflow.lmdb", index::kIndexFormat, true);
+  return MakeDir(dir) && WriteIndexSeed(dir, "small.lmdb", index::kIndexFormat, 3, false) &&
+         WriteIndexSeed(dir, "format2.lmdb", index::kOldestIndexFormat, 3, false) &&
+         WriteIndexSeed(dir, "overflow.lmdb", index::kIndexFormat, 3, true) &&
+         WriteIndexSeed(dir, "branches.lmdb", index::kIndexFormat, 40, false);
 }
 
 // The first byte picks the parser (tests/fuzz/aws_credentials_fuzzer.cc): 0 STS XML, 1
