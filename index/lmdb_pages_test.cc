@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 #include <lmdb.h>
 
+#include <cstring>
 #include <map>
 #include <random>
 #include <string>
@@ -362,6 +363,200 @@ TEST(LmdbPagesTest, Cycle) {
     }
   }
   EXPECT_EQ(failed, 1u);
+}
+
+// A hand-built LMDB image with 512-byte pages (the smallest LMDB page), for shapes IndexWriter
+// never writes.
+class Image {
+ public:
+  static constexpr size_t kPage = 512;
+  Image() : bytes_(2 * kPage, 0) {}
+
+  uint64_t NewPage(uint16_t flags) {
+    const uint64_t pg = bytes_.size() / kPage;
+    bytes_.resize(bytes_.size() + kPage, 0);
+    Put(pg * kPage, pg, 8);
+    Put(pg * kPage + 10, flags, 2);
+    Put(pg * kPage + 12, 16, 2);
+    Put(pg * kPage + 14, kPage, 2);
+    return pg;
+  }
+  // Appends a node to page pg (nodes fill the page from its end, offsets from its start).
+  void AddNode(uint64_t pg, uint64_t lo_hi, uint16_t flags, std::string_view key,
+               std::string_view data) {
+    const size_t base = pg * kPage;
+    const size_t lower = Get16(base + 12), upper = Get16(base + 14);
+    const size_t size = (8 + key.size() + data.size() + 1) / 2 * 2;
+    ASSERT_LE(lower + 2 + size, upper);
+    const size_t at = upper - size;
+    Put(base + at, lo_hi & 0xFFFF, 2);
+    Put(base + at + 2, (lo_hi >> 16) & 0xFFFF, 2);
+    Put(base + at + 4, flags, 2);
+    Put(base + at + 6, key.size(), 2);
+    std::memcpy(bytes_.data() + base + at + 8, key.data(), key.size());
+    std::memcpy(bytes_.data() + base + at + 8 + key.size(), data.data(), data.size());
+    Put(base + lower, at, 2);
+    Put(base + 12, lower + 2, 2);
+    Put(base + 14, at, 2);
+  }
+  uint64_t Leaf(const Records& records) {
+    const uint64_t pg = NewPage(0x02);
+    for (const auto& [k, v] : records) AddNode(pg, v.size(), 0, k, v);
+    return pg;
+  }
+  // A branch page over `children` (the first key is empty, as LMDB writes it).
+  uint64_t Branch(const std::vector<uint64_t>& children) {
+    const uint64_t pg = NewPage(0x01);
+    for (size_t i = 0; i < children.size(); ++i) {
+      AddNode(pg, children[i] & 0xFFFFFFFF, static_cast<uint16_t>(children[i] >> 32),
+              i == 0 ? "" : std::string(1, static_cast<char>('a' + i)), "");
+    }
+    return pg;
+  }
+  // A value in an overflow run; returns the node data (the run's first page number).
+  std::string Overflow(std::string_view value) {
+    const uint64_t pg = NewPage(0x04);
+    const uint64_t pages = (16 - 1 + value.size()) / kPage + 1;
+    Put(pg * kPage + 12, pages, 4);
+    for (uint64_t i = 1; i < pages; ++i) bytes_.resize(bytes_.size() + kPage, 0);
+    std::memcpy(bytes_.data() + pg * kPage + 16, value.data(), value.size());
+    return Le(pg, 8);
+  }
+  static std::string Db(uint16_t depth, uint64_t branch, uint64_t leaf, uint64_t overflow,
+                        uint64_t entries, uint64_t root) {
+    return Le(0, 4) + Le(0, 2) + Le(depth, 2) + Le(branch, 8) + Le(leaf, 8) + Le(overflow, 8) +
+           Le(entries, 8) + Le(root, 8);
+  }
+  void Meta(uint64_t which, uint64_t txnid, const std::string& main_db) {
+    const size_t base = which * kPage;
+    Put(base, which, 8);
+    Put(base + 10, 0x08, 2);
+    Put(base + 16, 0xBEEFC0DE, 4);
+    Put(base + 20, 1, 4);
+    const std::string free_db = Db(0, 0, 0, 0, 0, ~uint64_t{0});
+    std::memcpy(bytes_.data() + base + 40, free_db.data(), free_db.size());
+    Put(base + 40, kPage, 4);
+    std::memcpy(bytes_.data() + base + 88, main_db.data(), main_db.size());
+    Put(base + 136, bytes_.size() / kPage - 1, 8);
+    Put(base + 144, txnid, 8);
+  }
+  std::vector<uint8_t>& bytes() { return bytes_; }
+
+ private:
+  static std::string Le(uint64_t v, int n) {
+    std::string s;
+    for (int i = 0; i < n; ++i) s.push_back(static_cast<char>(v >> (8 * i)));
+    return s;
+  }
+  void Put(size_t at, uint64_t v, int n) {
+    for (int i = 0; i < n; ++i)
+      bytes_[at + static_cast<size_t>(i)] = static_cast<uint8_t>(v >> (8 * i));
+  }
+  size_t Get16(size_t at) const { return bytes_[at] | bytes_[at + 1] << 8; }
+  std::vector<uint8_t> bytes_;
+};
+
+Status WalkStatus(std::span<const uint8_t> file, std::string_view db) {
+  return ForEachLmdbRecord(file, db, [](auto, auto) { return Status::OK(); });
+}
+
+// Database "t": three records, the last in a two-page overflow run, read the same by liblmdb.
+TEST(LmdbPagesTest, HandBuiltImage) {
+  Image img;
+  const std::string big(700, 'v');
+  const uint64_t ov_data_pg = img.bytes().size() / Image::kPage;
+  const std::string ov = img.Overflow(big);
+  const uint64_t leaf = img.NewPage(0x02);
+  img.AddNode(leaf, 1, 0, "a", "1");
+  img.AddNode(leaf, 2, 0, "b", "22");
+  img.AddNode(leaf, big.size(), 0x01, "c", ov);
+  const uint64_t main = img.Leaf({{"t", Image::Db(1, 0, 1, 2, 3, leaf)}});
+  // The main database's record needs F_SUBDATA on its node: rebuild that leaf by hand.
+  img.bytes()[main * Image::kPage + Image::kPage - 48 - 8 - 2 + 4] = 0x02;
+  img.Meta(0, 0, Image::Db(0, 0, 0, 0, 0, ~uint64_t{0}));
+  img.Meta(1, 1, Image::Db(1, 0, 1, 0, 1, main));
+  EXPECT_EQ(ov_data_pg, 2u);
+  auto got = Walk(img.bytes(), "t");
+  ASSERT_TRUE(got.has_value()) << got.error().ToString();
+  const Records want{{"a", "1"}, {"b", "22"}, {"c", big}};
+  EXPECT_EQ(*got, want);
+  TempDir dir;
+  WriteAll(dir.Join("img.lmdb"), img.bytes());
+  EXPECT_EQ(WalkWithLiblmdb(dir.Join("img.lmdb"), "t"), want);
+
+  // Meta 1 has the higher txnid; with meta 1's txnid lowered, meta 0 (no databases) wins.
+  std::vector<uint8_t> b = img.bytes();
+  b[Image::kPage + 144] = 0;
+  EXPECT_NE(WalkStatus(b, "t").message().find("no database"), std::string::npos);
+  // Meta 0 damaged: meta 1 alone.
+  b = img.bytes();
+  b[16] ^= 1;
+  EXPECT_TRUE(Walk(b, "t").has_value());
+  // Both damaged.
+  b[Image::kPage + 20] = 2;
+  EXPECT_NE(WalkStatus(b, "t").message().find("no valid LMDB meta page"), std::string::npos);
+  // Other layouts, refused by name.
+  b = img.bytes();
+  std::swap(b[16], b[19]);
+  std::swap(b[17], b[18]);
+  b[Image::kPage + 16] = 0;
+  EXPECT_NE(WalkStatus(b, "t").message().find("big-endian"), std::string::npos);
+  b = img.bytes();
+  b[Image::kPage + 16] = 0;
+  std::memmove(&b[12], &b[16], 8);
+  EXPECT_NE(WalkStatus(b, "t").message().find("32-bit"), std::string::npos);
+  // An overflow run longer than its value needs; one that would end past the file.
+  b = img.bytes();
+  b[2 * Image::kPage + 12] = 9;
+  Status s = WalkStatus(b, "t");
+  EXPECT_TRUE(s.IsCorruption());
+  EXPECT_NE(s.message().find("overflow run of 9 pages"), std::string::npos) << s.message();
+  const size_t c_node = leaf * Image::kPage + Image::kPage - 10 - 12 - 18;  // nodes a, b, c
+  ASSERT_EQ(b[c_node + 8], 'c');
+  b[c_node] = 0xF0;  // 4592 bytes: 9 pages with the header, the file has 6
+  b[c_node + 1] = 0x11;
+  s = WalkStatus(b, "t");
+  EXPECT_NE(s.message().find("refers to page 2 (+8) outside the file"), std::string::npos)
+      << s.message();
+}
+
+// A tree of `depth` levels: a chain of branch pages with one child each over one leaf.
+std::vector<uint8_t> Chain(unsigned depth, unsigned stated_depth) {
+  Image img;
+  uint64_t pg = img.Leaf({{"k", "v"}});
+  for (unsigned d = 1; d < depth; ++d) pg = img.Branch({pg});
+  const uint64_t main = img.NewPage(0x02);
+  img.AddNode(main, 48, 0x02, "t",
+              Image::Db(static_cast<uint16_t>(stated_depth), depth - 1, 1, 0, 1, pg));
+  img.Meta(0, 0, Image::Db(0, 0, 0, 0, 0, ~uint64_t{0}));
+  img.Meta(1, 1, Image::Db(1, 0, 1, 0, 1, main));
+  return img.bytes();
+}
+
+TEST(LmdbPagesTest, DepthBound) {
+  auto ok = Walk(Chain(32, 32), "t");
+  ASSERT_TRUE(ok.has_value()) << ok.error().ToString();
+  EXPECT_EQ(*ok, (Records{{"k", "v"}}));
+  Status s = WalkStatus(Chain(33, 33), "t");
+  EXPECT_NE(s.message().find("has depth 33"), std::string::npos) << s.message();
+  // A leaf above the stated depth, a branch at it.
+  s = WalkStatus(Chain(3, 4), "t");
+  EXPECT_NE(s.message().find("where a branch page is expected"), std::string::npos) << s.message();
+  s = WalkStatus(Chain(4, 3), "t");
+  EXPECT_NE(s.message().find("where a leaf page is expected"), std::string::npos) << s.message();
+}
+
+// Two branch nodes naming the same leaf (a DAG: without the visited set, 2^depth reads).
+TEST(LmdbPagesTest, SharedPage) {
+  Image img;
+  const uint64_t leaf = img.Leaf({{"k", "v"}});
+  const uint64_t branch = img.Branch({leaf, leaf});
+  const uint64_t main = img.NewPage(0x02);
+  img.AddNode(main, 48, 0x02, "t", Image::Db(2, 1, 2, 0, 2, branch));
+  img.Meta(0, 0, Image::Db(0, 0, 0, 0, 0, ~uint64_t{0}));
+  img.Meta(1, 1, Image::Db(1, 0, 1, 0, 1, main));
+  Status s = WalkStatus(img.bytes(), "t");
+  EXPECT_NE(s.message().find("already read"), std::string::npos) << s.message();
 }
 
 }  // namespace
