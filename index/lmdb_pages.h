@@ -24,7 +24,8 @@ namespace pcrfs::index {
 // one, so the trailer is ignored and NOT checked (its CRC is the caller's business,
 // CheckIndexFile or IndexTrailer::DecodeFrom). Only the 64-bit little-endian layout of LMDB 0.9
 // is read, and only what pcrfs writes: plain databases (no MDB_DUPSORT, MDB_INTEGERKEY, ...);
-// anything else is Corruption saying so. Keys are strictly increasing (checked); key and value
+// anything else is Corruption saying so. Messages name the database and page, not the file: the
+// caller prefixes its path. Keys are strictly increasing (checked); key and value
 // views point into `file` and stay valid as long as it does. Every page is read at most once per
 // call and the tree depth is at most 32, so the work is linear in the file's size.
 Status ForEachLmdbRecord(
