@@ -351,7 +351,10 @@ bool IsLabelAssignment(std::string_view text) {
   const size_t eq = text.find('=');
   if (eq == std::string_view::npos || eq == 0) return false;
   const std::string_view name = text.substr(0, eq);
-  if (name == "mount" || name.substr(0, 2) == "__" || std::isdigit(name[0])) return false;
+  if (name == "mount" || name.substr(0, 2) == "__" ||
+      std::isdigit(static_cast<unsigned char>(name[0]))) {
+    return false;
+  }
   return std::all_of(name.begin(), name.end(), [](char c) {
     return std::isalnum(static_cast<unsigned char>(c)) || c == '_';
   });
