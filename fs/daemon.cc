@@ -434,6 +434,11 @@ int OpenAndServe(fuse_session* se, Filesystem** fs_slot, const MountConfig& conf
     // ENOENT is returned quietly; for bytes in memory a write is one copy either way.
     return fuse_lowlevel_notify_store(se, ino, 0, &bufv, FUSE_BUF_NO_SPLICE);
   };
+  // Without labels: user.pcrfs.metrics must stay under the kernel's 64 KiB xattr limit.
+  fs_options.metrics_text = [c = client.get(), k = cache.get(),
+                             level = config.fs.fixed_level](const Filesystem& f) {
+    return RenderMountMetrics({&f, c, k, level}, {});
+  };
   fs_options.uid = config.uid.value_or(::getuid());
   fs_options.gid = config.gid.value_or(::getgid());
   Filesystem fs(std::move(*store), fs_options);

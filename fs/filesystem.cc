@@ -412,6 +412,9 @@ Result<std::string> Filesystem::GetXattr(uint64_t ino, std::string_view name) co
            ",\"bytes_pushed\":" + std::to_string(pusher_.stats().pushed_bytes) +
            ",\"client\":" + options_.remote_stats() + "}";
   }
+  if (key == "metrics" && ino == kFuseRootIno && options_.metrics_text) {
+    return options_.metrics_text(*this);
+  }
   if (key == "prefetch" && ino == kFuseRootIno) {
     if (!predictor_.enabled()) return std::string("off (-o prefetch=0,readahead=0)");
     return scheduler_.Describe() + "; " + pusher_.Describe();
@@ -439,6 +442,9 @@ Result<std::vector<std::string>> Filesystem::ListXattr(uint64_t ino) const {
   if (ino == kFuseRootIno) names.push_back(std::string(kXattrPrefix) + "prefetch");
   if (ino == kFuseRootIno && options_.remote_stats) {
     names.push_back(std::string(kXattrPrefix) + "remote");
+  }
+  if (ino == kFuseRootIno && options_.metrics_text) {
+    names.push_back(std::string(kXattrPrefix) + "metrics");
   }
   if (r->ladder_root) return names;
   if (r->entry.is_dir()) {

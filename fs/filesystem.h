@@ -37,6 +37,8 @@ namespace pcrfs::fs {
 // entry. kAuto lets the kernel choose per directory.
 enum class ReaddirPlus { kAlways, kAuto, kNever };
 
+class Filesystem;
+
 struct FsOptions {
   int fixed_level = 0;  // 0: the root holds scan1..scan10; K: the tree at level K is the root
   uid_t uid = 0;
@@ -65,6 +67,9 @@ struct FsOptions {
   // plain listings it learns of a file at its first open, just before the READ.
   uint64_t push_bytes = 0;
   PagePusher::Push push;
+  // The mount's metrics in Prometheus's text format (fs/metrics_server.h), shown in the root's
+  // user.pcrfs.metrics (what `pcr top` reads). Empty: no such xattr.
+  std::function<std::string(const Filesystem&)> metrics_text;
 };
 
 inline constexpr uint32_t kBlockSize = 128 * 1024;  // st_blksize: one FUSE read request

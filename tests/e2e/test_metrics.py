@@ -310,6 +310,12 @@ class MetricsCase(LoopbackServersCase):
             self.assertGreater(received, 0)
             self.assertGreater(value(series, "pcrfs_range_cache_inserted_bytes_total"), 0)
             self.promtool(self.scrape(murl))
+            # What `pcr top` reads: the same text without labels, under the 64 KiB xattr cap.
+            text = os.getxattr(m.mnt, "user.pcrfs.metrics").decode()
+            self.assertLess(len(text), 48 << 10)
+            self.assertIn("pcrfs_remote_first_byte_seconds_bucket{le=", text)
+            self.assertEqual(value(parse_exposition(text), "pcrfs_bytes_served_total",
+                                   level="5"), total)
 
     def test_metrics_file_is_rewritten_atomically(self):
         mnt = os.path.join(self.tmp, "mnt-file")
@@ -333,6 +339,36 @@ class MetricsCase(LoopbackServersCase):
             with open(prom) as f:
                 self.promtool(f.read())
         self.assertGreater(parsed, 0)
+
+    def test_pcr_top_shows_the_reads(self):
+        mnt = os.path.join(self.tmp, "mnt-top")
+        with Mount(self.store, mnt, "-o", "push=0"):
+            _, before = read_all(os.path.join(mnt, "scan2", "class0"))  # in no view's delta
+            top = subprocess.Popen([PCR, "top", mnt, "--json", "--interval", "1", "--count", "4"],
+                                   stdout=subprocess.PIPE, text=True)
+            try:
+                views = [json.loads(top.stdout.readline())]  # two samples taken: read now
+                files, total = read_all(os.path.join(mnt, "scan2", "class1"))
+                views += [json.loads(line) for line in top.stdout]
+                self.assertEqual(top.wait(timeout=30), 0)
+            finally:
+                top.kill()
+                top.wait()
+                top.stdout.close()
+            self.assertEqual(len(views), 4)
+            level2 = [v["levels"].get("2", {"bytes": 0, "files": 0}) for v in views[1:]]
+            self.assertEqual(sum(l["bytes"] for l in level2), total)
+            self.assertEqual(sum(l["files"] for l in level2), files)
+            self.assertEqual(views[0]["levels"], {})
+            self.assertEqual(views[-1]["bytes_served_total"], before + total)
+            busy = [v for v in views if v["levels"]]
+            self.assertGreater(busy[0]["saved_ratio"], 0.5)  # level 2: a fifth of the source
+            self.assertGreater(busy[0]["fuse_reads_per_second"], 0)
+            self.assertEqual(views[-1]["origin"], "store")
+        p = subprocess.run([PCR, "top", self.tmp, "--count", "1"], capture_output=True,
+                           text=True, timeout=30)
+        self.assertEqual(p.returncode, 1, p.stderr)
+        self.assertEqual(p.stderr.strip(), f"pcr top: {self.tmp}: not the root of a pcrfs mount")
 
     def test_bad_options_are_one_line_and_exit_1(self):
         busy = socket.socket()
