@@ -125,7 +125,7 @@ std::string Rate(double bytes_per_second) {
 }
 
 void PrintScreen(const std::string& mnt, const nlohmann::json& v) {
-  std::printf("\033[H\033[2Jpcr top %s  (every %.1f s; q: Ctrl-C)\n\n", mnt.c_str(),
+  std::printf("\033[H\033[2Jpcr top %s  (every %.1f s; Ctrl-C ends)\n\n", mnt.c_str(),
               v["seconds"].get<double>());
   std::printf("level      files/s         served\n");
   for (const auto& [k, l] : v["levels"].items()) {

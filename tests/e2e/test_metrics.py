@@ -365,6 +365,13 @@ class MetricsCase(LoopbackServersCase):
             self.assertGreater(busy[0]["saved_ratio"], 0.5)  # level 2: a fifth of the source
             self.assertGreater(busy[0]["fuse_reads_per_second"], 0)
             self.assertEqual(views[-1]["origin"], "store")
+            # On a terminal: one screen, redrawn in place.
+            screen = subprocess.run(["script", "-qec", f"{PCR} top {mnt} -n 1 -i 0.2", "/dev/null"],
+                                    capture_output=True, text=True, timeout=30)
+            self.assertEqual(screen.returncode, 0, screen.stdout + screen.stderr)
+            self.assertIn("\x1b[H\x1b[2J", screen.stdout)
+            self.assertIn("saved against the source", screen.stdout)
+            self.assertIn("piece cache hit ratio", screen.stdout)
         p = subprocess.run([PCR, "top", self.tmp, "--count", "1"], capture_output=True,
                            text=True, timeout=30)
         self.assertEqual(p.returncode, 1, p.stderr)
