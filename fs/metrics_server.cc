@@ -412,25 +412,25 @@ MetricsFileWriter::MetricsFileWriter(std::string path, std::chrono::seconds inte
 
 MetricsFileWriter::~MetricsFileWriter() {
   {
-    std::lock_guard<std::mutex> l(mu_);
+    MutexLock l(&mu_);
     stop_ = true;
   }
-  cv_.notify_all();
+  cv_.SignalAll();
   thread_.join();
 }
 
 void MetricsFileWriter::Run() {
   NameThisThread("pcrfs-metricsf");
   bool failing = false;
-  std::unique_lock<std::mutex> l(mu_);
+  MutexLock l(&mu_);
   while (!stop_) {
-    l.unlock();
+    l.Unlock();
     const std::string text = render_();
     const Status s = WriteFileAtomic(path_, text.data(), text.size());
     if (!s.ok() && !failing) Log(LogLevel::kError, "-o metrics_file: " + s.message());
     failing = !s.ok();
-    l.lock();
-    cv_.wait_for(l, interval_, [this] { return stop_; });
+    l.Lock();
+    cv_.WaitFor(&mu_, interval_, [this]() REQUIRES(mu_) { return stop_; });
   }
 }
 

@@ -9,16 +9,15 @@
 #pragma once
 
 #include <chrono>
-#include <condition_variable>
 #include <cstdint>
 #include <functional>
 #include <memory>
-#include <mutex>
 #include <string>
 #include <thread>
 
 #include "common/file_util.h"
 #include "common/metrics.h"
+#include "common/mutex.h"
 #include "common/status.h"
 
 namespace pcrfs {
@@ -88,14 +87,14 @@ class MetricsFileWriter {
   MetricsFileWriter& operator=(const MetricsFileWriter&) = delete;
 
  private:
-  void Run();
+  void Run() EXCLUDES(mu_);
 
   const std::string path_;
   const std::chrono::seconds interval_;
   const std::function<std::string()> render_;
-  std::mutex mu_;
-  std::condition_variable cv_;
-  bool stop_ = false;  // guarded by mu_
+  Mutex mu_;
+  CondVar cv_;
+  bool stop_ GUARDED_BY(mu_) = false;
   std::thread thread_;
 };
 
