@@ -432,6 +432,11 @@ void MetricsFileWriter::Run() {
     l.Lock();
     cv_.WaitFor(&mu_, interval_, [this]() REQUIRES(mu_) { return stop_; });
   }
+  l.Unlock();
+  // Once more as the mount ends: the file keeps the final counts.
+  const std::string text = render_();
+  const Status s = WriteFileAtomic(path_, text.data(), text.size());
+  if (!s.ok()) Log(LogLevel::kError, "-o metrics_file: " + s.message());
 }
 
 }  // namespace pcrfs::fs

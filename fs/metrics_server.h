@@ -77,12 +77,13 @@ class MetricsServer {
 
 // Rewrites `path` with render()'s text every `interval` (write to a temporary file, fsync,
 // rename: a reader sees the old file or the new one, never a part), from a thread of its own,
-// the first time at once. A failed write is logged once until a write succeeds again.
+// the first time at once and the last time when it is destroyed (the file keeps the final
+// counts). A failed write is logged once until a write succeeds again.
 class MetricsFileWriter {
  public:
   MetricsFileWriter(std::string path, std::chrono::seconds interval,
                     std::function<std::string()> render);
-  ~MetricsFileWriter();  // stops the thread
+  ~MetricsFileWriter();  // writes the file once more and stops the thread
   MetricsFileWriter(const MetricsFileWriter&) = delete;
   MetricsFileWriter& operator=(const MetricsFileWriter&) = delete;
 

@@ -339,6 +339,22 @@ class MetricsCase(LoopbackServersCase):
             with open(prom) as f:
                 self.promtool(f.read())
         self.assertGreater(parsed, 0)
+        # An hour between rewrites: the file written at mount has no reads; the reads reach it
+        # only through the last write, as the mount ends.
+        os.remove(prom)
+        with Mount(self.store, mnt, "-o", f"metrics_file={prom},metrics_interval=3600,push=0"):
+            deadline = time.monotonic() + 10
+            while not os.path.exists(prom):
+                self.assertLess(time.monotonic(), deadline, "metrics_file not written at mount")
+                time.sleep(0.05)
+            more_files, more = read_all(os.path.join(mnt, "scan1"))
+            with open(prom) as f:
+                self.assertEqual(value(parse_exposition(f.read()), "pcrfs_bytes_served_total",
+                                       level="1"), 0)
+        with open(prom) as f:
+            series = parse_exposition(f.read())
+        self.assertEqual(value(series, "pcrfs_bytes_served_total", level="1"), more)
+        self.assertEqual(value(series, "pcrfs_files_served_total", level="1"), more_files)
 
     def test_pcr_top_shows_the_reads(self):
         mnt = os.path.join(self.tmp, "mnt-top")
