@@ -230,6 +230,7 @@ std::string Filesystem::PathOf(const index::Entry& e) const {
 }
 
 void Filesystem::ReportDamage(const index::Entry& e, int level, const Status& s) const {
+  damaged_reads_.fetch_add(1, std::memory_order_relaxed);
   {
     MutexLock l(&mu_);
     if (!damaged_logged_.insert({e.record, e.slot}).second) return;
@@ -296,13 +297,43 @@ Result<PieceBytes> Filesystem::GetBlock(const RandomAccessFile& file, const inde
 
 Result<size_t> Filesystem::Read(uint64_t ino, uint64_t offset, size_t size, uint8_t* dst) const {
   pusher_.Forget(ino);  // before the read, which may plan this very file (ReadPredictor)
-  auto n = ReadUncounted(ino, offset, size, dst);
-  if (n) bytes_served_.fetch_add(*n, std::memory_order_relaxed);
+  int level = 0;
+  uint64_t scaled = 0;
+  auto n = ReadUncounted(ino, offset, size, dst, &level, &scaled);
+  if (n && *n > 0 && level >= 1 && level <= index::kNumGroups) {
+    const auto i = static_cast<size_t>(level - 1);
+    served_.bytes[i].fetch_add(*n, std::memory_order_relaxed);
+    served_.source_bytes[i].fetch_add(scaled, std::memory_order_relaxed);
+    if (scaled > *n) served_.saved_bytes[i].fetch_add(scaled - *n, std::memory_order_relaxed);
+    if (offset == 0) served_.files[i].fetch_add(1, std::memory_order_relaxed);
+  }
   return n;
 }
 
-Result<size_t> Filesystem::ReadUncounted(uint64_t ino, uint64_t offset, size_t size,
-                                         uint8_t* dst) const {
+uint64_t Filesystem::bytes_served() const {
+  uint64_t total = 0;
+  for (const auto& b : served_.bytes) total += b.load(std::memory_order_relaxed);
+  return total;
+}
+
+Filesystem::LevelCounters Filesystem::level_counters() const {
+  LevelCounters c;
+  for (size_t i = 0; i < c.bytes.size(); ++i) {
+    c.bytes[i] = served_.bytes[i].load(std::memory_order_relaxed);
+    c.files[i] = served_.files[i].load(std::memory_order_relaxed);
+    c.source_bytes[i] = served_.source_bytes[i].load(std::memory_order_relaxed);
+    c.saved_bytes[i] = served_.saved_bytes[i].load(std::memory_order_relaxed);
+  }
+  return c;
+}
+
+uint64_t Filesystem::damaged_files() const {
+  MutexLock l(&mu_);
+  return damaged_logged_.size();
+}
+
+Result<size_t> Filesystem::ReadUncounted(uint64_t ino, uint64_t offset, size_t size, uint8_t* dst,
+                                         int* level, uint64_t* source_bytes) const {
   auto resolved = Resolve(ino);
   if (!resolved) return Err(resolved.error());
   const Resolved& r = *resolved;
@@ -353,6 +384,12 @@ Result<size_t> Filesystem::ReadUncounted(uint64_t ino, uint64_t offset, size_t s
   }
   const std::span<const uint8_t> tail = plan.tail();
   std::copy(tail.begin(), tail.end(), dst + (plan.tail_offset() - plan.offset()));
+  *level = r.level;
+  *source_bytes = plan.length();
+  if (plan.file_size() > 0 && e.kind != index::EntryKind::kPassthrough) {
+    *source_bytes = static_cast<uint64_t>(static_cast<unsigned __int128>(plan.length()) *
+                                          e.source_size / plan.file_size());
+  }
   return static_cast<size_t>(plan.length());
 }
 
@@ -374,6 +411,9 @@ Result<std::string> Filesystem::GetXattr(uint64_t ino, std::string_view name) co
     return "{\"bytes_served\":" + std::to_string(bytes_served()) +
            ",\"bytes_pushed\":" + std::to_string(pusher_.stats().pushed_bytes) +
            ",\"client\":" + options_.remote_stats() + "}";
+  }
+  if (key == "metrics" && ino == kFuseRootIno && options_.metrics_text) {
+    return options_.metrics_text(*this);
   }
   if (key == "prefetch" && ino == kFuseRootIno) {
     if (!predictor_.enabled()) return std::string("off (-o prefetch=0,readahead=0)");
@@ -402,6 +442,9 @@ Result<std::vector<std::string>> Filesystem::ListXattr(uint64_t ino) const {
   if (ino == kFuseRootIno) names.push_back(std::string(kXattrPrefix) + "prefetch");
   if (ino == kFuseRootIno && options_.remote_stats) {
     names.push_back(std::string(kXattrPrefix) + "remote");
+  }
+  if (ino == kFuseRootIno && options_.metrics_text) {
+    names.push_back(std::string(kXattrPrefix) + "metrics");
   }
   if (r->ladder_root) return names;
   if (r->entry.is_dir()) {

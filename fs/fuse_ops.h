@@ -9,12 +9,20 @@
 
 struct fuse_lowlevel_ops;
 
+namespace pcrfs::metrics {
+class Exposition;
+}
+
 namespace pcrfs::fs {
 
 class Filesystem;
 
 // The operations table; the session's userdata must be the Filesystem*.
 const fuse_lowlevel_ops& FuseOperations();
+
+// The FUSE requests of this process by operation: pcrfs_fuse_requests_total and
+// pcrfs_fuse_request_duration_seconds.
+void AppendFuseMetrics(metrics::Exposition* out);
 
 // Tests only (PCRFS_TEST_PUSH_UNDER_READ=1, fs/daemon.cc): from now on, a READ at offset 0
 // hands the bytes it answers to `push` (FUSE_NOTIFY_STORE) before it replies. The push waits
