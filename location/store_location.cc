@@ -11,6 +11,7 @@
 #include <cstring>
 #include <filesystem>
 #include <system_error>
+#include <vector>
 
 #include "common/file_util.h"
 #include "remote/aws_credential_source.h"
@@ -62,12 +63,19 @@ Status NamingStore(const std::string& name, const Status& e) {
   }
 }
 
-// Downloads `name` of the store into the cache folder, conditional on its saved ETag.
-Status FetchOne(ObjectClient& client, const StoreLocation& loc, const char* name) {
+// Downloads `name` of the store into the cache folder, conditional on its saved ETag. With
+// `missing`, a 404 sets it and is no error.
+Status FetchOne(ObjectClient& client, const StoreLocation& loc, const char* name,
+                bool* missing = nullptr) {
   const std::string dest = loc.dir + "/" + name;
   auto r = Download(client, name, dest, SavedEtag(dest));
   if (!r) {
     const Status& e = r.error();
+    if (missing != nullptr && e.IsNotFound() && !e.message().ends_with("(ContainerNotFound)") &&
+        !e.message().ends_with("(NoSuchBucket)")) {
+      *missing = true;
+      return Status::OK();
+    }
     if (e.sys_errno() == EACCES && loc.s3 && !loc.s3->no_credentials.empty()) {
       // Unsigned because nothing was found: say that, not only the server's 403.
       const std::string& m = e.message();
@@ -218,7 +226,21 @@ Result<StoreLocation> FetchMetadata(const std::string& store, const RemoteOption
   auto client = MakeObjectClient(loc);
   if (!client) return Err(client.error());
   PCRFS_RETURN_ERR_IF_ERROR(FetchOne(**client, loc, index::kManifestFile));
-  PCRFS_RETURN_ERR_IF_ERROR(FetchOne(**client, loc, index::kIndexFile));
+  // Index format 4 when the store ships it; else an older store's index.lmdb, which
+  // Store::Open converts (in memory) through the same checks.
+  bool no_compact = false;
+  PCRFS_RETURN_ERR_IF_ERROR(FetchOne(**client, loc, index::kCompactIndexFile, &no_compact));
+  if (no_compact) {
+    // A copy of an earlier version of the store must not shadow its index.lmdb.
+    const std::string stale = loc.dir + "/" + index::kCompactIndexFile;
+    ::unlink(stale.c_str());
+    ::unlink((stale + ".etag").c_str());
+    PCRFS_RETURN_ERR_IF_ERROR(FetchOne(**client, loc, index::kIndexFile));
+  } else {
+    const std::string stale = loc.dir + "/" + index::kIndexFile;  // not needed any more
+    ::unlink(stale.c_str());
+    ::unlink((stale + ".etag").c_str());
+  }
   return loc;
 }
 
@@ -227,16 +249,24 @@ Result<std::shared_ptr<RangeCache>> OpenRangeCache(const StoreLocation& location
   RangeCacheOptions o;
   o.memory_bytes = location.options.memory_cache;
   if (location.remote && location.options.disk_cache > 0) {
-    const std::string index = location.dir + "/" + index::kIndexFile;
+    // The index identifies the store's version: index.pcri by its header (which holds the file
+    // size and, through the section table's CRC, every section's CRC), index.lmdb by its trailer.
+    std::string index = location.dir + "/" + index::kCompactIndexFile;
     auto fd = OpenFile(index, O_RDONLY | O_CLOEXEC);
+    const bool compact = fd.has_value();
+    if (!compact) {
+      index = location.dir + "/" + index::kIndexFile;
+      fd = OpenFile(index, O_RDONLY | O_CLOEXEC);
+    }
     if (!fd) return Err(fd.error());
     struct stat st;
-    if (::fstat(fd->get(), &st) != 0 || st.st_size < 32) {
+    if (::fstat(fd->get(), &st) != 0 || st.st_size < 64) {
       return Err(Status::Corruption(index + ": too small for an index"));
     }
-    uint8_t trailer[32];
-    PCRFS_RETURN_ERR_IF_ERROR(PreadFull(fd->get(), trailer, sizeof(trailer),
-                                        static_cast<uint64_t>(st.st_size) - 32, index));
+    std::vector<uint8_t> trailer(compact ? 64 : 32);
+    PCRFS_RETURN_ERR_IF_ERROR(
+        PreadFull(fd->get(), trailer.data(), trailer.size(),
+                  compact ? 0 : static_cast<uint64_t>(st.st_size) - trailer.size(), index));
     static const char kHex[] = "0123456789abcdef";
     std::string identity;
     for (uint8_t b : trailer) {

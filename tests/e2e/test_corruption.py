@@ -198,10 +198,16 @@ class RecordDamageTest(unittest.TestCase):
                 victims = self.expect(pos, pos + 1)
                 if region.endswith(" data"):
                     self.assertTrue(victims, region)
-                else:
-                    # Only the index's piece offsets and CRCs are used to read: damage outside
-                    # the pieces costs no file, and is logged once for the record.
+                elif region == "footer":
+                    # Reads never need the footer: it costs no file, and is logged once for the
+                    # record.
                     self.assertEqual(victims, set(), region)
+                else:
+                    # Index format 4 holds piece lengths only: the offsets follow from them and
+                    # the CRCs are in the record's image table, so a damaged header or table
+                    # costs every file of the record (docs/format.md, "Index file").
+                    victims = {(img["path"], k) for img in self.layout["images"]
+                               for k in range(1, 11)}
                 self.check_mount(store, victims,
                                  () if victims else ("damaged record", REC_NAME))
                 # pcr cat agrees: exit 1 for a damaged file, the exact bytes for the others.
@@ -260,23 +266,23 @@ class RefuseToMountTest(unittest.TestCase):
 
     def test_refuses_damaged_index_and_foreign_manifest(self):
         def flip_index(store):
-            p = os.path.join(store, "index.lmdb")
+            p = os.path.join(store, "index.pcri")
             data = bytearray(read_bytes(p))
             data[len(data) // 2] ^= 0x01
             write_bytes(p, bytes(data))
 
         def truncate_index(store):
-            p = os.path.join(store, "index.lmdb")
+            p = os.path.join(store, "index.pcri")
             os.truncate(p, os.path.getsize(p) - 100)
 
         def empty_index(store):
-            os.truncate(os.path.join(store, "index.lmdb"), 0)
+            os.truncate(os.path.join(store, "index.pcri"), 0)
 
         def other_version(store):
             p = os.path.join(store, "manifest.json")
             text = read_bytes(p)
-            self.assertIn(b'"format_version": 1', text)
-            write_bytes(p, text.replace(b'"format_version": 1', b'"format_version": 2'))
+            self.assertIn(b'"format_version": 2', text)
+            write_bytes(p, text.replace(b'"format_version": 2', b'"format_version": 3'))
 
         def bad_manifest(store):
             write_bytes(os.path.join(store, "manifest.json"), b"{not json")
@@ -290,12 +296,12 @@ class RefuseToMountTest(unittest.TestCase):
             return mutate
 
         cases = [
-            (flip_index, "index.lmdb"), (truncate_index, "index.lmdb"),
-            (empty_index, "index.lmdb"),
-            (lambda s: os.unlink(os.path.join(s, "index.lmdb")), "index.lmdb is missing"),
-            (other_version, "format version 2 is not supported"),
+            (flip_index, "index.pcri"), (truncate_index, "index.pcri"),
+            (empty_index, "index.pcri"),
+            (lambda s: os.unlink(os.path.join(s, "index.pcri")), "index.pcri is missing"),
+            (other_version, "format version 3 is not supported"),
             (bad_manifest, "manifest.json"),
-            (symlinked("index.lmdb"), "symbolic link"),
+            (symlinked("index.pcri"), "symbolic link"),
             (symlinked("manifest.json"), "symbolic link"),
             (symlinked("records"), "symbolic link"),
         ]

@@ -50,7 +50,7 @@ class InspectTest(TempDirTest):
         store = self.path("store")
         run([PCR, "build", src, store, "--quiet"])
         info = json.loads(run([PCR, "inspect", store, "--json"], text=True).stdout)
-        self.assertEqual(info["format_version"], 1)
+        self.assertEqual(info["format_version"], 2)
         self.assertEqual(info["files"], info["jpeg"] + info["passthrough"])
         self.assertEqual(sum(info["passthrough_by_reason"].values()), info["passthrough"])
         mnt = self.path("mnt")

@@ -85,7 +85,7 @@ class RemoteMountCase(LoopbackServersCase):
             self.assertIn("user.pcrfs.remote", os.listxattr(m.mnt))
             self.assertNotIn("fsname", m.log())
         # The cache holds the metadata, each with its ETag.
-        for name in ("manifest.json", "index.lmdb"):
+        for name in ("manifest.json", "index.pcri"):
             with open(os.path.join(self.cache("http"), name), "rb") as f:
                 with open(os.path.join(self.store, name), "rb") as g:
                     self.assertEqual(f.read(), g.read())
@@ -212,7 +212,7 @@ class RemoteMountCase(LoopbackServersCase):
         try:
             self.assertEqual(p.returncode, 0, p.stderr)
             self.assert_same_as_local(mnt, levels=(5,))
-            self.assertTrue(os.path.exists(os.path.join(self.tmp, "rel-cache", "index.lmdb")))
+            self.assertTrue(os.path.exists(os.path.join(self.tmp, "rel-cache", "index.pcri")))
         finally:
             subprocess.run(["fusermount3", "-u", mnt])
 
