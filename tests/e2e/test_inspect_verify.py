@@ -65,7 +65,7 @@ class InspectTest(TempDirTest):
                            for d, _, ns in os.walk(src) for n in ns)
         self.assertEqual(info["source_bytes"], source_total)
         text = run([PCR, "inspect", store], text=True).stdout
-        for words in ("format version   1", "records", "not-jpeg", "% of source"):
+        for words in ("format version   2", "records", "not-jpeg", "% of source"):
             self.assertIn(words, text)
 
     def test_bad_store(self):
