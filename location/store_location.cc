@@ -115,6 +115,44 @@ Status FetchOne(ObjectClient& client, const StoreLocation& loc, const char* name
   return Status::OK();
 }
 
+// An older store (index.lmdb only): its index converted to index.pcri in the cache folder, once
+// per version of index.lmdb (its trailer, which holds its size and CRC, is kept in
+// index.pcri.from), so a remount neither downloads nor converts it again. A cached index.pcri
+// that is no conversion of this index.lmdb (the store shipped index.pcri before) is replaced.
+Status ConvertCachedIndex(const std::string& dir) {
+  const std::string lmdb_path = dir + "/" + index::kIndexFile;
+  const std::string compact = dir + "/" + index::kCompactIndexFile;
+  const std::string from = compact + ".from";
+  auto fd = OpenFile(lmdb_path, O_RDONLY | O_CLOEXEC);
+  if (!fd) return fd.error();
+  struct stat st;
+  if (::fstat(fd->get(), &st) != 0 || st.st_size < 32) {
+    return Status::Corruption(lmdb_path + ": damaged or not a pcrfs index: file too small");
+  }
+  uint8_t trailer[32];
+  PCRFS_RETURN_IF_ERROR(PreadFull(fd->get(), trailer, sizeof(trailer),
+                                  static_cast<uint64_t>(st.st_size) - 32, lmdb_path));
+  static const char kHex[] = "0123456789abcdef";
+  std::string identity;
+  for (uint8_t b : trailer) {
+    identity += kHex[b >> 4];
+    identity += kHex[b & 15];
+  }
+  auto known = ReadWholeFile(from, 4096);
+  if (known && std::string(known->begin(), known->end()) == identity &&
+      ::access(compact.c_str(), F_OK) == 0) {
+    return Status::OK();
+  }
+  ::unlink(from.c_str());
+  ::unlink((compact + ".etag").c_str());
+  auto source = index::LmdbSourceOf(lmdb_path);
+  if (!source) return source.error();
+  auto bytes = index::ConvertLmdbIndex(lmdb_path, *source);
+  if (!bytes) return bytes.error();
+  PCRFS_RETURN_IF_ERROR(index::WriteCompactIndexFile(compact, *bytes));
+  return WriteFileAtomic(from, identity.data(), identity.size());
+}
+
 // Absolute: the daemon changes to / when it forks, and opens these again after.
 void MakeOptionPathsAbsolute(RemoteOptions* o) {
   std::error_code ec;
@@ -230,16 +268,16 @@ Result<StoreLocation> FetchMetadata(const std::string& store, const RemoteOption
   // Store::Open converts (in memory) through the same checks.
   bool no_compact = false;
   PCRFS_RETURN_ERR_IF_ERROR(FetchOne(**client, loc, index::kCompactIndexFile, &no_compact));
+  const std::string compact = loc.dir + "/" + index::kCompactIndexFile;
+  const std::string from = compact + ".from";  // what a converted index.pcri was converted from
   if (no_compact) {
-    // A copy of an earlier version of the store must not shadow its index.lmdb.
-    const std::string stale = loc.dir + "/" + index::kCompactIndexFile;
-    ::unlink(stale.c_str());
-    ::unlink((stale + ".etag").c_str());
     PCRFS_RETURN_ERR_IF_ERROR(FetchOne(**client, loc, index::kIndexFile));
+    PCRFS_RETURN_ERR_IF_ERROR(ConvertCachedIndex(loc.dir));
   } else {
     const std::string stale = loc.dir + "/" + index::kIndexFile;  // not needed any more
     ::unlink(stale.c_str());
     ::unlink((stale + ".etag").c_str());
+    ::unlink(from.c_str());
   }
   return loc;
 }

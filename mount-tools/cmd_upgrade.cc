@@ -3,12 +3,14 @@
 // opened afterwards through the new index as a check; index.lmdb is left in place (readers
 // prefer index.pcri; delete index.lmdb to stop shipping it).
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include <cerrno>
 #include <cstdio>
 #include <string>
 #include <vector>
 
+#include "common/file_util.h"
 #include "index/compact_index.h"
 #include "index/store.h"
 #include "mount-tools/commands.h"
@@ -67,6 +69,69 @@ int RunUpgrade(const std::vector<std::string>& args) {
               index::kCompactIndexFile, bytes->size(), index::kIndexFile,
               static_cast<unsigned long long>(old_size),
               static_cast<unsigned long long>((*again)->index().NumEntries()));
+  return 0;
+}
+
+}  // namespace pcrfs::tools
+
+namespace pcrfs::tools {
+
+// pcr lmdb-index STORE (internal, for tests of older stores): rewrites STORE as a store of
+// format 1, as pcr built it before index format 4: index.lmdb (entries with every piece's
+// offset and CRC, from the records' tables), manifest format_version 1, no index.pcri.
+int RunLmdbIndexForTests(const std::vector<std::string>& args) {
+  if (args.size() != 1) {
+    std::fprintf(stderr, "usage: pcr lmdb-index STORE\n");
+    return 2;
+  }
+  const std::string& dir = args[0];
+  auto fail = [](const Status& s) {
+    std::fprintf(stderr, "pcr lmdb-index: %s\n", s.ToString().c_str());
+    return 1;
+  };
+  auto store = index::Store::Open(dir);
+  if (!store) return fail(store.error());
+  const index::IndexReader& idx = (*store)->index();
+  auto w = index::IndexWriter::Create(dir + "/" + index::kIndexFile);
+  if (!w) return fail(w.error());
+  for (uint64_t ino = 1; ino <= idx.NumEntries(); ++ino) {
+    auto e = idx.Get(ino);
+    if (!e) return fail(e.error());
+    if (Status s = (*store)->ResolvePieces(&*e); !s.ok()) return fail(s);
+    if (Status s = (*w)->AddEntry(*e); !s.ok()) return fail(s);
+    if (e->is_dir()) continue;
+    for (int g = 1; g <= index::kNumGroups; ++g) {
+      const uint64_t length = e->pieces[static_cast<size_t>(g - 1)].length;
+      if (!index::HasBlockCrcs(length)) continue;
+      std::vector<uint32_t> crcs;
+      for (uint64_t b = 0; b < index::NumChecksumBlocks(length); ++b) {
+        auto crc = (*store)->BlockCrc(*e, g, b);
+        if (!crc) return fail(crc.error());
+        crcs.push_back(*crc);
+      }
+      if (Status s = (*w)->AddBlockCrcs(ino, g, crcs); !s.ok()) return fail(s);
+    }
+  }
+  for (uint32_t r = 0; r < idx.NumRecords(); ++r) {
+    auto info = idx.GetRecord(r);
+    if (!info) return fail(info.error());
+    if (Status s = (*w)->AddRecord(*info); !s.ok()) return fail(s);
+  }
+  if (Status s = (*w)->PutMeta("format_version", "1"); !s.ok()) return fail(s);
+  if (Status s = (*w)->PutMeta("num_records", std::to_string(idx.NumRecords())); !s.ok()) {
+    return fail(s);
+  }
+  if (Status s = (*w)->Finish(); !s.ok()) return fail(s);
+  index::Manifest m = (*store)->manifest();
+  m.format_version = 1;
+  const std::string json = m.ToJson();
+  if (Status s = WriteFileAtomic(dir + "/" + index::kManifestFile, json.data(), json.size());
+      !s.ok()) {
+    return fail(s);
+  }
+  if (::unlink((dir + "/" + index::kCompactIndexFile).c_str()) != 0) {
+    return fail(Status::FromErrno(dir + "/" + index::kCompactIndexFile, errno));
+  }
   return 0;
 }
 

@@ -19,6 +19,8 @@ int RunQualitySample(const std::vector<std::string>& args);
 int RunInspect(const std::vector<std::string>& args);
 int RunVerify(const std::vector<std::string>& args);
 int RunUpgrade(const std::vector<std::string>& args);
+// Internal, for the tests of older stores: not in the usage text.
+int RunLmdbIndexForTests(const std::vector<std::string>& args);
 
 // The report of `pcr build` and `pcr merge` (cmd_build.cc).
 struct BuildReport;

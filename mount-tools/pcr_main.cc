@@ -65,6 +65,7 @@ int main(int argc, char** argv) {
   if (command == "inspect") return pcrfs::tools::RunInspect(args);
   if (command == "verify") return pcrfs::tools::RunVerify(args);
   if (command == "upgrade") return pcrfs::tools::RunUpgrade(args);
+  if (command == "lmdb-index") return pcrfs::tools::RunLmdbIndexForTests(args);
   std::fprintf(stderr, "pcr: unknown command '%s'\n%s", command.c_str(), kUsage);
   return 2;
 }

@@ -223,6 +223,27 @@ class VerifyTest(TempDirTest):
         self.assertIn("pcr verify: OK", p.stdout)
         self.assertIn("21 files compared", p.stdout)
 
+    def test_older_store_verifies_mounts_and_upgrades(self):
+        # A store as pcr built it before index format 4: index.lmdb, manifest format 1.
+        src, store = build_store(self.tmp)
+        run([PCR, "extract", store, self.path("want"), "--scans", "5"])
+        want = read_tree(self.path("want"))
+        run([PCR, "lmdb-index", store])
+        self.assertEqual(sorted(os.listdir(store)),
+                         ["index.lmdb", "manifest.json", "provenance.json", "records"])
+        p = verify(store, "--source", src)
+        self.assertEqual(p.returncode, 0, p.stdout + p.stderr)
+        with Mount(store, self.path("mnt")) as m:
+            self.assertEqual(read_tree(os.path.join(m.mnt, "scan5")), want)
+        p = run([PCR, "upgrade", store], text=True)
+        self.assertIn("wrote index.pcri", p.stdout)
+        self.assertIn("index.pcri", os.listdir(store))
+        self.assertEqual(verify(store).returncode, 0)
+        with Mount(store, self.path("mnt")) as m:
+            self.assertEqual(read_tree(os.path.join(m.mnt, "scan5")), want)
+        # The store keeps index.lmdb and format 1, for older readers.
+        self.assertIn('"format_version": 1', open(os.path.join(store, "manifest.json")).read())
+
     def test_flipped_byte_names_exactly_the_damaged_file(self):
         src, store = build_store(self.tmp)
         # Damage the group-5 piece of one file in record 1.
