@@ -22,7 +22,10 @@ std::string U(uint64_t v) { return std::to_string(v); }
 
 // Cheap consistency check when a record is first opened: header and footer agree with the
 // index. The pieces themselves are checked against their CRCs whenever they are read.
-Status CheckRecordHeader(const RandomAccessFile& f, const RecordInfo& info, bool check_tables) {
+// prefetch_tables: ask for the tables with the header although they are not checked here (an
+// index of format 4 needs them for the first read: Store::ResolvePieces), one round trip.
+Status CheckRecordHeader(const RandomAccessFile& f, const RecordInfo& info, bool check_tables,
+                         bool prefetch_tables) {
   auto bad = [&f](const std::string& what) {
     return Status::Corruption(f.name() + ": record does not match the index: " + what);
   };
@@ -32,7 +35,7 @@ Status CheckRecordHeader(const RandomAccessFile& f, const RecordInfo& info, bool
   if (f.Size() < kRecordHeaderSize + kRecordFooterSize) return bad("file too small");
   // Everything checked below is asked for at once: the header (and tables: all bytes before
   // the data) and the footer. A remote record then costs one round trip, not three in a row.
-  if (!check_tables) {
+  if (!check_tables && !prefetch_tables) {
     f.Prefetch(0, kRecordHeaderSize);
   } else if (info.data_offset <= f.Size()) {
     f.Prefetch(0, info.data_offset);
@@ -243,13 +246,15 @@ Result<Store::OpenRecordFile> Store::OpenRecordFileNow(uint32_t id) const {
   // A mismatch is remembered, not fatal: reads use only the index's piece offsets and check
   // each piece's CRC, so a damaged header or footer costs no file, and a truncated record
   // costs only the files whose pieces lie past its new end.
-  Status header = CheckRecordHeader(**file, *info, options_.check_tables);
+  const bool prefetch_tables = index_->format() >= kCompactIndexFormat;
+  Status header = CheckRecordHeader(**file, *info, options_.check_tables, prefetch_tables);
   if (!header.ok() && info->file_size >= kRecordFooterSize) {
     // Bytes a cache kept (a remote store's disk cache) may be the damaged ones: drop them and
     // check the origin's once more.
     const bool head = (*file)->DropCached(0, info->data_offset);
     const bool foot = (*file)->DropCached(info->file_size - kRecordFooterSize, kRecordFooterSize);
-    if (head || foot) header = CheckRecordHeader(**file, *info, options_.check_tables);
+    if (head || foot)
+      header = CheckRecordHeader(**file, *info, options_.check_tables, prefetch_tables);
   }
   return OpenRecordFile{std::shared_ptr<RandomAccessFile>(std::move(*file)), *info,
                         std::move(header)};
