@@ -22,7 +22,7 @@ deps=(
   build-essential cmake ninja-build pkg-config git
   libjpeg62-turbo-dev liblmdb-dev libfuse3-dev libboost-dev libboost-program-options-dev
   libexpected-dev nlohmann-json3-dev libgtest-dev libgmock-dev libpng-dev
-  libcurl4-openssl-dev libssl-dev libarchive-dev
+  libcurl4-openssl-dev libssl-dev libarchive-dev libzstd-dev
   # run
   fuse3 lmdb-utils attr
   # tests, sample data and benchmarks

@@ -27,6 +27,7 @@
 #include "common/file_util.h"
 #include "common/mutex.h"
 #include "common/parallel.h"
+#include "index/compact_index.h"
 #include "index/entry.h"
 #include "index/record_reader.h"
 #include "index/record_writer.h"
@@ -913,7 +914,7 @@ class StoreBuilder {
   }
 
   // Every stored node's entry in inode order, with the block CRCs of its large pieces.
-  Status AddEntries(index::IndexWriter* writer, index::Manifest* m) const {
+  Status AddEntries(index::CompactIndexWriter* writer, index::Manifest* m) const {
     const InodeLayout layout = AssignInodes();
     for (uint32_t node_index : layout.order) {
       const index::Entry e = EntryOf(layout, node_index, m);
@@ -929,7 +930,7 @@ class StoreBuilder {
   }
 
   // Each record's layout, read back from the finished record file.
-  Status AddRecords(index::IndexWriter* writer) const {
+  Status AddRecords(index::CompactIndexWriter* writer) const {
     for (uint32_t r = 0; r < num_records_; ++r) {
       auto file = PosixRandomAccessFile::Open(RecordPath(r));
       if (!file) return file.error();
@@ -965,9 +966,9 @@ class StoreBuilder {
   }
 
   Status WriteIndexAndManifest() {
-    const std::string index_path = partial_ + "/" + index::kIndexFile;
-    auto writer = index::IndexWriter::Create(index_path);
-    if (!writer) return writer.error();
+    // Index format 4 (index/compact_index.h): what a store ships.
+    const std::string index_path = partial_ + "/" + index::kCompactIndexFile;
+    auto writer = std::make_unique<index::CompactIndexWriter>(index_path);
 
     index::Manifest& m = report_.manifest;
     m.generator = std::string("pcrfs ") + PCRFS_VERSION;
@@ -980,12 +981,15 @@ class StoreBuilder {
                  config_.quality_seed};
     m.num_records = num_records_;
 
-    PCRFS_RETURN_IF_ERROR(AddEntries(writer->get(), &m));
-    PCRFS_RETURN_IF_ERROR(AddRecords(writer->get()));
+    PCRFS_RETURN_IF_ERROR(AddEntries(writer.get(), &m));
+    PCRFS_RETURN_IF_ERROR(AddRecords(writer.get()));
     PCRFS_RETURN_IF_ERROR(
-        (*writer)->PutMeta("format_version", std::to_string(index::kStoreFormatVersion)));
-    PCRFS_RETURN_IF_ERROR((*writer)->PutMeta("num_records", std::to_string(num_records_)));
-    PCRFS_RETURN_IF_ERROR((*writer)->Finish());
+        writer->PutMeta("format_version", std::to_string(index::kStoreFormatVersion)));
+    PCRFS_RETURN_IF_ERROR(writer->PutMeta("num_records", std::to_string(num_records_)));
+    auto bytes = writer->Finish();
+    if (!bytes) return bytes.error();
+    writer.reset();
+    PCRFS_RETURN_IF_ERROR(index::WriteCompactIndexFile(index_path, *bytes));
 
     const std::string manifest_path = partial_ + "/" + index::kManifestFile;
     const std::string json = m.ToJson();

@@ -52,7 +52,7 @@ TEST(BuilderTest, BuildsAStoreThatReadsBackExactly) {
   EXPECT_TRUE(report->problems.empty());
   auto store = index::Store::Open(dir.Join("store"));
   ASSERT_TRUE(store.has_value()) << store.error().ToString();
-  EXPECT_EQ((*store)->index().format(), index::kIndexFormat);
+  EXPECT_EQ((*store)->index().format(), index::kCompactIndexFormat);  // index.pcri
   for (const char* name : {"labels.csv", "dogs/video.bin"}) {
     auto e = (*store)->index().LookupPath(name);
     ASSERT_TRUE(e.has_value()) << name;

@@ -338,12 +338,8 @@ Result<size_t> Filesystem::ReadUncounted(uint64_t ino, uint64_t offset, size_t s
   if (!resolved) return Err(resolved.error());
   const Resolved& r = *resolved;
   if (r.ladder_root || r.entry.is_dir()) return Err(Errno(EISDIR, "read"));
-  const index::Entry& e = r.entry;
-  // Which pieces, which parts of them, and which bytes of the tail (index/level_plan.h).
-  const index::LevelPlan plan(e.kind, e.pieces, r.level, offset, size);
-  if (plan.empty()) return size_t{0};
-
-  const bool whole_file = plan.offset() == 0 && plan.end() == plan.file_size();
+  index::Entry e = r.entry;
+  if (index::LevelPlan(e.kind, e.pieces, r.level, offset, size).empty()) return size_t{0};
   // The pieces of one file lie in different group regions. Ask for all of them at once, so a
   // cold read waits for the slowest piece instead of the sum of all.
   auto file = OpenRecord(e.record);
@@ -351,6 +347,14 @@ Result<size_t> Filesystem::ReadUncounted(uint64_t ino, uint64_t offset, size_t s
     ReportDamage(e, r.level, file.error());
     return Err(Status::IOError(file.error().message(), EIO));
   }
+  // A format 4 index holds piece lengths only: offsets and CRCs come from the record's table.
+  if (Status s = store_->ResolvePieces(&e); !s.ok()) {
+    ReportDamage(e, r.level, s);
+    return Err(Status::IOError(s.message(), EIO));
+  }
+  // Which pieces, which parts of them, and which bytes of the tail (index/level_plan.h).
+  const index::LevelPlan plan(e.kind, e.pieces, r.level, offset, size);
+  const bool whole_file = plan.offset() == 0 && plan.end() == plan.file_size();
   predictor_.OnRead(e, r.level);
   if (plan.pieces_used() > 1) {
     std::vector<RecordScheduler::Range> wanted;

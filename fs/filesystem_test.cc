@@ -427,10 +427,13 @@ TEST_F(FilesystemTest, ReadErrorsFailExactlyTheFilesWhosePiecesOverlapThem) {
   std::vector<StoreFile> files;
   CollectFiles(probe->store().index(), *probe->store().index().Get(index::kRootIno), "", &files);
   ASSERT_EQ(files.size(), 5u);
+  // Offsets and CRCs from the records' tables (index format 4 holds lengths only).
+  for (StoreFile& f : files) ASSERT_TRUE(probe->store().ResolvePieces(&f.entry).ok());
   const uint32_t bad_record = files[0].entry.record;
+  const uint64_t tables_end = probe->store().index().GetRecord(bad_record)->data_offset;
   const index::Entry& victim = files[0].entry;
   std::vector<std::pair<uint64_t, uint64_t>> ranges = {
-      {0, index::kRecordHeaderSize},  // the header only: no file needs it
+      {0, index::kRecordHeaderSize},  // the header only: every file of the record (format 4)
       {victim.pieces[2].offset + 1, victim.pieces[2].offset + 2},  // inside one group-3 piece
       {victim.pieces[0].offset, victim.pieces[0].offset + 1},      // the first byte of a piece 1
       {victim.pieces[4].offset, UINT64_MAX},                       // region 5 onwards
@@ -454,7 +457,8 @@ TEST_F(FilesystemTest, ReadErrorsFailExactlyTheFilesWhosePiecesOverlapThem) {
     Filesystem::LevelCounters want;  // what the counters must say of the reads that succeeded
     for (const StoreFile& f : files) {
       for (int k = 1; k <= 10; ++k) {
-        bool overlaps = false;
+        // The header and tables hold the pieces' CRCs: damage there costs the whole record.
+        bool overlaps = f.entry.record == bad_record && begin < tables_end;
         const int pieces = f.entry.kind == index::EntryKind::kJpeg ? k : 1;
         for (int g = 0; g < pieces; ++g) {
           const index::PieceRef& p = f.entry.pieces[static_cast<size_t>(g)];
@@ -486,6 +490,7 @@ TEST_F(FilesystemTest, ReadErrorsFailExactlyTheFilesWhosePiecesOverlapThem) {
         }
       }
     }
+<<<<<<< HEAD
     if (begin == 0 && end == index::kRecordHeaderSize) {
       EXPECT_EQ(failed, 0);
     } else {
@@ -499,6 +504,9 @@ TEST_F(FilesystemTest, ReadErrorsFailExactlyTheFilesWhosePiecesOverlapThem) {
     EXPECT_EQ(got.files, want.files);
     EXPECT_EQ(got.source_bytes, want.source_bytes);
     EXPECT_EQ(got.saved_bytes, want.saved_bytes);
+=======
+    EXPECT_GT(failed, 0);
+>>>>>>> pcri
   }
 }
 

@@ -154,9 +154,11 @@ void ReadPredictor::Plan(uint64_t dir_ino, uint64_t first, uint64_t count, int l
   std::map<uint32_t, std::vector<std::vector<RecordScheduler::Range>>> pieces;
   std::map<uint32_t, std::vector<PushFile>> push_files;  // by record
   uint64_t listed = 0;
-  Status s = store_.index().List(*dir, first, [&](const index::Entry& child) {
+  Status s = store_.index().List(*dir, first, [&](const index::Entry& listed_child) {
     if (listed++ >= count) return false;
-    if (child.is_dir()) return true;
+    if (listed_child.is_dir()) return true;
+    index::Entry child = listed_child;
+    if (!store_.ResolvePieces(&child).ok()) return true;  // its demand read reports it
     // The level-k bytes, exactly as Filesystem::ReadUncounted reads them (index/level_plan.h).
     const index::LevelPlan plan(child.kind, child.pieces, level);
     auto& regions = pieces[child.record];

@@ -96,6 +96,8 @@ std::vector<index::Entry> FilesOf(const Filesystem& fs, const std::string& path)
                   .List(*dir, 0,
                         [&](const index::Entry& e) {
                           files.push_back(e);
+                          // Offsets from the record's table (index format 4 holds lengths).
+                          EXPECT_TRUE(fs.store().ResolvePieces(&files.back()).ok());
                           return true;
                         })
                   .ok());
@@ -184,6 +186,7 @@ TEST(ReadPredictorTest, ReadingOneFolderFetchesThatFolderOnly) {
   ASSERT_TRUE(idx.List(*a, 0,
                        [&](const index::Entry& e) {
                          files.push_back(e);
+                         EXPECT_TRUE(fs.store().ResolvePieces(&files.back()).ok());
                          return true;
                        })
                   .ok());

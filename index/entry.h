@@ -36,6 +36,9 @@ struct Entry {
   uint32_t record = 0;
   uint32_t slot = 0;
   PieceRefs pieces;
+  // Whether pieces[].offset and masked_crc are filled. An index of format 4 stores only the
+  // lengths; Store::ResolvePieces fills the rest from the record's image table.
+  bool pieces_resolved = true;
 
   bool is_dir() const { return kind == EntryKind::kDirectory; }
   // The size of the level-k file (index/level_plan.h; 0 for a directory).

@@ -1,7 +1,10 @@
 // IndexReader (index/store_index.h): lock-free lookups and listings over a verified,
 // read-only LMDB map, with the map's resident footprint kept under a budget.
+#include <fcntl.h>
 #include <lmdb.h>
 #include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <atomic>
@@ -10,8 +13,10 @@
 #include <vector>
 
 #include "common/coding.h"
+#include "common/file_util.h"
 #include "common/mutex.h"
 #include "common/proc_self.h"
+#include "index/compact_index.h"
 #include "index/index_trailer.h"
 #include "index/lmdb_util.h"
 #include "index/store_index.h"
@@ -31,6 +36,7 @@ using lmdb::Val;
 
 struct IndexReader::Impl {
   std::string path;
+  std::unique_ptr<CompactIndex> compact;  // format 4: everything below is unused
   MDB_env* env = nullptr;
   MDB_dbi entries = 0, dirents = 0, records = 0, meta = 0, blocks = 0;
   int format = kIndexFormat;
@@ -271,6 +277,29 @@ Result<std::unique_ptr<IndexReader>> IndexReader::Open(const std::string& path,
   // damaged file, so it only ever sees bytes whose checksum matched.
   auto impl = std::make_unique<Impl>();
   impl->path = path;
+  {
+    // Format 4 starts with its magic; the LMDB form with LMDB's meta page.
+    auto fd = OpenFile(path, O_RDONLY | O_NOFOLLOW);
+    char magic[8] = {};
+    if (fd && ::pread(fd->get(), magic, sizeof(magic), 0) == static_cast<ssize_t>(sizeof(magic)) &&
+        std::memcmp(magic, kCompactIndexMagic, sizeof(magic)) == 0) {
+      struct stat st;
+      if (::fstat(fd->get(), &st) == 0) {
+        impl->identity = {static_cast<uint64_t>(st.st_dev), static_cast<uint64_t>(st.st_ino),
+                          static_cast<uint64_t>(st.st_size),
+                          st.st_mtim.tv_sec * 1000000000LL + st.st_mtim.tv_nsec,
+                          st.st_ctim.tv_sec * 1000000000LL + st.st_ctim.tv_nsec};
+      }
+      fd->Reset();
+      auto compact = CompactIndex::Open(path);
+      if (!compact) return Err(compact.error());
+      return FromCompact(std::move(*compact), impl->identity);
+    }
+    if (!fd && fd.error().ToErrno() == ELOOP) {
+      return Err(Status::Corruption(path + ": the index is a symbolic link (pcrfs follows no " +
+                                    "links inside a store)"));
+    }
+  }
   auto lmdb_size = CheckIndexFile(path, verified, &impl->identity);
   if (!lmdb_size) return Err(lmdb_size.error());
   PCRFS_RETURN_ERR_IF_ERROR(impl->OpenEnvironment(*lmdb_size));
@@ -279,19 +308,59 @@ Result<std::unique_ptr<IndexReader>> IndexReader::Open(const std::string& path,
   return std::unique_ptr<IndexReader>(new IndexReader(std::move(impl)));
 }
 
+std::unique_ptr<IndexReader> IndexReader::FromCompact(std::unique_ptr<CompactIndex> compact,
+                                                      const FileIdentity& identity) {
+  auto impl = std::make_unique<Impl>();
+  impl->path = compact->name();
+  impl->format = kCompactIndexFormat;
+  impl->num_entries = compact->NumEntries();
+  impl->num_records = compact->NumRecords();
+  impl->identity = identity;
+  impl->compact = std::move(compact);
+  return std::unique_ptr<IndexReader>(new IndexReader(std::move(impl)));
+}
+
 Result<Entry> IndexReader::Get(uint64_t ino) const {
+  if (impl_->compact) return impl_->compact->Get(ino);
   Impl::Lease lease(impl_.get());
   PCRFS_RETURN_ERR_IF_ERROR(lease.Begin());
   return impl_->GetEntry(lease, ino);
 }
 
 Result<uint64_t> IndexReader::Lookup(uint64_t parent, std::string_view name) const {
+  if (impl_->compact) return impl_->compact->Lookup(parent, name);
   Impl::Lease lease(impl_.get());
   PCRFS_RETURN_ERR_IF_ERROR(lease.Begin());
   return impl_->LookupChild(lease, parent, name);
 }
 
 Result<Entry> IndexReader::LookupPath(std::string_view path) const {
+  if (impl_->compact) {
+    const CompactIndex& c = *impl_->compact;
+    auto cur = c.Get(kRootIno);
+    size_t pos = 0;
+    while (cur && pos < path.size()) {
+      size_t slash = path.find('/', pos);
+      if (slash == std::string_view::npos) slash = path.size();
+      std::string_view name = path.substr(pos, slash - pos);
+      pos = slash + 1;
+      if (name.empty()) continue;
+      if (!cur->is_dir()) {
+        return Err(Status::NotFound(impl_->path + ": \"" + std::string(path) +
+                                    "\": a component is not a directory"));
+      }
+      auto child = c.Lookup(cur->ino, name);
+      if (!child) {
+        if (child.error().IsNotFound()) {
+          return Err(
+              Status::NotFound(impl_->path + ": no such path \"" + std::string(path) + "\""));
+        }
+        return Err(child.error());
+      }
+      cur = c.Get(*child);
+    }
+    return cur;
+  }
   Impl::Lease lease(impl_.get());
   PCRFS_RETURN_ERR_IF_ERROR(lease.Begin());
   auto cur = impl_->GetEntry(lease, kRootIno);
@@ -322,6 +391,7 @@ Result<Entry> IndexReader::LookupPath(std::string_view path) const {
 
 Status IndexReader::List(const Entry& dir, uint64_t start,
                          const std::function<bool(const Entry&)>& fn) const {
+  if (impl_->compact) return impl_->compact->List(dir, start, fn);
   if (!dir.is_dir()) {
     return Status::InvalidArgument(impl_->path + ": inode " + std::to_string(dir.ino) +
                                    " is not a directory");
@@ -365,6 +435,11 @@ Status IndexReader::List(const Entry& dir, uint64_t start,
 
 Status IndexReader::ListNames(const Entry& dir, uint64_t start, std::string_view start_name,
                               const std::function<bool(const DirEntry&)>& fn) const {
+  if (impl_->compact) {
+    return impl_->compact->List(dir, start, [&](const Entry& e) {
+      return fn(DirEntry{e.name, e.ino, e.kind});
+    });
+  }
   const std::string& path = impl_->path;
   if (!dir.is_dir()) {
     return Status::InvalidArgument(path + ": inode " + std::to_string(dir.ino) +
@@ -433,6 +508,7 @@ Status IndexReader::ListNames(const Entry& dir, uint64_t start, std::string_view
 }
 
 Result<RecordInfo> IndexReader::GetRecord(uint32_t id) const {
+  if (impl_->compact) return impl_->compact->GetRecord(id);
   Impl::Lease lease(impl_.get());
   PCRFS_RETURN_ERR_IF_ERROR(lease.Begin());
   std::string_view v;
@@ -449,6 +525,7 @@ Result<uint32_t> IndexReader::GetBlockCrc(uint64_t ino, int group, uint64_t bloc
   const std::string what =
       "block CRCs of inode " + std::to_string(ino) + " group " + std::to_string(group);
   if (impl_->format < 3) return Err(Status::NotFound(impl_->path + ": no " + what));
+  if (impl_->compact) return impl_->compact->GetBlockCrc(ino, group, block);
   Impl::Lease lease(impl_.get());
   PCRFS_RETURN_ERR_IF_ERROR(lease.Begin());
   std::string_view v;
@@ -463,6 +540,7 @@ Result<uint32_t> IndexReader::GetBlockCrc(uint64_t ino, int group, uint64_t bloc
 }
 
 Result<std::string> IndexReader::GetMeta(std::string_view key) const {
+  if (impl_->compact) return impl_->compact->GetMeta(key);
   if (key.empty() || key.size() > 255) {
     return Err(Status::NotFound(impl_->path + ": no meta key \"" + std::string(key) + "\""));
   }

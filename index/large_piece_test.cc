@@ -170,7 +170,9 @@ TEST(LargePieceTest, ReadsEveryByteInBothFormats) {
     BuildStore(dir.path(), format);
     auto store = Store::Open(dir.path());
     ASSERT_TRUE(store.has_value()) << store.error().ToString();
-    EXPECT_EQ((*store)->index().format(), format);
+    // An index.lmdb is converted to format 4 at open; one of format 2 has no block CRCs, which
+    // are then derived by reading the piece once.
+    EXPECT_EQ((*store)->index().format(), kCompactIndexFormat);
     for (const char* name : {"big.bin", "photo.jpg", "small.txt"}) {
       auto e = (*store)->index().LookupPath(name);
       ASSERT_TRUE(e.has_value());

@@ -134,12 +134,14 @@ Result<Manifest> Manifest::FromJson(const std::string& text) {
     auto it = j.find("format_version");
     if (it == j.end()) return Err(Bad("missing field \"format_version\""));
     if (!it->is_number_integer()) return Err(Bad("field \"format_version\" is not an integer"));
-    if (!it->is_number_unsigned() || it->get<uint64_t>() != kStoreFormatVersion) {
+    if (!it->is_number_unsigned() || it->get<uint64_t>() < kOldestStoreFormatVersion ||
+        it->get<uint64_t>() > kStoreFormatVersion) {
       return Err(Status::NotSupported("format version " + it->dump() +
                                       " is not supported (this pcrfs reads " +
+                                      std::to_string(kOldestStoreFormatVersion) + " to " +
                                       std::to_string(kStoreFormatVersion) + ")"));
     }
-    m.format_version = kStoreFormatVersion;
+    m.format_version = static_cast<uint32_t>(it->get<uint64_t>());
   }
   auto gen = j.find("generator");
   if (gen == j.end() || !gen->is_string()) return Err(Bad("missing or non-string \"generator\""));

@@ -13,7 +13,9 @@
 
 namespace pcrfs::index {
 
-inline constexpr uint32_t kStoreFormatVersion = 1;
+// 2: the index is index.pcri (index format 4); 1: index.lmdb (still read, converted at open).
+inline constexpr uint32_t kStoreFormatVersion = 2;
+inline constexpr uint32_t kOldestStoreFormatVersion = 1;
 
 struct BuildOptions {
   bool strip_metadata = false;

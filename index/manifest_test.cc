@@ -32,7 +32,7 @@ TEST(ManifestTest, RoundTrip) {
   const Manifest m = Sample();
   const std::string text = m.ToJson();
   EXPECT_EQ(text.back(), '\n');
-  EXPECT_EQ(text.substr(0, 24), "{\n  \"format_version\": 1,");
+  EXPECT_EQ(text.substr(0, 24), "{\n  \"format_version\": 2,");
   // Fixed key order: format_version first, jpeg_level_bytes last; reasons sorted.
   EXPECT_LT(text.find("\"generator\""), text.find("\"options\""));
   EXPECT_LT(text.find("\"corrupt\""), text.find("\"not_jpeg\""));
@@ -50,11 +50,11 @@ TEST(ManifestTest, DeterministicOutput) { EXPECT_EQ(Sample().ToJson(), Sample().
 
 TEST(ManifestTest, RejectsOtherVersions) {
   std::string text = Sample().ToJson();
-  text.replace(text.find("\"format_version\": 1"), 19, "\"format_version\": 2");
+  text.replace(text.find("\"format_version\": 2"), 19, "\"format_version\": 3");
   auto m = Manifest::FromJson(text);
   ASSERT_FALSE(m.has_value());
   EXPECT_EQ(m.error().code(), Status::Code::kNotSupported);
-  EXPECT_EQ(m.error().message(), "format version 2 is not supported (this pcrfs reads 1)");
+  EXPECT_EQ(m.error().message(), "format version 3 is not supported (this pcrfs reads 1 to 2)");
   // Only the version matters: a v2 manifest may look nothing like v1.
   m = Manifest::FromJson("{\"format_version\": 7, \"something\": []}");
   ASSERT_FALSE(m.has_value());

@@ -9,6 +9,9 @@
 #include "common/coding.h"
 #include "common/crc32c.h"
 #include "common/file_util.h"
+#include "index/compact_index.h"
+#include "index/index_trailer.h"
+#include "index/lmdb_pages.h"
 #include "index/manifest_check.h"
 #include "index/record_reader.h"
 
@@ -21,7 +24,10 @@ std::string U(uint64_t v) { return std::to_string(v); }
 
 // Cheap consistency check when a record is first opened: header and footer agree with the
 // index. The pieces themselves are checked against their CRCs whenever they are read.
-Status CheckRecordHeader(const RandomAccessFile& f, const RecordInfo& info, bool check_tables) {
+// prefetch_tables: ask for the tables with the header although they are not checked here (an
+// index of format 4 needs them for the first read: Store::ResolvePieces), one round trip.
+Status CheckRecordHeader(const RandomAccessFile& f, const RecordInfo& info, bool check_tables,
+                         bool prefetch_tables) {
   auto bad = [&f](const std::string& what) {
     return Status::Corruption(f.name() + ": record does not match the index: " + what);
   };
@@ -31,7 +37,7 @@ Status CheckRecordHeader(const RandomAccessFile& f, const RecordInfo& info, bool
   if (f.Size() < kRecordHeaderSize + kRecordFooterSize) return bad("file too small");
   // Everything checked below is asked for at once: the header (and tables: all bytes before
   // the data) and the footer. A remote record then costs one round trip, not three in a row.
-  if (!check_tables) {
+  if (!check_tables && !prefetch_tables) {
     f.Prefetch(0, kRecordHeaderSize);
   } else if (info.data_offset <= f.Size()) {
     f.Prefetch(0, info.data_offset);
@@ -86,7 +92,65 @@ Status CheckNoFollow(const std::string& path, const std::string& what) {
   return Status::OK();
 }
 
+Result<std::unique_ptr<IndexReader>> OpenStoreIndex(const std::string& dir,
+                                                    const FileIdentity* verified) {
+  struct stat st;
+  const std::string compact_path = dir + "/" + kCompactIndexFile;
+  if (::lstat(compact_path.c_str(), &st) == 0 || errno != ENOENT) {
+    return IndexReader::Open(compact_path);  // refuses a symlink
+  }
+  const std::string lmdb_path = dir + "/" + kIndexFile;
+  if (::lstat(lmdb_path.c_str(), &st) != 0) {
+    if (errno == ENOENT) {
+      return Err(Status::Corruption(dir + ": damaged store: " + kCompactIndexFile + " is missing"));
+    }
+    return Err(Status::FromErrno(lmdb_path, errno));
+  }
+  if (Status s = CheckNoFollow(lmdb_path, "the index"); !s.ok()) return Err(s);
+  (void)verified;  // a converted index is checked whole each time
+  // An older store: its index.lmdb converted in memory through every check of format 4.
+  auto source = LmdbSourceOf(lmdb_path);
+  if (!source) return Err(source.error());
+  auto bytes = ConvertLmdbIndex(lmdb_path, *source);
+  if (!bytes) return Err(bytes.error());
+  auto compact = CompactIndex::Parse(
+      lmdb_path,
+      std::span<const uint8_t>(reinterpret_cast<const uint8_t*>(bytes->data()), bytes->size()));
+  if (!compact) return Err(compact.error());
+  FileIdentity identity;
+  if (::stat(lmdb_path.c_str(), &st) == 0) {
+    identity = {static_cast<uint64_t>(st.st_dev), static_cast<uint64_t>(st.st_ino),
+                static_cast<uint64_t>(st.st_size),
+                st.st_mtim.tv_sec * 1000000000LL + st.st_mtim.tv_nsec,
+                st.st_ctim.tv_sec * 1000000000LL + st.st_ctim.tv_nsec};
+  }
+  return IndexReader::FromCompact(std::move(*compact), identity);
+}
+
 }  // namespace
+
+Result<LmdbRecordSource> LmdbSourceOf(const std::string& lmdb_path) {
+  // Never liblmdb, which trusts its pages: the file's bytes, its trailer's CRC checked (an
+  // accident), then every page read with bounds checks (index/lmdb_pages.h: an author).
+  FileIdentity identity;
+  auto lmdb_size = CheckIndexFile(lmdb_path, nullptr, &identity);
+  if (!lmdb_size) return Err(lmdb_size.error());
+  auto bytes = ReadWholeFile(lmdb_path, identity.size);
+  if (!bytes) return Err(bytes.error());
+  if (bytes->size() < *lmdb_size) {
+    return Err(Status::Corruption(lmdb_path + ": damaged or not a pcrfs index: changed while read"));
+  }
+  bytes->resize(static_cast<size_t>(*lmdb_size));  // the LMDB image, without its trailer
+  auto owned = std::make_shared<const std::vector<uint8_t>>(std::move(*bytes));
+  return LmdbRecordSource(
+      [owned, lmdb_path](std::string_view db, const LmdbRecordFn& fn) -> Status {
+        Status s = ForEachLmdbRecord(*owned, db, fn);
+        if (s.code() == Status::Code::kCorruption) {
+          return Status::Corruption(lmdb_path + ": damaged or not a pcrfs index: " + s.message());
+        }
+        return s;
+      });
+}
 
 Result<std::unique_ptr<RandomAccessFile>> OpenRecordFileNoFollow(const std::string& path) {
   auto file = PosixRandomAccessFile::Open(path, O_NOFOLLOW);
@@ -125,10 +189,6 @@ Result<std::unique_ptr<Store>> Store::Open(const std::string& dir, StoreOptions 
     return Err(Status::Corruption(manifest_path + ": " + e.message()));
   }
 
-  const std::string index_path = dir + "/" + kIndexFile;
-  if (::lstat(index_path.c_str(), &st) == 0) {
-    if (Status s = CheckNoFollow(index_path, "the index"); !s.ok()) return Err(s);
-  }
   const std::string records_path = dir + "/" + kRecordsDir;
   if (::lstat(records_path.c_str(), &st) == 0 && !S_ISDIR(st.st_mode)) {
     return Err(Status::Corruption(records_path + (S_ISLNK(st.st_mode)
@@ -137,15 +197,8 @@ Result<std::unique_ptr<Store>> Store::Open(const std::string& dir, StoreOptions 
                                                       : ": not a directory")));
   }
 
-  auto index =
-      IndexReader::Open(index_path, options.verified_index ? &*options.verified_index : nullptr);
-  if (!index) {
-    const Status& e = index.error();
-    if (e.IsNotFound()) {
-      return Err(Status::Corruption(dir + ": damaged store: " + kIndexFile + " is missing"));
-    }
-    return Err(e);
-  }
+  auto index = OpenStoreIndex(dir, options.verified_index ? &*options.verified_index : nullptr);
+  if (!index) return Err(index.error());
 
   // Before anyone sizes memory or loops by a number of the manifest.
   if (Status s = CheckManifest(manifest_path, *manifest, **index); !s.ok()) return Err(s);
@@ -213,13 +266,15 @@ Result<Store::OpenRecordFile> Store::OpenRecordFileNow(uint32_t id) const {
   // A mismatch is remembered, not fatal: reads use only the index's piece offsets and check
   // each piece's CRC, so a damaged header or footer costs no file, and a truncated record
   // costs only the files whose pieces lie past its new end.
-  Status header = CheckRecordHeader(**file, *info, options_.check_tables);
+  const bool prefetch_tables = index_->format() >= kCompactIndexFormat;
+  Status header = CheckRecordHeader(**file, *info, options_.check_tables, prefetch_tables);
   if (!header.ok() && info->file_size >= kRecordFooterSize) {
     // Bytes a cache kept (a remote store's disk cache) may be the damaged ones: drop them and
     // check the origin's once more.
     const bool head = (*file)->DropCached(0, info->data_offset);
     const bool foot = (*file)->DropCached(info->file_size - kRecordFooterSize, kRecordFooterSize);
-    if (head || foot) header = CheckRecordHeader(**file, *info, options_.check_tables);
+    if (head || foot)
+      header = CheckRecordHeader(**file, *info, options_.check_tables, prefetch_tables);
   }
   return OpenRecordFile{std::shared_ptr<RandomAccessFile>(std::move(*file)), *info,
                         std::move(header)};
@@ -231,6 +286,104 @@ Result<std::shared_ptr<RandomAccessFile>> Store::OpenRecord(uint32_t id,
   if (!r) return Err(r.error());
   if (header_problem != nullptr) *header_problem = r->header_status;
   return r->file;
+}
+
+Result<std::shared_ptr<const Store::RecordTable>> Store::GetRecordTable(uint32_t id) const {
+  {
+    MutexLock lock(&mu_);
+    auto it = table_of_.find(id);
+    if (it != table_of_.end()) {
+      tables_.splice(tables_.end(), tables_, it->second);  // most recently used last
+      return it->second->second;
+    }
+  }
+  auto rec = GetRecordFile(id);
+  if (!rec) return Err(rec.error());
+  const RandomAccessFile& f = *rec->file;
+  const RecordInfo& info = rec->info;
+  auto bad = [&f](const std::string& what) {
+    return Err(Status::Corruption(f.name() + ": record table unusable: " + what));
+  };
+  // Header (magic, CRC), then the tables section and its CRC; the footer is not needed.
+  uint8_t hb[RecordHeader::kEncodedLength];
+  if (f.Size() < sizeof(hb)) return bad("file too small");
+  PCRFS_RETURN_ERR_IF_ERROR(f.Read(0, sizeof(hb), hb));
+  auto h = RecordHeader::DecodeFrom(hb);
+  if (!h) return bad(h.error().message());
+  if (h->version != kRecordFormatVersion || h->num_images != info.num_images ||
+      h->data_offset != info.data_offset ||
+      h->table_size != RecordTableSize(h->num_images, h->names_size) ||
+      RecordDataOffset(h->table_size) != info.data_offset ||
+      h->table_size > f.Size() - kRecordHeaderSize) {
+    return bad("header does not match the index");
+  }
+  std::vector<uint8_t> tables(static_cast<size_t>(h->table_size));
+  PCRFS_RETURN_ERR_IF_ERROR(f.Read(kRecordHeaderSize, tables.size(), tables.data()));
+  if (crc32c::Unmask(DecodeFixed32(tables.data() + tables.size() - 4)) !=
+      crc32c::Value(tables.data(), tables.size() - 4)) {
+    return bad("table checksum mismatch");
+  }
+  auto table = std::make_shared<RecordTable>();
+  table->kinds.resize(h->num_images);
+  table->pieces.resize(h->num_images);
+  std::array<uint64_t, kNumGroups> at{};
+  for (size_t g = 0; g < kNumGroups; ++g) at[g] = info.group_offset[g];
+  for (uint32_t i = 0; i < h->num_images; ++i) {
+    auto img = RecordImageEntry::DecodeFrom(tables.data() + kRecordGroupTableSize +
+                                            uint64_t{i} * kRecordImageEntrySize);
+    if (!img) return bad("slot " + U(i) + ": " + img.error().message());
+    table->kinds[i] = static_cast<EntryKind>(img->kind);
+    for (size_t g = 0; g < kNumGroups; ++g) {
+      // Derived offsets stay inside the region the index gives (docs/format.md, "Piece offsets
+      // are not stored"); a slot that does not fit gets an impossible offset, so only the files
+      // it touches fail.
+      const uint64_t end = info.group_offset[g + 1];
+      const uint64_t len = img->length[g];
+      if (at[g] > end || len > end - at[g]) {
+        at[g] = end + 1;
+        table->pieces[i][g] = PieceRef{UINT64_MAX, len, img->masked_crc[g]};
+        continue;
+      }
+      table->pieces[i][g] = PieceRef{at[g], len, img->masked_crc[g]};
+      at[g] += len;
+    }
+  }
+  std::shared_ptr<const RecordTable> result = std::move(table);
+  MutexLock lock(&mu_);
+  if (table_of_.count(id) == 0) {
+    tables_.emplace_back(id, result);
+    table_of_[id] = std::prev(tables_.end());
+    if (tables_.size() > kMaxRecordTables) {
+      table_of_.erase(tables_.front().first);
+      tables_.pop_front();
+    }
+  }
+  return result;
+}
+
+Status Store::ResolvePieces(Entry* e) const {
+  if (e->pieces_resolved || e->is_dir()) return Status::OK();
+  auto table = GetRecordTable(e->record);
+  if (!table) return table.error();
+  const std::string file = dir_ + "/" + RecordFileName(e->record);
+  if (e->slot >= (*table)->pieces.size()) {
+    return Status::Corruption(file + ": no slot " + U(e->slot) + " for entry " + U(e->ino));
+  }
+  const PieceRefs& p = (*table)->pieces[e->slot];
+  if ((*table)->kinds[e->slot] != e->kind) {
+    return Status::Corruption(file + ": slot " + U(e->slot) +
+                              " is not of the kind the index says (\"" + e->name + "\")");
+  }
+  for (size_t g = 0; g < kNumGroups; ++g) {
+    if (p[g].length != e->pieces[g].length || p[g].offset == UINT64_MAX) {
+      return Status::Corruption(file + ": slot " + U(e->slot) + " (\"" + e->name +
+                                "\"): piece of group " + U(g + 1) +
+                                " disagrees with the index or lies outside its region");
+    }
+  }
+  e->pieces = p;
+  e->pieces_resolved = true;
+  return Status::OK();
 }
 
 Status Store::ReadFile(const Entry& e, int k, std::vector<uint8_t>* out) const {
@@ -245,7 +398,15 @@ Status Store::ReadFile(const Entry& e, int k, std::vector<uint8_t>* out) const {
   });
 }
 
-Status Store::ReadFileTo(const Entry& e, int k, const ByteSink& sink) const {
+Status Store::ReadFileTo(const Entry& unresolved, int k, const ByteSink& sink) const {
+  Entry resolved_copy;
+  const Entry* ep = &unresolved;
+  if (!unresolved.pieces_resolved && !unresolved.is_dir()) {
+    resolved_copy = unresolved;
+    PCRFS_RETURN_IF_ERROR(ResolvePieces(&resolved_copy));
+    ep = &resolved_copy;
+  }
+  const Entry& e = *ep;
   if (e.is_dir()) {
     return Status::InvalidArgument(dir_ + ": inode " + U(e.ino) + " is a directory");
   }
@@ -290,9 +451,18 @@ Result<uint32_t> Store::BlockCrc(const Entry& e, int group, uint64_t block) cons
     return Err(Status::InvalidArgument(dir_ + ": no piece " + std::to_string(group) + " in inode " +
                                        U(e.ino)));
   }
+  if (!e.pieces_resolved) {
+    Entry copy = e;
+    PCRFS_RETURN_ERR_IF_ERROR(ResolvePieces(&copy));
+    return BlockCrc(copy, group, block);
+  }
   const PieceRef& p = e.pieces[static_cast<size_t>(group - 1)];
   if (!HasBlockCrcs(p.length)) return p.masked_crc;
-  if (index_->format() >= 3) return index_->GetBlockCrc(e.ino, group, block);
+  if (index_->format() >= 3) {
+    auto crc = index_->GetBlockCrc(e.ino, group, block);
+    // Format 4 may lack them (converted from format 2): derived below, as for format 2.
+    if (crc || index_->format() < 4 || !crc.error().IsNotFound()) return crc;
+  }
   const DerivedKey key{e.record, e.slot, group};
   std::shared_ptr<const std::vector<uint32_t>> crcs;
   {
@@ -320,6 +490,11 @@ Result<uint32_t> Store::BlockCrc(const Entry& e, int group, uint64_t block) cons
 
 Status Store::ReadBlock(const RandomAccessFile& file, const Entry& e, int group, uint64_t block,
                         uint8_t* dst) const {
+  if (!e.pieces_resolved) {
+    Entry copy = e;
+    PCRFS_RETURN_IF_ERROR(ResolvePieces(&copy));
+    return ReadBlock(file, copy, group, block, dst);
+  }
   auto crc = BlockCrc(e, group, block);
   if (!crc) return crc.error();
   return ReadPieceBlock(file, e.pieces[static_cast<size_t>(group - 1)], group, block, *crc, dst);

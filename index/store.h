@@ -1,9 +1,10 @@
 // A store on disk, opened for reading:
-//   STORE/manifest.json, STORE/index.lmdb, STORE/records/NNNNNNNN.pcr
+//   STORE/manifest.json, STORE/index.pcri (or, older, STORE/index.lmdb), STORE/records/NNNNNNNN.pcr
 #pragma once
 
 #include <functional>
 #include <future>
+#include <list>
 #include <memory>
 #include <optional>
 #include <span>
@@ -14,6 +15,7 @@
 #include "common/mutex.h"
 #include "common/random_access_file.h"
 #include "common/status.h"
+#include "index/compact_index.h"
 #include "index/entry.h"
 #include "index/manifest.h"
 #include "index/store_index.h"
@@ -42,6 +44,10 @@ struct StoreOptions {
   std::optional<FileIdentity> verified_index;
 };
 
+// The records of an index.lmdb, for ConvertLmdbIndex (an older store's index converted to
+// format 4 at open, `pcr upgrade`, a remote store's cache).
+Result<LmdbRecordSource> LmdbSourceOf(const std::string& lmdb_path);
+
 // open(path, O_RDONLY | O_NOFOLLOW), a regular file: a symlink is Corruption ("is a symbolic
 // link"), never followed, so a store cannot make pcrfs serve a file outside it.
 Result<std::unique_ptr<RandomAccessFile>> OpenRecordFileNoFollow(const std::string& path);
@@ -64,6 +70,13 @@ class Store {
   // header_problem (if given) receives what disagrees, OK when nothing does.
   Result<std::shared_ptr<RandomAccessFile>> OpenRecord(uint32_t id,
                                                        Status* header_problem = nullptr) const;
+
+  // Fills e->pieces' offsets and masked CRCs when the index did not hold them (format 4,
+  // Entry::pieces_resolved false) from the record's image table, read once per record and kept
+  // in a bounded LRU. A record whose header or tables are damaged, or whose table disagrees
+  // with the index about this file (kind, piece lengths), is Corruption for the files it
+  // touches. A no-op for a resolved entry. Stat, readdir and lookup never need it.
+  Status ResolvePieces(Entry* e) const;
 
   // The bytes of a file entry at level k (1..10), every piece checked against its CRC.
   Status ReadFile(const Entry& e, int k, std::vector<uint8_t>* out) const;
@@ -97,8 +110,20 @@ class Store {
   // Opens record `id` and checks its header: what GetRecordFile does for the first caller.
   Result<OpenRecordFile> OpenRecordFileNow(uint32_t id) const;
 
+  // A record's image table, parsed: each slot's kind and pieces (offsets derived).
+  struct RecordTable {
+    std::vector<EntryKind> kinds;
+    std::vector<PieceRefs> pieces;
+  };
+  Result<std::shared_ptr<const RecordTable>> GetRecordTable(uint32_t id) const EXCLUDES(mu_);
+  static constexpr size_t kMaxRecordTables = 64;
+
   mutable Mutex mu_;
   mutable std::unordered_map<uint32_t, OpenRecordFile> records_ GUARDED_BY(mu_);
+  // Parsed record tables, least recently used first out.
+  mutable std::list<std::pair<uint32_t, std::shared_ptr<const RecordTable>>> tables_
+      GUARDED_BY(mu_);
+  mutable std::unordered_map<uint32_t, decltype(tables_)::iterator> table_of_ GUARDED_BY(mu_);
   // Records being opened: later callers wait for the first one's result instead of opening
   // (and, for a remote store, fetching the header and tables) again.
   mutable std::unordered_map<uint32_t, std::shared_future<Result<OpenRecordFile>>> opening_

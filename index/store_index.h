@@ -74,6 +74,10 @@ struct FileIdentity {
 
 // Read-only, lock-free access for many threads at once (MDB_RDONLY | MDB_NOLOCK: the store is
 // immutable). Each call uses a short read transaction that is reset and renewed per thread.
+class CompactIndex;
+
+// Reads either index form: format 4 (index.pcri, CompactIndex, held in memory) or the LMDB one
+// (formats 2 and 3: shard parts the builder wrote itself, tests, conversion).
 class IndexReader {
  public:
   // Checks the whole file against its CRC trailer before LMDB sees it (LMDB trusts its pages),
@@ -82,10 +86,14 @@ class IndexReader {
   // forking) need not read it all again.
   static Result<std::unique_ptr<IndexReader>> Open(const std::string& path,
                                                    const FileIdentity* verified = nullptr);
+  // A format 4 index parsed already (CompactIndex::Parse); identity is that of its file.
+  static std::unique_ptr<IndexReader> FromCompact(std::unique_ptr<CompactIndex> compact,
+                                                  const FileIdentity& identity);
   ~IndexReader();
   IndexReader(const IndexReader&) = delete;
   IndexReader& operator=(const IndexReader&) = delete;
 
+  // Format 4 entries hold piece lengths only (Entry::pieces_resolved; Store::ResolvePieces).
   Result<Entry> Get(uint64_t ino) const;
   // NotFound if parent has no child called name.
   Result<uint64_t> Lookup(uint64_t parent, std::string_view name) const;
@@ -106,7 +114,7 @@ class IndexReader {
   Status ListNames(const Entry& dir, uint64_t start, std::string_view start_name,
                    const std::function<bool(const DirEntry&)>& fn) const;
   Result<RecordInfo> GetRecord(uint32_t id) const;
-  // The index format (2 or 3). Format 2 has no block CRCs.
+  // The index format (2, 3 or 4). Format 2 has no block CRCs; format 4 may lack some (NotFound).
   int format() const;
   // The masked CRC32C of checksum block `block` of piece `group` of inode `ino`: NotFound in a
   // format 2 index; Corruption if the index has no such block for a piece that needs one.

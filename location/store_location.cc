@@ -11,6 +11,7 @@
 #include <cstring>
 #include <filesystem>
 #include <system_error>
+#include <vector>
 
 #include "common/file_util.h"
 #include "remote/aws_credential_source.h"
@@ -62,12 +63,19 @@ Status NamingStore(const std::string& name, const Status& e) {
   }
 }
 
-// Downloads `name` of the store into the cache folder, conditional on its saved ETag.
-Status FetchOne(ObjectClient& client, const StoreLocation& loc, const char* name) {
+// Downloads `name` of the store into the cache folder, conditional on its saved ETag. With
+// `missing`, a 404 sets it and is no error.
+Status FetchOne(ObjectClient& client, const StoreLocation& loc, const char* name,
+                bool* missing = nullptr) {
   const std::string dest = loc.dir + "/" + name;
   auto r = Download(client, name, dest, SavedEtag(dest));
   if (!r) {
     const Status& e = r.error();
+    if (missing != nullptr && e.IsNotFound() && !e.message().ends_with("(ContainerNotFound)") &&
+        !e.message().ends_with("(NoSuchBucket)")) {
+      *missing = true;
+      return Status::OK();
+    }
     if (e.sys_errno() == EACCES && loc.s3 && !loc.s3->no_credentials.empty()) {
       // Unsigned because nothing was found: say that, not only the server's 403.
       const std::string& m = e.message();
@@ -105,6 +113,44 @@ Status FetchOne(ObjectClient& client, const StoreLocation& loc, const char* name
     }
   }
   return Status::OK();
+}
+
+// An older store (index.lmdb only): its index converted to index.pcri in the cache folder, once
+// per version of index.lmdb (its trailer, which holds its size and CRC, is kept in
+// index.pcri.from), so a remount neither downloads nor converts it again. A cached index.pcri
+// that is no conversion of this index.lmdb (the store shipped index.pcri before) is replaced.
+Status ConvertCachedIndex(const std::string& dir) {
+  const std::string lmdb_path = dir + "/" + index::kIndexFile;
+  const std::string compact = dir + "/" + index::kCompactIndexFile;
+  const std::string from = compact + ".from";
+  auto fd = OpenFile(lmdb_path, O_RDONLY | O_CLOEXEC);
+  if (!fd) return fd.error();
+  struct stat st;
+  if (::fstat(fd->get(), &st) != 0 || st.st_size < 32) {
+    return Status::Corruption(lmdb_path + ": damaged or not a pcrfs index: file too small");
+  }
+  uint8_t trailer[32];
+  PCRFS_RETURN_IF_ERROR(PreadFull(fd->get(), trailer, sizeof(trailer),
+                                  static_cast<uint64_t>(st.st_size) - 32, lmdb_path));
+  static const char kHex[] = "0123456789abcdef";
+  std::string identity;
+  for (uint8_t b : trailer) {
+    identity += kHex[b >> 4];
+    identity += kHex[b & 15];
+  }
+  auto known = ReadWholeFile(from, 4096);
+  if (known && std::string(known->begin(), known->end()) == identity &&
+      ::access(compact.c_str(), F_OK) == 0) {
+    return Status::OK();
+  }
+  ::unlink(from.c_str());
+  ::unlink((compact + ".etag").c_str());
+  auto source = index::LmdbSourceOf(lmdb_path);
+  if (!source) return source.error();
+  auto bytes = index::ConvertLmdbIndex(lmdb_path, *source);
+  if (!bytes) return bytes.error();
+  PCRFS_RETURN_IF_ERROR(index::WriteCompactIndexFile(compact, *bytes));
+  return WriteFileAtomic(from, identity.data(), identity.size());
 }
 
 // Absolute: the daemon changes to / when it forks, and opens these again after.
@@ -218,7 +264,21 @@ Result<StoreLocation> FetchMetadata(const std::string& store, const RemoteOption
   auto client = MakeObjectClient(loc);
   if (!client) return Err(client.error());
   PCRFS_RETURN_ERR_IF_ERROR(FetchOne(**client, loc, index::kManifestFile));
-  PCRFS_RETURN_ERR_IF_ERROR(FetchOne(**client, loc, index::kIndexFile));
+  // Index format 4 when the store ships it; else an older store's index.lmdb, which
+  // Store::Open converts (in memory) through the same checks.
+  bool no_compact = false;
+  PCRFS_RETURN_ERR_IF_ERROR(FetchOne(**client, loc, index::kCompactIndexFile, &no_compact));
+  const std::string compact = loc.dir + "/" + index::kCompactIndexFile;
+  const std::string from = compact + ".from";  // what a converted index.pcri was converted from
+  if (no_compact) {
+    PCRFS_RETURN_ERR_IF_ERROR(FetchOne(**client, loc, index::kIndexFile));
+    PCRFS_RETURN_ERR_IF_ERROR(ConvertCachedIndex(loc.dir));
+  } else {
+    const std::string stale = loc.dir + "/" + index::kIndexFile;  // not needed any more
+    ::unlink(stale.c_str());
+    ::unlink((stale + ".etag").c_str());
+    ::unlink(from.c_str());
+  }
   return loc;
 }
 
@@ -227,16 +287,24 @@ Result<std::shared_ptr<RangeCache>> OpenRangeCache(const StoreLocation& location
   RangeCacheOptions o;
   o.memory_bytes = location.options.memory_cache;
   if (location.remote && location.options.disk_cache > 0) {
-    const std::string index = location.dir + "/" + index::kIndexFile;
+    // The index identifies the store's version: index.pcri by its header (which holds the file
+    // size and, through the section table's CRC, every section's CRC), index.lmdb by its trailer.
+    std::string index = location.dir + "/" + index::kCompactIndexFile;
     auto fd = OpenFile(index, O_RDONLY | O_CLOEXEC);
+    const bool compact = fd.has_value();
+    if (!compact) {
+      index = location.dir + "/" + index::kIndexFile;
+      fd = OpenFile(index, O_RDONLY | O_CLOEXEC);
+    }
     if (!fd) return Err(fd.error());
     struct stat st;
-    if (::fstat(fd->get(), &st) != 0 || st.st_size < 32) {
+    if (::fstat(fd->get(), &st) != 0 || st.st_size < 64) {
       return Err(Status::Corruption(index + ": too small for an index"));
     }
-    uint8_t trailer[32];
-    PCRFS_RETURN_ERR_IF_ERROR(PreadFull(fd->get(), trailer, sizeof(trailer),
-                                        static_cast<uint64_t>(st.st_size) - 32, index));
+    std::vector<uint8_t> trailer(compact ? 64 : 32);
+    PCRFS_RETURN_ERR_IF_ERROR(
+        PreadFull(fd->get(), trailer.data(), trailer.size(),
+                  compact ? 0 : static_cast<uint64_t>(st.st_size) - trailer.size(), index));
     static const char kHex[] = "0123456789abcdef";
     std::string identity;
     for (uint8_t b : trailer) {

@@ -82,7 +82,7 @@ class ColdAmplificationTest(unittest.TestCase):
         seeded shuffled order, or in walk order); returns (store bytes read from storage,
         the daemon's read_bytes since it mounted plus the index, bytes served)."""
         mnt = os.path.join(self.tmp, f"mnt-{level}")
-        index_bytes = os.path.getsize(os.path.join(self.store, "index.lmdb"))
+        index_bytes = os.path.getsize(os.path.join(self.store, "index.pcri"))
         drop_caches()
         self.assertEqual(store_resident_bytes(self.store), 0, "the store is still cached")
         with Mount(self.store, mnt, "-o", f"scans={level}") as m:

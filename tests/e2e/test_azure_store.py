@@ -235,7 +235,7 @@ class AzureStoreTest(AzureStoreBase):
         self.assertIn(f"pcrfs:http://{BLOB_HOST}:{port}/{STORE_CONTAINER}/{STORE_PREFIX} ",
                       out["mounts"][0])
         # The cache folder's name does not depend on the SAS: the same without a query.
-        for name in ("manifest.json", "index.lmdb"):
+        for name in ("manifest.json", "index.pcri"):
             with open(os.path.join(self.cache("https-sas"), name), "rb") as f:
                 with open(os.path.join(self.store, name), "rb") as g:
                     self.assertEqual(f.read(), g.read())

@@ -18,6 +18,7 @@ import os
 import shutil
 import struct
 import subprocess
+import sys
 import tempfile
 import unittest
 
@@ -198,10 +199,16 @@ class RecordDamageTest(unittest.TestCase):
                 victims = self.expect(pos, pos + 1)
                 if region.endswith(" data"):
                     self.assertTrue(victims, region)
-                else:
-                    # Only the index's piece offsets and CRCs are used to read: damage outside
-                    # the pieces costs no file, and is logged once for the record.
+                elif region == "footer":
+                    # Reads never need the footer: it costs no file, and is logged once for the
+                    # record.
                     self.assertEqual(victims, set(), region)
+                else:
+                    # Index format 4 holds piece lengths only: the offsets follow from them and
+                    # the CRCs are in the record's image table, so a damaged header or table
+                    # costs every file of the record (docs/format.md, "Index file").
+                    victims = {(img["path"], k) for img in self.layout["images"]
+                               for k in range(1, 11)}
                 self.check_mount(store, victims,
                                  () if victims else ("damaged record", REC_NAME))
                 # pcr cat agrees: exit 1 for a damaged file, the exact bytes for the others.
@@ -260,23 +267,23 @@ class RefuseToMountTest(unittest.TestCase):
 
     def test_refuses_damaged_index_and_foreign_manifest(self):
         def flip_index(store):
-            p = os.path.join(store, "index.lmdb")
+            p = os.path.join(store, "index.pcri")
             data = bytearray(read_bytes(p))
             data[len(data) // 2] ^= 0x01
             write_bytes(p, bytes(data))
 
         def truncate_index(store):
-            p = os.path.join(store, "index.lmdb")
+            p = os.path.join(store, "index.pcri")
             os.truncate(p, os.path.getsize(p) - 100)
 
         def empty_index(store):
-            os.truncate(os.path.join(store, "index.lmdb"), 0)
+            os.truncate(os.path.join(store, "index.pcri"), 0)
 
         def other_version(store):
             p = os.path.join(store, "manifest.json")
             text = read_bytes(p)
-            self.assertIn(b'"format_version": 1', text)
-            write_bytes(p, text.replace(b'"format_version": 1', b'"format_version": 2'))
+            self.assertIn(b'"format_version": 2', text)
+            write_bytes(p, text.replace(b'"format_version": 2', b'"format_version": 3'))
 
         def bad_manifest(store):
             write_bytes(os.path.join(store, "manifest.json"), b"{not json")
@@ -290,12 +297,12 @@ class RefuseToMountTest(unittest.TestCase):
             return mutate
 
         cases = [
-            (flip_index, "index.lmdb"), (truncate_index, "index.lmdb"),
-            (empty_index, "index.lmdb"),
-            (lambda s: os.unlink(os.path.join(s, "index.lmdb")), "index.lmdb is missing"),
-            (other_version, "format version 2 is not supported"),
+            (flip_index, "index.pcri"), (truncate_index, "index.pcri"),
+            (empty_index, "index.pcri"),
+            (lambda s: os.unlink(os.path.join(s, "index.pcri")), "index.pcri is missing"),
+            (other_version, "format version 3 is not supported"),
             (bad_manifest, "manifest.json"),
-            (symlinked("index.lmdb"), "symbolic link"),
+            (symlinked("index.pcri"), "symbolic link"),
             (symlinked("manifest.json"), "symbolic link"),
             (symlinked("records"), "symbolic link"),
         ]
@@ -309,6 +316,130 @@ class RefuseToMountTest(unittest.TestCase):
                 self.assertEqual(len(p.stderr.strip().splitlines()), 1, p.stderr)
                 self.assertTrue(p.stderr.startswith("pcrfs: "), p.stderr)
                 self.assertFalse(is_mounted(self.mnt))
+
+
+def crc32c(data):
+    crc = 0xFFFFFFFF
+    for b in data:
+        crc = _CRC32C_TABLE[(crc ^ b) & 0xFF] ^ (crc >> 8)
+    return crc ^ 0xFFFFFFFF
+
+
+def _crc32c_entry(i):
+    for _ in range(8):
+        i = (i >> 1) ^ 0x82F63B78 if i & 1 else i >> 1
+    return i
+
+
+_CRC32C_TABLE = [_crc32c_entry(i) for i in range(256)]
+
+
+def masked(data):
+    c = crc32c(data)
+    return ((((c >> 15) | (c << 17)) & 0xFFFFFFFF) + 0xA282EAD8) & 0xFFFFFFFF
+
+
+def reseal_index(b):
+    """Recomputes every checksum of an index.pcri (docs/format.md), as a hostile author would."""
+    b = bytearray(b)
+    size = len(b)
+    sec = lambda i: 64 + 40 * i
+    dir_off, dir_len = u64(b, sec(2) + 8), u64(b, sec(2) + 16)
+    data_off = u64(b, sec(3) + 8)
+    if dir_off <= size and dir_len <= size - dir_off:
+        for c in range(0, dir_len - dir_len % 24, 24):
+            off, length = u64(b, dir_off + c), u32(b, dir_off + c + 8)
+            if data_off + off + length <= size:
+                struct.pack_into("<I", b, dir_off + c + 16,
+                                 masked(b[data_off + off:data_off + off + length]))
+    for i in range(5):
+        off, length = u64(b, sec(i) + 8), u64(b, sec(i) + 16)
+        if off + length <= size:
+            struct.pack_into("<I", b, sec(i) + 32, masked(b[off:off + length]))
+    struct.pack_into("<I", b, 48, masked(b[64:64 + 200]))
+    struct.pack_into("<I", b, 60, masked(b[:60]))
+    return bytes(b)
+
+
+class CraftedIndexTest(unittest.TestCase):
+    """index.pcri changed with every checksum recomputed (a hostile store author): each mount is
+    refused with one line, or mounts and serves every file exactly or EIO; never a crash."""
+
+    def setUp(self):
+        self.tmp = tempfile.mkdtemp(prefix="pcrfs-crafted-", dir=WORK)
+
+    def tearDown(self):
+        shutil.rmtree(self.tmp, ignore_errors=True)
+
+    def mutations(self, good):
+        import random
+        rng = random.Random(34)
+        out = []
+        # Targeted: header counts, chunk size, each section's fields, the chunk directory.
+        for off, value in [(16, 1), (16, u64(good, 16) + 1), (16, u64(good, 16) - 1), (24, 0),
+                           (24, u64(good, 24) + 1), (40, 16), (40, 0xFFFFFFF0), (44, 8)]:
+            b = bytearray(good)
+            if off in (40, 44):
+                struct.pack_into("<I", b, off, value)
+            else:
+                struct.pack_into("<Q", b, off, value)
+            out.append((f"header field {off} = {value}", bytes(b)))
+        for i in range(5):
+            for field, value in [(4, 1), (4, 0), (24, 1 << 40), (24, 0), (16, 0)]:
+                b = bytearray(good)
+                if field == 4:
+                    struct.pack_into("<I", b, 64 + 40 * i + field, value)
+                else:
+                    struct.pack_into("<Q", b, 64 + 40 * i + field, value)
+                out.append((f"section {i + 1} field {field} = {value}", bytes(b)))
+        # Random bytes anywhere after the header (most land in the entry chunks).
+        for _ in range(24):
+            b = bytearray(good)
+            for _ in range(rng.randint(1, 8)):
+                p = rng.randrange(64, len(b))
+                b[p] = rng.randrange(256)
+            out.append((f"random bytes (seed 34, #{len(out)})", bytes(b)))
+        return out
+
+    def test_crafted_indexes_are_refused_or_served_safely(self):
+        good = read_bytes(os.path.join(STORE, "index.pcri"))
+        refused = served = 0
+        for what, data in self.mutations(good):
+            with self.subTest(what=what):
+                store = os.path.join(self.tmp, "store")
+                shutil.rmtree(store, ignore_errors=True)
+                shutil.copytree(STORE, store, symlinks=True)
+                write_bytes(os.path.join(store, "index.pcri"), reseal_index(data))
+                mnt = os.path.join(self.tmp, "mnt")
+                os.makedirs(mnt, exist_ok=True)
+                p = subprocess.run([PCR, "verify", store], capture_output=True, text=True,
+                                   timeout=60)
+                self.assertIn(p.returncode, (0, 1), p.stderr)
+                try:
+                    m = Mount(store, mnt)
+                    m.__enter__()
+                except AssertionError as e:  # refused: exit 1, one line naming the index
+                    refused += 1
+                    text = str(e)
+                    self.assertTrue(text.startswith("pcrfs exited 1: pcrfs: "), text)
+                    self.assertEqual(len(text.strip().splitlines()), 1, text)
+                    self.assertIn("index.pcri", text)
+                    self.assertFalse(is_mounted(mnt))
+                    continue
+                try:
+                    served += 1
+                    for dirpath, _, names in os.walk(mnt):
+                        for n in names:
+                            try:
+                                with open(os.path.join(dirpath, n), "rb") as f:
+                                    f.read()
+                            except OSError as e:
+                                self.assertEqual(e.errno, errno.EIO, os.path.join(dirpath, n))
+                    self.assertIsNone(m.proc.poll(), "the daemon keeps running")
+                finally:
+                    m.__exit__(None, None, None)
+        self.assertGreater(refused, 0)
+        print(f"crafted indexes: {refused} refused, {served} mounted", file=sys.stderr)
 
 
 if __name__ == "__main__":

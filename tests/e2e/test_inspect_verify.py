@@ -50,7 +50,7 @@ class InspectTest(TempDirTest):
         store = self.path("store")
         run([PCR, "build", src, store, "--quiet"])
         info = json.loads(run([PCR, "inspect", store, "--json"], text=True).stdout)
-        self.assertEqual(info["format_version"], 1)
+        self.assertEqual(info["format_version"], 2)
         self.assertEqual(info["files"], info["jpeg"] + info["passthrough"])
         self.assertEqual(sum(info["passthrough_by_reason"].values()), info["passthrough"])
         mnt = self.path("mnt")
@@ -65,7 +65,7 @@ class InspectTest(TempDirTest):
                            for d, _, ns in os.walk(src) for n in ns)
         self.assertEqual(info["source_bytes"], source_total)
         text = run([PCR, "inspect", store], text=True).stdout
-        for words in ("format version   1", "records", "not-jpeg", "% of source"):
+        for words in ("format version   2", "records", "not-jpeg", "% of source"):
             self.assertIn(words, text)
 
     def test_bad_store(self):
@@ -222,6 +222,27 @@ class VerifyTest(TempDirTest):
         self.assertEqual(p.returncode, 0, p.stdout + p.stderr)
         self.assertIn("pcr verify: OK", p.stdout)
         self.assertIn("21 files compared", p.stdout)
+
+    def test_older_store_verifies_mounts_and_upgrades(self):
+        # A store as pcr built it before index format 4: index.lmdb, manifest format 1.
+        src, store = build_store(self.tmp)
+        run([PCR, "extract", store, self.path("want"), "--scans", "5"])
+        want = read_tree(self.path("want"))
+        run([PCR, "lmdb-index", store])
+        self.assertEqual(sorted(os.listdir(store)),
+                         ["index.lmdb", "manifest.json", "provenance.json", "records"])
+        p = verify(store, "--source", src)
+        self.assertEqual(p.returncode, 0, p.stdout + p.stderr)
+        with Mount(store, self.path("mnt")) as m:
+            self.assertEqual(read_tree(os.path.join(m.mnt, "scan5")), want)
+        p = run([PCR, "upgrade", store], text=True)
+        self.assertIn("wrote index.pcri", p.stdout)
+        self.assertIn("index.pcri", os.listdir(store))
+        self.assertEqual(verify(store).returncode, 0)
+        with Mount(store, self.path("mnt")) as m:
+            self.assertEqual(read_tree(os.path.join(m.mnt, "scan5")), want)
+        # The store keeps index.lmdb and format 1, for older readers.
+        self.assertIn('"format_version": 1', open(os.path.join(store, "manifest.json")).read())
 
     def test_flipped_byte_names_exactly_the_damaged_file(self):
         src, store = build_store(self.tmp)

@@ -562,7 +562,7 @@ class BadArgumentsTest(unittest.TestCase):
             shutil.copytree(STORE, future)
             man = open(os.path.join(future, "manifest.json")).read()
             open(os.path.join(future, "manifest.json"), "w").write(
-                man.replace('"format_version": 1', '"format_version": 99'))
+                man.replace('"format_version": 2', '"format_version": 99'))
             full = os.path.join(work, "full")
             os.makedirs(full)
             open(os.path.join(full, "x"), "w").close()

@@ -85,7 +85,7 @@ class RemoteMountCase(LoopbackServersCase):
             self.assertIn("user.pcrfs.remote", os.listxattr(m.mnt))
             self.assertNotIn("fsname", m.log())
         # The cache holds the metadata, each with its ETag.
-        for name in ("manifest.json", "index.lmdb"):
+        for name in ("manifest.json", "index.pcri"):
             with open(os.path.join(self.cache("http"), name), "rb") as f:
                 with open(os.path.join(self.store, name), "rb") as g:
                     self.assertEqual(f.read(), g.read())
@@ -101,6 +101,37 @@ class RemoteMountCase(LoopbackServersCase):
             with self.mount(url, "remount") as m:
                 self.assertEqual(proxy.stats()["statuses"], {"304": 2})
                 self.assert_same_as_local(m.mnt, levels=(5,))
+
+    def test_older_store_with_index_lmdb_is_converted_once_into_the_cache(self):
+        # A store as pcr built it before index format 4 (index.lmdb, manifest format 1).
+        old = os.path.join(self.www, "oldstore")
+        shutil.copytree(self.store, old)
+        run([PCR, "lmdb-index", old])
+        self.assertFalse(os.path.exists(os.path.join(old, "index.pcri")))
+        cache = self.cache("old")
+        with FaultProxy(self.nginx.url) as proxy:
+            url = proxy.url + "/oldstore"
+            with self.mount(url, "old") as m:
+                self.assert_same_as_local(m.mnt, levels=(1, 10))
+            # manifest.json and index.lmdb, after index.pcri's 404 (and 206s: record ranges).
+            metadata = lambda: {k: v for k, v in proxy.stats()["statuses"].items() if k != "206"}
+            self.assertEqual(metadata(), {"200": 2, "404": 1})
+            converted = os.path.join(cache, "index.pcri")
+            self.assertTrue(os.path.exists(converted + ".from"))
+            before = os.stat(converted).st_mtime_ns
+            proxy.reset()
+            with self.mount(url, "old") as m:
+                self.assertEqual(metadata(), {"304": 2, "404": 1})
+                self.assert_same_as_local(m.mnt, levels=(5,))
+            self.assertEqual(os.stat(converted).st_mtime_ns, before, "converted once")
+            # pcr upgrade adds index.pcri to the store: the next mount takes it instead.
+            run([PCR, "upgrade", old])
+            proxy.reset()
+            with self.mount(url, "old") as m:
+                self.assertEqual(metadata(), {"304": 1, "200": 1})
+                self.assert_same_as_local(m.mnt, levels=(5,))
+            self.assertFalse(os.path.exists(converted + ".from"))
+            self.assertFalse(os.path.exists(os.path.join(cache, "index.lmdb")))
 
     def test_faults_cost_time_or_only_their_record(self):
         with FaultProxy(self.nginx.url) as proxy:
@@ -212,7 +243,7 @@ class RemoteMountCase(LoopbackServersCase):
         try:
             self.assertEqual(p.returncode, 0, p.stderr)
             self.assert_same_as_local(mnt, levels=(5,))
-            self.assertTrue(os.path.exists(os.path.join(self.tmp, "rel-cache", "index.lmdb")))
+            self.assertTrue(os.path.exists(os.path.join(self.tmp, "rel-cache", "index.pcri")))
         finally:
             subprocess.run(["fusermount3", "-u", mnt])
 

@@ -1,7 +1,7 @@
 #!/usr/bin/python3
 """End-to-end checks of sharded builds: `pcr build SRC PART --shard I/N` and `pcr merge`.
 
-The merged store must be byte-identical (records, index.lmdb, manifest.json) to the single build
+The merged store must be byte-identical (records, index.pcri, manifest.json) to the single build
 with the same options; wrong sets of parts must be refused with a one-line error.
 """
 

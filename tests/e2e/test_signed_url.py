@@ -159,7 +159,7 @@ class SignedUrlTest(LoopbackServersCase):
                 mnt = os.path.join(self.tmp, f"mnt-default-cache-{i}")
                 with Mount(url, mnt, "-o", "scans=6", env=env) as m:
                     self.assertEqual(read_tree(m.mnt), self.local[6])
-                self.assertTrue(os.path.exists(os.path.join(want, "index.lmdb")), url)
+                self.assertTrue(os.path.exists(os.path.join(want, "index.pcri")), url)
                 for other in urls:
                     named = os.path.join(root, hashlib.sha256(other.encode()).hexdigest())
                     self.assertFalse(os.path.exists(named), other)
@@ -168,7 +168,7 @@ class SignedUrlTest(LoopbackServersCase):
             rel = sorted(self.local[2])[0]
             p = run([PCR, "cat", self.url, rel, "--scans", "2"], env=env)
             self.assertEqual(p.stdout, self.local[2][rel])
-            self.assertTrue(os.path.exists(os.path.join(want, "index.lmdb")))
+            self.assertTrue(os.path.exists(os.path.join(want, "index.pcri")))
             for dirpath, dirnames, filenames in os.walk(want):
                 for n in dirnames + filenames:
                     self.assert_no_token(n)

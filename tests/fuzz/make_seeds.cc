@@ -5,6 +5,8 @@
 //                     own progressive output
 //   OUTDIR/record/    records written by RecordWriter from transcoded JPEGs and passthrough files
 //   OUTDIR/entry/     8-byte inode + EncodeEntry() of a root, a folder, a JPEG and a passthrough
+//   OUTDIR/compact_index/  a selector byte (odd: reseal) + index.pcri files of a small tree,
+//                     compressed and not
 //   OUTDIR/manifest/  Manifest::ToJson() with and without a quality section
 //   OUTDIR/lmdb_pages/  index.lmdb files written by IndexWriter (formats 3 and 2, one with values
 //                     in overflow pages), with and without their trailer
@@ -25,6 +27,7 @@
 #include "codec/transcoder.h"
 #include "common/coding.h"
 #include "common/file_util.h"
+#include "index/compact_index.h"
 #include "index/entry.h"
 #include "index/index_trailer.h"
 #include "index/manifest.h"
@@ -362,6 +365,74 @@ bool WriteAwsCredentialsSeeds(const std::string& dir) {
   return true;
 }
 
+// A root with folders "a" (3 files) and "b" (empty) and a file "c.txt", in one record.
+bool WriteCompactIndexSeeds(const std::string& dir) {
+  if (!MakeDir(dir)) return false;
+  std::vector<index::Entry> es(7);
+  auto dir_entry = [&](uint64_t ino, uint64_t parent, std::string name, uint64_t first, uint64_t n,
+                       uint64_t subdirs) {
+    index::Entry& e = es[ino - 1];
+    e.ino = ino;
+    e.parent = parent;
+    e.name = std::move(name);
+    e.kind = index::EntryKind::kDirectory;
+    e.mode = 0755;
+    e.first_child = first;
+    e.num_children = n;
+    e.num_subdirs = subdirs;
+  };
+  dir_entry(1, 1, "", 2, 3, 2);
+  dir_entry(2, 1, "a", 5, 3, 0);
+  dir_entry(3, 1, "b", 0, 0, 0);
+  index::RecordInfo r;
+  r.data_offset = 1024;
+  r.num_images = 4;
+  std::array<uint64_t, index::kNumGroups> sums{};
+  auto file = [&](uint64_t ino, uint64_t parent, std::string name, uint32_t slot, bool jpeg) {
+    index::Entry& e = es[ino - 1];
+    e.ino = ino;
+    e.parent = parent;
+    e.name = std::move(name);
+    e.kind = jpeg ? index::EntryKind::kJpeg : index::EntryKind::kPassthrough;
+    if (!jpeg) e.passthrough_reason = index::PassthroughReason::kNotJpeg;
+    e.mode = 0644;
+    e.mtime_sec = 1700000000 + static_cast<int64_t>(ino);
+    e.mtime_nsec = 7;
+    e.slot = slot;
+    for (int g = 0; g < (jpeg ? index::kNumGroups : 1); ++g) {
+      e.pieces[static_cast<size_t>(g)].length = 100 * ino + static_cast<uint64_t>(g);
+      sums[static_cast<size_t>(g)] += 100 * ino + static_cast<uint64_t>(g);
+    }
+    e.source_size = e.SizeAtLevel(10);
+  };
+  file(4, 1, "c.txt", 0, false);
+  file(5, 2, "n01440764_1.JPEG", 1, true);
+  file(6, 2, "n01440764_12.JPEG", 2, true);
+  file(7, 2, "n01440764_2.JPEG", 3, true);
+  r.group_offset[0] = r.data_offset;
+  for (size_t g = 0; g < index::kNumGroups; ++g)
+    r.group_offset[g + 1] = r.group_offset[g] + sums[g];
+  r.file_size = r.group_offset[index::kNumGroups] + 16;
+  for (int level : {0, 9}) {
+    index::CompactIndexWriter w("seed", level);
+    for (const index::Entry& e : es) {
+      if (!w.AddEntry(e).ok()) return false;
+    }
+    if (!w.AddRecord(r).ok() || !w.PutMeta("format_version", "1").ok()) return false;
+    auto bytes = w.Finish();
+    if (!bytes) {
+      std::fprintf(stderr, "compact index seed: %s\n", bytes.error().ToString().c_str());
+      return false;
+    }
+    for (char selector : {'\0', '\1'}) {
+      const std::string name = dir + "/level" + std::to_string(level) + "_" +
+                               std::to_string(static_cast<int>(selector)) + ".pcri";
+      if (!Write(name, std::string(1, selector) + *bytes)) return false;
+    }
+  }
+  return true;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -377,6 +448,7 @@ int main(int argc, char** argv) {
                   WriteEntrySeeds(out + "/entry", layout) &&
                   WriteManifestSeeds(out + "/manifest") &&
                   WriteLmdbPagesSeeds(out + "/lmdb_pages") &&
+                  WriteCompactIndexSeeds(out + "/compact_index") &&
                   WriteAwsCredentialsSeeds(out + "/aws_credentials");
   return ok ? 0 : 1;
 }
