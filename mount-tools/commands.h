@@ -18,13 +18,10 @@ int RunQualityPair(const std::vector<std::string>& args);
 int RunQualitySample(const std::vector<std::string>& args);
 int RunInspect(const std::vector<std::string>& args);
 int RunVerify(const std::vector<std::string>& args);
-<<<<<<< HEAD
 int RunTop(const std::vector<std::string>& args);
-=======
 int RunUpgrade(const std::vector<std::string>& args);
 // Internal, for the tests of older stores: not in the usage text.
 int RunLmdbIndexForTests(const std::vector<std::string>& args);
->>>>>>> pcri
 
 // The report of `pcr build` and `pcr merge` (cmd_build.cc).
 struct BuildReport;

@@ -26,11 +26,8 @@ constexpr char kUsage[] =
     "                    draw one image at levels 1..10 with bytes, PSNR and MS-SSIM\n"
     "  inspect STORE     describe a store: counts, options, bytes per level\n"
     "  verify STORE      check every checksum and entry (and, with --source, the pixels)\n"
-<<<<<<< HEAD
     "  top MNT           what a mount serves per second: by level, origin rate, cache hits\n"
-=======
     "  upgrade STORE     write index.pcri (index format 4) from an older store's index.lmdb\n"
->>>>>>> pcri
     "\n"
     "Run 'pcr COMMAND --help' for a command's options.\n";
 
@@ -68,12 +65,9 @@ int main(int argc, char** argv) {
   if (command == "quality-sample") return pcrfs::tools::RunQualitySample(args);
   if (command == "inspect") return pcrfs::tools::RunInspect(args);
   if (command == "verify") return pcrfs::tools::RunVerify(args);
-<<<<<<< HEAD
   if (command == "top") return pcrfs::tools::RunTop(args);
-=======
   if (command == "upgrade") return pcrfs::tools::RunUpgrade(args);
   if (command == "lmdb-index") return pcrfs::tools::RunLmdbIndexForTests(args);
->>>>>>> pcri
   std::fprintf(stderr, "pcr: unknown command '%s'\n%s", command.c_str(), kUsage);
   return 2;
 }
