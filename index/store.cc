@@ -138,7 +138,8 @@ Result<LmdbRecordSource> LmdbSourceOf(const std::string& lmdb_path) {
   auto bytes = ReadWholeFile(lmdb_path, identity.size);
   if (!bytes) return Err(bytes.error());
   if (bytes->size() < *lmdb_size) {
-    return Err(Status::Corruption(lmdb_path + ": damaged or not a pcrfs index: changed while read"));
+    return Err(
+        Status::Corruption(lmdb_path + ": damaged or not a pcrfs index: changed while read"));
   }
   bytes->resize(static_cast<size_t>(*lmdb_size));  // the LMDB image, without its trailer
   auto owned = std::make_shared<const std::vector<uint8_t>>(std::move(*bytes));
