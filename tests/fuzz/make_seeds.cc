@@ -443,12 +443,11 @@ int main(int argc, char** argv) {
   const std::string out = argv[1];
   std::vector<SeedJpeg> jpegs;
   index::RecordLayout layout;
-  const bool ok = MakeDir(out) && MakeJpegs(&jpegs) && WriteCodecSeeds(out + "/codec", jpegs) &&
-                  WriteRecordSeeds(out + "/record", jpegs, &layout) &&
-                  WriteEntrySeeds(out + "/entry", layout) &&
-                  WriteManifestSeeds(out + "/manifest") &&
-                  WriteLmdbPagesSeeds(out + "/lmdb_pages") &&
-                  WriteCompactIndexSeeds(out + "/compact_index") &&
-                  WriteAwsCredentialsSeeds(out + "/aws_credentials");
+  const bool ok =
+      MakeDir(out) && MakeJpegs(&jpegs) && WriteCodecSeeds(out + "/codec", jpegs) &&
+      WriteRecordSeeds(out + "/record", jpegs, &layout) &&
+      WriteEntrySeeds(out + "/entry", layout) && WriteManifestSeeds(out + "/manifest") &&
+      WriteLmdbPagesSeeds(out + "/lmdb_pages") && WriteCompactIndexSeeds(out + "/compact_index") &&
+      WriteAwsCredentialsSeeds(out + "/aws_credentials");
   return ok ? 0 : 1;
 }
