@@ -121,8 +121,8 @@ constexpr Option kOptions[] = {
     {.name = "index_rss", .kind = Kind::kSize, .meta = "SIZE", .hi = kTiB, .what = "16M",
      .zero = "never unmap", .def = "16M",
      .set = [](MountConfig& c, const Value& v) { c.index_rss = v.n; },
-     .help = "unmap index pages (they stay in the page cache) once the daemon's file-backed "
-             "resident memory passes SIZE"},
+     .help = "no effect since index format 4, which the daemon holds in its own memory (it "
+             "unmapped an LMDB index's pages past SIZE); accepted so older mount lines work"},
     {.name = "kernel_readahead", .kind = Kind::kSize, .meta = "SIZE", .hi = 16 * kMiB,
      .what = "1M", .zero = "the kernel's default", .def = "1M",
      .set = [](MountConfig& c, const Value& v) { c.kernel_readahead = v.n; },
