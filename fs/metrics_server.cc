@@ -163,7 +163,10 @@ void AppendRemote(const ObjectClient& client, const RangeCache* cache, metrics::
   // The authority: {"source":...,"expires":...,"renewals":...}; never a secret.
   const nlohmann::json auth = nlohmann::json::parse(client.DescribeAuthJson(), nullptr, false);
   if (auth.is_object()) {
-    const std::string source = auth.value("source", std::string("unknown"));
+    // The kind of source only: "profile P (FILE)" and the like name a file after " (", and a
+    // label never carries a file name.
+    std::string source = auth.value("source", std::string("unknown"));
+    source = source.substr(0, source.find(" ("));
     e->Family("pcrfs_credentials_info", Type::kGauge,
               "Where the remote store's authority comes from (1 for the current source).");
     e->Sample({{"source", source}}, 1);
