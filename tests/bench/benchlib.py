@@ -423,6 +423,12 @@ def run_epoch(root, rel_paths, readers, timeout, style="raw", on_start=None, cgr
 
 # ---------------------------------------------------------------- results
 
+def index_path(store):
+    """A store's index: index.pcri (format 4), or an older store's index.lmdb."""
+    compact = os.path.join(store, "index.pcri")
+    return compact if os.path.exists(compact) else os.path.join(store, "index.lmdb")
+
+
 def fmt_mb(b):
     return f"{b / MB:,.1f}"
 

@@ -148,7 +148,7 @@ def prepare_index_stores(args, pcr, www):
         link = os.path.join(www, name)
         if not os.path.lexists(link):
             os.symlink(store, link)
-        out[n] = {"name": name, "index_bytes": os.path.getsize(os.path.join(store, "index.lmdb")),
+        out[n] = {"name": name, "index_bytes": os.path.getsize(benchlib.index_path(store)),
                   "build_seconds": facts.get("build_seconds")}
     return out
 
@@ -912,7 +912,7 @@ def report(args, meta, ds, conds, summ, local, idx_res, loader_res, proxy_chk, c
         L.append("## Index fetch and remount")
         L.append("")
         L.append("`pcrfs URL MNT -o scans=1,cache_dir=D` until the mount point is up: a fresh D "
-                 "(downloads manifest.json and index.lmdb), then again with the same D (one "
+                 "(downloads manifest.json and index.pcri), then again with the same D (one "
                  "conditional request per file). Target: a remount of 1M entries under 1 s, "
                  "304s only.")
         L.append("")

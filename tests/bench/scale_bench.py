@@ -26,7 +26,7 @@ rebuilt when the pcr binary changed since, unless --keep-builds), each after
 `sync; echo 3 > drop_caches` (the source is read cold, as a first build of a big tree is):
   pcr build SRC STORE -q               wall s, CPU s (user+sys), peak RSS (os.wait4 of that child)
   mksquashfs SRC IMG -noappend         the same, default compression
-and the sizes: store, index.lmdb, records, index bytes per entry (entries = files + directories,
+and the sizes: store, index (index.pcri), records, index bytes per entry (entries = files + directories,
 from `pcr inspect --json`), squashfs image, native tree (du, apparent and allocated).
 
 Measurements per size N, every "cold" one after sync + drop_caches, the programs' own files read
@@ -329,7 +329,7 @@ def prepare_size(args, n):
         facts["level_bytes"] = [lv["bytes"] for lv in insp["levels"]]
         facts["files"] = insp["files"]
         facts["store_bytes"] = tree_bytes(store)
-        facts["index_bytes"] = os.path.getsize(os.path.join(store, "index.lmdb"))
+        facts["index_bytes"] = os.path.getsize(benchlib.index_path(store))
         facts["records_bytes"] = tree_bytes(os.path.join(store, "records"))
         facts["record_files"] = len(os.listdir(os.path.join(store, "records")))
         facts["store_du"] = du_bytes(store, apparent=False)
@@ -813,7 +813,7 @@ def report(args, facts_by_n, results, variants, started, elapsed, load0):
     L.append("")
     L.append("| N | pcr build wall s | images/s | CPU s | peak RSS MiB | mksquashfs wall s | "
              "CPU s | peak RSS MiB | native MB (apparent / du) | store MB | records | "
-             "index.lmdb MB | index B/entry | squashfs MB |")
+             "index MB | index B/entry | squashfs MB |")
     L.append("|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|")
     for n in ns:
         f = facts_by_n[n]
@@ -951,8 +951,9 @@ def report(args, facts_by_n, results, variants, started, elapsed, load0):
                  f"{labels[-1]}: {h1 / h0:.2f}x for {ns[-1] / ns[0]:,.0f}x the files "
                  f"(target <= {TARGET_RSS_FLAT}x): {verdict(h1 / h0 <= TARGET_RSS_FLAT)}. "
                  f"Anonymous memory alone (largest RssAnon of the sequence): {a0 / MiB:.1f} -> "
-                 f"{a1 / MiB:.1f} MiB ({a1 / a0:.2f}x); the rest is file-backed (the executable "
-                 f"and the mmapped index.lmdb pages the daemon touched, which the kernel can drop).")
+                 f"{a1 / MiB:.1f} MiB ({a1 / a0:.2f}x), the index among it (format 4 is held in the "
+                 f"daemon's memory, about 72 bytes per file); the rest is file-backed (the "
+                 f"executable).")
         L.append("")
 
     # Cost model
@@ -969,7 +970,7 @@ def report(args, facts_by_n, results, variants, started, elapsed, load0):
     row("pcr build CPU s", [f["build"]["cpu"] for f in F])
     row("pcr build peak RSS MiB", [f["build"]["maxrss"] / MiB for f in F])
     row("store MB", [f["store_bytes"] / MB for f in F])
-    row("index.lmdb MB", [f["index_bytes"] / MB for f in F], 2)
+    row("index MB", [f["index_bytes"] / MB for f in F], 2)
     row("index bytes / entry", [f["index_bytes"] / f["inspect"]["entries"] for f in F], 0)
     row("mount cold ms", [r["mount"]["pcrfs"]["cold_median"] * 1e3 for r in results], 0)
     row("mount warm ms", [r["mount"]["pcrfs"]["warm_median"] * 1e3 for r in results], 0)
@@ -1043,7 +1044,7 @@ def plot(data, path):
 
     ax = axes[0, 1]
     ax.plot(ns, [f["store_bytes"] / MB for f in F], "o-", c=C["pcrfs"], label="pcrfs store")
-    ax.plot(ns, [f["index_bytes"] / MB for f in F], "o--", c="tab:purple", label="index.lmdb")
+    ax.plot(ns, [f["index_bytes"] / MB for f in F], "o--", c="tab:purple", label="index (index.pcri)")
     ax.plot(ns, [f["sqfs_bytes"] / MB for f in F], "s-", c=C["squashfuse"], label="squashfs image")
     ax.plot(ns, [f["native_apparent"] / MB for f in F], "^-", c=C["native"],
             label="native (apparent)")
