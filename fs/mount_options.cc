@@ -76,6 +76,13 @@ constexpr Option kOptions[] = {
     {.name = "scans", .kind = Kind::kInt, .meta = "K", .lo = 1, .hi = index::kNumGroups,
      .set = [](MountConfig& c, const Value& v) { c.fs.fixed_level = static_cast<int>(v.n); },
      .help = "serve the dataset at level K at the root"},
+    {.name = "form", .kind = Kind::kEnum, .meta = "FORM", .values = "progressive|baseline",
+     .set = [](MountConfig& c, const Value& v) {
+       c.fs.form = std::array{ServedForm::kProgressive, ServedForm::kBaseline}[v.n];
+     },
+     .help = "progressive (default): JPEGs as stored, fewest bytes; baseline: each JPEG "
+             "re-encoded at its lookup as a sequential JPEG with the same coefficients, larger "
+             "but faster to decode (CPU-bound loaders, GPU decoders)"},
     {.name = "msssim", .kind = Kind::kFraction, .meta = "X", .what = "0.95",
      .set = [](MountConfig& c, const Value& v) { c.msssim = v.x; },
      .help = "serve, at the root, the lowest level whose 5th-percentile MS-SSIM (measured by pcr "
