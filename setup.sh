@@ -34,6 +34,8 @@ deps=(
   # remote-store test servers (tests/remote/install.sh installs the same and the npm packages)
   nginx-light awscli python3-boto3 curl iproute2
   libjpeg-turbo-progs time util-linux
+  # metrics: promtool and a Prometheus server for tests/e2e/test_metrics.py
+  prometheus
   # fuzzing (tests/fuzz/run): clang with libFuzzer
   clang-14 libclang-rt-14-dev clang-format
 )

@@ -41,16 +41,34 @@ class StatmFile {
 
 }  // namespace
 
-uint64_t ResidentFileBytes() {
+namespace {
+
+// statm's resident and shared fields in bytes; false if it cannot be read.
+bool ReadStatm(uint64_t* resident_bytes, uint64_t* shared_bytes) {
   // statm: size resident shared text lib data dt, in pages.
   thread_local StatmFile statm;
   char buf[128];
   unsigned long long size = 0, resident = 0, shared = 0;
   if (!statm.Read(buf, sizeof buf) ||
       std::sscanf(buf, "%llu %llu %llu", &size, &resident, &shared) != 3) {
-    return 0;
+    return false;
   }
-  return static_cast<uint64_t>(shared) * static_cast<uint64_t>(::sysconf(_SC_PAGESIZE));
+  const auto page = static_cast<uint64_t>(::sysconf(_SC_PAGESIZE));
+  *resident_bytes = resident * page;
+  *shared_bytes = shared * page;
+  return true;
+}
+
+}  // namespace
+
+uint64_t ResidentFileBytes() {
+  uint64_t resident = 0, shared = 0;
+  return ReadStatm(&resident, &shared) ? shared : 0;
+}
+
+uint64_t ResidentBytes() {
+  uint64_t resident = 0, shared = 0;
+  return ReadStatm(&resident, &shared) ? resident : 0;
 }
 
 std::optional<uint64_t> StorageReadBytes() {

@@ -17,6 +17,10 @@ uint64_t ResidentFileBytes();
 // file cannot be read (no CONFIG_TASK_IO_ACCOUNTING, or a restricted /proc).
 std::optional<uint64_t> StorageReadBytes();
 
+// Resident memory in bytes, anonymous and file-backed (/proc/self/statm "resident"), what
+// top's RES shows. 0 if unknown.
+uint64_t ResidentBytes();
+
 // The mapping (from /proc/self/maps) that holds address p.
 struct Mapping {
   void* start = nullptr;

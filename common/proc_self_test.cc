@@ -46,5 +46,17 @@ TEST(ProcSelfTest, ResidentFileBytesIsTheCallersAfterAFork) {
   ::close(fd);
 }
 
+TEST(ProcSelfTest, ResidentBytesCountsAnonymousMemory) {
+  const uint64_t before = proc::ResidentBytes();
+  ASSERT_GT(before, 0u);
+  EXPECT_GE(before, proc::ResidentFileBytes());
+  constexpr size_t kBytes = size_t{64} << 20;
+  void* p = ::mmap(nullptr, kBytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  ASSERT_NE(p, MAP_FAILED);
+  for (size_t i = 0; i < kBytes; i += 4096) static_cast<volatile char*>(p)[i] = 1;
+  EXPECT_GE(proc::ResidentBytes(), before + kBytes - (size_t{4} << 20));
+  ::munmap(p, kBytes);
+}
+
 }  // namespace
 }  // namespace pcrfs

@@ -29,6 +29,7 @@
 #include "common/log.h"
 #include "fs/filesystem.h"
 #include "fs/fuse_ops.h"
+#include "fs/metrics_server.h"
 #include "fs/mount_options.h"
 #include "index/store.h"
 #include "location/store_location.h"
@@ -391,7 +392,7 @@ DaemonHooks HooksFor(const std::shared_ptr<ObjectClient>& client) {
 int OpenAndServe(fuse_session* se, Filesystem** fs_slot, const MountConfig& config,
                  const StoreLocation& location, const index::FileIdentity& verified,
                  const fuse_cmdline_opts& opts, std::shared_ptr<RangeCache> cache,
-                 SighupReload* sighup) {
+                 SighupReload* sighup, MetricsServer* metrics_server) {
   FsOptions fs_options = config.fs;
   std::shared_ptr<ObjectClient> client;
   if (location.remote) {  // after the fork: curl's threads and handles do not survive one
@@ -433,6 +434,11 @@ int OpenAndServe(fuse_session* se, Filesystem** fs_slot, const MountConfig& conf
     // ENOENT is returned quietly; for bytes in memory a write is one copy either way.
     return fuse_lowlevel_notify_store(se, ino, 0, &bufv, FUSE_BUF_NO_SPLICE);
   };
+  // Without labels: user.pcrfs.metrics must stay under the kernel's 64 KiB xattr limit.
+  fs_options.metrics_text = [c = client.get(), k = cache.get(),
+                             level = config.fs.fixed_level](const Filesystem& f) {
+    return RenderMountMetrics({&f, c, k, level}, {});
+  };
   fs_options.uid = config.uid.value_or(::getuid());
   fs_options.gid = config.gid.value_or(::getgid());
   Filesystem fs(std::move(*store), fs_options);
@@ -442,7 +448,21 @@ int OpenAndServe(fuse_session* se, Filesystem** fs_slot, const MountConfig& conf
     fs.FillLevel(config.fs.fixed_level != 0 ? config.fs.fixed_level : index::kNumGroups);
   }
   sighup->Start(HooksFor(client).reload);
+  // Metrics (fs/metrics_server.h): the mount point, then -o metrics_label's, on every series.
+  metrics::Labels labels = {{"mount", opts.mountpoint != nullptr ? opts.mountpoint : ""}};
+  labels.insert(labels.end(), config.metrics_labels.begin(), config.metrics_labels.end());
+  auto render = [&fs, c = client.get(), k = cache.get(), labels, level = config.fs.fixed_level] {
+    return RenderMountMetrics({&fs, c, k, level}, labels);
+  };
+  if (metrics_server != nullptr) metrics_server->Start(render);
+  std::optional<MetricsFileWriter> metrics_file;
+  if (!config.metrics_file.empty()) {
+    metrics_file.emplace(config.metrics_file, std::chrono::seconds(config.metrics_interval),
+                         render);
+  }
   const int rc = ServeLoop(se, config, opts, location.remote);
+  if (metrics_server != nullptr) metrics_server->Stop();  // before the filesystem goes
+  metrics_file.reset();
   sighup->Stop();  // before the client and the store go
   // A SIGTERM or SIGINT ends the loop with that signal's number: a clean exit.
   return (rc == 0 || rc == SIGTERM || rc == SIGINT) ? 0 : 2;
@@ -451,7 +471,8 @@ int OpenAndServe(fuse_session* se, Filesystem** fs_slot, const MountConfig& conf
 // Mounts, daemonizes unless -f, serves, unmounts. Exit code 1 if libfuse refuses the
 // arguments (an unknown option), 2 if the session fails.
 int MountAndServe(const MountConfig& config, StoreLocation location,
-                  const index::FileIdentity& verified, std::shared_ptr<RangeCache> cache) {
+                  const index::FileIdentity& verified, std::shared_ptr<RangeCache> cache,
+                  MetricsServer* metrics_server) {
   FuseArgs args(config.fuse_args);
   FuseCmdline cmdline;
   if (fuse_parse_cmdline(&args.args, &cmdline.opts) != 0) return 1;
@@ -478,7 +499,7 @@ int MountAndServe(const MountConfig& config, StoreLocation location,
                  : config.log_file.empty() ? LogSink::kSyslog
                                            : LogSink::kNone);
       rc = OpenAndServe(se, &fs_ptr, config, location, verified, cmdline.opts, std::move(cache),
-                        &sighup);
+                        &sighup, metrics_server);
       fuse_session_unmount(se);
     } else {
       ExplainMountFailure();
@@ -537,6 +558,16 @@ int RunDaemon(int argc, char** argv) {
     }
   }
   MakeFileOptionsAbsolute(&config->remote);
+  if (!config->metrics_file.empty()) {  // absolute: the daemon changes to /; its folder must exist
+    std::error_code ec;
+    const std::filesystem::path path = std::filesystem::absolute(config->metrics_file, ec);
+    if (!ec) config->metrics_file = path.string();
+    if (!std::filesystem::is_directory(path.parent_path(), ec)) {
+      std::fprintf(stderr, "pcrfs: -o metrics_file=%s: folder %s does not exist\n",
+                   config->metrics_file.c_str(), path.parent_path().c_str());
+      return 1;
+    }
+  }
   if (config->retired_options) {
     Log(LogLevel::kWarning,
         "note: -o prefetch_probe and -o prefetch_chunk are no longer used (the daemon sizes "
@@ -568,7 +599,20 @@ int RunDaemon(int argc, char** argv) {
     cache = std::move(*opened);
     if (!note.empty()) Log(LogLevel::kWarning, note);
   }
-  return MountAndServe(*config, std::move(*location), *verified, std::move(cache));
+  // The metrics socket is bound here, before the fork, so that a port in use is one line and
+  // exit 1; its thread starts once the daemon serves.
+  std::unique_ptr<MetricsServer> metrics_server;
+  if (!config->metrics_address.empty()) {
+    auto listening = MetricsServer::Listen(config->metrics_address);
+    if (!listening) {
+      Log(LogLevel::kError, listening.error().message());
+      return 1;
+    }
+    metrics_server = std::move(*listening);
+    Log(LogLevel::kInfo, "metrics at http://" + metrics_server->address() + "/metrics");
+  }
+  return MountAndServe(*config, std::move(*location), *verified, std::move(cache),
+                       metrics_server.get());
 }
 
 }  // namespace pcrfs::fs

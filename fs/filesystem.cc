@@ -140,7 +140,7 @@ Result<struct stat> Filesystem::Attr(const index::Entry& e, int level) const {
 Result<BaselineCache::Bytes> Filesystem::BaselineBytes(const index::Entry& e, int level) const {
   return baseline_->GetOrLoad(ToFuseIno(e.ino, level), [&]() -> Result<BaselineCache::Bytes> {
     std::vector<uint8_t> stored(e.SizeAtLevel(level));
-    auto n = ReadStored(e, level, 0, stored.size(), stored.data());
+    auto n = ReadStored(e, level, 0, stored.size(), stored.data(), nullptr);
     if (!n) return Err(n.error());  // reported
     auto baseline = codec::ToBaseline(std::span<const uint8_t>(stored.data(), *n));
     if (!baseline) {
@@ -278,6 +278,7 @@ std::string Filesystem::PathOf(const index::Entry& e) const {
 }
 
 void Filesystem::ReportDamage(const index::Entry& e, int level, const Status& s) const {
+  damaged_reads_.fetch_add(1, std::memory_order_relaxed);
   {
     MutexLock l(&mu_);
     if (!damaged_logged_.insert({e.record, e.slot}).second) return;
@@ -344,31 +345,66 @@ Result<PieceBytes> Filesystem::GetBlock(const RandomAccessFile& file, const inde
 
 Result<size_t> Filesystem::Read(uint64_t ino, uint64_t offset, size_t size, uint8_t* dst) const {
   pusher_.Forget(ino);  // before the read, which may plan this very file (ReadPredictor)
-  auto n = ReadUncounted(ino, offset, size, dst);
-  if (n) bytes_served_.fetch_add(*n, std::memory_order_relaxed);
+  int level = 0;
+  uint64_t scaled = 0;
+  auto n = ReadUncounted(ino, offset, size, dst, &level, &scaled);
+  if (n && *n > 0 && level >= 1 && level <= index::kNumGroups) {
+    const auto i = static_cast<size_t>(level - 1);
+    served_.bytes[i].fetch_add(*n, std::memory_order_relaxed);
+    served_.source_bytes[i].fetch_add(scaled, std::memory_order_relaxed);
+    if (scaled > *n) served_.saved_bytes[i].fetch_add(scaled - *n, std::memory_order_relaxed);
+    if (offset == 0) served_.files[i].fetch_add(1, std::memory_order_relaxed);
+  }
   return n;
 }
 
-Result<size_t> Filesystem::ReadUncounted(uint64_t ino, uint64_t offset, size_t size,
-                                         uint8_t* dst) const {
+uint64_t Filesystem::bytes_served() const {
+  uint64_t total = 0;
+  for (const auto& b : served_.bytes) total += b.load(std::memory_order_relaxed);
+  return total;
+}
+
+Filesystem::LevelCounters Filesystem::level_counters() const {
+  LevelCounters c;
+  for (size_t i = 0; i < c.bytes.size(); ++i) {
+    c.bytes[i] = served_.bytes[i].load(std::memory_order_relaxed);
+    c.files[i] = served_.files[i].load(std::memory_order_relaxed);
+    c.source_bytes[i] = served_.source_bytes[i].load(std::memory_order_relaxed);
+    c.saved_bytes[i] = served_.saved_bytes[i].load(std::memory_order_relaxed);
+  }
+  return c;
+}
+
+uint64_t Filesystem::damaged_files() const {
+  MutexLock l(&mu_);
+  return damaged_logged_.size();
+}
+
+Result<size_t> Filesystem::ReadUncounted(uint64_t ino, uint64_t offset, size_t size, uint8_t* dst,
+                                         int* level, uint64_t* source_bytes) const {
   auto resolved = Resolve(ino);
   if (!resolved) return Err(resolved.error());
   const Resolved& r = *resolved;
   if (r.ladder_root || r.entry.is_dir()) return Err(Errno(EISDIR, "read"));
-  if (!ServesBaseline(r.entry)) return ReadStored(r.entry, r.level, offset, size, dst);
+  *level = r.level;
+  if (!ServesBaseline(r.entry)) {
+    return ReadStored(r.entry, r.level, offset, size, dst, source_bytes);
+  }
   auto bytes = BaselineBytes(r.entry, r.level);
   if (!bytes) return Err(bytes.error());
   const std::vector<uint8_t>& file = **bytes;
   if (offset >= file.size()) return size_t{0};
   const size_t n = static_cast<size_t>(std::min<uint64_t>(size, file.size() - offset));
   std::memcpy(dst, file.data() + offset, n);
+  *source_bytes =
+      static_cast<uint64_t>(static_cast<unsigned __int128>(n) * r.entry.source_size / file.size());
   // Read whole in one request: the kernel's page cache has it now.
   if (offset == 0 && n == file.size()) baseline_->Drop(ino);
   return n;
 }
 
 Result<size_t> Filesystem::ReadStored(const index::Entry& e, int level, uint64_t offset,
-                                      size_t size, uint8_t* dst) const {
+                                      size_t size, uint8_t* dst, uint64_t* source_bytes) const {
   // Which pieces, which parts of them, and which bytes of the tail (index/level_plan.h).
   const index::LevelPlan plan(e.kind, e.pieces, level, offset, size);
   if (plan.empty()) return size_t{0};
@@ -414,6 +450,13 @@ Result<size_t> Filesystem::ReadStored(const index::Entry& e, int level, uint64_t
   }
   const std::span<const uint8_t> tail = plan.tail();
   std::copy(tail.begin(), tail.end(), dst + (plan.tail_offset() - plan.offset()));
+  if (source_bytes != nullptr) {
+    *source_bytes = plan.length();
+    if (plan.file_size() > 0 && e.kind != index::EntryKind::kPassthrough) {
+      *source_bytes = static_cast<uint64_t>(static_cast<unsigned __int128>(plan.length()) *
+                                            e.source_size / plan.file_size());
+    }
+  }
   return static_cast<size_t>(plan.length());
 }
 
@@ -445,6 +488,9 @@ Result<std::string> Filesystem::GetXattr(uint64_t ino, std::string_view name) co
            ",\"evictions\":" + std::to_string(b.evictions) + ",\"used\":" + std::to_string(b.used) +
            ",\"capacity\":" + std::to_string(b.capacity) + "}";
   }
+  if (key == "metrics" && ino == kFuseRootIno && options_.metrics_text) {
+    return options_.metrics_text(*this);
+  }
   if (key == "prefetch" && ino == kFuseRootIno) {
     if (!predictor_.enabled()) return std::string("off (-o prefetch=0,readahead=0)");
     return scheduler_.Describe() + "; " + pusher_.Describe();
@@ -473,6 +519,9 @@ Result<std::vector<std::string>> Filesystem::ListXattr(uint64_t ino) const {
   if (ino == kFuseRootIno && baseline_) names.push_back(std::string(kXattrPrefix) + "baseline");
   if (ino == kFuseRootIno && options_.remote_stats) {
     names.push_back(std::string(kXattrPrefix) + "remote");
+  }
+  if (ino == kFuseRootIno && options_.metrics_text) {
+    names.push_back(std::string(kXattrPrefix) + "metrics");
   }
   if (r->ladder_root) return names;
   if (r->entry.is_dir()) {

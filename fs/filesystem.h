@@ -9,6 +9,7 @@
 #include <sys/statvfs.h>
 
 #include <algorithm>
+#include <array>
 #include <atomic>
 #include <cstdint>
 #include <functional>
@@ -42,6 +43,8 @@ enum class ReaddirPlus { kAlways, kAuto, kNever };
 // 1.5-2x faster. Passthrough files are served as stored either way.
 enum class ServedForm { kProgressive, kBaseline };
 
+class Filesystem;
+
 struct FsOptions {
   int fixed_level = 0;  // 0: the root holds scan1..scan10; K: the tree at level K is the root
   ServedForm form = ServedForm::kProgressive;
@@ -72,6 +75,9 @@ struct FsOptions {
   // plain listings it learns of a file at its first open, just before the READ.
   uint64_t push_bytes = 0;
   PagePusher::Push push;
+  // The mount's metrics in Prometheus's text format (fs/metrics_server.h), shown in the root's
+  // user.pcrfs.metrics (what `pcr top` reads). Empty: no such xattr.
+  std::function<std::string(const Filesystem&)> metrics_text;
 };
 
 inline constexpr uint32_t kBlockSize = 128 * 1024;  // st_blksize: one FUSE read request
@@ -107,7 +113,18 @@ class Filesystem {
   // Reads up to size bytes at offset into dst; returns the count (0 at or past EOF).
   Result<size_t> Read(uint64_t ino, uint64_t offset, size_t size, uint8_t* dst) const;
   // The bytes Read() has returned, over all files.
-  uint64_t bytes_served() const { return bytes_served_.load(std::memory_order_relaxed); }
+  uint64_t bytes_served() const;
+  // What Read() has served at each level (index level - 1): bytes, files (reads at offset 0),
+  // and the bytes the same reads would have taken from the source files (each read scaled by
+  // source size / size at its level; passthrough files: the bytes read), and of that what
+  // exceeded the bytes served (never negative: a read whose level is larger saves nothing).
+  struct LevelCounters {
+    std::array<uint64_t, index::kNumGroups> bytes{}, files{}, source_bytes{}, saved_bytes{};
+  };
+  LevelCounters level_counters() const;
+  // Reads answered EIO because of damaged data (ReportDamage), and the files involved.
+  uint64_t damaged_reads() const { return damaged_reads_.load(std::memory_order_relaxed); }
+  uint64_t damaged_files() const;
 
   // user.pcrfs.level, user.pcrfs.full_size, user.pcrfs.source_size, user.pcrfs.passthrough,
   // user.pcrfs.passthrough_reason (passthrough files only). ENODATA for any other user.* name,
@@ -191,11 +208,21 @@ class Filesystem {
   std::unique_ptr<BaselineCache> baseline_;
   index::Entry root_;
 
-  Result<size_t> ReadUncounted(uint64_t ino, uint64_t offset, size_t size, uint8_t* dst) const;
-  // The stored bytes of e at level (no baseline form).
+  // Read without the counters; on success *level is the file's level and *source_bytes what
+  // the read would have taken of the source file.
+  Result<size_t> ReadUncounted(uint64_t ino, uint64_t offset, size_t size, uint8_t* dst, int* level,
+                               uint64_t* source_bytes) const;
+  // The stored bytes of e at level (no baseline form); *source_bytes as ReadUncounted's, if not
+  // null.
   Result<size_t> ReadStored(const index::Entry& e, int level, uint64_t offset, size_t size,
-                            uint8_t* dst) const;
-  mutable std::atomic<uint64_t> bytes_served_{0};
+                            uint8_t* dst, uint64_t* source_bytes) const;
+  // Per level, updated with relaxed atomic adds on each read (no lock).
+  struct AtomicLevelCounters {
+    std::array<std::atomic<uint64_t>, index::kNumGroups> bytes{}, files{}, source_bytes{},
+        saved_bytes{};
+  };
+  mutable AtomicLevelCounters served_;
+  mutable std::atomic<uint64_t> damaged_reads_{0};
   mutable Mutex mu_;
   // A plain readdir stops when the kernel's 4 KiB buffer is full and resumes at the next child
   // in the next call. Remembering that child's name saves an entry lookup per resume.

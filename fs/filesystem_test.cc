@@ -527,6 +527,7 @@ TEST_F(FilesystemTest, ReadErrorsFailExactlyTheFilesWhosePiecesOverlapThem) {
     ASSERT_TRUE(store.has_value());
     Filesystem fs(std::move(*store), FsOptions{});
     int failed = 0;
+    Filesystem::LevelCounters want;  // what the counters must say of the reads that succeeded
     for (const StoreFile& f : files) {
       for (int k = 1; k <= 10; ++k) {
         bool overlaps = false;
@@ -547,6 +548,14 @@ TEST_F(FilesystemTest, ReadErrorsFailExactlyTheFilesWhosePiecesOverlapThem) {
           EXPECT_EQ(n.error().ToErrno(), EIO) << f.path << " level " << k;
         } else {
           ASSERT_TRUE(n.has_value()) << f.path << " level " << k << ": " << n.error().ToString();
+          const auto i = static_cast<size_t>(k - 1);
+          want.bytes[i] += size;
+          want.files[i] += size > 0;
+          // A whole file stands for its whole source file (a passthrough file: itself).
+          const uint64_t source =
+              f.entry.kind == index::EntryKind::kPassthrough ? size : f.entry.source_size;
+          want.source_bytes[i] += size > 0 ? source : 0;
+          want.saved_bytes[i] += size > 0 && source > size ? source - size : 0;
           std::vector<uint8_t> expected;
           ASSERT_TRUE(fs.store().ReadFile(f.entry, k, &expected).ok());
           EXPECT_EQ(buf, expected) << f.path << " level " << k;
@@ -558,6 +567,14 @@ TEST_F(FilesystemTest, ReadErrorsFailExactlyTheFilesWhosePiecesOverlapThem) {
     } else {
       EXPECT_GT(failed, 0);
     }
+    // The metrics' counters (fs/metrics_server.h): each EIO counted, each byte served by level.
+    EXPECT_EQ(fs.damaged_reads(), static_cast<uint64_t>(failed));
+    EXPECT_EQ(fs.damaged_files() > 0, failed > 0);
+    const Filesystem::LevelCounters got = fs.level_counters();
+    EXPECT_EQ(got.bytes, want.bytes);
+    EXPECT_EQ(got.files, want.files);
+    EXPECT_EQ(got.source_bytes, want.source_bytes);
+    EXPECT_EQ(got.saved_bytes, want.saved_bytes);
   }
 }
 
@@ -585,6 +602,8 @@ TEST_F(FilesystemTest, PathOfDamagedFileIsLogged) {
   EXPECT_NE(log.find("\"a/b/three.jpg\""), std::string::npos) << log;
   EXPECT_NE(log.find(index::RecordFileName(three->record)), std::string::npos) << log;
   EXPECT_EQ(log.find("damaged"), log.rfind("damaged")) << "logged once: " << log;
+  EXPECT_EQ(fs.damaged_reads(), 2u);  // each EIO counts; the file once
+  EXPECT_EQ(fs.damaged_files(), 1u);
   stdfs::remove_all(copy);
 }
 

@@ -5,6 +5,7 @@
 
 #include <atomic>
 #include <cerrno>
+#include <chrono>
 #include <cstdio>
 #include <cstring>
 #include <exception>
@@ -13,6 +14,7 @@
 #include <vector>
 
 #include "common/log.h"
+#include "common/metrics.h"
 #include "fs/filesystem.h"
 
 namespace pcrfs::fs {
@@ -26,10 +28,55 @@ Filesystem& Fs(fuse_req_t req) { return **static_cast<Filesystem**>(fuse_req_use
 std::atomic<bool> g_no_open{false};
 std::atomic<bool> g_no_opendir{false};
 
-// Runs a handler body; if it throws, replies with ENOMEM or EIO. The body must not have
-// replied when it throws (every body replies as its last action).
+// The requests counted by operation (pcrfs_fuse_request_duration_seconds): each handler's
+// time from its call to its reply, in one histogram per operation (relaxed atomic adds).
+enum class Op {
+  kLookup,
+  kGetattr,
+  kOpen,
+  kOpendir,
+  kRead,
+  kReaddir,
+  kReaddirplus,
+  kStatfs,
+  kGetxattr,
+  kListxattr,
+  kAccess,
+  kIoctl,
+  kCount
+};
+constexpr const char* kOpNames[] = {"lookup",   "getattr",   "open",        "opendir",
+                                    "read",     "readdir",   "readdirplus", "statfs",
+                                    "getxattr", "listxattr", "access",      "ioctl"};
+static_assert(std::size(kOpNames) == static_cast<size_t>(Op::kCount));
+
+struct OpLatency {
+  metrics::Histogram seconds{metrics::kLatencyBounds};
+};
+OpLatency g_op_latency[static_cast<size_t>(Op::kCount)];
+
+// Observes the time from its construction to its end into `op`'s histogram.
+class OpTimer {
+ public:
+  explicit OpTimer(Op op) : op_(op), start_(std::chrono::steady_clock::now()) {}
+  ~OpTimer() {
+    const std::chrono::duration<double> d = std::chrono::steady_clock::now() - start_;
+    g_op_latency[static_cast<size_t>(op_)].seconds.Observe(d.count());
+  }
+  OpTimer(const OpTimer&) = delete;
+  OpTimer& operator=(const OpTimer&) = delete;
+
+ private:
+  const Op op_;
+  const std::chrono::steady_clock::time_point start_;
+};
+
+// Runs a handler body, timed as `op`; if it throws, replies with ENOMEM or EIO. The body must
+// not have replied when it throws (every body replies as its last action).
 template <typename F>
-void Guard(fuse_req_t req, const char* op, F&& body) {
+void Guard(fuse_req_t req, Op op_id, F&& body) {
+  OpTimer timer(op_id);
+  const char* op = kOpNames[static_cast<size_t>(op_id)];
   try {
     body();
   } catch (const std::bad_alloc&) {
@@ -85,7 +132,7 @@ void OpInit(void* userdata, fuse_conn_info* conn) {
 }
 
 void OpLookup(fuse_req_t req, fuse_ino_t parent, const char* name) {
-  Guard(req, "lookup", [&] {
+  Guard(req, Op::kLookup, [&] {
     auto st = Fs(req).Lookup(parent, name);
     if (st) {
       fuse_entry_param e = EntryParam(*st);
@@ -106,7 +153,7 @@ void OpForget(fuse_req_t req, fuse_ino_t, uint64_t) { fuse_reply_none(req); }
 void OpForgetMulti(fuse_req_t req, size_t, fuse_forget_data*) { fuse_reply_none(req); }
 
 void OpGetattr(fuse_req_t req, fuse_ino_t ino, fuse_file_info*) {
-  Guard(req, "getattr", [&] {
+  Guard(req, Op::kGetattr, [&] {
     auto st = Fs(req).GetAttr(ino);
     if (!st) {
       fuse_reply_err(req, st.error().ToErrno());
@@ -117,7 +164,7 @@ void OpGetattr(fuse_req_t req, fuse_ino_t ino, fuse_file_info*) {
 }
 
 void OpOpen(fuse_req_t req, fuse_ino_t ino, fuse_file_info* fi) {
-  Guard(req, "open", [&] {
+  Guard(req, Op::kOpen, [&] {
     if (Status s = Fs(req).Open(ino, fi->flags); !s.ok()) {
       fuse_reply_err(req, s.ToErrno());
       return;
@@ -133,7 +180,7 @@ void OpOpen(fuse_req_t req, fuse_ino_t ino, fuse_file_info* fi) {
 }
 
 void OpOpendir(fuse_req_t req, fuse_ino_t ino, fuse_file_info* fi) {
-  Guard(req, "opendir", [&] {
+  Guard(req, Op::kOpendir, [&] {
     if (g_no_opendir) {
       fuse_reply_err(req, ENOSYS);
       return;
@@ -153,7 +200,7 @@ void OpRelease(fuse_req_t req, fuse_ino_t, fuse_file_info*) { fuse_reply_err(req
 thread_local std::vector<uint8_t> tls_read_buffer;
 
 void OpRead(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off, fuse_file_info*) {
-  Guard(req, "read", [&] {
+  Guard(req, Op::kRead, [&] {
     if (off < 0) {
       fuse_reply_err(req, EINVAL);
       return;
@@ -169,7 +216,7 @@ void OpRead(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off, fuse_file_in
 }
 
 void DoReaddir(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off, bool plus) {
-  Guard(req, plus ? "readdirplus" : "readdir", [&] {
+  Guard(req, plus ? Op::kReaddirplus : Op::kReaddir, [&] {
     std::vector<char> buf(size);
     size_t used = 0;
     Status s = Fs(req).ReadDir(
@@ -208,6 +255,7 @@ void DoReaddir(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off, bool plus
 // ioctl, so the answer is ENOTTY at once: no lookup, no allocation (docs/semantics.md).
 void OpIoctl(fuse_req_t req, fuse_ino_t, unsigned int, void*, fuse_file_info*, unsigned,
              const void*, size_t, size_t) {
+  OpTimer timer(Op::kIoctl);
   fuse_reply_err(req, ENOTTY);
 }
 
@@ -219,14 +267,14 @@ void OpReaddirplus(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off, fuse_
 }
 
 void OpStatfs(fuse_req_t req, fuse_ino_t) {
-  Guard(req, "statfs", [&] {
+  Guard(req, Op::kStatfs, [&] {
     struct statvfs sv = Fs(req).StatFs();
     fuse_reply_statfs(req, &sv);
   });
 }
 
 void OpGetxattr(fuse_req_t req, fuse_ino_t ino, const char* name, size_t size) {
-  Guard(req, "getxattr", [&] {
+  Guard(req, Op::kGetxattr, [&] {
     auto v = Fs(req).GetXattr(ino, name);
     if (!v) {
       fuse_reply_err(req, v.error().ToErrno());
@@ -241,7 +289,7 @@ void OpGetxattr(fuse_req_t req, fuse_ino_t ino, const char* name, size_t size) {
 }
 
 void OpListxattr(fuse_req_t req, fuse_ino_t ino, size_t size) {
-  Guard(req, "listxattr", [&] {
+  Guard(req, Op::kListxattr, [&] {
     auto names = Fs(req).ListXattr(ino);
     if (!names) {
       fuse_reply_err(req, names.error().ToErrno());
@@ -263,7 +311,7 @@ void OpListxattr(fuse_req_t req, fuse_ino_t ino, size_t size) {
 }
 
 void OpAccess(fuse_req_t req, fuse_ino_t ino, int mask) {
-  Guard(req, "access", [&] {
+  Guard(req, Op::kAccess, [&] {
     auto st = Fs(req).GetAttr(ino);
     if (!st) {
       fuse_reply_err(req, st.error().ToErrno());
@@ -341,6 +389,21 @@ fuse_lowlevel_ops MakeOps() {
 const fuse_lowlevel_ops& FuseOperations() {
   static const fuse_lowlevel_ops ops = MakeOps();
   return ops;
+}
+
+void AppendFuseMetrics(metrics::Exposition* out) {
+  std::vector<metrics::Histogram::Snapshot> ops;
+  for (const OpLatency& l : g_op_latency) ops.push_back(l.seconds.snapshot());
+  out->Family("pcrfs_fuse_requests_total", metrics::Exposition::Type::kCounter,
+              "FUSE requests answered, by operation.");
+  for (size_t i = 0; i < ops.size(); ++i) {
+    uint64_t n = 0;
+    for (uint64_t c : ops[i].counts) n += c;
+    out->Sample({{"op", kOpNames[i]}}, static_cast<double>(n));
+  }
+  out->Family("pcrfs_fuse_request_duration_seconds", metrics::Exposition::Type::kHistogram,
+              "Time from a FUSE request's arrival in the daemon to its reply, by operation.");
+  for (size_t i = 0; i < ops.size(); ++i) out->HistogramSample({{"op", kOpNames[i]}}, ops[i]);
 }
 
 }  // namespace pcrfs::fs

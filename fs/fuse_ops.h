@@ -5,12 +5,20 @@
 
 struct fuse_lowlevel_ops;
 
+namespace pcrfs::metrics {
+class Exposition;
+}
+
 namespace pcrfs::fs {
 
 class Filesystem;
 
 // The operations table; the session's userdata must be the Filesystem*.
 const fuse_lowlevel_ops& FuseOperations();
+
+// The FUSE requests of this process by operation: pcrfs_fuse_requests_total and
+// pcrfs_fuse_request_duration_seconds.
+void AppendFuseMetrics(metrics::Exposition* out);
 
 // How long the kernel may cache entries, attributes and negative lookups: the store is
 // immutable, so as long as it likes.

@@ -3,6 +3,7 @@
 // it; the fuse_opt glue of ParseMountOptions is mount_options_fuse.cc.
 #include "fs/mount_options.h"
 
+#include <arpa/inet.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -11,6 +12,7 @@
 #include <cerrno>
 #include <chrono>
 #include <cstdlib>
+#include <set>
 #include <utility>
 
 #include "remote/azure.h"
@@ -27,6 +29,8 @@ enum class Kind {
   kEnum,      // one of `values` ("yes|no|auto"), given to the setter as its index
   kText,      // non-empty; with hi: lo..hi characters, all from `values`
   kPath,      // a non-empty file or folder name
+  kListen,    // PORT, HOST:PORT or [IPV6]:PORT; HOST an IP address or localhost
+  kLabel,     // NAME=VALUE, NAME a Prometheus label name; repeatable
   kRetired,   // any value, ignored with a note (old fstab lines still mount); not documented
   kLibfuse,   // left to libfuse: here for --help and the README check only
 };
@@ -147,6 +151,27 @@ constexpr Option kOptions[] = {
      .set = [](MountConfig& c, const Value& v) { c.log_file = v.text; },
      .help = "append the daemon's messages to PATH (its folder must exist), one line each with "
              "its UTC time and level; SIGHUP reopens it"},
+    {.name = "metrics", .kind = Kind::kListen, .meta = "[ADDR:]PORT",
+     .set = [](MountConfig& c, const Value& v) { c.metrics_address = v.text; },
+     .help = "serve Prometheus metrics at http://ADDR:PORT/metrics (ADDR: 127.0.0.1 if only a "
+             "port is given; 0.0.0.0 or [::] for every interface)"},
+    {.name = "metrics_file", .kind = Kind::kPath, .meta = "PATH",
+     .set = [](MountConfig& c, const Value& v) { c.metrics_file = v.text; },
+     .help = "rewrite PATH (atomically) with the Prometheus metrics every metrics_interval "
+             "seconds, for node_exporter's textfile collector (a name ending in .prom)"},
+    {.name = "metrics_interval", .kind = Kind::kInt, .meta = "S", .lo = 1, .hi = 3600,
+     .what = "seconds", .def = "15",
+     .set = [](MountConfig& c, const Value& v) {
+       c.metrics_interval = static_cast<unsigned>(v.n);
+     },
+     .help = "seconds between rewrites of metrics_file"},
+    {.name = "metrics_label", .kind = Kind::kLabel, .meta = "NAME=VALUE",
+     .set = [](MountConfig& c, const Value& v) {
+       const size_t eq = v.text.find('=');
+       c.metrics_labels.emplace_back(v.text.substr(0, eq), v.text.substr(eq + 1));
+     },
+     .help = "add the label NAME=\"VALUE\" to every metric (repeat the option for more; the "
+             "mount label, the mount point, is always there)"},
     {.name = "prefetch_probe", .kind = Kind::kRetired,
      .set = [](MountConfig& c, const Value&) { c.retired_options = true; }},
     {.name = "prefetch_chunk", .kind = Kind::kRetired,
@@ -279,6 +304,12 @@ std::string Expected(const Option& o, std::string_view text) {
     }
     case Kind::kText:
       return text.empty() ? "a value" : what;
+    case Kind::kListen:
+      return "PORT or ADDR:PORT, ADDR an IP address or localhost ([::1]:PORT for IPv6), PORT "
+             "in 0..65535";
+    case Kind::kLabel:
+      return "NAME=VALUE, NAME of letters, digits and _ (not first a digit, not __...), not "
+             "mount";
     default:
       return what.empty() ? "a file name" : what;
   }
@@ -300,6 +331,41 @@ std::optional<double> ParseFraction(const std::string& text) {
       !text.empty() && (std::isdigit(static_cast<unsigned char>(text[0])) || text[0] == '.');
   if (!starts_as_number || errno != 0 || *end != '\0' || !(x > 0 && x <= 1)) return {};
   return x;
+}
+
+// -o metrics's value as "HOST:PORT" (IPv6 as "[ADDR]:PORT"), 127.0.0.1 for a port alone;
+// nullopt if it is not of that form.
+std::optional<std::string> ListenAddress(const std::string& text) {
+  std::string host = "127.0.0.1", port = text;
+  const size_t colon = text.rfind(':');
+  if (colon != std::string::npos) {
+    host = text.substr(0, colon);
+    port = text.substr(colon + 1);
+    if (host.size() >= 2 && host.front() == '[' && host.back() == ']') {
+      in6_addr a6;
+      if (inet_pton(AF_INET6, host.substr(1, host.size() - 2).c_str(), &a6) != 1) return {};
+    } else {
+      in_addr a4;
+      if (host != "localhost" && inet_pton(AF_INET, host.c_str(), &a4) != 1) return {};
+    }
+  }
+  auto n = ParseDecimal(port);
+  if (!n || *n > 65535 || port.size() > 5) return {};
+  return host + ":" + std::to_string(*n);
+}
+
+// -o metrics_label's NAME=VALUE: a label name Prometheus accepts, other than the one pcrfs sets.
+bool IsLabelAssignment(std::string_view text) {
+  const size_t eq = text.find('=');
+  if (eq == std::string_view::npos || eq == 0) return false;
+  const std::string_view name = text.substr(0, eq);
+  if (name == "mount" || name.substr(0, 2) == "__" ||
+      std::isdigit(static_cast<unsigned char>(name[0]))) {
+    return false;
+  }
+  return std::all_of(name.begin(), name.end(), [](char c) {
+    return std::isalnum(static_cast<unsigned char>(c)) || c == '_';
+  });
 }
 
 // Checks `text` as a value of `o` and sets it in *c; `label` is "-o NAME" or the variable.
@@ -331,6 +397,19 @@ Status ApplyValue(const Option& o, std::string_view label, const std::string& te
     case Kind::kPath:
       ok = !text.empty() && (o.hi == 0 || (text.size() >= o.lo && text.size() <= o.hi &&
                                            text.find_first_not_of(o.values) == std::string::npos));
+      break;
+    case Kind::kListen: {
+      auto address = ListenAddress(text);
+      ok = address.has_value();
+      if (ok) {
+        Value normalized{.text = *address};
+        o.set(*c, normalized);
+        return Status::OK();
+      }
+      break;
+    }
+    case Kind::kLabel:
+      ok = IsLabelAssignment(text);
       break;
     default:
       break;
@@ -439,13 +518,30 @@ Status ApplyMountOptions(const std::map<size_t, std::string>& given, MountConfig
                                      "URL), and " +
                                      c->store + " is a local path");
     }
-    PCRFS_RETURN_IF_ERROR(ApplyValue(o, label, text, c));
+    if (o.kind == Kind::kLabel) {  // repeatable: the values joined with '\0'
+      for (size_t start = 0, end; start <= text.size(); start = end + 1) {
+        end = std::min(text.find('\0', start), text.size());
+        PCRFS_RETURN_IF_ERROR(ApplyValue(o, label, text.substr(start, end - start), c));
+      }
+    } else {
+      PCRFS_RETURN_IF_ERROR(ApplyValue(o, label, text, c));
+    }
     if (auto wanted = NotFor(o.stores, c->store)) {
       return Status::InvalidArgument(label + ": only for " + std::string(*wanted));
     }
   }
   if (c->msssim && c->fs.fixed_level != 0) {
     return Status::InvalidArgument("-o msssim and -o scans both choose the level; give one");
+  }
+  std::set<std::string_view> label_names;
+  for (const auto& [name, value] : c->metrics_labels) {
+    if (!label_names.insert(name).second) {
+      return Status::InvalidArgument("-o metrics_label=" + name + "=" + value + ": label " + name +
+                                     " given twice");
+    }
+  }
+  if (c->metrics_address.empty() && c->metrics_file.empty() && !c->metrics_labels.empty()) {
+    return Status::InvalidArgument("-o metrics_label: needs -o metrics or -o metrics_file");
   }
   if (c->remote.disk_cache_fill && c->remote.disk_cache == 0) {
     return Status::InvalidArgument("-o disk_cache_fill: needs -o disk_cache=SIZE");
@@ -473,6 +569,10 @@ std::string MountOptionsHelp(bool remote_stores) {
                text, &out);
   }
   return out;
+}
+
+bool MountOptionRepeats(size_t i) {
+  return i < std::size(kOptions) && kOptions[i].kind == Kind::kLabel;
 }
 
 std::vector<std::string_view> DocumentedMountOptions() {

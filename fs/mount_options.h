@@ -14,6 +14,7 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include "common/status.h"
@@ -45,6 +46,14 @@ struct MountConfig {
   // -o log_file: the daemon appends its messages to this file (common/log.h), opened before it
   // detaches; empty: syslog once detached.
   std::string log_file;
+  // -o metrics: where the daemon serves GET /metrics, "HOST:PORT" (127.0.0.1 when only a port
+  // was given; port 0: any free one); empty: not served. -o metrics_file: the file rewritten
+  // every metrics_interval seconds for node_exporter's textfile collector. -o metrics_label:
+  // NAME=VALUE labels of every series, in the order given (fs/metrics_server.h).
+  std::string metrics_address;
+  std::string metrics_file;
+  unsigned metrics_interval = 15;
+  std::vector<std::pair<std::string, std::string>> metrics_labels;
   // A remote STORE's options (-o region, endpoint, cache_dir, ...); refused for a local STORE.
   RemoteOptions remote;
   // What libfuse parses itself (fuse_parse_cmdline, fuse_session_new): the program name, the
@@ -80,6 +89,9 @@ Result<RemoteOptions> RemoteOptionsFromEnv(const EnvLookup& env = nullptr);
 // ("threads=%s", "no_sign"; empty for one left to libfuse), and the options given (index in
 // that list -> the text after '=') checked and applied to *config, whose store is set.
 std::vector<std::string> MountOptionTemplates();
+// Whether option i may be given more than once (-o metrics_label): its values are then joined
+// with '\0' in `given`, in the order given. Otherwise the last one counts.
+bool MountOptionRepeats(size_t i);
 Status ApplyMountOptions(const std::map<size_t, std::string>& given, MountConfig* config);
 
 }  // namespace pcrfs::fs

@@ -13,7 +13,7 @@ enum Key : int { kReadWrite = 1, kHelp, kVersion, kFirstOption = 100 };
 
 struct ParseState {
   MountConfig* config;
-  std::map<size_t, std::string> given;  // by option; a repeated option: the last one counts
+  std::map<size_t, std::string> given;  // by option; repeated: see MountOptionRepeats
   std::string error;                    // the first problem found while parsing
   int nonopt_seen = 0;
 };
@@ -43,8 +43,10 @@ int OptProc(void* data, const char* arg, int key, fuse_args*) {
       return 1;
     default: {
       const size_t eq = a.find('=');
-      st->given[static_cast<size_t>(key - kFirstOption)] =
-          eq == a.npos ? "" : std::string(a.substr(eq + 1));
+      const size_t i = static_cast<size_t>(key - kFirstOption);
+      std::string value = eq == a.npos ? "" : std::string(a.substr(eq + 1));
+      auto [it, first] = st->given.try_emplace(i, value);
+      if (!first) it->second = MountOptionRepeats(i) ? it->second + '\0' + value : value;
       return 0;
     }
   }

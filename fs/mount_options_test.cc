@@ -361,5 +361,48 @@ TEST(MountOptionsTest, ReadmeTablesListEveryOption) {
   EXPECT_EQ(listed, options);
 }
 
+TEST(MountOptionsTest, Metrics) {
+  auto c = Parse({"st", "mnt"});
+  ASSERT_TRUE(c) << c.error().ToString();
+  EXPECT_EQ(c->metrics_address, "");
+  EXPECT_EQ(c->metrics_interval, 15u);
+  // A port alone binds loopback; addresses are normalized.
+  for (const auto& [given, want] :
+       std::map<std::string, std::string>{{"9101", "127.0.0.1:9101"},
+                                          {"0", "127.0.0.1:0"},
+                                          {"0.0.0.0:9101", "0.0.0.0:9101"},
+                                          {"localhost:80", "localhost:80"},
+                                          {"[::1]:9101", "[::1]:9101"},
+                                          {"[::]:0", "[::]:0"}}) {
+    const std::string option = "metrics=" + given;
+    auto m = Parse({"st", "mnt", "-o", option.c_str()});
+    ASSERT_TRUE(m) << given << ": " << m.error().ToString();
+    EXPECT_EQ(m->metrics_address, want);
+  }
+  for (const char* bad : {"metrics=", "metrics=65536", "metrics=host.example:80", "metrics=1.2.3:4",
+                          "metrics=::1:80", "metrics=[nonsense]:1", "metrics=80x", "metrics=:80"}) {
+    EXPECT_NE(ErrorOf(bad).find("expected PORT or ADDR:PORT"), std::string::npos) << bad;
+  }
+  // Repeated labels add up in order; the last metrics_interval counts.
+  auto l = Parse({"st", "mnt", "-o",
+                  "metrics_file=/tmp/x.prom,metrics_label=dataset=imagenet,metrics_interval=5",
+                  "-o", "metrics_label=note=a=b \"c\",metrics_interval=7"});
+  ASSERT_TRUE(l) << l.error().ToString();
+  EXPECT_EQ(l->metrics_file, "/tmp/x.prom");
+  EXPECT_EQ(l->metrics_interval, 7u);
+  EXPECT_EQ(l->metrics_labels, (std::vector<std::pair<std::string, std::string>>{
+                                   {"dataset", "imagenet"}, {"note", "a=b \"c\""}}));
+  for (const char* bad : {"metrics=0,metrics_label=9a=b", "metrics=0,metrics_label=mount=x",
+                          "metrics=0,metrics_label=__x=1", "metrics=0,metrics_label=a-b=1",
+                          "metrics=0,metrics_label==1", "metrics=0,metrics_label=ab"}) {
+    EXPECT_NE(ErrorOf(bad).find(": expected NAME=VALUE"), std::string::npos) << bad;
+  }
+  EXPECT_EQ(ErrorOf("metrics=0,metrics_label=a=1,metrics_label=a=2"),
+            "-o metrics_label=a=2: label a given twice");
+  EXPECT_EQ(ErrorOf("metrics_label=a=1"), "-o metrics_label: needs -o metrics or -o metrics_file");
+  EXPECT_EQ(ErrorOf("metrics_interval=0"),
+            "-o metrics_interval=0: expected seconds, an integer in 1..3600");
+}
+
 }  // namespace
 }  // namespace pcrfs::fs

@@ -18,6 +18,7 @@ int RunQualityPair(const std::vector<std::string>& args);
 int RunQualitySample(const std::vector<std::string>& args);
 int RunInspect(const std::vector<std::string>& args);
 int RunVerify(const std::vector<std::string>& args);
+int RunTop(const std::vector<std::string>& args);
 
 // The report of `pcr build` and `pcr merge` (cmd_build.cc).
 struct BuildReport;

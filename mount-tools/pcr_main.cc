@@ -26,6 +26,7 @@ constexpr char kUsage[] =
     "                    draw one image at levels 1..10 with bytes, PSNR and MS-SSIM\n"
     "  inspect STORE     describe a store: counts, options, bytes per level\n"
     "  verify STORE      check every checksum and entry (and, with --source, the pixels)\n"
+    "  top MNT           what a mount serves per second: by level, origin rate, cache hits\n"
     "\n"
     "Run 'pcr COMMAND --help' for a command's options.\n";
 
@@ -63,6 +64,7 @@ int main(int argc, char** argv) {
   if (command == "quality-sample") return pcrfs::tools::RunQualitySample(args);
   if (command == "inspect") return pcrfs::tools::RunInspect(args);
   if (command == "verify") return pcrfs::tools::RunVerify(args);
+  if (command == "top") return pcrfs::tools::RunTop(args);
   std::fprintf(stderr, "pcr: unknown command '%s'\n%s", command.c_str(), kUsage);
   return 2;
 }

@@ -421,7 +421,10 @@ class HttpClient::Impl {
     }
     for (size_t i = 0; i < s.latency.size(); ++i) {
       s.latency[i] = latency_[i].load(std::memory_order_relaxed);
+      s.first_byte_latency[i] = first_byte_[i].load(std::memory_order_relaxed);
     }
+    s.latency_sum_us = latency_sum_us_.load(std::memory_order_relaxed);
+    s.first_byte_sum_us = first_byte_sum_us_.load(std::memory_order_relaxed);
     MutexLock lock(&failed_mu_);
     s.failed_by_reason = failed_by_reason_;
     return s;
@@ -597,6 +600,16 @@ class HttpClient::Impl {
     return Status::OK();
   }
 
+  // The latency bucket of `ms` milliseconds (HttpStats::kLatencyBoundsMs).
+  static size_t LatencyBucket(uint64_t ms) {
+    size_t bucket = 0;
+    while (bucket < HttpStats::kLatencyBoundsMs.size() &&
+           ms > HttpStats::kLatencyBoundsMs[bucket]) {
+      ++bucket;
+    }
+    return bucket;
+  }
+
   void ReleaseEasy(Transfer* t) {
     if (t->easy != nullptr) {
       curl_multi_remove_handle(multi_, t->easy);
@@ -620,13 +633,11 @@ class HttpClient::Impl {
       }
       t->file = nullptr;
     }
-    auto ms = std::chrono::duration_cast<milliseconds>(Clock::now() - t->start).count();
-    size_t bucket = 0;
-    while (bucket < HttpStats::kLatencyBoundsMs.size() &&
-           ms > static_cast<int64_t>(HttpStats::kLatencyBoundsMs[bucket])) {
-      ++bucket;
-    }
-    latency_[bucket].fetch_add(1, std::memory_order_relaxed);
+    const auto us = std::max<int64_t>(
+        0, std::chrono::duration_cast<std::chrono::microseconds>(Clock::now() - t->start).count());
+    latency_[LatencyBucket(static_cast<uint64_t>(us) / 1000)].fetch_add(1,
+                                                                        std::memory_order_relaxed);
+    latency_sum_us_.fetch_add(static_cast<uint64_t>(us), std::memory_order_relaxed);
     (r.has_value() ? succeeded_ : failed_).fetch_add(1, std::memory_order_relaxed);
     if (!r.has_value()) {
       MutexLock lock(&failed_mu_);
@@ -726,6 +737,14 @@ class HttpClient::Impl {
 
   Verdict Accept(Transfer* t, long status) {
     Verdict v;
+    // The accepted try's time to its first response byte (from the try's start).
+    curl_off_t first_us = 0;
+    if (curl_easy_getinfo(t->easy, CURLINFO_STARTTRANSFER_TIME_T, &first_us) == CURLE_OK &&
+        first_us >= 0) {
+      first_byte_[LatencyBucket(static_cast<uint64_t>(first_us) / 1000)].fetch_add(
+          1, std::memory_order_relaxed);
+      first_byte_sum_us_.fetch_add(static_cast<uint64_t>(first_us), std::memory_order_relaxed);
+    }
     const std::string& u = t->shown_url;
     const auto& range = t->req.range;
     HttpResponse r;
@@ -982,6 +1001,8 @@ class HttpClient::Impl {
       in_flight_{0}, background_requests_{0}, background_bytes_{0};
   std::array<std::atomic<uint64_t>, static_cast<size_t>(RetryReason::kCount)> retries_{};
   std::array<std::atomic<uint64_t>, HttpStats::kLatencyBoundsMs.size() + 1> latency_{};
+  std::array<std::atomic<uint64_t>, HttpStats::kLatencyBoundsMs.size() + 1> first_byte_{};
+  std::atomic<uint64_t> latency_sum_us_{0}, first_byte_sum_us_{0};
   mutable Mutex failed_mu_;
   std::map<std::string, uint64_t> failed_by_reason_ GUARDED_BY(failed_mu_);
 };

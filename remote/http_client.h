@@ -143,6 +143,11 @@ struct HttpStats {
   static constexpr std::array<uint32_t, 14> kLatencyBoundsMs = {
       1, 2, 5, 10, 20, 50, 100, 200, 500, 1000, 2000, 5000, 10000, 30000};
   std::array<uint64_t, kLatencyBoundsMs.size() + 1> latency{};  // last: above the last bound
+  uint64_t latency_sum_us = 0;  // the requests' latencies, summed (microseconds)
+  // Of each successful request's last try: the time from the try's start to the response's
+  // first byte (curl's starttransfer time), in the same buckets, and summed.
+  std::array<uint64_t, kLatencyBoundsMs.size() + 1> first_byte_latency{};
+  uint64_t first_byte_sum_us = 0;
   // The upper bound (ms) of the bucket holding the q-quantile (0 < q <= 1); 0 with no requests,
   // UINT64_MAX when it is above the last bound.
   uint64_t LatencyPercentileMs(double q) const;

@@ -6,6 +6,8 @@
 //   OUTDIR/record/    records written by RecordWriter from transcoded JPEGs and passthrough files
 //   OUTDIR/entry/     8-byte inode + EncodeEntry() of a root, a folder, a JPEG and a passthrough
 //   OUTDIR/manifest/  Manifest::ToJson() with and without a quality section
+//   OUTDIR/lmdb_pages/  index.lmdb files written by IndexWriter (formats 3 and 2, one with values
+//                     in overflow pages), with and without their trailer
 //   OUTDIR/aws_credentials/  a selector byte + an STS answer (credentials, error), a
 //                     credential_process JSON, an IMDS JSON, expiration times
 // Exit codes: 0 done, 1 something failed, 2 usage.
@@ -24,8 +26,10 @@
 #include "common/coding.h"
 #include "common/file_util.h"
 #include "index/entry.h"
+#include "index/index_trailer.h"
 #include "index/manifest.h"
 #include "index/record_writer.h"
+#include "index/store_index.h"
 #include "tests/testdata/jpeg_factory.h"
 
 namespace {
@@ -266,6 +270,67 @@ bool WriteManifestSeeds(const std::string& dir) {
   return Write(dir + "/quality.json", m.ToJson());
 }
 
+// An index of `files` files in one folder as `pcr build` writes it (40 make branch pages); `big`
+// adds a meta value and block CRCs longer than a page (overflow pages). Written with and without
+// the trailer.
+bool WriteIndexSeed(const std::string& dir, const std::string& name, int format, uint64_t files,
+                    bool big) {
+  const std::string path = dir + "/" + name;
+  auto w = index::IndexWriter::Create(path, format);
+  if (!w) return Fail(w.error().ToString());
+  index::Entry root;
+  root.ino = index::kRootIno;
+  root.parent = index::kRootIno;
+  root.mode = 0755;
+  root.first_child = 2;
+  root.num_children = files;
+  Status s = (*w)->AddEntry(root);
+  for (uint64_t ino = 2; ino < 2 + files && s.ok(); ++ino) {
+    index::Entry e;
+    e.ino = ino;
+    e.parent = index::kRootIno;
+    e.name = "img" + std::to_string(100 + ino) + ".jpg";
+    e.kind = index::EntryKind::kJpeg;
+    e.mode = 0644;
+    e.source_size = 1000 * ino;
+    e.slot = static_cast<uint32_t>(ino - 2);
+    for (int g = 0; g < index::kNumGroups; ++g) {
+      e.pieces[static_cast<size_t>(g)] =
+          index::PieceRef{100 * ino + static_cast<uint64_t>(g), 10 + static_cast<uint64_t>(g), 7};
+    }
+    s = (*w)->AddEntry(e);
+    if (s.ok() && big && ino == 2) {
+      const std::vector<uint32_t> crcs(1100, 0x12345678);
+      s = (*w)->AddBlockCrcs(ino, 1, crcs);
+    }
+  }
+  if (s.ok()) {
+    index::RecordInfo r;
+    r.data_offset = 1000;
+    for (int g = 0; g <= index::kNumGroups; ++g) {
+      r.group_offset[static_cast<size_t>(g)] = 1000 + 100 * static_cast<uint64_t>(g);
+    }
+    r.file_size = r.group_offset[index::kNumGroups] + 16;
+    r.num_images = static_cast<uint32_t>(files);
+    s = (*w)->AddRecord(r);
+  }
+  if (s.ok()) s = (*w)->PutMeta("generator", "make_fuzz_seeds");
+  if (s.ok() && big) s = (*w)->PutMeta("notes", std::string(6000, 'n'));
+  if (s.ok()) s = (*w)->Finish();
+  if (!s.ok()) return Fail(s.ToString());
+  auto bytes = ReadWholeFile(path, uint64_t{1} << 20);
+  if (!bytes) return Fail(bytes.error().ToString());
+  bytes->resize(bytes->size() - index::IndexTrailer::kEncodedLength);
+  return Write(path + ".image", *bytes);
+}
+
+bool WriteLmdbPagesSeeds(const std::string& dir) {
+  return MakeDir(dir) && WriteIndexSeed(dir, "small.lmdb", index::kIndexFormat, 3, false) &&
+         WriteIndexSeed(dir, "format2.lmdb", index::kOldestIndexFormat, 3, false) &&
+         WriteIndexSeed(dir, "overflow.lmdb", index::kIndexFormat, 3, true) &&
+         WriteIndexSeed(dir, "branches.lmdb", index::kIndexFormat, 40, false);
+}
+
 // The first byte picks the parser (tests/fuzz/aws_credentials_fuzzer.cc): 0 STS XML, 1
 // credential_process JSON, 2 container / IMDS JSON, 3 ISO 8601.
 bool WriteAwsCredentialsSeeds(const std::string& dir) {
@@ -311,6 +376,7 @@ int main(int argc, char** argv) {
                   WriteRecordSeeds(out + "/record", jpegs, &layout) &&
                   WriteEntrySeeds(out + "/entry", layout) &&
                   WriteManifestSeeds(out + "/manifest") &&
+                  WriteLmdbPagesSeeds(out + "/lmdb_pages") &&
                   WriteAwsCredentialsSeeds(out + "/aws_credentials");
   return ok ? 0 : 1;
 }

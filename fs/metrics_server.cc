@@ -1,0 +1,442 @@
+#include "fs/metrics_server.h"
+
+#include <fcntl.h>
+#include <netdb.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+#include <nlohmann/json.hpp>
+#include <string_view>
+
+#include "common/log.h"
+#include "common/proc_self.h"
+#include "common/thread_name.h"
+#include "fs/filesystem.h"
+#include "fs/fuse_ops.h"
+#include "remote/aws_credentials.h"
+#include "remote/object_client.h"
+#include "remote/range_cache.h"
+
+namespace pcrfs::fs {
+namespace {
+
+using Type = metrics::Exposition::Type;
+using Clock = std::chrono::steady_clock;
+
+const auto kProcessStart = std::chrono::system_clock::now();
+
+double D(uint64_t v) { return static_cast<double>(v); }
+
+// HttpStats' millisecond buckets as a histogram in seconds; sum in microseconds.
+metrics::Histogram::Snapshot MsBuckets(const std::array<uint64_t, 15>& counts, uint64_t sum_us) {
+  metrics::Histogram::Snapshot h;
+  for (uint32_t ms : HttpStats::kLatencyBoundsMs) h.bounds.push_back(ms / 1000.0);
+  h.counts.assign(counts.begin(), counts.end());
+  h.sum = static_cast<double>(sum_us) / 1e6;
+  return h;
+}
+static_assert(HttpStats::kLatencyBoundsMs.size() + 1 == 15);
+
+void AppendServed(const Filesystem& fs, metrics::Exposition* e) {
+  const Filesystem::LevelCounters c = fs.level_counters();
+  auto by_level = [&](std::string_view name, std::string_view help,
+                      const std::array<uint64_t, index::kNumGroups>& v) {
+    e->Family(name, Type::kCounter, help);
+    for (size_t i = 0; i < v.size(); ++i) e->Sample({{"level", std::to_string(i + 1)}}, D(v[i]));
+  };
+  by_level("pcrfs_bytes_served_total", "Bytes returned to readers, by level.", c.bytes);
+  by_level("pcrfs_files_served_total", "Files read from their first byte, by level.", c.files);
+  by_level("pcrfs_source_bytes_total",
+           "Bytes the source files would have taken for the same reads, by level.", c.source_bytes);
+  by_level("pcrfs_bytes_saved_total",
+           "Bytes the reads did not take against the source files, by level.", c.saved_bytes);
+  e->Counter("pcrfs_damaged_reads_total",
+             "Reads answered EIO because data failed its checksum or a record is missing.",
+             D(fs.damaged_reads()));
+  e->Gauge("pcrfs_damaged_files", "Files found damaged since the mount.", D(fs.damaged_files()));
+}
+
+void AppendStore(const Filesystem& fs, metrics::Exposition* e) {
+  const RecordScheduler::Stats s = fs.scheduler_stats();
+  e->Family("pcrfs_store_reads_total", Type::kCounter,
+            "Reads of record files: demand (a reader waits) or speculative (ahead of readers).");
+  e->Sample({{"kind", "demand"}}, D(s.demand_reads));
+  e->Sample({{"kind", "speculative"}}, D(s.speculative_reads));
+  e->Family("pcrfs_store_read_bytes_total", Type::kCounter,
+            "Bytes read from record files, demand or speculative.");
+  e->Sample({{"kind", "demand"}}, D(s.demand_bytes));
+  e->Sample({{"kind", "speculative"}}, D(s.speculative_bytes));
+  e->Counter("pcrfs_store_promoted_reads_total",
+             "Queued speculative reads that a demand read took over.", D(s.promoted_reads));
+  e->Counter("pcrfs_store_page_cache_hit_bytes_total",
+             "Record bytes found in the page cache (no device read).", D(s.cache_hit_bytes));
+  e->Counter("pcrfs_store_congested_reads_total", "Demand reads that found the source congested.",
+             D(s.congested));
+  e->Counter("pcrfs_store_congested_seconds_total",
+             "Time speculation paused for congested demand reads.", s.congested_seconds);
+  e->Gauge("pcrfs_speculation_queued_bytes", "Speculative bytes queued, not read yet.",
+           D(s.queued_bytes));
+  e->Gauge("pcrfs_store_read_rate_bytes_per_second",
+           "The source's measured streaming rate (0: not measured yet).", s.rate);
+  if (auto device = proc::StorageReadBytes()) {
+    e->Counter("pcrfs_process_storage_read_bytes_total",
+               "Bytes the daemon caused to be read from block devices (/proc/self/io).",
+               D(*device));
+  }
+
+  const PagePusher::Stats p = fs.pusher_stats();
+  e->Counter("pcrfs_push_expected_files_total",
+             "Files predicted to be read whose bytes are to be pushed into the page cache.",
+             D(p.expected));
+  e->Counter("pcrfs_pushed_files_total", "Files pushed into the kernel's page cache.", D(p.pushed));
+  e->Counter("pcrfs_pushed_bytes_total", "Bytes pushed into the kernel's page cache.",
+             D(p.pushed_bytes));
+  e->Family("pcrfs_push_skipped_files_total", Type::kCounter,
+            "Predicted files not pushed, by reason.");
+  e->Sample({{"reason", "kernel_forgot"}}, D(p.unknown));
+  e->Sample({{"reason", "evicted"}}, D(p.not_in_memory));
+  e->Sample({{"reason", "damaged"}}, D(p.damaged));
+  e->Sample({{"reason", "failed"}}, D(p.failed));
+  e->Sample({{"reason", "over_budget"}}, D(p.over_budget));
+  e->Sample({{"reason", "too_many_pending"}}, D(p.refused));
+
+  const PieceCache::Stats small = fs.cache().stats(), large = fs.large_file_cache().stats();
+  e->Family("pcrfs_piece_cache_hits_total", Type::kCounter,
+            "Memory piece cache hits, by cache (small: pieces of one checksum block; large: "
+            "blocks of large files).");
+  e->Sample({{"cache", "small"}}, D(small.hits));
+  e->Sample({{"cache", "large"}}, D(large.hits));
+  e->Family("pcrfs_piece_cache_misses_total", Type::kCounter, "Memory piece cache misses.");
+  e->Sample({{"cache", "small"}}, D(small.misses));
+  e->Sample({{"cache", "large"}}, D(large.misses));
+  e->Family("pcrfs_piece_cache_evictions_total", Type::kCounter, "Memory piece cache evictions.");
+  e->Sample({{"cache", "small"}}, D(small.evictions));
+  e->Sample({{"cache", "large"}}, D(large.evictions));
+}
+
+// The status of a failure reason ("403 AccessDenied" -> "403"); empty for none ("gave up: ...").
+std::string StatusOf(const std::string& reason) {
+  if (reason.size() >= 3 &&
+      std::all_of(reason.begin(), reason.begin() + 3,
+                  [](char c) { return c >= '0' && c <= '9'; }) &&
+      (reason.size() == 3 || reason[3] == ' ')) {
+    return reason.substr(0, 3);
+  }
+  return "";
+}
+
+void AppendRemote(const ObjectClient& client, const RangeCache* cache, metrics::Exposition* e) {
+  const HttpStats h = client.stats();
+  e->Family("pcrfs_remote_requests_total", Type::kCounter,
+            "Remote GET requests: demand (a reader waits) or background (fetched ahead).");
+  e->Sample({{"kind", "demand"}}, D(h.requests - std::min(h.requests, h.background_requests)));
+  e->Sample({{"kind", "background"}}, D(h.background_requests));
+  e->Counter("pcrfs_remote_attempts_total", "Tries sent: requests and their retries.",
+             D(h.attempts));
+  e->Family("pcrfs_remote_received_bytes_total", Type::kCounter,
+            "Body bytes received by successful tries.");
+  e->Sample({{"kind", "demand"}},
+            D(h.bytes_received - std::min(h.bytes_received, h.background_bytes)));
+  e->Sample({{"kind", "background"}}, D(h.background_bytes));
+  e->Gauge("pcrfs_remote_requests_in_flight", "Remote requests in flight.", D(h.in_flight));
+  e->Family("pcrfs_remote_request_duration_seconds", Type::kHistogram,
+            "Time of whole remote requests, from the first try to the answer.");
+  e->HistogramSample({}, MsBuckets(h.latency, h.latency_sum_us));
+  e->Family("pcrfs_remote_first_byte_seconds", Type::kHistogram,
+            "Time from a successful try's start to the response's first byte.");
+  e->HistogramSample({}, MsBuckets(h.first_byte_latency, h.first_byte_sum_us));
+  e->Family("pcrfs_remote_retries_total", Type::kCounter, "Tries retried, by reason.");
+  for (size_t i = 0; i < h.retries.size(); ++i) {
+    e->Sample({{"reason", RetryReasonName(static_cast<RetryReason>(i))}}, D(h.retries[i]));
+  }
+  e->Family("pcrfs_remote_request_failures_total", Type::kCounter,
+            "Remote requests that failed, by reason and HTTP status (empty: none).");
+  for (const auto& [reason, n] : h.failed_by_reason) {
+    e->Sample({{"reason", reason}, {"status", StatusOf(reason)}}, D(n));
+  }
+
+  // The authority: {"source":...,"expires":...,"renewals":...}; never a secret.
+  const nlohmann::json auth = nlohmann::json::parse(client.DescribeAuthJson(), nullptr, false);
+  if (auth.is_object()) {
+    const std::string source = auth.value("source", std::string("unknown"));
+    e->Family("pcrfs_credentials_info", Type::kGauge,
+              "Where the remote store's authority comes from (1 for the current source).");
+    e->Sample({{"source", source}}, 1);
+    if (auth.contains("expires") && auth["expires"].is_string()) {
+      if (auto t = ParseIso8601(auth["expires"].get<std::string>())) {
+        e->Gauge("pcrfs_credentials_expiry_timestamp_seconds",
+                 "When the current credentials expire (Unix time).",
+                 std::chrono::duration<double>(t->time_since_epoch()).count());
+      }
+    }
+    if (auth.contains("renewals") && auth["renewals"].is_number()) {
+      e->Counter("pcrfs_credentials_renewals_total", "Credential renewals that succeeded.",
+                 auth["renewals"].get<double>());
+    }
+    if (auth.contains("renewal_failures") && auth["renewal_failures"].is_number()) {
+      e->Counter("pcrfs_credentials_renewal_failures_total", "Credential renewals that failed.",
+                 auth["renewal_failures"].get<double>());
+    }
+  }
+
+  if (cache == nullptr) return;
+  const RangeCacheStats c = cache->stats();
+  e->Family("pcrfs_range_cache_hit_bytes_total", Type::kCounter,
+            "Remote record bytes served from the range cache, by tier.");
+  e->Sample({{"tier", "memory"}}, D(c.memory_hit_bytes));
+  e->Sample({{"tier", "disk"}}, D(c.disk_hit_bytes));
+  e->Counter("pcrfs_range_cache_miss_bytes_total",
+             "Remote record bytes asked for that the range cache did not hold.", D(c.miss_bytes));
+  e->Counter("pcrfs_range_cache_inserted_bytes_total", "Bytes put into the range cache.",
+             D(c.inserted_bytes));
+  e->Counter("pcrfs_range_cache_evicted_bytes_total", "Bytes evicted from the range cache.",
+             D(c.evicted_bytes));
+  e->Counter("pcrfs_range_cache_damaged_extents_total",
+             "Range cache extents dropped because a piece in them failed its checksum.",
+             D(c.dropped));
+  e->Family("pcrfs_range_cache_bytes", Type::kGauge, "Bytes the range cache holds, by tier.");
+  e->Sample({{"tier", "memory"}}, D(c.memory_bytes));
+  e->Sample({{"tier", "disk"}}, D(c.disk_bytes));
+  e->Gauge("pcrfs_range_cache_unread_speculative_bytes",
+           "Bytes fetched ahead of the readers and not read yet.", D(c.unread_speculative_bytes));
+}
+
+// Waits until fd is ready for `events` or the deadline passes; false on timeout or error.
+bool WaitFor(int fd, short events, Clock::time_point deadline) {
+  for (;;) {
+    const auto left =
+        std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now()).count();
+    if (left <= 0) return false;
+    pollfd p{fd, events, 0};
+    const int n = ::poll(&p, 1, static_cast<int>(left));
+    if (n > 0) return true;
+    if (n < 0 && errno != EINTR) return false;
+  }
+}
+
+std::string Response(std::string_view status, std::string_view type, const std::string& body,
+                     bool head, std::string_view extra = "") {
+  std::string r = "HTTP/1.1 ";
+  r += status;
+  r += "\r\nContent-Type: ";
+  r += type;
+  r += "\r\nContent-Length: " + std::to_string(body.size()) + "\r\nConnection: close\r\n";
+  r += extra;
+  r += "\r\n";
+  if (!head) r += body;
+  return r;
+}
+
+}  // namespace
+
+std::string RenderMountMetrics(const MetricsSources& s, const metrics::Labels& labels) {
+  metrics::Exposition e(labels);
+  e.Family("pcrfs_build_info", Type::kGauge, "The pcrfs version serving the mount (always 1).");
+  e.Sample({{"version", PCRFS_VERSION}}, 1);
+  e.Gauge("pcrfs_start_time_seconds", "When the daemon started (Unix time).",
+          std::chrono::duration<double>(kProcessStart.time_since_epoch()).count());
+  e.Gauge("pcrfs_mount_level", "The level served at the root (0: scan1..scan10 folders).", s.level);
+  e.Gauge("pcrfs_resident_memory_bytes", "The daemon's resident memory (/proc/self/statm).",
+          D(proc::ResidentBytes()));
+  e.Gauge("pcrfs_resident_file_bytes",
+          "Of the resident memory, file-backed pages (the mapped index, libraries).",
+          D(proc::ResidentFileBytes()));
+  AppendFuseMetrics(&e);
+  if (s.fs != nullptr) {
+    AppendServed(*s.fs, &e);
+    AppendStore(*s.fs, &e);
+  }
+  if (s.client != nullptr) AppendRemote(*s.client, s.cache, &e);
+  return e.text();
+}
+
+Result<std::unique_ptr<MetricsServer>> MetricsServer::Listen(const std::string& address) {
+  const std::string what = "-o metrics=" + address;
+  const size_t colon = address.rfind(':');
+  if (colon == std::string::npos) return Err(Status::InvalidArgument(what + ": no port"));
+  std::string host = address.substr(0, colon);
+  const std::string port = address.substr(colon + 1);
+  if (host.size() >= 2 && host.front() == '[') host = host.substr(1, host.size() - 2);
+  addrinfo hints;
+  std::memset(&hints, 0, sizeof hints);
+  hints.ai_family = AF_UNSPEC;
+  hints.ai_socktype = SOCK_STREAM;
+  hints.ai_flags = AI_PASSIVE | AI_NUMERICSERV;
+  addrinfo* found = nullptr;
+  if (const int rc = ::getaddrinfo(host.c_str(), port.c_str(), &hints, &found); rc != 0) {
+    return Err(Status::InvalidArgument(what + ": " + ::gai_strerror(rc)));
+  }
+  std::unique_ptr<addrinfo, decltype(&::freeaddrinfo)> list(found, &::freeaddrinfo);
+  UniqueFd fd(::socket(found->ai_family, found->ai_socktype | SOCK_CLOEXEC | SOCK_NONBLOCK,
+                       found->ai_protocol));
+  if (!fd.valid()) return Err(Status::FromErrno(what + ": cannot listen", errno));
+  const int one = 1;
+  ::setsockopt(fd.get(), SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
+  if (::bind(fd.get(), found->ai_addr, found->ai_addrlen) != 0 || ::listen(fd.get(), 16) != 0) {
+    return Err(Status::FromErrno(what + ": cannot listen", errno));
+  }
+  sockaddr_storage bound;
+  socklen_t len = sizeof bound;
+  if (::getsockname(fd.get(), reinterpret_cast<sockaddr*>(&bound), &len) != 0) {
+    return Err(Status::FromErrno(what + ": cannot listen", errno));
+  }
+  char name[NI_MAXHOST], serv[NI_MAXSERV];
+  if (::getnameinfo(reinterpret_cast<sockaddr*>(&bound), len, name, sizeof name, serv, sizeof serv,
+                    NI_NUMERICHOST | NI_NUMERICSERV) != 0) {
+    return Err(Status::InvalidArgument(what + ": cannot name the bound address"));
+  }
+  int pipe_fds[2];
+  if (::pipe2(pipe_fds, O_CLOEXEC | O_NONBLOCK) != 0) {
+    return Err(Status::FromErrno(what + ": pipe", errno));
+  }
+  std::unique_ptr<MetricsServer> server(new MetricsServer);
+  server->listen_fd_ = std::move(fd);
+  server->wake_read_ = UniqueFd(pipe_fds[0]);
+  server->wake_write_ = UniqueFd(pipe_fds[1]);
+  const std::string shown(name);
+  server->address_ =
+      (shown.find(':') != std::string::npos ? "[" + shown + "]" : shown) + ":" + serv;
+  return server;
+}
+
+MetricsServer::~MetricsServer() { Stop(); }
+
+void MetricsServer::Start(std::function<std::string()> render) {
+  if (thread_.joinable()) return;
+  render_ = std::move(render);
+  thread_ = std::thread([this] { Run(); });
+}
+
+void MetricsServer::Stop() {
+  if (!thread_.joinable()) return;
+  const char byte = 0;
+  [[maybe_unused]] const ssize_t n = ::write(wake_write_.get(), &byte, 1);
+  thread_.join();
+}
+
+void MetricsServer::Run() {
+  NameThisThread("pcrfs-metrics");
+  for (;;) {
+    pollfd p[2] = {{listen_fd_.get(), POLLIN, 0}, {wake_read_.get(), POLLIN, 0}};
+    const int n = ::poll(p, 2, -1);
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      Log(LogLevel::kError, "metrics server: poll: " + std::string(std::strerror(errno)));
+      return;
+    }
+    if (p[1].revents != 0) return;
+    if ((p[0].revents & POLLIN) == 0) continue;
+    UniqueFd conn(::accept4(listen_fd_.get(), nullptr, nullptr, SOCK_CLOEXEC | SOCK_NONBLOCK));
+    if (!conn.valid()) continue;  // the client went away, or EMFILE: try the next one
+    try {
+      Serve(conn.get());
+    } catch (const std::exception& e) {
+      Log(LogLevel::kError, std::string("metrics server: ") + e.what());
+    }
+  }
+}
+
+void MetricsServer::Serve(int fd) {
+  const Clock::time_point deadline = Clock::now() + kRequestTimeout;
+  std::string request;
+  char buf[1024];
+  while (request.find("\r\n\r\n") == std::string::npos &&
+         request.find("\n\n") == std::string::npos) {
+    if (request.size() > kMaxRequestBytes) {
+      request.clear();
+      break;
+    }
+    if (!WaitFor(fd, POLLIN, deadline)) return;
+    const ssize_t n = ::recv(fd, buf, sizeof buf, 0);
+    if (n < 0 && (errno == EINTR || errno == EAGAIN)) continue;
+    if (n <= 0) return;
+    request.append(buf, static_cast<size_t>(n));
+  }
+  std::string reply;
+  const std::string_view text = "text/plain; charset=utf-8";
+  if (request.empty()) {
+    reply = Response("431 Request Header Fields Too Large", text, "request too large\n", false);
+  } else {
+    // "METHOD TARGET VERSION"
+    const std::string_view line(request.data(), request.find_first_of("\r\n"));
+    const size_t sp1 = line.find(' '), sp2 = line.rfind(' ');
+    if (sp1 == std::string_view::npos || sp2 == sp1 || line.substr(sp2 + 1, 5) != "HTTP/") {
+      reply = Response("400 Bad Request", text, "bad request\n", false);
+    } else {
+      const std::string_view method = line.substr(0, sp1);
+      std::string_view target = line.substr(sp1 + 1, sp2 - sp1 - 1);
+      target = target.substr(0, target.find('?'));
+      const bool head = method == "HEAD";
+      if (method != "GET" && !head) {
+        reply = Response("405 Method Not Allowed", text, "only GET and HEAD\n", false,
+                         "Allow: GET, HEAD\r\n");
+      } else if (target != "/metrics") {
+        reply = Response("404 Not Found", text, "pcrfs serves its metrics at /metrics\n", head);
+      } else {
+        reply = Response("200 OK", "text/plain; version=0.0.4; charset=utf-8", render_(), head);
+      }
+    }
+  }
+  size_t sent = 0;
+  while (sent < reply.size()) {
+    const ssize_t n = ::send(fd, reply.data() + sent, reply.size() - sent, MSG_NOSIGNAL);
+    if (n > 0) {
+      sent += static_cast<size_t>(n);
+    } else if (n < 0 && (errno == EAGAIN || errno == EINTR)) {
+      if (!WaitFor(fd, POLLOUT, deadline)) return;
+    } else {
+      return;
+    }
+  }
+  // Read what the client still sends (a request too large) until it closes, briefly: closing
+  // with unread bytes would reset the connection, and the client might lose the reply.
+  ::shutdown(fd, SHUT_WR);
+  const Clock::time_point linger = std::min(deadline, Clock::now() + std::chrono::seconds(1));
+  for (size_t drained = 0; drained < (1u << 20) && WaitFor(fd, POLLIN, linger);) {
+    const ssize_t n = ::recv(fd, buf, sizeof buf, 0);
+    if (n == 0 || (n < 0 && errno != EINTR && errno != EAGAIN)) break;
+    if (n > 0) drained += static_cast<size_t>(n);
+  }
+}
+
+MetricsFileWriter::MetricsFileWriter(std::string path, std::chrono::seconds interval,
+                                     std::function<std::string()> render)
+    : path_(std::move(path)), interval_(interval), render_(std::move(render)) {
+  thread_ = std::thread([this] { Run(); });
+}
+
+MetricsFileWriter::~MetricsFileWriter() {
+  {
+    MutexLock l(&mu_);
+    stop_ = true;
+  }
+  cv_.SignalAll();
+  thread_.join();
+}
+
+void MetricsFileWriter::Run() {
+  NameThisThread("pcrfs-metricsf");
+  bool failing = false;
+  MutexLock l(&mu_);
+  while (!stop_) {
+    l.Unlock();
+    const std::string text = render_();
+    const Status s = WriteFileAtomic(path_, text.data(), text.size());
+    if (!s.ok() && !failing) Log(LogLevel::kError, "-o metrics_file: " + s.message());
+    failing = !s.ok();
+    l.Lock();
+    cv_.WaitFor(&mu_, interval_, [this]() REQUIRES(mu_) { return stop_; });
+  }
+  l.Unlock();
+  // Once more as the mount ends: the file keeps the final counts.
+  const std::string text = render_();
+  const Status s = WriteFileAtomic(path_, text.data(), text.size());
+  if (!s.ok()) Log(LogLevel::kError, "-o metrics_file: " + s.message());
+}
+
+}  // namespace pcrfs::fs
