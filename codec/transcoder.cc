@@ -13,6 +13,7 @@
 #include "codec/jpeg_dest.h"
 #include "codec/jpeg_error.h"
 #include "codec/libjpeg.h"
+#include "codec/markers.h"
 #include "codec/scan_script.h"
 #include "codec/scan_splitter.h"
 
@@ -38,21 +39,6 @@ struct TranscodeJob {
   ScanScript script;
   size_t trailing_bytes;
 };
-
-bool IsMarkerWithId(const jpeg_saved_marker_ptr marker, int code, const char* id, size_t n) {
-  return marker->marker == code && marker->data_length >= n &&
-         std::memcmp(marker->data, id, n) == 0;
-}
-
-// Like jcopy_markers_execute in transupp.c: libjpeg writes its own JFIF APP0 and Adobe APP14
-// when the colour space calls for them, so the source's copies would be duplicates.
-void CopySavedMarkers(j_decompress_ptr src_info, j_compress_ptr dst_info) {
-  for (jpeg_saved_marker_ptr m = src_info->marker_list; m != nullptr; m = m->next) {
-    if (dst_info->write_JFIF_header && IsMarkerWithId(m, JPEG_APP0, "JFIF", 5)) continue;
-    if (dst_info->write_Adobe_marker && IsMarkerWithId(m, JPEG_APP0 + 14, "Adobe", 5)) continue;
-    jpeg_write_marker(dst_info, m->marker, m->data, m->data_length);
-  }
-}
 
 // A progressive source must have sent every bit of every coefficient (coef_bits all 0; -1 is
 // "never sent", > 0 the Al still missing). Otherwise libjpeg decodes it with block smoothing,
@@ -94,8 +80,7 @@ bool RunTranscode(TranscodeJob* job) {
   InitScanCapProgress(&job->progress, job->max_input_scans);
   src_info->progress = &job->progress.pub;
   if (!job->strip_metadata) {
-    jpeg_save_markers(src_info, JPEG_COM, 0xFFFF);
-    for (int m = 0; m < 16; m++) jpeg_save_markers(src_info, JPEG_APP0 + m, 0xFFFF);
+    SaveAllMarkers(src_info);
   }
   jpeg_mem_src(src_info, job->src, static_cast<unsigned long>(job->src_size));
   jpeg_read_header(src_info, TRUE);

@@ -7,6 +7,7 @@
 #include <cstdio>
 #include <cstring>
 
+#include "codec/baseline.h"
 #include "common/crc32c.h"
 #include "common/log.h"
 #include "common/thread_name.h"
@@ -34,8 +35,11 @@ void SetTimes(struct stat* st, int64_t sec, uint32_t nsec) {
 Filesystem::Filesystem(std::unique_ptr<index::Store> store, FsOptions options)
     : store_(std::move(store)),
       options_(options),
-      cache_(options.cache_bytes - LargeFileCacheBytes(options.cache_bytes)),
-      large_cache_(LargeFileCacheBytes(options.cache_bytes)) {
+      cache_(PieceCacheBytes(options) - LargeFileCacheBytes(PieceCacheBytes(options))),
+      large_cache_(LargeFileCacheBytes(PieceCacheBytes(options))) {
+  if (options.form == ServedForm::kBaseline) {
+    baseline_ = std::make_unique<BaselineCache>(options.cache_bytes / 4, kBaselineSizeSlots);
+  }
   auto root = store_->index().Get(index::kRootIno);
   if (root) root_ = std::move(*root);
 }
@@ -119,11 +123,41 @@ struct stat Filesystem::LadderRootAttr() const {
   return st;
 }
 
+Result<struct stat> Filesystem::Attr(const index::Entry& e, int level) const {
+  struct stat st = EntryAttr(e, level);
+  if (!ServesBaseline(e)) return st;
+  std::optional<uint64_t> size = baseline_->Size(st.st_ino);
+  if (!size) {
+    auto bytes = BaselineBytes(e, level);
+    if (!bytes) return Err(bytes.error());
+    size = (*bytes)->size();
+  }
+  st.st_size = static_cast<off_t>(*size);
+  st.st_blocks = (st.st_size + 511) / 512;
+  return st;
+}
+
+Result<BaselineCache::Bytes> Filesystem::BaselineBytes(const index::Entry& e, int level) const {
+  return baseline_->GetOrLoad(ToFuseIno(e.ino, level), [&]() -> Result<BaselineCache::Bytes> {
+    std::vector<uint8_t> stored(e.SizeAtLevel(level));
+    auto n = ReadStored(e, level, 0, stored.size(), stored.data(), nullptr);
+    if (!n) return Err(n.error());  // reported
+    auto baseline = codec::ToBaseline(std::span<const uint8_t>(stored.data(), *n));
+    if (!baseline) {
+      // The bytes passed their checksums, so this is a bug or a file libjpeg cannot re-encode.
+      Status s = Status::IOError("baseline form: " + baseline.error().message(), EIO);
+      ReportDamage(e, level, s);
+      return Err(s);
+    }
+    return std::make_shared<const std::vector<uint8_t>>(std::move(*baseline));
+  });
+}
+
 Result<struct stat> Filesystem::GetAttr(uint64_t ino) const {
   auto r = Resolve(ino);
   if (!r) return Err(r.error());
   if (r->ladder_root) return LadderRootAttr();
-  return EntryAttr(r->entry, r->level);
+  return Attr(r->entry, r->level);
 }
 
 Status Filesystem::Open(uint64_t ino, int flags) const {
@@ -155,7 +189,7 @@ Result<struct stat> Filesystem::Lookup(uint64_t parent, std::string_view name) c
   if (!child) return Err(child.error().IsNotFound() ? Errno(ENOENT, name) : child.error());
   auto e = store_->index().Get(*child);
   if (!e) return Err(e.error());
-  return EntryAttr(*e, r->level);
+  return Attr(*e, r->level);
 }
 
 Status Filesystem::ReadDir(uint64_t ino, uint64_t offset, const DirFiller& fn, bool attrs) const {
@@ -181,7 +215,21 @@ Status Filesystem::ReadDir(uint64_t ino, uint64_t offset, const DirFiller& fn, b
   const int level = r->level;
   if (attrs) {
     return store_->index().List(r->entry, start, [&](const index::Entry& child) {
-      return fn(child.name, EntryAttr(child, level), 2 + ++i);
+      struct stat st = EntryAttr(child, level);
+      if (ServesBaseline(child)) {
+        // Its size only if known: a listing transcodes nothing.
+        std::optional<uint64_t> size = baseline_->Size(st.st_ino);
+        if (size) {
+          st.st_size = static_cast<off_t>(*size);
+          st.st_blocks = (st.st_size + 511) / 512;
+        } else {
+          const ino_t ino = st.st_ino;
+          std::memset(&st, 0, sizeof st);
+          st.st_ino = ino;
+          st.st_mode = S_IFREG;
+        }
+      }
+      return fn(child.name, st, 2 + ++i);
     });
   }
   const size_t slot = r->entry.ino % kResumeSlots;
@@ -338,24 +386,43 @@ Result<size_t> Filesystem::ReadUncounted(uint64_t ino, uint64_t offset, size_t s
   if (!resolved) return Err(resolved.error());
   const Resolved& r = *resolved;
   if (r.ladder_root || r.entry.is_dir()) return Err(Errno(EISDIR, "read"));
-  index::Entry e = r.entry;
-  if (index::LevelPlan(e.kind, e.pieces, r.level, offset, size).empty()) return size_t{0};
+  *level = r.level;
+  if (!ServesBaseline(r.entry)) {
+    return ReadStored(r.entry, r.level, offset, size, dst, source_bytes);
+  }
+  auto bytes = BaselineBytes(r.entry, r.level);
+  if (!bytes) return Err(bytes.error());
+  const std::vector<uint8_t>& file = **bytes;
+  if (offset >= file.size()) return size_t{0};
+  const size_t n = static_cast<size_t>(std::min<uint64_t>(size, file.size() - offset));
+  std::memcpy(dst, file.data() + offset, n);
+  *source_bytes =
+      static_cast<uint64_t>(static_cast<unsigned __int128>(n) * r.entry.source_size / file.size());
+  // Read whole in one request: the kernel's page cache has it now.
+  if (offset == 0 && n == file.size()) baseline_->Drop(ino);
+  return n;
+}
+
+Result<size_t> Filesystem::ReadStored(const index::Entry& entry, int level, uint64_t offset,
+                                      size_t size, uint8_t* dst, uint64_t* source_bytes) const {
+  index::Entry e = entry;
+  if (index::LevelPlan(e.kind, e.pieces, level, offset, size).empty()) return size_t{0};
   // The pieces of one file lie in different group regions. Ask for all of them at once, so a
   // cold read waits for the slowest piece instead of the sum of all.
   auto file = OpenRecord(e.record);
   if (!file) {
-    ReportDamage(e, r.level, file.error());
+    ReportDamage(e, level, file.error());
     return Err(Status::IOError(file.error().message(), EIO));
   }
   // A format 4 index holds piece lengths only: offsets and CRCs come from the record's table.
   if (Status s = store_->ResolvePieces(&e); !s.ok()) {
-    ReportDamage(e, r.level, s);
+    ReportDamage(e, level, s);
     return Err(Status::IOError(s.message(), EIO));
   }
   // Which pieces, which parts of them, and which bytes of the tail (index/level_plan.h).
-  const index::LevelPlan plan(e.kind, e.pieces, r.level, offset, size);
+  const index::LevelPlan plan(e.kind, e.pieces, level, offset, size);
   const bool whole_file = plan.offset() == 0 && plan.end() == plan.file_size();
-  predictor_.OnRead(e, r.level);
+  predictor_.OnRead(e, level);
   if (plan.pieces_used() > 1) {
     std::vector<RecordScheduler::Range> wanted;
     for (const index::LevelSpan& s : plan.spans()) {
@@ -376,7 +443,7 @@ Result<size_t> Filesystem::ReadUncounted(uint64_t ino, uint64_t offset, size_t s
     for (uint64_t b = s.first_block(); b < s.end_block(); ++b) {
       auto block = GetBlock(**file, e, s.group, b, !whole_file);
       if (!block) {
-        ReportDamage(e, r.level, block.error());
+        ReportDamage(e, level, block.error());
         return Err(block.error());
       }
       const uint64_t block_begin = b * index::kChecksumBlockSize;
@@ -388,11 +455,12 @@ Result<size_t> Filesystem::ReadUncounted(uint64_t ino, uint64_t offset, size_t s
   }
   const std::span<const uint8_t> tail = plan.tail();
   std::copy(tail.begin(), tail.end(), dst + (plan.tail_offset() - plan.offset()));
-  *level = r.level;
-  *source_bytes = plan.length();
-  if (plan.file_size() > 0 && e.kind != index::EntryKind::kPassthrough) {
-    *source_bytes = static_cast<uint64_t>(static_cast<unsigned __int128>(plan.length()) *
-                                          e.source_size / plan.file_size());
+  if (source_bytes != nullptr) {
+    *source_bytes = plan.length();
+    if (plan.file_size() > 0 && e.kind != index::EntryKind::kPassthrough) {
+      *source_bytes = static_cast<uint64_t>(static_cast<unsigned __int128>(plan.length()) *
+                                            e.source_size / plan.file_size());
+    }
   }
   return static_cast<size_t>(plan.length());
 }
@@ -415,6 +483,15 @@ Result<std::string> Filesystem::GetXattr(uint64_t ino, std::string_view name) co
     return "{\"bytes_served\":" + std::to_string(bytes_served()) +
            ",\"bytes_pushed\":" + std::to_string(pusher_.stats().pushed_bytes) +
            ",\"client\":" + options_.remote_stats() + "}";
+  }
+  if (key == "baseline" && ino == kFuseRootIno && baseline_) {
+    const BaselineCache::Stats b = baseline_->stats();
+    return "{\"transcoded\":" + std::to_string(b.transcoded) +
+           ",\"failed\":" + std::to_string(b.failed) +
+           ",\"transcoded_bytes\":" + std::to_string(b.transcoded_bytes) +
+           ",\"hits\":" + std::to_string(b.hits) + ",\"size_hits\":" + std::to_string(b.size_hits) +
+           ",\"evictions\":" + std::to_string(b.evictions) + ",\"used\":" + std::to_string(b.used) +
+           ",\"capacity\":" + std::to_string(b.capacity) + "}";
   }
   if (key == "metrics" && ino == kFuseRootIno && options_.metrics_text) {
     return options_.metrics_text(*this);
@@ -444,6 +521,7 @@ Result<std::vector<std::string>> Filesystem::ListXattr(uint64_t ino) const {
   if (!r) return Err(r.error());
   std::vector<std::string> names;
   if (ino == kFuseRootIno) names.push_back(std::string(kXattrPrefix) + "prefetch");
+  if (ino == kFuseRootIno && baseline_) names.push_back(std::string(kXattrPrefix) + "baseline");
   if (ino == kFuseRootIno && options_.remote_stats) {
     names.push_back(std::string(kXattrPrefix) + "remote");
   }

@@ -22,6 +22,7 @@
 
 #include "common/mutex.h"
 #include "common/status.h"
+#include "fs/baseline_cache.h"
 #include "fs/inode.h"
 #include "fs/page_pusher.h"
 #include "fs/piece_cache.h"
@@ -37,13 +38,20 @@ namespace pcrfs::fs {
 // entry. kAuto lets the kernel choose per directory.
 enum class ReaddirPlus { kAlways, kAuto, kNever };
 
+// What a JPEG file's bytes are (-o form): the stored progressive level, or the same
+// coefficients re-encoded as a sequential JPEG at lookup (codec/baseline.h), which decodes
+// 1.5-2x faster. Passthrough files are served as stored either way.
+enum class ServedForm { kProgressive, kBaseline };
+
 class Filesystem;
 
 struct FsOptions {
   int fixed_level = 0;  // 0: the root holds scan1..scan10; K: the tree at level K is the root
+  ServedForm form = ServedForm::kProgressive;
   uid_t uid = 0;
   gid_t gid = 0;
-  uint64_t cache_bytes = uint64_t{256} << 20;  // piece cache cap
+  // Piece cache cap; with form=baseline a quarter of it holds transcoded files (BaselineCache).
+  uint64_t cache_bytes = uint64_t{256} << 20;
   // When reads walk a directory in order, fetch this many following files (ReadPredictor).
   uint32_t readahead_slots = 64;
   // Once this percentage of a directory's files has been read (a shuffled epoch touches every
@@ -95,7 +103,9 @@ class Filesystem {
   // entry's name, attributes and the offset of the entry after it; it returns false to stop
   // (the reply buffer is full) and that entry is then not consumed. With `attrs` false (a
   // plain readdir) st holds only st_ino and the file type in st_mode, and the listing is read
-  // from the index's dirents alone, a quarter of the bytes of whole entries.
+  // from the index's dirents alone, a quarter of the bytes of whole entries. With form=baseline
+  // a JPEG whose size is not known yet comes as in a plain listing, with st_nlink 0: its size
+  // would cost a transcode, which a listing must not pay for every file of a folder.
   using DirFiller =
       std::function<bool(std::string_view name, const struct stat& st, uint64_t next_offset)>;
   Status ReadDir(uint64_t ino, uint64_t offset, const DirFiller& fn, bool attrs = true) const;
@@ -136,6 +146,8 @@ class Filesystem {
   const index::Store& store() const { return *store_; }
   const PieceCache& cache() const { return cache_; }
   const PieceCache& large_file_cache() const { return large_cache_; }
+  // form=baseline's transcoded files; null with form=progressive.
+  const BaselineCache* baseline_cache() const { return baseline_.get(); }
   RecordScheduler::Stats scheduler_stats() const { return scheduler_.stats(); }
   PagePusher::Stats pusher_stats() const { return pusher_.stats(); }
   // Waits until the pusher has handled every speculative read finished so far (tests).
@@ -150,6 +162,15 @@ class Filesystem {
   };
   Result<Resolved> Resolve(uint64_t ino) const;
   struct stat EntryAttr(const index::Entry& e, int level) const;
+  // EntryAttr, with a baseline-form JPEG's size (which may cost a transcode: EIO if its level's
+  // bytes are damaged).
+  Result<struct stat> Attr(const index::Entry& e, int level) const;
+  bool ServesBaseline(const index::Entry& e) const {
+    return baseline_ != nullptr && e.kind == index::EntryKind::kJpeg;
+  }
+  // The baseline form of e at level: from baseline_, or its level's bytes read (and checked)
+  // as any read is and transcoded, once however many threads ask.
+  Result<BaselineCache::Bytes> BaselineBytes(const index::Entry& e, int level) const;
   struct stat LadderRootAttr() const;
   // The verified bytes of checksum block `block` of piece `group` (a piece of one block is
   // block 0), from the cache or storage; concurrent requests for one block read it once. `keep`
@@ -178,12 +199,23 @@ class Filesystem {
     return std::min(budget / 2, uint64_t{32} << 20);
   }
   mutable PieceCache large_cache_;
+  // form=baseline: a quarter of options_.cache_bytes, and a size table of 2^20 slots (16 MiB
+  // of address space, resident as used).
+  static constexpr size_t kBaselineSizeSlots = size_t{1} << 20;
+  static uint64_t PieceCacheBytes(const FsOptions& o) {
+    return o.form == ServedForm::kBaseline ? o.cache_bytes - o.cache_bytes / 4 : o.cache_bytes;
+  }
+  std::unique_ptr<BaselineCache> baseline_;
   index::Entry root_;
 
   // Read without the counters; on success *level is the file's level and *source_bytes what
   // the read would have taken of the source file.
   Result<size_t> ReadUncounted(uint64_t ino, uint64_t offset, size_t size, uint8_t* dst, int* level,
                                uint64_t* source_bytes) const;
+  // The stored bytes of e at level (no baseline form); *source_bytes as ReadUncounted's, if not
+  // null.
+  Result<size_t> ReadStored(const index::Entry& e, int level, uint64_t offset, size_t size,
+                            uint8_t* dst, uint64_t* source_bytes) const;
   // Per level, updated with relaxed atomic adds on each read (no lock).
   struct AtomicLevelCounters {
     std::array<std::atomic<uint64_t>, index::kNumGroups> bytes{}, files{}, source_bytes{},
@@ -205,8 +237,12 @@ class Filesystem {
   // Pushes planned files once the scheduler has read their pieces. Its thread reads the
   // record files (store_ keeps them open): declared after store_, before scheduler_, whose
   // pool calls it.
+  // Not with form=baseline: it pushes stored bytes, which are not a JPEG's served bytes.
   mutable PagePusher pusher_{
-      {options_.readdirplus != ReaddirPlus::kNever ? options_.push_bytes : 0}, options_.push};
+      {options_.readdirplus != ReaddirPlus::kNever && options_.form == ServedForm::kProgressive
+           ? options_.push_bytes
+           : 0},
+      options_.push};
   // Every read of a record goes through scheduler_ (demand reads in GetBlock, speculative
   // ones from predictor_). Declared after store_: destroyed first, its threads joined while
   // the record files are still open.

@@ -15,12 +15,14 @@
 #include <filesystem>
 #include <fstream>
 #include <functional>
+#include <map>
 #include <random>
 #include <string>
 #include <thread>
 
 #include "builder/builder.h"
 #include "builder/builder_test_support.h"
+#include "codec/baseline.h"
 #include "common/file_util.h"
 #include "common/test_support.h"
 
@@ -301,6 +303,80 @@ TEST_F(FilesystemTest, FixedLevelRootIsTheTree) {
 // df's numbers: size = the source's bytes, used = the bytes of the tree at the root's level
 // (what du of the mount adds up), available = the difference, so df never reads 100% full at
 // a level that saves bytes. Counted apart here: from the source folder and by walking the tree.
+// -o form=baseline: a JPEG's size and bytes are its level's baseline form, transcoded once
+// however many lookups ask at the same time; listings carry no size they do not know.
+TEST_F(FilesystemTest, BaselineFormTranscodesEachFileOnce) {
+  FsOptions options;
+  options.form = ServedForm::kBaseline;
+  options.fixed_level = 4;
+  auto fs = Make(options);
+  ASSERT_NE(fs->baseline_cache(), nullptr);
+  EXPECT_EQ(Make()->baseline_cache(), nullptr);
+  const uint64_t dir = Walk(*fs, "a");
+  ASSERT_NE(dir, 0u);
+
+  auto listing = [&] {
+    std::map<std::string, struct stat> out;
+    EXPECT_TRUE(fs->ReadDir(dir, 0, [&](std::string_view n, const struct stat& st, uint64_t) {
+                    out[std::string(n)] = st;
+                    return true;
+                  }).ok());
+    return out;
+  };
+  auto before = listing();
+  ASSERT_TRUE(before.count("one.jpg"));
+  EXPECT_EQ(before["one.jpg"].st_nlink, 0u);  // no attributes
+  EXPECT_EQ(before["one.jpg"].st_size, 0);
+  EXPECT_EQ(before["b"].st_nlink, 2u);  // folders as ever
+  EXPECT_EQ(fs->baseline_cache()->stats().transcoded, 0u);
+
+  std::vector<std::thread> threads;
+  std::vector<off_t> sizes(8, -1);
+  for (size_t t = 0; t < sizes.size(); ++t) {
+    threads.emplace_back([&, t] {
+      auto st = fs->Lookup(dir, "one.jpg");
+      if (st) sizes[t] = st->st_size;
+    });
+  }
+  for (auto& t : threads) t.join();
+  EXPECT_EQ(fs->baseline_cache()->stats().transcoded, 1u);
+  for (off_t size : sizes) EXPECT_EQ(size, sizes[0]);
+
+  auto entry = fs->store().index().LookupPath("a/one.jpg");
+  ASSERT_TRUE(entry.has_value());
+  std::vector<uint8_t> stored;
+  ASSERT_TRUE(fs->store().ReadFile(*entry, 4, &stored).ok());
+  auto expected = codec::ToBaseline(stored);
+  ASSERT_TRUE(expected.has_value());
+  EXPECT_EQ(static_cast<size_t>(sizes[0]), expected->size());
+  const uint64_t ino = Walk(*fs, "a/one.jpg");
+  // Read in pieces, then whole.
+  std::vector<uint8_t> got(expected->size());
+  for (size_t off = 0; off < got.size(); off += 1000) {
+    auto n = fs->Read(ino, off, 1000, got.data() + off);
+    ASSERT_TRUE(n.has_value());
+    EXPECT_EQ(*n, std::min<size_t>(1000, got.size() - off));
+  }
+  EXPECT_TRUE(got == *expected);
+  EXPECT_EQ(ReadAll(*fs, ino), *expected);
+  EXPECT_EQ(fs->baseline_cache()->stats().transcoded, 1u);
+  // Once known, the size comes with the listing.
+  auto after = listing();
+  EXPECT_EQ(after["one.jpg"].st_size, sizes[0]);
+  EXPECT_EQ(after["one.jpg"].st_nlink, 1u);
+  EXPECT_EQ(after["two.jpg"].st_nlink, 0u);
+  // Passthrough files are served as stored.
+  const uint64_t notes = Walk(*fs, "notes.txt");
+  auto notes_entry = fs->store().index().LookupPath("notes.txt");
+  ASSERT_TRUE(notes_entry.has_value());
+  std::vector<uint8_t> notes_bytes;
+  ASSERT_TRUE(fs->store().ReadFile(*notes_entry, 4, &notes_bytes).ok());
+  EXPECT_EQ(ReadAll(*fs, notes), notes_bytes);
+  EXPECT_EQ(fs->baseline_cache()->stats().transcoded, 1u);
+  EXPECT_NE(fs->GetXattr(kFuseRootIno, "user.pcrfs.baseline")->find("\"transcoded\":1,"),
+            std::string::npos);
+}
+
 TEST_F(FilesystemTest, StatFsSizeIsTheSourceAndUsedIsTheMountedLevel) {
   uint64_t source = 0;
   for (const auto& e : stdfs::recursive_directory_iterator(*dir_ + "/src")) {

@@ -231,8 +231,10 @@ void DoReaddir(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off, bool plus
           size_t need;
           if (plus) {
             fuse_entry_param e = EntryParam(st);
-            // "." and "..": no lookup count is taken for them (ino 0).
-            if (n == "." || n == "..") e.ino = 0;
+            // "." and "..": no lookup count is taken for them (ino 0); nor for an entry
+            // without attributes (st_nlink 0: a form=baseline JPEG whose size is not known),
+            // which the kernel then lists as a plain readdir entry.
+            if (n == "." || n == ".." || st.st_nlink == 0) e.ino = 0;
             need = fuse_add_direntry_plus(req, buf.data() + used, size - used, n.c_str(), &e,
                                           static_cast<off_t>(next));
           } else {

@@ -80,6 +80,14 @@ constexpr Option kOptions[] = {
     {.name = "scans", .kind = Kind::kInt, .meta = "K", .lo = 1, .hi = index::kNumGroups,
      .set = [](MountConfig& c, const Value& v) { c.fs.fixed_level = static_cast<int>(v.n); },
      .help = "serve the dataset at level K at the root"},
+    {.name = "form", .kind = Kind::kEnum, .meta = "FORM", .values = "progressive|baseline",
+     .set = [](MountConfig& c, const Value& v) {
+       c.fs.form = std::array{ServedForm::kProgressive, ServedForm::kBaseline}[v.n];
+     },
+     .help = "progressive (default): JPEGs as stored, fewest bytes; baseline: each JPEG "
+             "re-encoded at its first lookup as a sequential JPEG with the same coefficients: "
+             "larger, faster to decode (files read more than once, GPU decoders), the re-encode "
+             "costing the daemon about one progressive decode"},
     {.name = "msssim", .kind = Kind::kFraction, .meta = "X", .what = "0.95",
      .set = [](MountConfig& c, const Value& v) { c.msssim = v.x; },
      .help = "serve, at the root, the lowest level whose 5th-percentile MS-SSIM (measured by pcr "
