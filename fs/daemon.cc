@@ -394,6 +394,10 @@ int OpenAndServe(fuse_session* se, Filesystem** fs_slot, const MountConfig& conf
                  const StoreLocation& location, const index::FileIdentity& verified,
                  const fuse_cmdline_opts& opts, std::shared_ptr<RangeCache> cache,
                  SighupReload* sighup, MetricsServer* metrics_server, Watchdog* watchdog) {
+  // Everything that needs root's capabilities is done (the mount; the cache folder and the
+  // metrics socket opened before the fork): give them up now, while this is the only thread,
+  // since a capability set is per thread and every thread started below inherits this one's.
+  watchdog->DropPrivileges();
   FsOptions fs_options = config.fs;
   std::shared_ptr<ObjectClient> client;
   if (location.remote) {  // after the fork: curl's threads and handles do not survive one
@@ -467,8 +471,6 @@ int OpenAndServe(fuse_session* se, Filesystem** fs_slot, const MountConfig& conf
     metrics_file.emplace(config.metrics_file, std::chrono::seconds(config.metrics_interval),
                          render);
   }
-  // Everything that needs root is done (the mount, the store and cache opened): give it up.
-  watchdog->DropPrivileges();
   const int rc = ServeLoop(se, config, opts, location.remote);
   if (metrics_server != nullptr) metrics_server->Stop();  // before the filesystem goes
   metrics_file.reset();

@@ -306,20 +306,15 @@ bool Watchdog::DropPrivileges() {
   };
   if (::prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0) return fail("no_new_privs");
   for (int cap = 0; cap <= 63; ++cap) {
-    if (cap == CAP_DAC_READ_SEARCH) continue;
     if (::prctl(PR_CAPBSET_DROP, cap, 0, 0, 0) != 0) {
       if (errno == EINVAL) break;  // past the last capability this kernel knows
       return fail("bounding set");
     }
   }
   ::prctl(PR_CAP_AMBIENT, PR_CAP_AMBIENT_CLEAR_ALL, 0, 0, 0);
-  // Only CAP_DAC_READ_SEARCH stays, effective and permitted: a root mount serves a store (and
-  // reads credentials) that may belong to another user with mode 0600, and opens records as
-  // reads first need them. It reads; it writes nothing it does not own.
-  __user_cap_data_struct keep[_LINUX_CAPABILITY_U32S_3] = {};
-  keep[0].effective = keep[0].permitted = 1u << CAP_DAC_READ_SEARCH;
+  __user_cap_data_struct none[_LINUX_CAPABILITY_U32S_3] = {};
   header = {_LINUX_CAPABILITY_VERSION_3, 0};
-  if (::syscall(SYS_capset, &header, keep) != 0) return fail("capset");
+  if (::syscall(SYS_capset, &header, none) != 0) return fail("capset");
   dropped_ = true;
   return true;
 }

@@ -69,12 +69,12 @@ class Watchdog {
   void Watch(pid_t pid);
   bool running() const { return pid_ > 0; }
 
-  // Gives up every capability but CAP_DAC_READ_SEARCH (bounding, effective, permitted,
-  // inheritable and ambient sets; inheritable and ambient empty) and sets no_new_privs, when
-  // this process has any capability (root); a process without
-  // any keeps everything as it is (fusermount3, setuid root, must still work for its unmount).
-  // Only with a running watchdog, which keeps root's and unmounts for the daemon (Unmount).
-  // Returns whether it dropped; a failure is logged and leaves the daemon serving.
+  // Gives up every capability (bounding, effective, permitted, inheritable and ambient sets)
+  // of the calling thread, and sets no_new_privs, when it has any capability (root): call it
+  // while the process has one thread (threads started later inherit the empty sets); a process
+  // without any keeps everything as it is (fusermount3, setuid root, must still work for its
+  // unmount). Only with a running watchdog, which keeps root's and unmounts for the daemon
+  // (Unmount). Returns whether it dropped; a failure is logged and leaves the daemon serving.
   bool DropPrivileges();
   bool dropped() const { return dropped_; }
 

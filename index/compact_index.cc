@@ -241,6 +241,16 @@ bool Decompress(std::span<const uint8_t> stored, uint8_t codec, uint64_t raw_len
     *what = "unknown codec " + U(codec);
     return false;
   }
+  // The frame says how large it is: a size that disagrees is refused before anything is
+  // allocated for it (a few bytes must not make the reader zero-fill gigabytes).
+  const unsigned long long content = ZSTD_getFrameContentSize(stored.data(), stored.size());
+  if (content != raw_length) {
+    *what = content == ZSTD_CONTENTSIZE_ERROR ? std::string("zstd: not a frame")
+            : content == ZSTD_CONTENTSIZE_UNKNOWN
+                ? std::string("zstd: frame without its size")
+                : "frame holds " + U(content) + " bytes, expected " + U(raw_length);
+    return false;
+  }
   raw->resize(static_cast<size_t>(raw_length));
   const size_t n = ZSTD_decompress(raw->data(), raw->size(), stored.data(), stored.size());
   if (ZSTD_isError(n) || n != raw_length) {
@@ -566,7 +576,13 @@ Status CompactIndex::Impl::ParseAll(std::span<const uint8_t> bytes) {
     return Damaged("entries per chunk " + U(per_chunk));
   }
   if (num_entries == 0) return Damaged("no entries (not even the root)");
-  if (num_records > UINT32_MAX) return Damaged("record count " + U(num_records));
+  // An entry takes at least a byte before compression, which expands at most kMaxExpansion
+  // times; every record holds at least one file.
+  if (num_entries > kMaxExpansion * bytes.size()) {
+    return Damaged("entry count " + U(num_entries) + " for a file of " + U(bytes.size()) +
+                   " bytes");
+  }
+  if (num_records > num_entries) return Damaged("record count " + U(num_records));
   const uint64_t table_end = kCompactHeaderSize + num_sections * kCompactSectionEntrySize;
   if (bytes.size() < table_end) return Damaged("truncated section table");
   if (crc32c::Unmask(DecodeFixed32(h + 48)) !=
@@ -652,7 +668,7 @@ Status CompactIndex::Impl::ParseEntries(std::span<const uint8_t> directory,
                                         std::vector<std::pair<uint64_t, uint64_t>>* large) {
   if (directory.size() % kCompactChunkEntrySize != 0) return Damaged("chunk directory size");
   const uint64_t chunks = directory.size() / kCompactChunkEntrySize;
-  if (chunks != (num_entries + per_chunk - 1) / per_chunk) {
+  if (chunks != num_entries / per_chunk + (num_entries % per_chunk != 0 ? 1 : 0)) {
     return Damaged(U(chunks) + " entry chunks for " + U(num_entries) + " entries");
   }
   // What the whole-index checks need, gathered in one pass.
@@ -683,7 +699,9 @@ Status CompactIndex::Impl::ParseEntries(std::span<const uint8_t> directory,
       return Damaged(chunk + ": outside the entry data");
     }
     const uint64_t n = std::min<uint64_t>(per_chunk, num_entries - c * per_chunk);
-    if (raw_len > n * kMaxEntryBytes) return Damaged(chunk + ": raw length too large");
+    if (raw_len > n * kMaxEntryBytes || raw_len > kMaxExpansion * stored_len + 65536) {
+      return Damaged(chunk + ": raw length too large");
+    }
     const auto stored = data.subspan(static_cast<size_t>(offset), stored_len);
     if (crc32c::Unmask(crc) != crc32c::Value(stored.data(), stored.size())) {
       return Damaged(chunk + ": checksum mismatch");
@@ -749,6 +767,9 @@ Status CompactIndex::Impl::ParseEntries(std::span<const uint8_t> directory,
     entries += raw;
   }
   if (data_at != data.size()) return Damaged("entry data after the last chunk");
+  if (ino - 1 != num_entries) {
+    return Damaged(U(ino - 1) + " entries in the chunks, the header says " + U(num_entries));
+  }
   for (const DirInfo& di : dirs) {
     if (di.seen_children != di.num_children || di.seen_subdirs != di.num_subdirs) {
       return Damaged("directory " + U(di.ino) + ": child counts do not match its children");

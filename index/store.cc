@@ -5,6 +5,7 @@
 
 #include <cerrno>
 #include <cstring>
+#include <new>
 
 #include "common/coding.h"
 #include "common/crc32c.h"
@@ -97,7 +98,7 @@ Result<std::unique_ptr<IndexReader>> OpenStoreIndex(const std::string& dir,
   struct stat st;
   const std::string compact_path = dir + "/" + kCompactIndexFile;
   if (::lstat(compact_path.c_str(), &st) == 0 || errno != ENOENT) {
-    return IndexReader::Open(compact_path);  // refuses a symlink
+    return IndexReader::OpenCompact(compact_path);  // refuses a symlink and any non-format-4 file
   }
   const std::string lmdb_path = dir + "/" + kIndexFile;
   if (::lstat(lmdb_path.c_str(), &st) != 0) {
@@ -198,7 +199,13 @@ Result<std::unique_ptr<Store>> Store::Open(const std::string& dir, StoreOptions 
                                                       : ": not a directory")));
   }
 
-  auto index = OpenStoreIndex(dir, options.verified_index ? &*options.verified_index : nullptr);
+  // A store's index is a stranger's input: whatever it claims, opening it ends in a message.
+  Result<std::unique_ptr<IndexReader>> index = Err(Status::Corruption(dir + ": index not read"));
+  try {
+    index = OpenStoreIndex(dir, options.verified_index ? &*options.verified_index : nullptr);
+  } catch (const std::bad_alloc&) {
+    return Err(Status::ResourceExhausted(dir + ": the index does not fit in memory"));
+  }
   if (!index) return Err(index.error());
 
   // Before anyone sizes memory or loops by a number of the manifest.

@@ -86,6 +86,9 @@ class IndexReader {
   // forking) need not read it all again.
   static Result<std::unique_ptr<IndexReader>> Open(const std::string& path,
                                                    const FileIdentity* verified = nullptr);
+  // index.pcri only: the file must be format 4 (its magic), else Corruption "bad magic": a store
+  // cannot hand an LMDB image to liblmdb under that name.
+  static Result<std::unique_ptr<IndexReader>> OpenCompact(const std::string& path);
   // A format 4 index parsed already (CompactIndex::Parse); identity is that of its file.
   static std::unique_ptr<IndexReader> FromCompact(std::unique_ptr<CompactIndex> compact,
                                                   const FileIdentity& identity);
