@@ -461,6 +461,36 @@ class PrivilegesTest(unittest.TestCase):
                 if is_mounted(mnt):
                     subprocess.run(["fusermount3", "-uz", mnt], stderr=subprocess.DEVNULL)
 
+    def test_every_thread_drops(self):
+        """Capabilities are per thread: every thread of the serving daemon (the metrics server's,
+        the pusher's, the speculation workers') must hold only CAP_DAC_READ_SEARCH, not only the
+        main thread that called capset. Review finding; fails on 135374f."""
+        tmp = tempfile.mkdtemp(prefix="privileges-threads-", dir=WORK)
+        mnt = os.path.join(tmp, "mnt")
+        os.makedirs(mnt)
+        p = subprocess.Popen([PCRFS, STORE, mnt, "-f", "-o", "metrics=127.0.0.1:0"],
+                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+        try:
+            wait_for("mounted", lambda: is_mounted(mnt) or p.poll() is not None, 30)
+            self.assertIsNone(p.poll())
+            read_tree(os.path.join(mnt, "scan3"))
+            kept = {}
+            for tid in os.listdir(f"/proc/{p.pid}/task"):
+                s = status_fields(f"{p.pid}/task/{tid}")
+                if int(s["CapEff"], 16) != 1 << 2 or s["NoNewPrivs"].strip() != "1":
+                    kept[f"{tid} {s['Name'].strip()}"] = s["CapEff"]
+            self.assertEqual(kept, {}, "threads that kept their capabilities")
+        finally:
+            if p.poll() is None:
+                p.send_signal(signal.SIGTERM)
+                try:
+                    p.communicate(timeout=20)
+                except subprocess.TimeoutExpired:
+                    p.kill()
+                    p.wait()
+            if is_mounted(mnt):
+                subprocess.run(["fusermount3", "-uz", mnt], stderr=subprocess.DEVNULL)
+
 
 if __name__ == "__main__":
     unittest.main()
