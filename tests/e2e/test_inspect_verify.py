@@ -244,6 +244,18 @@ class VerifyTest(TempDirTest):
         # The store keeps index.lmdb and format 1, for older readers.
         self.assertIn('"format_version": 1', open(os.path.join(store, "manifest.json")).read())
 
+    def test_lmdb_image_named_index_pcri_is_refused(self):
+        # index.pcri is read by pcrfs's own parser only; an LMDB image under that name must not
+        # reach liblmdb (which trusts its pages: the reason index.lmdb now goes through the
+        # bounds-checked page walker). Review finding; fails on 135374f (verify says OK and the
+        # file is mapped by liblmdb).
+        _, store = build_store(self.tmp)
+        run([PCR, "lmdb-index", store])
+        os.rename(os.path.join(store, "index.lmdb"), os.path.join(store, "index.pcri"))
+        p = verify(store)
+        self.assertNotEqual(p.returncode, 0, p.stdout + p.stderr)
+        self.assertIn("index.pcri", p.stderr)
+
     def test_flipped_byte_names_exactly_the_damaged_file(self):
         src, store = build_store(self.tmp)
         # Damage the group-5 piece of one file in record 1.
