@@ -401,6 +401,34 @@ class CraftedIndexTest(unittest.TestCase):
             out.append((f"random bytes (seed 34, #{len(out)})", bytes(b)))
         return out
 
+    def test_tiny_chunk_claiming_a_huge_raw_length_is_refused(self):
+        # A 311-byte index.pcri: one entry chunk whose 21 stored bytes (a zstd frame of 1000
+        # bytes) claim 1 Mi entries of 429 bytes. The reader sizes its buffer by the claim
+        # (449 MB, zero-filled) before zstd says no; under a 400 MB address-space limit (a small
+        # container) that is std::bad_alloc and an abort, not one line. Review finding; fails
+        # on 135374f.
+        import resource
+        frame = bytes.fromhex("28b52ffd046845000008010100e42b2004885f5bcd")
+        n = 1 << 20
+        parts = [b"\x00", b"", struct.pack("<QIIIB3x", 0, len(frame), n * 429, 0, 1), frame,
+                 b"\x00"]
+        table, off = b"", 64 + 5 * 40
+        for i, part in enumerate(parts):
+            table += struct.pack("<IIQQQII", i + 1, 0, off, len(part), len(part), 0, 0)
+            off += len(part)
+        header = b"PCRFSCIX" + struct.pack("<IIQQQII", 4, 5, n, 0, off, n, 16) + bytes(16)
+        store = os.path.join(self.tmp, "store")
+        shutil.copytree(STORE, store, symlinks=True)
+        write_bytes(os.path.join(store, "index.pcri"),
+                    reseal_index(header + table + b"".join(parts)))
+
+        def limit():
+            resource.setrlimit(resource.RLIMIT_AS, (400 << 20, 400 << 20))
+        p = subprocess.run([PCR, "verify", store], capture_output=True, text=True, timeout=60,
+                           preexec_fn=limit)
+        self.assertEqual(p.returncode, 1, p.stderr)
+        self.assertIn("index.pcri: damaged or not a pcrfs index", p.stderr)
+
     def test_crafted_indexes_are_refused_or_served_safely(self):
         good = read_bytes(os.path.join(STORE, "index.pcri"))
         refused = served = 0
