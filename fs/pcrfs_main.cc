@@ -1,5 +1,6 @@
 // pcrfs: mounts a pcrfs store as a read-only folder of JPEG files (fs/daemon.h).
 #include <malloc.h>
+#include <sys/resource.h>
 
 #include <cstring>
 
@@ -18,5 +19,14 @@ int main(int argc, char** argv) {
   // still bounds how many are alive.
   mallopt(M_MMAP_THRESHOLD, 4 << 20);
   mallopt(M_TRIM_THRESHOLD, 64 << 20);
+  // A local store keeps each record file open once read (index/store.h), and a store of a
+  // million files has over a thousand records: past the usual soft limit of 1024 descriptors
+  // its reads would fail. Raise the soft limit to the hard one (as systemd advises for
+  // daemons that need many; the hard limit stays what the administrator set).
+  rlimit nofile{};
+  if (::getrlimit(RLIMIT_NOFILE, &nofile) == 0 && nofile.rlim_cur < nofile.rlim_max) {
+    nofile.rlim_cur = nofile.rlim_max;
+    ::setrlimit(RLIMIT_NOFILE, &nofile);
+  }
   return pcrfs::fs::RunDaemon(argc, argv);
 }
