@@ -325,6 +325,10 @@ Result<std::shared_ptr<const Store::RecordTable>> Store::GetRecordTable(uint32_t
       h->table_size > f.Size() - kRecordHeaderSize) {
     return bad("header does not match the index");
   }
+  if (h->table_size > kMaxTableSection) {
+    return bad("tables section of " + U(h->table_size) + " bytes (at most " + U(kMaxTableSection) +
+               ")");
+  }
   std::vector<uint8_t> tables(static_cast<size_t>(h->table_size));
   PCRFS_RETURN_ERR_IF_ERROR(f.Read(kRecordHeaderSize, tables.size(), tables.data()));
   if (crc32c::Unmask(DecodeFixed32(tables.data() + tables.size() - 4)) !=
@@ -361,7 +365,10 @@ Result<std::shared_ptr<const Store::RecordTable>> Store::GetRecordTable(uint32_t
   if (table_of_.count(id) == 0) {
     tables_.emplace_back(id, result);
     table_of_[id] = std::prev(tables_.end());
-    if (tables_.size() > kMaxRecordTables) {
+    table_bytes_ += TableBytes(*result);
+    while (tables_.size() > 1 &&
+           (tables_.size() > kMaxRecordTables || table_bytes_ > kMaxTableBytes)) {
+      table_bytes_ -= TableBytes(*tables_.front().second);
       table_of_.erase(tables_.front().first);
       tables_.pop_front();
     }

@@ -116,7 +116,15 @@ class Store {
     std::vector<PieceRefs> pieces;
   };
   Result<std::shared_ptr<const RecordTable>> GetRecordTable(uint32_t id) const EXCLUDES(mu_);
+  static uint64_t TableBytes(const RecordTable& t) {
+    return t.kinds.size() * (sizeof(EntryKind) + sizeof(PieceRefs));
+  }
   static constexpr size_t kMaxRecordTables = 64;
+  // The parsed tables kept take at most this many bytes (the newest is always kept), and a
+  // record's tables section longer than kMaxTableSection is refused: a hostile store's record
+  // may claim up to 2^24 images.
+  static constexpr uint64_t kMaxTableBytes = uint64_t{64} << 20;
+  static constexpr uint64_t kMaxTableSection = uint64_t{256} << 20;
 
   mutable Mutex mu_;
   mutable std::unordered_map<uint32_t, OpenRecordFile> records_ GUARDED_BY(mu_);
@@ -124,6 +132,7 @@ class Store {
   mutable std::list<std::pair<uint32_t, std::shared_ptr<const RecordTable>>> tables_
       GUARDED_BY(mu_);
   mutable std::unordered_map<uint32_t, decltype(tables_)::iterator> table_of_ GUARDED_BY(mu_);
+  mutable uint64_t table_bytes_ GUARDED_BY(mu_) = 0;
   // Records being opened: later callers wait for the first one's result instead of opening
   // (and, for a remote store, fetching the header and tables) again.
   mutable std::unordered_map<uint32_t, std::shared_future<Result<OpenRecordFile>>> opening_
