@@ -197,14 +197,7 @@ struct ArchiveSource::Impl {
     return -1;
   }
   uint32_t AddNode(uint32_t parent, const std::string& name, bool is_dir) {
-    const auto id = static_cast<uint32_t>(tree->nodes.size());
-    SourceNode n;
-    n.name = name;
-    n.parent = parent;
-    n.is_dir = is_dir;
-    n.mode = is_dir ? 0755 : 0644;
-    tree->nodes.push_back(std::move(n));
-    tree->nodes[parent].children.push_back(id);
+    const uint32_t id = tree->AddChild(parent, name, is_dir);
     names.emplace(Key(parent, name), id);
     implied.push_back(is_dir);
     return id;

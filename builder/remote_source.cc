@@ -136,14 +136,7 @@ class TreeBuilder {
     return std::to_string(dir) + "/" + name;
   }
   uint32_t Add(uint32_t dir, const std::string& name, bool is_dir) {
-    const auto id = static_cast<uint32_t>(tree_->nodes.size());
-    SourceNode n;
-    n.name = name;
-    n.parent = dir;
-    n.is_dir = is_dir;
-    n.mode = is_dir ? 0755 : 0644;
-    tree_->nodes.push_back(std::move(n));
-    tree_->nodes[dir].children.push_back(id);
+    const uint32_t id = tree_->AddChild(dir, name, is_dir);
     children_.emplace(Key(dir, name), id);
     return id;
   }

@@ -83,7 +83,7 @@ struct PartRecord {
 struct ShardPart {
   std::string generator;
   std::string source;   // the source as given to the shard (informative only)
-  std::string options;  // OptionsText of the build: parts to merge must agree
+  std::string options;  // BuildOptions::Encode of the build: parts to merge must agree
   ShardSpec shard;
   uint64_t num_files = 0;
   uint32_t num_records = 0;  // of the whole store

@@ -49,6 +49,21 @@ struct SourceTree {
     return rel.empty() ? root : root + "/" + rel;
   }
 
+  // Appends a node named `name` under folder node `parent` (mode 0755 for a folder, 0644 for a
+  // file; no stat) and returns its index. Children are not sorted here: listings that do not
+  // come in name order (archives, buckets) sort them when they are complete.
+  uint32_t AddChild(uint32_t parent, const std::string& name, bool is_dir) {
+    const auto id = static_cast<uint32_t>(nodes.size());
+    SourceNode n;
+    n.name = name;
+    n.parent = parent;
+    n.is_dir = is_dir;
+    n.mode = is_dir ? 0755 : 0644;
+    nodes.push_back(std::move(n));
+    nodes[parent].children.push_back(id);
+    return id;
+  }
+
   // Opens file node `node` for reading, O_RDONLY. A path longer than PATH_MAX cannot be
   // open(2)ed whole, so it is opened in steps of at most PATH_MAX bytes, each relative to the
   // folder the last one reached; usually that is one step.

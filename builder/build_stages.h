@@ -1,0 +1,137 @@
+// The stages a build and `pcr merge` are made of (docs/design.md, "Builder"). Internal to
+// builder/: builder.cc runs them for `pcr build`, merge.cc for `pcr merge`.
+//  - records (record_stage.cc): a BuildSource's files read, transcoded and written into
+//    records in listing order (WriteRecords); a merge copies its parts' records instead;
+//  - placement (Placement): where each file of the listing is stored, from the records;
+//  - index (index_stage.cc): index.pcri and manifest.json from the listing and the placement;
+//  - publish (StoreDraft): STORE.partial prepared, provenance.json, the rename to STORE.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "builder/build_options.h"
+#include "builder/build_source.h"
+#include "builder/builder.h"
+#include "builder/provenance.h"
+#include "builder/shard_part.h"
+#include "builder/source_tree.h"
+#include "common/status.h"
+#include "index/entry.h"
+#include "index/manifest.h"
+#include "index/record_reader.h"
+
+namespace pcrfs::tools {
+
+inline void ReportProgress(const ProgressFn& progress, BuildProgress::Stage stage, uint64_t done,
+                           uint64_t total, uint64_t bytes, uint64_t bytes_total) {
+  if (progress) progress({stage, done, total, bytes, bytes_total});
+}
+
+Status RemoveTree(const std::string& path);
+
+// provenance.json's kind of source: "folder", "archive", "remote-archive", "s3-prefix",
+// "azure-prefix".
+std::string SourceKind(const std::string& source);
+
+// provenance.json's fields that a build and a merge fill alike.
+inline Provenance NewProvenance(const char* command, int64_t started_ms, unsigned threads,
+                                const BuildOptions& options) {
+  Provenance p;
+  p.command = command;
+  p.started_ms = started_ms;
+  p.threads = threads;
+  p.nested_archives = options.nested_archives;
+  return p;
+}
+
+// Publish: the folder a store is written in, STORE.partial, renamed to STORE when complete.
+class StoreDraft {
+ public:
+  explicit StoreDraft(std::string store);
+  static std::string PartialDir(const std::string& store) { return store + ".partial"; }
+
+  const std::string& dir() const { return dir_; }
+  std::string RecordPath(uint32_t id) const;
+  // The fingerprint of record `id`'s members, for --resume (inside the build state folder).
+  std::string FingerprintPath(uint32_t id) const;
+
+  // Makes STORE.partial with its records folder and a build state folder holding `options`
+  // (one line). An existing STORE.partial is removed, unless `resume` and its options are the
+  // same: then it is kept (InvalidArgument if they differ).
+  Status Prepare(const std::string& options, bool resume) const;
+  // Writes `content` to dir()/name atomically.
+  Status WriteFile(const std::string& name, const std::string& content) const;
+  // provenance.json: `p` with the generator, commit, host and finish time filled in, and the
+  // counts of the listing and the report (files listed, not stored, changed, records kept).
+  Status WriteProvenance(Provenance p, const SourceTree& tree, const BuildReport& report) const;
+  // Removes the build state, syncs, and renames STORE.partial to STORE (an existing STORE,
+  // with --force, is kept until the new one is in place).
+  Status Publish() const;
+
+ private:
+  std::string store_;
+  std::string dir_;
+};
+
+// Placement: where each file of the listing is stored, by position in SourceTree::files. Its
+// 10 piece references are kept varint-encoded in an arena (~90 bytes instead of 240), since the
+// builder holds one per file until the index is written: 150 MB less at a million files.
+class Placement {
+ public:
+  struct Location {
+    bool stored = false;
+    index::EntryKind kind = index::EntryKind::kPassthrough;
+    index::PassthroughReason reason = index::PassthroughReason::kNone;
+    uint32_t record = 0;
+    uint32_t slot = 0;
+    uint64_t pieces_at = 0;  // offset in arena_
+  };
+
+  explicit Placement(size_t files) : locations_(files) {}
+
+  // Records where the files of `layout` (the files from position `begin` on) are stored, in
+  // record `record` at `record_path`, and the block CRCs of their large pieces: `blocks` from
+  // the writer, or (blocks null: a record kept by --resume or copied by a merge) computed by
+  // reading those pieces again.
+  Status Place(uint32_t record, const index::RecordLayout& layout, size_t begin,
+               const std::vector<index::PieceBlockCrcs>* blocks, const std::string& record_path);
+
+  const Location& at(size_t file) const { return locations_[file]; }
+  index::PieceRefs PiecesOf(const Location& loc) const;
+  // The block CRCs of file `file`'s pieces longer than a checksum block; null if none.
+  const std::vector<index::PieceBlockCrcs>* BlockCrcs(size_t file) const;
+
+ private:
+  std::vector<Location> locations_;
+  std::string arena_;
+  std::unordered_map<size_t, std::vector<index::PieceBlockCrcs>> block_crcs_;
+};
+
+// Index: writes index.pcri and manifest.json into the draft from the listing, the placement
+// and the finished record files; then, if the options ask for a quality sample and the store
+// has JPEGs, measures it on the draft (on `threads` threads) and writes the manifest again
+// with it. *m: the manifest written.
+Status WriteIndexAndManifest(const StoreDraft& draft, const SourceTree& tree,
+                             const Placement& placement, uint32_t num_records,
+                             const BuildOptions& options, unsigned threads,
+                             const ProgressFn& progress, index::Manifest* m);
+
+// Records (a build): sets report->num_records, record_begin, record_end (a shard's range, else
+// every record) and shard_files; reads the files of those records of `tree` from `source` and
+// writes them into the draft's records, keeping with --resume the
+// records whose fingerprint (`options_text` and the members' paths, sizes and mtimes) is
+// unchanged; places every file. Files that changed since the listing update `tree` (and are
+// added to *changed and report->changed); unreadable ones go to report->problems.
+Status WriteRecords(BuildSource* source, SourceTree* tree, const BuildConfig& config,
+                    const std::string& options_text, unsigned threads, const StoreDraft& draft,
+                    Placement* placement, BuildReport* report, std::vector<ChangedFile>* changed);
+
+// Shard: part.json and listing.bin of a shard's part, after its records (shard_part.h).
+Status WritePart(const StoreDraft& draft, const BuildConfig& config, const BuildOptions& options,
+                 const SourceTree& tree, const std::string& listing, uint32_t num_records,
+                 const BuildReport& report, const std::vector<ChangedFile>& changed);
+
+}  // namespace pcrfs::tools

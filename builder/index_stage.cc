@@ -1,0 +1,267 @@
+// The placement and index stages (build_stages.h): where each file is stored, then index.pcri
+// and manifest.json from the listing and the placement.
+#include <memory>
+
+#include "builder/build_stages.h"
+#include "builder/quality_sample.h"
+#include "common/coding.h"
+#include "common/file_util.h"
+#include "index/compact_index.h"
+#include "index/store.h"
+#include "index/store_index.h"
+
+namespace pcrfs::tools {
+
+Status Placement::Place(uint32_t record, const index::RecordLayout& layout, size_t begin,
+                        const std::vector<index::PieceBlockCrcs>* blocks,
+                        const std::string& record_path) {
+  for (size_t s = 0; s < layout.images.size(); ++s) {
+    const index::RecordImage& img = layout.images[s];
+    Location& loc = locations_[begin + s];
+    loc.record = record;
+    loc.slot = static_cast<uint32_t>(s);
+    loc.kind = img.kind;
+    loc.reason = img.passthrough_reason;
+    loc.pieces_at = arena_.size();
+    for (const index::PieceRef& p : img.pieces) {
+      PutVarint64(&arena_, p.offset);
+      PutVarint64(&arena_, p.length);
+      PutFixed32(&arena_, p.masked_crc);
+    }
+    loc.stored = img.passthrough_reason != index::PassthroughReason::kUnreadable;
+  }
+  if (blocks != nullptr) {
+    for (const index::PieceBlockCrcs& b : *blocks) block_crcs_[begin + b.slot].push_back(b);
+    return Status::OK();
+  }
+  std::unique_ptr<RandomAccessFile> file;
+  for (size_t s = 0; s < layout.images.size(); ++s) {
+    for (int g = 1; g <= index::kNumGroups; ++g) {
+      const index::PieceRef& p = layout.images[s].pieces[static_cast<size_t>(g - 1)];
+      if (!index::HasBlockCrcs(p.length)) continue;
+      if (!file) {
+        auto opened = PosixRandomAccessFile::Open(record_path);
+        if (!opened) return opened.error();
+        file = std::move(*opened);
+      }
+      auto crcs = index::ComputeBlockCrcs(*file, p);
+      if (!crcs) return crcs.error();
+      block_crcs_[begin + s].push_back({static_cast<uint32_t>(s), g, std::move(*crcs)});
+    }
+  }
+  return Status::OK();
+}
+
+index::PieceRefs Placement::PiecesOf(const Location& loc) const {
+  index::PieceRefs pieces;
+  Decoder d(std::string_view(arena_).substr(loc.pieces_at));
+  for (index::PieceRef& p : pieces) {
+    // Written by Place() above; cannot fail.
+    (void)(d.GetVarint64(&p.offset) && d.GetVarint64(&p.length) && d.GetFixed32(&p.masked_crc));
+  }
+  return pieces;
+}
+
+const std::vector<index::PieceBlockCrcs>* Placement::BlockCrcs(size_t file) const {
+  auto it = block_crcs_.find(file);
+  return it == block_crcs_.end() ? nullptr : &it->second;
+}
+
+namespace {
+
+class IndexStage {
+ public:
+  IndexStage(const StoreDraft& draft, const SourceTree& tree, const Placement& placement,
+             uint32_t num_records, const BuildOptions& options, unsigned threads,
+             const ProgressFn& progress)
+      : draft_(draft),
+        tree_(tree),
+        placement_(placement),
+        num_records_(num_records),
+        options_(options),
+        threads_(threads),
+        progress_(progress) {}
+
+  // Inode numbers: breadth-first, so the children of every directory are consecutive and in
+  // name order (readdir walks an inode range). Files that could not be stored get none.
+  struct InodeLayout {
+    std::vector<int64_t> file_pos;      // position in tree_.files by node, -1 for directories
+    std::vector<uint32_t> order;        // node index by inode - 1
+    std::vector<uint64_t> ino;          // inode by node index (0: not stored)
+    std::vector<uint64_t> first_child;  // of each directory, by node index
+  };
+
+  bool Included(const InodeLayout& layout, uint32_t node) const {
+    return tree_.nodes[node].is_dir ||
+           placement_.at(static_cast<size_t>(layout.file_pos[node])).stored;
+  }
+
+  InodeLayout AssignInodes() const {
+    InodeLayout l;
+    l.file_pos.assign(tree_.nodes.size(), -1);
+    for (size_t i = 0; i < tree_.files.size(); ++i)
+      l.file_pos[tree_.files[i]] = static_cast<int64_t>(i);
+    l.order = {0};
+    l.ino.assign(tree_.nodes.size(), 0);
+    l.ino[0] = index::kRootIno;
+    l.first_child.assign(tree_.nodes.size(), 0);
+    for (size_t q = 0; q < l.order.size(); ++q) {
+      const uint32_t dir = l.order[q];
+      if (!tree_.nodes[dir].is_dir) continue;
+      l.first_child[dir] = l.order.size() + 1;
+      for (uint32_t c : tree_.nodes[dir].children) {
+        if (!Included(l, c)) continue;
+        l.ino[c] = l.order.size() + 1;
+        l.order.push_back(c);
+      }
+    }
+    return l;
+  }
+
+  // The index entry of node `node_index`, counted into the manifest's totals.
+  index::Entry EntryOf(const InodeLayout& l, uint32_t node_index, index::Manifest* m) const {
+    const SourceNode& n = tree_.nodes[node_index];
+    index::Entry e;
+    e.ino = l.ino[node_index];
+    e.parent = l.ino[n.parent];
+    e.name = n.name;
+    e.mode = n.mode;
+    e.mtime_sec = n.mtime_sec;
+    e.mtime_nsec = n.mtime_nsec;
+    if (n.is_dir) {
+      e.kind = index::EntryKind::kDirectory;
+      e.first_child = l.first_child[node_index];
+      for (uint32_t c : n.children) {
+        if (!Included(l, c)) continue;
+        ++e.num_children;
+        if (tree_.nodes[c].is_dir) ++e.num_subdirs;
+      }
+      ++m->num_directories;
+    } else {
+      const Placement::Location& loc = placement_.at(static_cast<size_t>(l.file_pos[node_index]));
+      e.kind = loc.kind;
+      e.passthrough_reason = loc.reason;
+      e.source_size = n.size;
+      e.record = loc.record;
+      e.slot = loc.slot;
+      e.pieces = placement_.PiecesOf(loc);
+      m->source_bytes += n.size;
+      if (loc.kind == index::EntryKind::kJpeg) {
+        ++m->num_jpeg;
+        m->source_jpeg_bytes += n.size;
+      } else {
+        ++m->num_passthrough;
+        ++m->passthrough_by_reason[index::PassthroughReasonName(loc.reason)];
+      }
+      for (int k = 1; k <= index::kNumGroups; ++k) {
+        const uint64_t size = index::LevelSize(loc.kind, e.pieces, k);
+        m->level_bytes[k - 1] += size;
+        if (loc.kind == index::EntryKind::kJpeg) m->jpeg_level_bytes[k - 1] += size;
+      }
+    }
+    ++m->num_entries;
+    return e;
+  }
+
+  // Every stored node's entry in inode order, with the block CRCs of its large pieces.
+  Status AddEntries(index::CompactIndexWriter* writer, index::Manifest* m) const {
+    const InodeLayout layout = AssignInodes();
+    for (uint32_t node_index : layout.order) {
+      const index::Entry e = EntryOf(layout, node_index, m);
+      PCRFS_RETURN_IF_ERROR(writer->AddEntry(e));
+      if (tree_.nodes[node_index].is_dir) continue;
+      const auto* blocks = placement_.BlockCrcs(static_cast<size_t>(layout.file_pos[node_index]));
+      if (blocks == nullptr) continue;
+      for (const index::PieceBlockCrcs& b : *blocks) {
+        PCRFS_RETURN_IF_ERROR(writer->AddBlockCrcs(e.ino, b.group, b.masked));
+      }
+    }
+    return Status::OK();
+  }
+
+  // Each record's layout, read back from the finished record file.
+  Status AddRecords(index::CompactIndexWriter* writer) const {
+    for (uint32_t r = 0; r < num_records_; ++r) {
+      auto file = PosixRandomAccessFile::Open(draft_.RecordPath(r));
+      if (!file) return file.error();
+      auto layout = index::ReadRecordLayout(**file);
+      if (!layout) return layout.error();
+      index::RecordInfo info;
+      info.id = r;
+      info.file_size = layout->file_size;
+      info.data_offset = layout->data_offset;
+      info.group_offset = layout->group_offset;
+      info.num_images = static_cast<uint32_t>(layout->images.size());
+      PCRFS_RETURN_IF_ERROR(writer->AddRecord(info));
+    }
+    return Status::OK();
+  }
+
+  // Measures a sample's fidelity on the finished store and adds it to the manifest, so
+  // `pcr inspect` and `pcrfs -o msssim=X` can answer at once.
+  Status AddQualitySample(index::Manifest* m) {
+    auto store = index::Store::Open(draft_.dir());
+    if (!store) return store.error();
+    uint32_t skipped = 0;
+    auto quality = MeasureStoreQuality(
+        **store, options_.store.quality_sample, options_.store.quality_seed, threads_, &skipped,
+        [this](uint64_t done, uint64_t total) {
+          ReportProgress(progress_, BuildProgress::Stage::kQuality, done, total, 0, 0);
+        });
+    if (!quality) return quality.error();
+    m->quality.measured = (*quality)[0].n;
+    m->quality.seed = options_.store.quality_seed;
+    m->quality.levels = *quality;
+    return Status::OK();
+  }
+
+  Status Write(index::Manifest* out) {
+    // Index format 4 (index/compact_index.h): what a store ships.
+    const std::string index_path = draft_.dir() + "/" + index::kCompactIndexFile;
+    auto writer = std::make_unique<index::CompactIndexWriter>(index_path);
+
+    index::Manifest& m = *out;
+    m.generator = std::string("pcrfs ") + PCRFS_VERSION;
+    m.options = options_.store;
+    m.num_records = num_records_;
+
+    PCRFS_RETURN_IF_ERROR(AddEntries(writer.get(), &m));
+    PCRFS_RETURN_IF_ERROR(AddRecords(writer.get()));
+    PCRFS_RETURN_IF_ERROR(
+        writer->PutMeta("format_version", std::to_string(index::kStoreFormatVersion)));
+    PCRFS_RETURN_IF_ERROR(writer->PutMeta("num_records", std::to_string(num_records_)));
+    auto bytes = writer->Finish();
+    if (!bytes) return bytes.error();
+    writer.reset();
+    PCRFS_RETURN_IF_ERROR(index::WriteCompactIndexFile(index_path, *bytes));
+
+    const std::string manifest_path = draft_.dir() + "/" + index::kManifestFile;
+    const std::string json = m.ToJson();
+    PCRFS_RETURN_IF_ERROR(WriteFileAtomic(manifest_path, json.data(), json.size()));
+    if (options_.store.quality_sample == 0 || m.num_jpeg == 0) return Status::OK();
+
+    PCRFS_RETURN_IF_ERROR(AddQualitySample(&m));
+    const std::string with_quality = m.ToJson();
+    return WriteFileAtomic(manifest_path, with_quality.data(), with_quality.size());
+  }
+
+ private:
+  const StoreDraft& draft_;
+  const SourceTree& tree_;
+  const Placement& placement_;
+  const uint32_t num_records_;
+  const BuildOptions& options_;
+  const unsigned threads_;
+  const ProgressFn& progress_;
+};
+
+}  // namespace
+
+Status WriteIndexAndManifest(const StoreDraft& draft, const SourceTree& tree,
+                             const Placement& placement, uint32_t num_records,
+                             const BuildOptions& options, unsigned threads,
+                             const ProgressFn& progress, index::Manifest* m) {
+  return IndexStage(draft, tree, placement, num_records, options, threads, progress).Write(m);
+}
+
+}  // namespace pcrfs::tools

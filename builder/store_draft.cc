@@ -1,0 +1,113 @@
+// The publish stage (build_stages.h): STORE.partial, provenance.json, the rename to STORE.
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdio>
+#include <filesystem>
+
+#include "builder/build_stages.h"
+#include "common/file_util.h"
+#include "index/store.h"
+#include "index/store_index.h"
+
+namespace pcrfs::tools {
+namespace fs = std::filesystem;
+namespace {
+
+constexpr char kBuildStateDir[] = ".build";  // inside STORE.partial; removed on completion
+constexpr char kOptionsFile[] = "options";
+
+Status MakeDir(const std::string& path) {
+  if (::mkdir(path.c_str(), 0755) != 0 && errno != EEXIST) {
+    return Status::FromErrno("cannot create " + path, errno);
+  }
+  return Status::OK();
+}
+
+}  // namespace
+
+Status RemoveTree(const std::string& path) {
+  std::error_code ec;
+  fs::remove_all(path, ec);
+  if (ec) return Status::IOError("cannot remove " + path + ": " + ec.message());
+  return Status::OK();
+}
+
+StoreDraft::StoreDraft(std::string store) : store_(std::move(store)), dir_(PartialDir(store_)) {}
+
+std::string StoreDraft::RecordPath(uint32_t id) const {
+  return dir_ + "/" + index::RecordFileName(id);
+}
+
+std::string StoreDraft::FingerprintPath(uint32_t id) const {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "/%08u.members", id);
+  return dir_ + "/" + kBuildStateDir + buf;
+}
+
+Status StoreDraft::Prepare(const std::string& options, bool resume) const {
+  const std::string state = dir_ + "/" + kBuildStateDir;
+  struct stat st;
+  if (::stat(dir_.c_str(), &st) == 0) {
+    bool keep = false;
+    if (resume) {
+      auto old = ReadWholeFile(state + "/" + kOptionsFile, 1 << 20);
+      if (old && std::string(old->begin(), old->end()) == options) {
+        keep = true;
+      } else if (old) {
+        return Status::InvalidArgument(
+            dir_ + ": the interrupted build used other options (" +
+            std::string(old->begin(), old->end() - (old->empty() ? 0 : 1)) +
+            "); resume with the same options, or build without --resume");
+      }
+    }
+    if (!keep) PCRFS_RETURN_IF_ERROR(RemoveTree(dir_));
+  }
+  PCRFS_RETURN_IF_ERROR(MakeDir(dir_));
+  PCRFS_RETURN_IF_ERROR(MakeDir(dir_ + "/" + index::kRecordsDir));
+  PCRFS_RETURN_IF_ERROR(MakeDir(state));
+  return WriteFileAtomic(state + "/" + kOptionsFile, options.data(), options.size());
+}
+
+Status StoreDraft::WriteFile(const std::string& name, const std::string& content) const {
+  return WriteFileAtomic(dir_ + "/" + name, content.data(), content.size());
+}
+
+Status StoreDraft::WriteProvenance(Provenance p, const SourceTree& tree,
+                                   const BuildReport& report) const {
+  p.files_listed = tree.files.size();
+  p.not_stored = report.problems.size();
+  p.changed = report.changed.size();
+  p.records_kept = report.records_reused;
+  p.generator = std::string("pcrfs ") + PCRFS_VERSION;
+  p.commit = SourceCommit();
+  p.host = HostName();
+  p.finished_ms = UnixMillisNow();
+  return WriteFile(kProvenanceFile, p.ToJson());
+}
+
+Status StoreDraft::Publish() const {
+  PCRFS_RETURN_IF_ERROR(RemoveTree(dir_ + "/" + kBuildStateDir));
+  PCRFS_RETURN_IF_ERROR(FsyncPath(dir_ + "/" + index::kRecordsDir));
+  PCRFS_RETURN_IF_ERROR(FsyncPath(dir_));
+  struct stat st;
+  std::string old;
+  if (::stat(store_.c_str(), &st) == 0) {
+    // --force: keep the old store until the new one is in place.
+    old = store_ + ".old";
+    PCRFS_RETURN_IF_ERROR(RemoveTree(old));
+    if (::rename(store_.c_str(), old.c_str()) != 0) {
+      return Status::FromErrno("rename " + store_ + " -> " + old, errno);
+    }
+  }
+  if (::rename(dir_.c_str(), store_.c_str()) != 0) {
+    return Status::FromErrno("rename " + dir_ + " -> " + store_, errno);
+  }
+  const std::string parent = fs::path(store_).parent_path().string();
+  PCRFS_RETURN_IF_ERROR(FsyncPath(parent.empty() ? "." : parent));
+  if (!old.empty()) PCRFS_RETURN_IF_ERROR(RemoveTree(old));
+  return Status::OK();
+}
+
+}  // namespace pcrfs::tools
