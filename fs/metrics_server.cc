@@ -12,6 +12,7 @@
 #include <cstring>
 #include <nlohmann/json.hpp>
 #include <string_view>
+#include <vector>
 
 #include "common/log.h"
 #include "common/proc_self.h"
@@ -209,19 +210,6 @@ void AppendRemote(const ObjectClient& client, const RangeCache* cache, metrics::
            "Bytes fetched ahead of the readers and not read yet.", D(c.unread_speculative_bytes));
 }
 
-// Waits until fd is ready for `events` or the deadline passes; false on timeout or error.
-bool WaitFor(int fd, short events, Clock::time_point deadline) {
-  for (;;) {
-    const auto left =
-        std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now()).count();
-    if (left <= 0) return false;
-    pollfd p{fd, events, 0};
-    const int n = ::poll(&p, 1, static_cast<int>(left));
-    if (n > 0) return true;
-    if (n < 0 && errno != EINTR) return false;
-  }
-}
-
 std::string Response(std::string_view status, std::string_view type, const std::string& body,
                      bool head, std::string_view extra = "") {
   std::string r = "HTTP/1.1 ";
@@ -280,7 +268,7 @@ Result<std::unique_ptr<MetricsServer>> MetricsServer::Listen(const std::string& 
   if (!fd.valid()) return Err(Status::FromErrno(what + ": cannot listen", errno));
   const int one = 1;
   ::setsockopt(fd.get(), SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
-  if (::bind(fd.get(), found->ai_addr, found->ai_addrlen) != 0 || ::listen(fd.get(), 16) != 0) {
+  if (::bind(fd.get(), found->ai_addr, found->ai_addrlen) != 0 || ::listen(fd.get(), 64) != 0) {
     return Err(Status::FromErrno(what + ": cannot listen", errno));
   }
   sockaddr_storage bound;
@@ -322,89 +310,166 @@ void MetricsServer::Stop() {
   thread_.join();
 }
 
+// One connection of the server: reading the request head, writing the reply, then reading what
+// the client still sends until it closes (closing with unread bytes would reset the
+// connection, and the client might lose the reply).
+struct MetricsServer::Conn {
+  enum class Phase { kReading, kWriting, kDraining };
+  UniqueFd fd;
+  Phase phase = Phase::kReading;
+  Clock::time_point deadline;
+  std::string data;  // the request head so far, then the reply
+  size_t done = 0;   // reply bytes sent, then bytes drained
+};
+
 void MetricsServer::Run() {
   NameThisThread("pcrfs-metrics");
+  std::vector<Conn> conns;
+  std::vector<pollfd> p;
+  Clock::time_point accept_again{};  // after EMFILE or ENFILE: not before
+  bool out_of_fds_logged = false;
   for (;;) {
-    pollfd p[2] = {{listen_fd_.get(), POLLIN, 0}, {wake_read_.get(), POLLIN, 0}};
-    const int n = ::poll(p, 2, -1);
+    const Clock::time_point now = Clock::now();
+    p.clear();
+    p.push_back({wake_read_.get(), POLLIN, 0});
+    p.push_back({now >= accept_again ? listen_fd_.get() : -1, POLLIN, 0});
+    Clock::time_point next = now + std::chrono::hours(1);
+    if (now < accept_again) next = accept_again;
+    for (const Conn& c : conns) {
+      p.push_back(
+          {c.fd.get(), static_cast<short>(c.phase == Conn::Phase::kWriting ? POLLOUT : POLLIN), 0});
+      next = std::min(next, c.deadline);
+    }
+    const auto wait = std::chrono::duration_cast<std::chrono::milliseconds>(next - now).count();
+    const int n =
+        ::poll(p.data(), p.size(), static_cast<int>(std::clamp<int64_t>(wait + 1, 0, 3600000)));
     if (n < 0) {
       if (errno == EINTR) continue;
       Log(LogLevel::kError, "metrics server: poll: " + std::string(std::strerror(errno)));
       return;
     }
-    if (p[1].revents != 0) return;
-    if ((p[0].revents & POLLIN) == 0) continue;
-    UniqueFd conn(::accept4(listen_fd_.get(), nullptr, nullptr, SOCK_CLOEXEC | SOCK_NONBLOCK));
-    if (!conn.valid()) continue;  // the client went away, or EMFILE: try the next one
-    try {
-      Serve(conn.get());
-    } catch (const std::exception& e) {
-      Log(LogLevel::kError, std::string("metrics server: ") + e.what());
+    if (p[0].revents != 0) return;
+    // The connections first (the vector may grow below, and p[i + 2] is conns[i]).
+    for (size_t i = 0; i < conns.size(); ++i) {
+      if (p[i + 2].revents != 0) Step(&conns[i]);
+    }
+    const Clock::time_point after = Clock::now();
+    std::erase_if(conns, [&](const Conn& c) { return !c.fd.valid() || after >= c.deadline; });
+    if ((p[1].revents & POLLIN) == 0) continue;
+    for (;;) {  // every pending connection: the listening socket does not block
+      UniqueFd conn(::accept4(listen_fd_.get(), nullptr, nullptr, SOCK_CLOEXEC | SOCK_NONBLOCK));
+      if (!conn.valid()) {
+        if (errno == EMFILE || errno == ENFILE) {
+          // Out of descriptors: the pending connection stays queued and poll would fire again
+          // at once; try again a little later.
+          accept_again = after + kAcceptBackoff;
+          if (!out_of_fds_logged) {
+            Log(LogLevel::kWarning,
+                "metrics server: accept: " + std::string(std::strerror(errno)) + "; retrying");
+            out_of_fds_logged = true;
+          }
+        }
+        break;  // EAGAIN: none left; ECONNABORTED and the like: the client went away
+      }
+      out_of_fds_logged = false;
+      // Beyond the cap a connection is closed at once: idle ones cannot crowd out a scrape
+      // for longer than their deadline, and never hold more than kMaxConnections descriptors.
+      if (conns.size() >= kMaxConnections) continue;
+      Conn c;
+      c.fd = std::move(conn);
+      c.deadline = after + kRequestTimeout;
+      conns.push_back(std::move(c));
     }
   }
 }
 
-void MetricsServer::Serve(int fd) {
-  const Clock::time_point deadline = Clock::now() + kRequestTimeout;
-  std::string request;
-  char buf[1024];
-  while (request.find("\r\n\r\n") == std::string::npos &&
-         request.find("\n\n") == std::string::npos) {
-    if (request.size() > kMaxRequestBytes) {
-      request.clear();
-      break;
+void MetricsServer::Step(Conn* c) {
+  char buf[4096];
+  if (c->phase == Conn::Phase::kReading) {
+    const ssize_t n = ::recv(c->fd.get(), buf, sizeof buf, 0);
+    if (n < 0 && (errno == EINTR || errno == EAGAIN)) return;
+    if (n <= 0) {
+      c->fd.Reset();
+      return;
     }
-    if (!WaitFor(fd, POLLIN, deadline)) return;
-    const ssize_t n = ::recv(fd, buf, sizeof buf, 0);
-    if (n < 0 && (errno == EINTR || errno == EAGAIN)) continue;
-    if (n <= 0) return;
-    request.append(buf, static_cast<size_t>(n));
+    c->data.append(buf, static_cast<size_t>(n));
+    const bool complete =
+        c->data.find("\r\n\r\n") != std::string::npos || c->data.find("\n\n") != std::string::npos;
+    if (!complete && c->data.size() <= kMaxRequestBytes) return;
+    c->data = Reply(complete ? c->data : std::string());
+    c->done = 0;
+    c->phase = Conn::Phase::kWriting;
+    c->deadline = Clock::now() + kRequestTimeout;  // for the reply, however long the head took
   }
-  std::string reply;
-  const std::string_view text = "text/plain; charset=utf-8";
-  if (request.empty()) {
-    reply = Response("431 Request Header Fields Too Large", text, "request too large\n", false);
-  } else {
-    // "METHOD TARGET VERSION"
-    const std::string_view line(request.data(), request.find_first_of("\r\n"));
-    const size_t sp1 = line.find(' '), sp2 = line.rfind(' ');
-    if (sp1 == std::string_view::npos || sp2 == sp1 || line.substr(sp2 + 1, 5) != "HTTP/") {
-      reply = Response("400 Bad Request", text, "bad request\n", false);
-    } else {
-      const std::string_view method = line.substr(0, sp1);
-      std::string_view target = line.substr(sp1 + 1, sp2 - sp1 - 1);
-      target = target.substr(0, target.find('?'));
-      const bool head = method == "HEAD";
-      if (method != "GET" && !head) {
-        reply = Response("405 Method Not Allowed", text, "only GET and HEAD\n", false,
-                         "Allow: GET, HEAD\r\n");
-      } else if (target != "/metrics") {
-        reply = Response("404 Not Found", text, "pcrfs serves its metrics at /metrics\n", head);
+  if (c->phase == Conn::Phase::kWriting) {
+    while (c->done < c->data.size()) {
+      const ssize_t n =
+          ::send(c->fd.get(), c->data.data() + c->done, c->data.size() - c->done, MSG_NOSIGNAL);
+      if (n > 0) {
+        c->done += static_cast<size_t>(n);
+      } else if (n < 0 && (errno == EAGAIN || errno == EINTR)) {
+        return;  // POLLOUT next
       } else {
-        reply = Response("200 OK", "text/plain; version=0.0.4; charset=utf-8", render_(), head);
+        c->fd.Reset();
+        return;
       }
     }
+    ::shutdown(c->fd.get(), SHUT_WR);
+    c->data.clear();
+    c->data.shrink_to_fit();
+    c->done = 0;
+    c->phase = Conn::Phase::kDraining;
+    c->deadline = std::min(c->deadline, Clock::now() + std::chrono::seconds(1));
+    return;
   }
-  size_t sent = 0;
-  while (sent < reply.size()) {
-    const ssize_t n = ::send(fd, reply.data() + sent, reply.size() - sent, MSG_NOSIGNAL);
-    if (n > 0) {
-      sent += static_cast<size_t>(n);
-    } else if (n < 0 && (errno == EAGAIN || errno == EINTR)) {
-      if (!WaitFor(fd, POLLOUT, deadline)) return;
-    } else {
+  // Draining, briefly and at most 1 MiB.
+  for (;;) {
+    const ssize_t n = ::recv(c->fd.get(), buf, sizeof buf, 0);
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0 && errno == EAGAIN) return;
+    if (n <= 0 || (c->done += static_cast<size_t>(n)) >= (1u << 20)) {
+      c->fd.Reset();
       return;
     }
   }
-  // Read what the client still sends (a request too large) until it closes, briefly: closing
-  // with unread bytes would reset the connection, and the client might lose the reply.
-  ::shutdown(fd, SHUT_WR);
-  const Clock::time_point linger = std::min(deadline, Clock::now() + std::chrono::seconds(1));
-  for (size_t drained = 0; drained < (1u << 20) && WaitFor(fd, POLLIN, linger);) {
-    const ssize_t n = ::recv(fd, buf, sizeof buf, 0);
-    if (n == 0 || (n < 0 && errno != EINTR && errno != EAGAIN)) break;
-    if (n > 0) drained += static_cast<size_t>(n);
+}
+
+std::string MetricsServer::Reply(const std::string& request) {
+  const std::string_view text = "text/plain; charset=utf-8";
+  if (request.empty()) {
+    return Response("431 Request Header Fields Too Large", text, "request too large\n", false);
   }
+  // "METHOD TARGET VERSION"
+  const std::string_view line(request.data(), request.find_first_of("\r\n"));
+  const size_t sp1 = line.find(' '), sp2 = line.rfind(' ');
+  if (sp1 == std::string_view::npos || sp2 == sp1 || line.substr(sp2 + 1, 5) != "HTTP/") {
+    return Response("400 Bad Request", text, "bad request\n", false);
+  }
+  const std::string_view method = line.substr(0, sp1);
+  std::string_view target = line.substr(sp1 + 1, sp2 - sp1 - 1);
+  target = target.substr(0, target.find('?'));
+  const bool head = method == "HEAD";
+  if (method != "GET" && !head) {
+    return Response("405 Method Not Allowed", text, "only GET and HEAD\n", false,
+                    "Allow: GET, HEAD\r\n");
+  }
+  if (target != "/metrics") {
+    return Response("404 Not Found", text, "pcrfs serves its metrics at /metrics\n", head);
+  }
+  std::string body;
+  try {
+    body = render_();
+  } catch (const std::exception& e) {
+    if (!render_failed_) Log(LogLevel::kError, std::string("metrics server: ") + e.what());
+    render_failed_ = true;
+    return Response("500 Internal Server Error", text, "the metrics could not be rendered\n", head);
+  } catch (...) {
+    if (!render_failed_) Log(LogLevel::kError, "metrics server: rendering failed");
+    render_failed_ = true;
+    return Response("500 Internal Server Error", text, "the metrics could not be rendered\n", head);
+  }
+  render_failed_ = false;
+  return Response("200 OK", "text/plain; version=0.0.4; charset=utf-8", body, head);
 }
 
 MetricsFileWriter::MetricsFileWriter(std::string path, std::chrono::seconds interval,
@@ -428,8 +493,7 @@ void MetricsFileWriter::Run() {
   MutexLock l(&mu_);
   while (!stop_) {
     l.Unlock();
-    const std::string text = render_();
-    const Status s = WriteFileAtomic(path_, text.data(), text.size());
+    const Status s = WriteOnce();
     if (!s.ok() && !failing) Log(LogLevel::kError, "-o metrics_file: " + s.message());
     failing = !s.ok();
     l.Lock();
@@ -437,9 +501,20 @@ void MetricsFileWriter::Run() {
   }
   l.Unlock();
   // Once more as the mount ends: the file keeps the final counts.
-  const std::string text = render_();
-  const Status s = WriteFileAtomic(path_, text.data(), text.size());
-  if (!s.ok()) Log(LogLevel::kError, "-o metrics_file: " + s.message());
+  const Status s = WriteOnce();
+  if (!s.ok() && !failing) Log(LogLevel::kError, "-o metrics_file: " + s.message());
+}
+
+Status MetricsFileWriter::WriteOnce() {
+  std::string text;
+  try {
+    text = render_();
+  } catch (const std::exception& e) {  // the file keeps the last counts written
+    return Status::IOError(path_ + ": the metrics could not be rendered: " + e.what());
+  } catch (...) {
+    return Status::IOError(path_ + ": the metrics could not be rendered");
+  }
+  return WriteFileAtomic(path_, text.data(), text.size());
 }
 
 }  // namespace pcrfs::fs

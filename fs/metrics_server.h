@@ -2,9 +2,11 @@
 // (RenderMountMetrics: the counters the daemon keeps anyway, read at scrape time), a tiny
 // HTTP/1.1 server for GET /metrics, and the textfile writer for node_exporter.
 //
-// The server: one thread, one request per connection (Connection: close), at most
-// kMaxRequestBytes of request head and kRequestTimeout per connection; GET or HEAD /metrics
-// (any query) is 200, another path 404, another method 405. It never touches a FUSE thread:
+// The server: one thread polling up to kMaxConnections connections at once (more are closed at
+// once), one request per connection (Connection: close), at most kMaxRequestBytes of request
+// head and kRequestTimeout each for the head and the reply (idle clients delay nobody); GET or
+// HEAD /metrics (any query) is 200, another path 404, another method 405, a render that throws
+// 500 (logged once). It never touches a FUSE thread:
 // rendering reads atomics and takes only the short locks of the caches' stats().
 #pragma once
 
@@ -44,7 +46,12 @@ std::string RenderMountMetrics(const MetricsSources& sources, const metrics::Lab
 class MetricsServer {
  public:
   static constexpr size_t kMaxRequestBytes = 8192;
-  static constexpr std::chrono::seconds kRequestTimeout{5};
+  // Each connection's time for its request head, and then for the reply.
+  static constexpr std::chrono::seconds kRequestTimeout{2};
+  // Connections served at once; one more is accepted and closed at once.
+  static constexpr size_t kMaxConnections = 64;
+  // How long accepting waits after running out of descriptors (EMFILE, ENFILE).
+  static constexpr std::chrono::milliseconds kAcceptBackoff{100};
 
   // Binds and listens on "HOST:PORT" (MountConfig::metrics_address; "[ADDR]:PORT" for IPv6,
   // port 0: any free one). Call before the daemon forks, so a failure is reported at mount:
@@ -60,18 +67,21 @@ class MetricsServer {
   // Starts the thread answering requests with render()'s text (after the fork: a thread does
   // not survive one). At most once.
   void Start(std::function<std::string()> render);
-  // Ends the thread (a request being served finishes first, at most kRequestTimeout).
+  // Ends the thread (connections still open are closed).
   void Stop();
 
  private:
   MetricsServer() = default;
+  struct Conn;
   void Run();
-  void Serve(int fd);
+  void Step(Conn* c);  // after poll said it is ready; closes c->fd when it is done
+  std::string Reply(const std::string& request);  // "" : a head too large
 
   UniqueFd listen_fd_;
   UniqueFd wake_read_, wake_write_;  // a byte here ends Run
   std::string address_;
   std::function<std::string()> render_;
+  bool render_failed_ = false;  // logged once until a render succeeds
   std::thread thread_;
 };
 
@@ -89,6 +99,7 @@ class MetricsFileWriter {
 
  private:
   void Run() EXCLUDES(mu_);
+  Status WriteOnce();  // renders (an exception is an error) and writes the file
 
   const std::string path_;
   const std::chrono::seconds interval_;

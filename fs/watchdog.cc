@@ -48,6 +48,22 @@ void MountFusectlIfMissing() {
   }
 }
 
+// A mountinfo path as it was given: the kernel writes space, tab, newline and backslash as
+// octal escapes ("\040").
+std::string Unescape(const char* s) {
+  std::string out;
+  for (; *s != '\0'; ++s) {
+    if (s[0] == '\\' && s[1] >= '0' && s[1] <= '3' && s[2] >= '0' && s[2] <= '7' && s[3] >= '0' &&
+        s[3] <= '7') {
+      out += static_cast<char>((s[1] - '0') * 64 + (s[2] - '0') * 8 + (s[3] - '0'));
+      s += 3;
+    } else {
+      out += *s;
+    }
+  }
+  return out;
+}
+
 // The device field of the mountinfo line of a mount at `mountpoint` with device `device`, or
 // any mount with that device when `mountpoint` is empty: whether it is still mounted.
 bool MountedHere(const std::string& device, const std::string& mountpoint) {
@@ -58,7 +74,7 @@ bool MountedHere(const std::string& device, const std::string& mountpoint) {
   while (!found && std::fgets(line, sizeof line, f) != nullptr) {
     char dev[64], point[4096];
     if (std::sscanf(line, "%*s %*s %63s %*s %4095s", dev, point) != 2) continue;
-    found = device == dev && (mountpoint.empty() || mountpoint == point);
+    found = device == dev && (mountpoint.empty() || mountpoint == Unescape(point));
   }
   std::fclose(f);
   return found;
@@ -103,13 +119,11 @@ void LogFromWatchdog(const WatchdogSpec& spec, LogLevel level, const std::string
   Log(level, line);
 }
 
-// Writes "1" to the abort file; 0 or an errno.
-int WriteAbort(const std::string& abort_file) {
-  const int fd = ::open(abort_file.c_str(), O_WRONLY | O_CLOEXEC);
-  if (fd < 0) return errno;
-  const int err = ::write(fd, "1", 1) == 1 ? 0 : errno;
-  ::close(fd);
-  return err;
+// Writes "1" to the abort file opened by `fd` (-`open_errno` when it could not be opened);
+// 0 or an errno.
+int WriteAbort(int fd, int open_errno) {
+  if (fd < 0) return open_errno;
+  return ::write(fd, "1", 1) == 1 ? 0 : errno;
 }
 
 // In the forked child: its own session, in /, stdin and stdout (and stderr but with -f) on
@@ -158,8 +172,17 @@ int RunWatchdog(const WatchdogSpec& spec, int sock) {
   }
   unsigned long long started = 0;  // the daemon's start time
   if (ReadState(watched, &started) != DaemonState::kAlive) return 1;
+  // The abort file is opened now, while the daemon lives and the mount is certainly its own:
+  // the kernel gives the next mount the lowest free device number, so after this mount is gone
+  // the same connection number (and abort file name) may be another daemon's. fusectl forgets
+  // the connection of an open abort file once the connection goes, so a late write to this
+  // descriptor reaches no other mount. A user's watchdog may not open it (root's file, 0200):
+  // the error is reported when the daemon dies.
+  if (!MountedHere(spec.device, spec.mountpoint)) return 0;  // unmounted already
   const std::string abort_file = AbortFileOf(spec.device);
   const std::string conn_dir = abort_file.substr(0, abort_file.rfind('/'));
+  const UniqueFd abort_fd(::open(abort_file.c_str(), O_WRONLY | O_CLOEXEC));
+  const int open_errno = abort_fd.get() < 0 ? errno : 0;
   bool eof = false;
   for (;;) {
     if (!eof) {
@@ -171,7 +194,7 @@ int RunWatchdog(const WatchdogSpec& spec, int sock) {
         if (n == 1 && c == kBye) return 0;
         if (n == 1 && c == kUnmount) {
           if (MountedHere(spec.device, spec.mountpoint)) {
-            ::umount2(spec.mountpoint.c_str(), MNT_DETACH);
+            ::umount2(spec.mountpoint.c_str(), MNT_DETACH | UMOUNT_NOFOLLOW);
           }
           [[maybe_unused]] const ssize_t w = ::write(sock, &kDone, 1);
           continue;
@@ -187,10 +210,12 @@ int RunWatchdog(const WatchdogSpec& spec, int sock) {
     // The socket's end of file alone is not enough (every descriptor of the daemon closed means
     // every thread is exiting, which the state shows too): only a dying daemon is acted on.
     if (ReadState(watched, &started) == DaemonState::kAlive) continue;
-    if (::access(conn_dir.c_str(), F_OK) != 0 || !MountedHere(spec.device, "")) {
-      return 0;  // the mount went with it
+    // The mount went with it, or another mount got its device number since (elsewhere, or
+    // here: then the descriptor, opened before, no longer reaches a connection).
+    if (::access(conn_dir.c_str(), F_OK) != 0 || !MountedHere(spec.device, spec.mountpoint)) {
+      return 0;
     }
-    const int err = WriteAbort(abort_file);
+    const int err = WriteAbort(abort_fd.get(), open_errno);
     if (err == 0) {
       LogFromWatchdog(spec, LogLevel::kError,
                       "watchdog: the daemon (pid " + std::to_string(watched) + ") died with " +

@@ -10,14 +10,16 @@
 //
 // The watchdog is a small process forked from the daemon once the mount is up (after
 // daemonizing; with -f too). It holds none of the daemon's files (not /dev/fuse, not the mount
-// point: it runs in /), runs in a session of its own (a signal to the daemon's process group
-// does not reach it) and keeps the daemon's credentials as they were before the privilege
-// drop. It waits on a socket to the daemon and, every 250 ms, reads /proc/PID/stat of the
-// daemon: once the daemon's main thread has exited (zombie, exiting, or gone, or the socket
-// reached end of file without a goodbye) while the mount is still there, it writes 1 to the
-// connection's abort file, logs one line (syslog, or the log file, or stderr with -f: where the
-// daemon logs) and exits. A daemon that ends normally says goodbye first (Finish): the
-// watchdog then exits quietly.
+// point: it runs in /) but the connection's abort file, opened once it has the daemon's pid
+// (while the mount is certainly the daemon's: a later mount may get the same device number and
+// connection number, and an open abort file of a connection that is gone reaches nothing), runs in
+// a session of its own (a signal to the daemon's process group does not reach it) and keeps the
+// daemon's credentials as they were before the privilege drop. It waits on a socket to the daemon
+// and, every 250 ms, reads /proc/PID/stat of the daemon: once the daemon's main thread has exited
+// (zombie, exiting, or gone, or the socket reached end of file without a goodbye) while the mount
+// is still there (same device, same mount point), it writes 1 to the connection's abort file, logs
+// one line (syslog, or the log file, or stderr with -f: where the daemon logs) and exits. A daemon
+// that ends normally says goodbye first (Finish): the watchdog then exits quietly.
 //
 // The daemon's own fatal-signal handler (SIGSEGV, SIGBUS, SIGABRT, SIGILL, SIGFPE) writes the
 // same abort file first (InstallCrashAbort): a crash that would dump core waits for every

@@ -279,6 +279,16 @@ std::string S3ErrorCode(std::string_view body) {
   return std::string(body.substr(a + 6, b - a - 6));
 }
 
+std::string FailureCode(std::string_view code) {
+  if (code.empty()) return "";
+  const bool plain =
+      code.size() <= kMaxFailureCodeBytes && std::all_of(code.begin(), code.end(), [](char c) {
+        return (c >= 'A' && c <= 'Z') || (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') ||
+               c == '.';
+      });
+  return plain ? std::string(code) : "other";
+}
+
 uint64_t HttpStats::LatencyPercentileMs(double q) const {
   uint64_t total = 0;
   for (uint64_t c : latency) total += c;
@@ -641,7 +651,13 @@ class HttpClient::Impl {
     (r.has_value() ? succeeded_ : failed_).fetch_add(1, std::memory_order_relaxed);
     if (!r.has_value()) {
       MutexLock lock(&failed_mu_);
-      ++failed_by_reason_[t->fail_reason.empty() ? "error" : t->fail_reason];
+      std::string reason = t->fail_reason.empty() ? "error" : t->fail_reason;
+      // A server chooses the codes: their number is bounded (each is a metrics series).
+      if (failed_by_reason_.size() >= HttpStats::kMaxFailureReasons - 1 &&
+          !failed_by_reason_.contains(reason)) {
+        reason = "other";
+      }
+      ++failed_by_reason_[reason];
     }
     in_flight_.fetch_sub(1, std::memory_order_relaxed);
     HttpClient::Callback done = std::move(t->done);
@@ -712,7 +728,7 @@ class HttpClient::Impl {
     if ((status == 400 || status == 401 || status == 403) && MayRenewAuthority(t, status, code)) {
       return retry(RetryReason::kAuth, msg);
     }
-    t->fail_reason = std::to_string(status) + (code.empty() ? "" : " " + code);
+    t->fail_reason = std::to_string(status) + (code.empty() ? "" : " " + FailureCode(code));
     if (status == 404) return fail(Status::NotFound(msg));
     if (status == 403 || status == 401) return fail(Status::IOError(msg, EACCES));
     return fail(Status::IOError(msg));

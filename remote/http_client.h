@@ -137,7 +137,10 @@ struct HttpStats {
   uint64_t background_bytes = 0;     // of `bytes_received`
   std::array<uint64_t, static_cast<size_t>(RetryReason::kCount)> retries{};
   // Of `failed`, by reason: "403 AccessDenied", "400 ExpiredToken", "404", "gave up: timeout",
-  // "shutting down", "no credentials", ... (never a URL or a secret).
+  // "shutting down", "no credentials", ... (never a URL or a secret). The server's code is
+  // FailureCode's ("403 other" for a code that is not plain); at most kMaxFailureReasons
+  // keys, the reasons beyond counted as "other".
+  static constexpr size_t kMaxFailureReasons = 32;
   std::map<std::string, uint64_t> failed_by_reason;
   // Latency of whole requests (first try to answer), in fixed buckets.
   static constexpr std::array<uint32_t, 14> kLatencyBoundsMs = {
@@ -205,5 +208,9 @@ std::optional<std::chrono::milliseconds> ParseRetryAfter(std::string_view value,
                                                          std::chrono::system_clock::time_point now);
 // The <Code> of an S3 XML error body, or "".
 std::string S3ErrorCode(std::string_view body);
+// A server's error code as HttpStats::failed_by_reason (a metrics label, JSON) holds it: the
+// code when it is only [A-Za-z0-9.] and at most kMaxFailureCodeBytes, else "other"; "" stays "".
+inline constexpr size_t kMaxFailureCodeBytes = 64;
+std::string FailureCode(std::string_view code);
 
 }  // namespace pcrfs

@@ -367,6 +367,45 @@ TEST(HttpClientTest, ForbiddenAndNotFoundAreNeverRetried) {
   EXPECT_EQ(server.requests(), 2);
 }
 
+TEST(HttpClientTest, FailureCodesArePlainAndBoundedInNumber) {
+  EXPECT_EQ(FailureCode("AccessDenied"), "AccessDenied");
+  EXPECT_EQ(FailureCode("Auth.Failed2"), "Auth.Failed2");
+  EXPECT_EQ(FailureCode(""), "");
+  EXPECT_EQ(FailureCode(std::string(64, 'a')), std::string(64, 'a'));
+  EXPECT_EQ(FailureCode(std::string(65, 'a')), "other");
+  EXPECT_EQ(FailureCode("Access Denied"), "other");
+  EXPECT_EQ(FailureCode("a\"b"), "other");
+  EXPECT_EQ(FailureCode("\xff\xfe"), "other");
+  // The server names the code in the path: GET /CODE.
+  TestHttpServer server([&](const std::string& req, int) {
+    std::string code = req.substr(5, req.find(' ', 5) - 5);
+    if (code == "bad") code = "\xff\xfeUtf8";  // not UTF-8: nlohmann's dump() throws on it
+    return TestHttpServer::Reply(403, "Forbidden", "<Error><Code>" + code + "</Code></Error>");
+  });
+  auto client = MakeClient();
+  std::string got;
+  std::vector<std::string> codes = {"bad", "Quote%22d", std::string(100, 'x')};
+  for (int i = 0; i < 40; ++i) codes.push_back("Code" + std::to_string(i));
+  for (const std::string& code : codes) {
+    auto r = GetRange(*client, server.url("/" + code), 0, 10, &got);
+    ASSERT_FALSE(r.has_value());
+  }
+  const HttpStats s = client->stats();
+  EXPECT_EQ(s.failed, codes.size());
+  EXPECT_EQ(s.failed_by_reason.size(), HttpStats::kMaxFailureReasons);
+  uint64_t total = 0;
+  for (const auto& [reason, n] : s.failed_by_reason) {
+    total += n;
+    EXPECT_TRUE(reason == "other" || FailureCode(reason.substr(4)) == reason.substr(4)) << reason;
+  }
+  EXPECT_EQ(total, codes.size());
+  EXPECT_EQ(s.failed_by_reason.at("403 other"), 3u);  // the three codes that are not plain
+  EXPECT_EQ(s.failed_by_reason.at("403 Code0"), 1u);
+  // Beyond the cap: the codes not yet seen (403 other, 30 codes, other: 32 keys).
+  EXPECT_EQ(s.failed_by_reason.at("other"), 40u - 30u);
+  EXPECT_NO_THROW((void)s.ToJson());
+}
+
 TEST(HttpClientTest, DeadlineBoundsAStalledServer) {
   TestHttpServer server([&](const std::string&, int) {
     TestReply r = TestHttpServer::Reply(200, "OK", "late");
