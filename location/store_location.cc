@@ -64,11 +64,14 @@ Status NamingStore(const std::string& name, const Status& e) {
 }
 
 // Downloads `name` of the store into the cache folder, conditional on its saved ETag. With
-// `missing`, a 404 sets it and is no error.
+// `missing`, a 404 sets it and is no error. An index (index.pcri, an older store's index.lmdb)
+// larger than 8 MiB comes in parallel ranged GETs (DownloadRanged), the manifest in one GET.
 Status FetchOne(ObjectClient& client, const StoreLocation& loc, const char* name,
                 bool* missing = nullptr) {
   const std::string dest = loc.dir + "/" + name;
-  auto r = Download(client, name, dest, SavedEtag(dest));
+  auto r = std::string_view(name) == index::kManifestFile
+               ? Download(client, name, dest, SavedEtag(dest))
+               : DownloadRanged(client, name, dest, SavedEtag(dest));
   if (!r) {
     const Status& e = r.error();
     if (missing != nullptr && e.IsNotFound() && !e.message().ends_with("(ContainerNotFound)") &&
@@ -329,10 +332,10 @@ Result<std::shared_ptr<RangeCache>> OpenRangeCache(const StoreLocation& location
 
 Result<std::unique_ptr<index::Store>> OpenStoreAt(const StoreLocation& location,
                                                   std::shared_ptr<ObjectClient> client,
-                                                  std::optional<index::FileIdentity> verified,
+                                                  std::shared_ptr<const index::IndexReader> parsed,
                                                   std::shared_ptr<RangeCache> cache) {
   index::StoreOptions options;
-  options.verified_index = verified;
+  options.parsed_index = std::move(parsed);
   if (location.remote) {
     // Opening a record checks its header and footer (80 bytes), not its tables: those cost the
     // origin bytes reads never need (pcr verify URL still checks them).
