@@ -36,12 +36,10 @@ int main(int argc, char** argv) {
     return 1;
   }
   std::vector<Entry> reals;
-  if (!ri.List(*rroot, 0,
-               [&](const Entry& e) {
-                 reals.push_back(e);
-                 return true;
-               })
-           .ok()) {
+  if (!ri.List(*rroot, 0, [&](const Entry& e) {
+           reals.push_back(e);
+           return true;
+         }).ok()) {
     return 1;
   }
   for (const Entry& e : reals) {
