@@ -65,6 +65,9 @@ struct StoreLocation {
   // anonymous; nullptr: nothing). Holds no thread: made before the fork, shared after.
   std::shared_ptr<const RequestSigner> signer;
   RemoteOptions options;
+  // An older store's index as FetchMetadata converted it into the cache folder, parsed by that
+  // conversion's check: OpenStoreAt uses it instead of parsing index.pcri again (nullptr: none).
+  std::shared_ptr<const index::IndexReader> converted_index;
 };
 
 // The cache folder of a store URL when -o cache_dir is not given:

@@ -281,10 +281,12 @@ class MappedTemp {
            std::to_string(counter.fetch_add(1, std::memory_order_relaxed));
     auto fd = OpenFile(tmp_, O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
     if (!fd) return fd.error();
-    if (::ftruncate(fd->get(), static_cast<off_t>(size)) != 0) {
-      return Status::FromErrno(tmp_, errno);
-    }
     if (size == 0) return Status::OK();  // nothing to map
+    // Every block allocated now: a full disk is an error here, never a SIGBUS while the
+    // mapping is written.
+    if (int err = ::posix_fallocate(fd->get(), 0, static_cast<off_t>(size)); err != 0) {
+      return Status::FromErrno(tmp_, err);
+    }
     void* m = ::mmap(nullptr, size, PROT_READ | PROT_WRITE, MAP_SHARED, fd->get(), 0);
     if (m == MAP_FAILED) return Status::FromErrno("mmap " + tmp_, errno);
     map_ = static_cast<uint8_t*>(m);

@@ -118,6 +118,8 @@ class RemoteMountCase(LoopbackServersCase):
             url = proxy.url + "/oldstore"
             with self.mount(url, "old") as m:
                 self.assert_same_as_local(m.mnt, levels=(1, 10))
+                # The conversion's own check is the one parse.
+                self.assertIn("parsed 1 time(s) by this process", m.log())
             # manifest.json (200) and index.lmdb (206: its first range is all of it), after
             # index.pcri's 404; not counting the records' ranges.
             metadata = lambda: dict(collections.Counter(
@@ -130,6 +132,7 @@ class RemoteMountCase(LoopbackServersCase):
             with self.mount(url, "old") as m:
                 self.assertEqual(metadata(), {"304": 2, "404": 1})
                 self.assert_same_as_local(m.mnt, levels=(5,))
+                self.assertIn("parsed 1 time(s) by this process", m.log())
             self.assertEqual(os.stat(converted).st_mtime_ns, before, "converted once")
             # pcr upgrade adds index.pcri to the store: the next mount takes it instead.
             run([PCR, "upgrade", old])
