@@ -371,7 +371,9 @@ Result<DownloadResult> DownloadRanged(ObjectClient& client, const std::string& k
       get.key = key;
       get.range = ByteRange{off, std::min(part_bytes, size - off)};
       get.expected_size = size;
-      get.if_match = etag;
+      // If-Match compares strongly: a weak ETag (W/"...") never matches, so it is not sent;
+      // the answers' ETags and sizes are still compared with the first's.
+      if (!etag.starts_with("W/")) get.if_match = etag;
       get.dst = file.data() + off;
       get.dst_size = get.range->length;
       off += get.range->length;

@@ -138,11 +138,12 @@ struct RangedDownloadOptions {
 // Download's: a 304 is the one request of a revalidation) asks for the first `first_bytes`;
 // when the object is larger, the rest comes in ranged GETs of `part_bytes` sent together (the
 // client's connection pool runs them in parallel, and its retries cover a failed range), each
-// conditional on the first answer's ETag (If-Match) and size, stitched in memory and written to
-// dest as Download writes it. An object replaced meanwhile (a 412, another size or ETag) is
-// fetched again from the start, at most `restarts` times, then Corruption "NAME: changed during
-// the download N times". Without an ETag in the first answer the whole object is fetched again
-// by one GET (nothing to make the ranges agree on). Errors otherwise as Download's.
+// conditional on the first answer's ETag (If-Match, unless it is weak: then only compared) and
+// size, written in place into a temporary file beside dest (mapped, its blocks allocated first)
+// that is renamed over dest when complete. An object replaced meanwhile (a 412, another size or
+// ETag) is fetched again from the start, at most `restarts` times, then Corruption "NAME: changed
+// during the download N times". Without an ETag in the first answer the whole object is fetched
+// again by one GET (nothing to make the ranges agree on). Errors otherwise as Download's.
 Result<DownloadResult> DownloadRanged(ObjectClient& client, const std::string& key,
                                       const std::string& dest, const std::string& known_etag = "",
                                       const RangedDownloadOptions& options = {});
