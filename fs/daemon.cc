@@ -190,8 +190,10 @@ Result<int> ChooseLevel(const index::Store& store, double x) {
 
 // Before mounting: the store opens (its index verified whole, its manifest checked against
 // the index), the level is chosen, the mount point is usable. A problem is reported here,
-// in the foreground, and never leaves a mount behind. Returns the verified index's identity.
-Result<index::FileIdentity> CheckBeforeMount(MountConfig* config, const StoreLocation& location) {
+// in the foreground, and never leaves a mount behind. Returns the verified index, parsed: the
+// daemon serves that after its fork (plain memory, which the child keeps), never parsing twice.
+Result<std::shared_ptr<const index::IndexReader>> CheckBeforeMount(MountConfig* config,
+                                                                   const StoreLocation& location) {
   auto store = OpenStoreAt(location, nullptr);
   if (!store) return Err(store.error());
   if (config->msssim) {
@@ -200,7 +202,7 @@ Result<index::FileIdentity> CheckBeforeMount(MountConfig* config, const StoreLoc
     config->fs.fixed_level = *level;
   }
   PCRFS_RETURN_ERR_IF_ERROR(CheckMountPoint(config->mountpoint));
-  return (*store)->index().identity();
+  return (*store)->shared_index();
 }
 
 // After libfuse failed to mount and said why in its own words ("fuse: failed to open
@@ -385,13 +387,14 @@ DaemonHooks HooksFor(const std::shared_ptr<ObjectClient>& client) {
   return hooks;
 }
 
-// After mounting and daemonizing: opens the store (LMDB environments must not cross a fork;
-// the index verified before mounting and unchanged since is not read whole again) and serves,
+// After mounting and daemonizing: opens the store (with the index parsed and verified before
+// mounting: it is not read again) and serves,
 // running `sighup`'s thread while it does. `cache`: a remote store's cache of record bytes,
 // opened before the fork so that its note reached the terminal. Exit code 0 for a clean
 // unmount or SIGTERM/SIGINT, 2 otherwise.
 int OpenAndServe(fuse_session* se, Filesystem** fs_slot, const MountConfig& config,
-                 const StoreLocation& location, const index::FileIdentity& verified,
+                 const StoreLocation& location,
+                 const std::shared_ptr<const index::IndexReader>& verified,
                  const fuse_cmdline_opts& opts, std::shared_ptr<RangeCache> cache,
                  SighupReload* sighup, MetricsServer* metrics_server, Watchdog* watchdog) {
   // Everything that needs root's capabilities is done (the mount; the cache folder and the
@@ -426,6 +429,12 @@ int OpenAndServe(fuse_session* se, Filesystem** fs_slot, const MountConfig& conf
   if (!store) {
     Log(LogLevel::kError, store.error().message());
     return 2;
+  }
+  if (location.remote) {  // what a remote mount downloaded, and that it was parsed once
+    Log(LogLevel::kInfo, location.name + ": index of " +
+                             std::to_string((*store)->index().NumEntries()) + " entries, parsed " +
+                             std::to_string(index::CompactIndex::ParseCount()) +
+                             " time(s) by this process");
   }
   if (config.kernel_readahead != 0) {
     fs_options.max_readahead = static_cast<uint32_t>(config.kernel_readahead);
@@ -482,8 +491,8 @@ int OpenAndServe(fuse_session* se, Filesystem** fs_slot, const MountConfig& conf
 // Mounts, daemonizes unless -f, serves, unmounts. Exit code 1 if libfuse refuses the
 // arguments (an unknown option), 2 if the session fails.
 int MountAndServe(const MountConfig& config, StoreLocation location,
-                  const index::FileIdentity& verified, std::shared_ptr<RangeCache> cache,
-                  MetricsServer* metrics_server) {
+                  const std::shared_ptr<const index::IndexReader>& verified,
+                  std::shared_ptr<RangeCache> cache, MetricsServer* metrics_server) {
   FuseArgs args(config.fuse_args);
   FuseCmdline cmdline;
   if (fuse_parse_cmdline(&args.args, &cmdline.opts) != 0) return 1;

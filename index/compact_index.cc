@@ -8,6 +8,7 @@
 
 #include <algorithm>
 #include <array>
+#include <atomic>
 #include <cerrno>
 #include <cstring>
 #include <map>
@@ -395,7 +396,7 @@ Status CompactIndexWriter::PutMeta(std::string_view key, std::string_view value)
   return Status::OK();
 }
 
-Result<std::string> CompactIndexWriter::Finish() {
+Result<std::string> CompactIndexWriter::Finish(std::unique_ptr<CompactIndex>* parsed) {
   Impl& w = *impl_;
   PCRFS_RETURN_ERR_IF_ERROR(w.Usable());
   w.FlushChunk();
@@ -463,6 +464,7 @@ Result<std::string> CompactIndexWriter::Finish() {
     w.failed = Status::InvalidArgument(check.error().message());
     return Err(w.failed);
   }
+  if (parsed != nullptr) *parsed = std::move(*check);
   w.finished = true;
   return out;
 }
@@ -832,8 +834,15 @@ Status CompactIndex::Impl::ParseBlocks(std::string_view raw,
   return Status::OK();
 }
 
+namespace {
+std::atomic<uint64_t> g_parse_count{0};
+}  // namespace
+
+uint64_t CompactIndex::ParseCount() { return g_parse_count.load(std::memory_order_relaxed); }
+
 Result<std::unique_ptr<CompactIndex>> CompactIndex::Parse(const std::string& name,
                                                           std::span<const uint8_t> bytes) {
+  g_parse_count.fetch_add(1, std::memory_order_relaxed);
   auto impl = std::make_unique<Impl>();
   impl->name = name;
   PCRFS_RETURN_ERR_IF_ERROR(impl->ParseAll(bytes));
@@ -991,7 +1000,8 @@ void ResealCompactIndex(std::string* b) {
 // ---------------------------------------------------------------------------------------------
 // Conversion from index.lmdb
 
-Result<std::string> ConvertLmdbIndex(const std::string& name, const LmdbRecordSource& source) {
+Result<std::string> ConvertLmdbIndex(const std::string& name, const LmdbRecordSource& source,
+                                     std::unique_ptr<CompactIndex>* parsed) {
   CompactIndexWriter w(name + " (converted)");
   int format = 0;
   Status s = source(lmdb::kMetaDb, [&](std::string_view k, std::string_view v) -> Status {
@@ -1041,7 +1051,7 @@ Result<std::string> ConvertLmdbIndex(const std::string& name, const LmdbRecordSo
     });
     if (!s.ok()) return Err(s);
   }
-  auto out = w.Finish();
+  auto out = w.Finish(parsed);
   if (!out) return Err(Status::Corruption(out.error().message()));
   return out;
 }

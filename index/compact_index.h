@@ -40,6 +40,8 @@ inline constexpr uint32_t kCompactNumSections = 5;
 
 enum class CompactCodec : uint8_t { kNone = 0, kZstd = 1 };
 
+class CompactIndex;
+
 // Builds index.pcri in memory. Entries come in inode order 1, 2, 3, ... (dense); records in id
 // order 0, 1, 2, ...; block CRCs after their entry, in (inode, group) order. Piece offsets and
 // CRCs of the entries are ignored (the record holds them).
@@ -56,8 +58,8 @@ class CompactIndexWriter {
   Status AddRecord(const RecordInfo& r);
   Status PutMeta(std::string_view key, std::string_view value);
   // The bytes of the file, already parsed back through every check of CompactIndex::Parse
-  // (nothing a reader would refuse is ever written).
-  Result<std::string> Finish();
+  // (nothing a reader would refuse is ever written); `parsed` (if given) receives that parse.
+  Result<std::string> Finish(std::unique_ptr<CompactIndex>* parsed = nullptr);
 
  private:
   struct Impl;
@@ -75,6 +77,9 @@ class CompactIndex {
   // Corruption "NAME: damaged or not a pcrfs index: WHAT", another version NotSupported.
   static Result<std::unique_ptr<CompactIndex>> Parse(const std::string& name,
                                                      std::span<const uint8_t> bytes);
+  // How many times this process has called Parse (and so decompressed and checked a whole
+  // index), fork()s included: what tests read to see that a mount parses its index once.
+  static uint64_t ParseCount();
   // Reads path (not following a symlink, at most 16 GiB) and parses it.
   static Result<std::unique_ptr<CompactIndex>> Open(const std::string& path);
   ~CompactIndex();
@@ -114,7 +119,9 @@ using LmdbRecordSource = std::function<Status(std::string_view db, const LmdbRec
 
 // index.lmdb (format 2 or 3) -> the bytes of an equivalent index.pcri, every record decoded
 // strictly and the result checked as CompactIndex::Parse checks it. `name` names the source.
-Result<std::string> ConvertLmdbIndex(const std::string& name, const LmdbRecordSource& source);
+// `parsed` (if given) receives that check's parse (no second one needed to use the result).
+Result<std::string> ConvertLmdbIndex(const std::string& name, const LmdbRecordSource& source,
+                                     std::unique_ptr<CompactIndex>* parsed = nullptr);
 
 // A record source over an LMDB index file through liblmdb (after its CRC trailer is checked):
 // for indexes this process trusts (its own shard parts, tests).

@@ -93,8 +93,7 @@ Status CheckNoFollow(const std::string& path, const std::string& what) {
   return Status::OK();
 }
 
-Result<std::unique_ptr<IndexReader>> OpenStoreIndex(const std::string& dir,
-                                                    const FileIdentity* verified) {
+Result<std::unique_ptr<IndexReader>> OpenStoreIndex(const std::string& dir) {
   struct stat st;
   const std::string compact_path = dir + "/" + kCompactIndexFile;
   if (::lstat(compact_path.c_str(), &st) == 0 || errno != ENOENT) {
@@ -108,16 +107,12 @@ Result<std::unique_ptr<IndexReader>> OpenStoreIndex(const std::string& dir,
     return Err(Status::FromErrno(lmdb_path, errno));
   }
   if (Status s = CheckNoFollow(lmdb_path, "the index"); !s.ok()) return Err(s);
-  (void)verified;  // a converted index is checked whole each time
   // An older store: its index.lmdb converted in memory through every check of format 4.
   auto source = LmdbSourceOf(lmdb_path);
   if (!source) return Err(source.error());
-  auto bytes = ConvertLmdbIndex(lmdb_path, *source);
+  std::unique_ptr<CompactIndex> compact;  // the converter's own check, parsed once
+  auto bytes = ConvertLmdbIndex(lmdb_path, *source, &compact);
   if (!bytes) return Err(bytes.error());
-  auto compact = CompactIndex::Parse(
-      lmdb_path,
-      std::span<const uint8_t>(reinterpret_cast<const uint8_t*>(bytes->data()), bytes->size()));
-  if (!compact) return Err(compact.error());
   FileIdentity identity;
   if (::stat(lmdb_path.c_str(), &st) == 0) {
     identity = {static_cast<uint64_t>(st.st_dev), static_cast<uint64_t>(st.st_ino),
@@ -125,7 +120,7 @@ Result<std::unique_ptr<IndexReader>> OpenStoreIndex(const std::string& dir,
                 st.st_mtim.tv_sec * 1000000000LL + st.st_mtim.tv_nsec,
                 st.st_ctim.tv_sec * 1000000000LL + st.st_ctim.tv_nsec};
   }
-  return IndexReader::FromCompact(std::move(*compact), identity);
+  return IndexReader::FromCompact(std::move(compact), identity);
 }
 
 }  // namespace
@@ -199,17 +194,20 @@ Result<std::unique_ptr<Store>> Store::Open(const std::string& dir, StoreOptions 
                                                       : ": not a directory")));
   }
 
-  // A store's index is a stranger's input: whatever it claims, opening it ends in a message.
-  Result<std::unique_ptr<IndexReader>> index = Err(Status::Corruption(dir + ": index not read"));
-  try {
-    index = OpenStoreIndex(dir, options.verified_index ? &*options.verified_index : nullptr);
-  } catch (const std::bad_alloc&) {
-    return Err(Status::ResourceExhausted(dir + ": the index does not fit in memory"));
+  std::shared_ptr<const IndexReader> index = std::move(options.parsed_index);
+  if (index == nullptr) {
+    // A store's index is a stranger's input: whatever it claims, opening it ends in a message.
+    try {
+      auto opened = OpenStoreIndex(dir);
+      if (!opened) return Err(opened.error());
+      index = std::move(*opened);
+    } catch (const std::bad_alloc&) {
+      return Err(Status::ResourceExhausted(dir + ": the index does not fit in memory"));
+    }
   }
-  if (!index) return Err(index.error());
 
   // Before anyone sizes memory or loops by a number of the manifest.
-  if (Status s = CheckManifest(manifest_path, *manifest, **index); !s.ok()) return Err(s);
+  if (Status s = CheckManifest(manifest_path, *manifest, *index); !s.ok()) return Err(s);
 
   std::unique_ptr<Store> store(new Store());
   store->dir_ = dir;
@@ -220,7 +218,7 @@ Result<std::unique_ptr<Store>> Store::Open(const std::string& dir, StoreOptions 
     };
   }
   store->manifest_ = std::move(*manifest);
-  store->index_ = std::move(*index);
+  store->index_ = std::move(index);
   return store;
 }
 

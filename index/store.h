@@ -40,8 +40,10 @@ struct StoreOptions {
   // place and CRC), so a remote store turns this off: the tables are about 170 bytes per file,
   // 5% of what level 1 of a photo store fetches. Header and footer are always checked.
   bool check_tables = true;
-  // The identity of an index.lmdb this process verified already (IndexReader::Open).
-  std::optional<FileIdentity> verified_index;
+  // The store's index as this process parsed and checked it already (Store::shared_index() of
+  // an earlier Open of the same folder; the daemon's check before its fork): used as it is,
+  // the index file is not read again. The manifest is still checked against it.
+  std::shared_ptr<const IndexReader> parsed_index;
 };
 
 // The records of an index.lmdb, for ConvertLmdbIndex (an older store's index converted to
@@ -62,6 +64,8 @@ class Store {
   const std::string& dir() const { return dir_; }
   const Manifest& manifest() const { return manifest_; }
   const IndexReader& index() const { return *index_; }
+  // The same index, to hand to a later Open (StoreOptions::parsed_index).
+  std::shared_ptr<const IndexReader> shared_index() const { return index_; }
 
   // The record file, opened once and shared. Thread-safe. An error only when the file cannot
   // be opened at all (missing, a symlink, not a regular file). A record whose header, footer
@@ -100,7 +104,7 @@ class Store {
   std::string dir_;
   StoreOptions options_;
   Manifest manifest_;
-  std::unique_ptr<IndexReader> index_;
+  std::shared_ptr<const IndexReader> index_;
   struct OpenRecordFile {
     std::shared_ptr<RandomAccessFile> file;
     RecordInfo info;       // from the index

@@ -153,6 +153,34 @@ TEST(StoreTest, ReadsEveryFileAtEveryLevel) {
             Status::Code::kInvalidArgument);
 }
 
+// An index is decompressed and checked once per open (an older index.lmdb: by its conversion),
+// and not at all when a parse of this process is handed over (the daemon's open after its fork).
+TEST(StoreTest, ParsesTheIndexOnceAndReusesAParsedOne) {
+  TempDir dir;
+  BuildStore(dir.path());
+  const uint64_t before = CompactIndex::ParseCount();
+  auto first = Store::Open(dir.path());
+  ASSERT_TRUE(first.has_value()) << first.error().ToString();
+  EXPECT_EQ(CompactIndex::ParseCount(), before + 1);
+  StoreOptions options;
+  options.parsed_index = (*first)->shared_index();
+  auto second = Store::Open(dir.path(), std::move(options));
+  ASSERT_TRUE(second.has_value()) << second.error().ToString();
+  EXPECT_EQ(CompactIndex::ParseCount(), before + 1);
+  EXPECT_EQ(&(*second)->index(), &(*first)->index());
+  first->reset();  // the second store keeps the index alive
+  auto e = (*second)->index().LookupPath("sub/c.jpg");
+  ASSERT_TRUE(e.has_value());
+  Bytes out;
+  ASSERT_TRUE((*second)->ReadFile(*e, 10, &out).ok());
+  EXPECT_EQ(out, Expected(e->ino, e->kind, 10));
+  // The manifest is still checked against a handed-over index.
+  StoreOptions again;
+  again.parsed_index = (*second)->shared_index();
+  ASSERT_EQ(unlink((dir.path() + "/" + kManifestFile).c_str()), 0);
+  EXPECT_FALSE(Store::Open(dir.path(), std::move(again)).has_value());
+}
+
 TEST(StoreTest, OpenErrors) {
   TempDir dir;
   auto s = Store::Open(dir.Join("missing"));

@@ -64,11 +64,14 @@ Status NamingStore(const std::string& name, const Status& e) {
 }
 
 // Downloads `name` of the store into the cache folder, conditional on its saved ETag. With
-// `missing`, a 404 sets it and is no error.
+// `missing`, a 404 sets it and is no error. An index (index.pcri, an older store's index.lmdb)
+// larger than 8 MiB comes in parallel ranged GETs (DownloadRanged), the manifest in one GET.
 Status FetchOne(ObjectClient& client, const StoreLocation& loc, const char* name,
                 bool* missing = nullptr) {
   const std::string dest = loc.dir + "/" + name;
-  auto r = Download(client, name, dest, SavedEtag(dest));
+  auto r = std::string_view(name) == index::kManifestFile
+               ? Download(client, name, dest, SavedEtag(dest))
+               : DownloadRanged(client, name, dest, SavedEtag(dest));
   if (!r) {
     const Status& e = r.error();
     if (missing != nullptr && e.IsNotFound() && !e.message().ends_with("(ContainerNotFound)") &&
@@ -119,7 +122,9 @@ Status FetchOne(ObjectClient& client, const StoreLocation& loc, const char* name
 // per version of index.lmdb (its trailer, which holds its size and CRC, is kept in
 // index.pcri.from), so a remount neither downloads nor converts it again. A cached index.pcri
 // that is no conversion of this index.lmdb (the store shipped index.pcri before) is replaced.
-Status ConvertCachedIndex(const std::string& dir) {
+// A conversion made now leaves its parse in *converted.
+Status ConvertCachedIndex(const std::string& dir,
+                          std::shared_ptr<const index::IndexReader>* converted) {
   const std::string lmdb_path = dir + "/" + index::kIndexFile;
   const std::string compact = dir + "/" + index::kCompactIndexFile;
   const std::string from = compact + ".from";
@@ -147,10 +152,20 @@ Status ConvertCachedIndex(const std::string& dir) {
   ::unlink((compact + ".etag").c_str());
   auto source = index::LmdbSourceOf(lmdb_path);
   if (!source) return source.error();
-  auto bytes = index::ConvertLmdbIndex(lmdb_path, *source);
+  std::unique_ptr<index::CompactIndex> parsed;
+  auto bytes = index::ConvertLmdbIndex(lmdb_path, *source, &parsed);
   if (!bytes) return bytes.error();
   PCRFS_RETURN_IF_ERROR(index::WriteCompactIndexFile(compact, *bytes));
-  return WriteFileAtomic(from, identity.data(), identity.size());
+  PCRFS_RETURN_IF_ERROR(WriteFileAtomic(from, identity.data(), identity.size()));
+  index::FileIdentity written;
+  if (::stat(compact.c_str(), &st) == 0) {
+    written = {static_cast<uint64_t>(st.st_dev), static_cast<uint64_t>(st.st_ino),
+               static_cast<uint64_t>(st.st_size),
+               st.st_mtim.tv_sec * 1000000000LL + st.st_mtim.tv_nsec,
+               st.st_ctim.tv_sec * 1000000000LL + st.st_ctim.tv_nsec};
+  }
+  *converted = index::IndexReader::FromCompact(std::move(parsed), written);
+  return Status::OK();
 }
 
 // Absolute: the daemon changes to / when it forks, and opens these again after.
@@ -272,7 +287,7 @@ Result<StoreLocation> FetchMetadata(const std::string& store, const RemoteOption
   const std::string from = compact + ".from";  // what a converted index.pcri was converted from
   if (no_compact) {
     PCRFS_RETURN_ERR_IF_ERROR(FetchOne(**client, loc, index::kIndexFile));
-    PCRFS_RETURN_ERR_IF_ERROR(ConvertCachedIndex(loc.dir));
+    PCRFS_RETURN_ERR_IF_ERROR(ConvertCachedIndex(loc.dir, &loc.converted_index));
   } else {
     const std::string stale = loc.dir + "/" + index::kIndexFile;  // not needed any more
     ::unlink(stale.c_str());
@@ -329,10 +344,10 @@ Result<std::shared_ptr<RangeCache>> OpenRangeCache(const StoreLocation& location
 
 Result<std::unique_ptr<index::Store>> OpenStoreAt(const StoreLocation& location,
                                                   std::shared_ptr<ObjectClient> client,
-                                                  std::optional<index::FileIdentity> verified,
+                                                  std::shared_ptr<const index::IndexReader> parsed,
                                                   std::shared_ptr<RangeCache> cache) {
   index::StoreOptions options;
-  options.verified_index = verified;
+  options.parsed_index = parsed != nullptr ? std::move(parsed) : location.converted_index;
   if (location.remote) {
     // Opening a record checks its header and footer (80 bytes), not its tables: those cost the
     // origin bytes reads never need (pcr verify URL still checks them).

@@ -65,6 +65,9 @@ struct StoreLocation {
   // anonymous; nullptr: nothing). Holds no thread: made before the fork, shared after.
   std::shared_ptr<const RequestSigner> signer;
   RemoteOptions options;
+  // An older store's index as FetchMetadata converted it into the cache folder, parsed by that
+  // conversion's check: OpenStoreAt uses it instead of parsing index.pcri again (nullptr: none).
+  std::shared_ptr<const index::IndexReader> converted_index;
 };
 
 // The cache folder of a store URL when -o cache_dir is not given:
@@ -96,11 +99,12 @@ Result<StoreLocation> FetchMetadata(const std::string& store, const RemoteOption
 // Step 2. Opens the store at the location: local exactly as index::Store::Open; remote from the
 // cache folder, record files as RemoteFiles over `client` (which the store keeps alive; nullptr
 // to check the metadata only: then opening a record fails).
-// verified_index: the identity of the index already verified (skips its CRC pass).
+// parsed_index: the index as an earlier open of this location in this process parsed and
+// checked it (Store::shared_index(); the daemon's check before its fork): not read again.
 // cache: keeps what is fetched (OpenRangeCache; nullptr: nothing kept, each read one GET).
 Result<std::unique_ptr<index::Store>> OpenStoreAt(
     const StoreLocation& location, std::shared_ptr<ObjectClient> client,
-    std::optional<index::FileIdentity> verified_index = std::nullopt,
+    std::shared_ptr<const index::IndexReader> parsed_index = nullptr,
     std::shared_ptr<RangeCache> cache = nullptr);
 
 // The cache of fetched record bytes for a remote location's daemon: memory_cache bytes in

@@ -59,6 +59,12 @@ void MemoryObjectClient::DoGet(ObjectGet request, GetCallback done) {
     d.etag = o.etag;
     d.size = o.bytes.size();
     d.attempts = 1;
+    if (!request.if_match.empty() && request.if_match != o.etag) {
+      lock.Unlock();
+      done(Err(Status::Corruption(Name(request.key) +
+                                  ": 412 Precondition Failed (the object changed)")));
+      return;
+    }
     if (!request.if_none_match.empty() && request.if_none_match == o.etag) {
       d.not_modified = true;
     } else {

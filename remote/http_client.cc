@@ -570,6 +570,7 @@ class HttpClient::Impl {
     if (!t->req.if_none_match.empty()) {
       signed_headers.emplace_back("If-None-Match", t->req.if_none_match);
     }
+    if (!t->req.if_match.empty()) signed_headers.emplace_back("If-Match", t->req.if_match);
     HeaderList all = signed_headers;
     std::string url = t->req.url;
     if (options_.signer != nullptr) {
@@ -730,6 +731,9 @@ class HttpClient::Impl {
     }
     t->fail_reason = std::to_string(status) + (code.empty() ? "" : " " + FailureCode(code));
     if (status == 404) return fail(Status::NotFound(msg));
+    if (status == 412 && !t->req.if_match.empty()) {
+      return fail(Status::Corruption(msg + " (the object changed)"));
+    }
     if (status == 403 || status == 401) return fail(Status::IOError(msg, EACCES));
     return fail(Status::IOError(msg));
   }

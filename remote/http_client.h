@@ -79,6 +79,9 @@ struct HttpRequest {
   std::string url;  // http(s)://..., already URI-encoded
   std::optional<ByteRange> range;
   std::string if_none_match;  // an ETag: a 304 answer means "not modified"
+  // An ETag: the object must still have it, else a 412, which fails the request with
+  // Corruption "URL: 412 Precondition Failed (the object changed)" (no retry).
+  std::string if_match;
   // Where the body goes: into dst (capacity dst_size; must hold range->length when a range is
   // asked), else into body_file (created or truncated), else into HttpResponse::body.
   uint8_t* dst = nullptr;

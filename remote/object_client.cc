@@ -41,6 +41,7 @@ class HttpObjectClient final : public ObjectClient {
     req.dst_size = request.dst_size;
     req.body_file = request.body_file;
     req.if_none_match = request.if_none_match;
+    req.if_match = request.if_match;
     req.background = request.background;
     if (request.on_progress) {
       // Bytes of another version of the object are never handed out.

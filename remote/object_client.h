@@ -44,7 +44,10 @@ struct ObjectGet {
   size_t dst_size = 0;
   std::string body_file;
   std::string if_none_match;  // an ETag: ObjectData::not_modified when it still holds
-  bool background = false;    // speculative: demand requests go first (HttpRequest::background)
+  // An ETag the object must still have (HttpRequest::if_match): else Corruption "NAME: 412
+  // Precondition Failed (the object changed)".
+  std::string if_match;
+  bool background = false;  // speculative: demand requests go first (HttpRequest::background)
   // As a ranged body into dst arrives, when its size is expected_size (or none is expected):
   // `written` bytes from dst's start are final (HttpRequest::on_progress).
   std::function<void(uint64_t written)> on_progress;

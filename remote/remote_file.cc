@@ -1,12 +1,17 @@
 #include "remote/remote_file.h"
 
+#include <fcntl.h>
+#include <sys/mman.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <atomic>
 #include <cstdio>
 #include <cstring>
+#include <future>
+#include <vector>
 
+#include "common/file_util.h"
 #include "remote/url.h"
 
 namespace pcrfs {
@@ -257,6 +262,151 @@ Result<DownloadResult> Download(ObjectClient& client, const std::string& key,
   out.etag = r->etag;
   out.size = r->body_bytes;
   return out;
+}
+
+namespace {
+
+// A temporary file beside dest of a given size, mapped for writing; Commit() renames it over
+// dest (as Download does), else it is removed. Disk-backed: a large object is not held in
+// the heap.
+class MappedTemp {
+ public:
+  ~MappedTemp() {
+    if (map_ != nullptr) ::munmap(map_, size_);
+    if (!tmp_.empty()) ::unlink(tmp_.c_str());
+  }
+  Status Create(const std::string& dest, uint64_t size) {
+    static std::atomic<uint64_t> counter{0};
+    tmp_ = dest + ".tmp-" + std::to_string(::getpid()) + "-r" +
+           std::to_string(counter.fetch_add(1, std::memory_order_relaxed));
+    auto fd = OpenFile(tmp_, O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    if (!fd) return fd.error();
+    if (size == 0) return Status::OK();  // nothing to map
+    // Every block allocated now: a full disk is an error here, never a SIGBUS while the
+    // mapping is written.
+    if (int err = ::posix_fallocate(fd->get(), 0, static_cast<off_t>(size)); err != 0) {
+      return Status::FromErrno(tmp_, err);
+    }
+    void* m = ::mmap(nullptr, size, PROT_READ | PROT_WRITE, MAP_SHARED, fd->get(), 0);
+    if (m == MAP_FAILED) return Status::FromErrno("mmap " + tmp_, errno);
+    map_ = static_cast<uint8_t*>(m);
+    size_ = size;
+    return Status::OK();
+  }
+  uint8_t* data() { return map_; }
+  Status Commit(const std::string& dest) {
+    if (map_ != nullptr && ::munmap(map_, size_) != 0) {
+      return Status::FromErrno("munmap " + tmp_, errno);
+    }
+    map_ = nullptr;
+    if (std::rename(tmp_.c_str(), dest.c_str()) != 0) {
+      return Status::FromErrno("rename " + tmp_ + " to " + dest, errno);
+    }
+    tmp_.clear();
+    return Status::OK();
+  }
+
+ private:
+  std::string tmp_;
+  uint8_t* map_ = nullptr;
+  size_t size_ = 0;
+};
+
+// Writes bytes beside dest and renames the file over it.
+Status WriteWhole(const std::string& dest, const std::string& bytes) {
+  MappedTemp file;
+  PCRFS_RETURN_IF_ERROR(file.Create(dest, bytes.size()));
+  if (!bytes.empty()) std::memcpy(file.data(), bytes.data(), bytes.size());
+  return file.Commit(dest);
+}
+
+}  // namespace
+
+Result<DownloadResult> DownloadRanged(ObjectClient& client, const std::string& key,
+                                      const std::string& dest, const std::string& known_etag,
+                                      const RangedDownloadOptions& options) {
+  const uint64_t first_bytes = std::max<uint64_t>(1, options.first_bytes);
+  const uint64_t part_bytes = std::max<uint64_t>(1, options.part_bytes);
+  for (int attempt = 0;; ++attempt) {
+    ObjectGet first;
+    first.key = key;
+    first.range = ByteRange{0, first_bytes};
+    first.if_none_match = known_etag;
+    auto r = client.GetBlocking(std::move(first));
+    if (!r) return Err(r.error());
+    DownloadResult out;
+    if (r->not_modified) {
+      out.etag = known_etag;
+      return out;
+    }
+    const uint64_t size = r->size;
+    std::string bytes = std::move(r->body);
+    const std::string etag = r->etag;
+    if (bytes.size() >= size) {
+      PCRFS_RETURN_ERR_IF_ERROR(WriteWhole(dest, bytes));
+      out.modified = true;
+      out.etag = etag;
+      out.size = bytes.size();
+      return out;
+    }
+    if (etag.empty()) return Download(client, key, dest);
+    if (size > options.max_bytes) {
+      return Err(Status::Corruption(client.Name(key) + ": " + std::to_string(size) +
+                                    " bytes, more than the " + std::to_string(options.max_bytes) +
+                                    " this download takes"));
+    }
+    MappedTemp file;
+    PCRFS_RETURN_ERR_IF_ERROR(file.Create(dest, size));
+    std::memcpy(file.data(), bytes.data(), bytes.size());
+    // The rest, every range asked at once; each answer is checked (size, exact bytes) by Get.
+    struct Part {
+      std::promise<Result<ObjectData>> done;
+      std::future<Result<ObjectData>> result;
+    };
+    std::vector<Part> parts((size - bytes.size() + part_bytes - 1) / part_bytes);
+    uint64_t off = bytes.size();
+    for (Part& part : parts) {
+      part.result = part.done.get_future();
+      ObjectGet get;
+      get.key = key;
+      get.range = ByteRange{off, std::min(part_bytes, size - off)};
+      get.expected_size = size;
+      // If-Match compares strongly: a weak ETag (W/"...") never matches, so it is not sent;
+      // the answers' ETags and sizes are still compared with the first's.
+      if (!etag.starts_with("W/")) get.if_match = etag;
+      get.dst = file.data() + off;
+      get.dst_size = get.range->length;
+      off += get.range->length;
+      client.Get(std::move(get), [promise = &part.done](Result<ObjectData> d) {
+        promise->set_value(std::move(d));
+      });
+    }
+    Status failed;
+    bool changed = false;
+    for (Part& part : parts) {
+      Result<ObjectData> d = part.result.get();  // every one waited for: they write to file
+      if (!d) {
+        if (d.error().code() == Status::Code::kCorruption) {
+          changed = true;  // a 412, another size, a short answer
+        } else if (failed.ok()) {
+          failed = d.error();
+        }
+      } else if (!d->etag.empty() && d->etag != etag) {
+        changed = true;
+      }
+    }
+    if (!failed.ok()) return Err(failed);
+    if (changed) {
+      if (attempt < options.restarts) continue;
+      return Err(Status::Corruption(client.Name(key) + ": changed during the download " +
+                                    std::to_string(attempt + 1) + " times"));
+    }
+    PCRFS_RETURN_ERR_IF_ERROR(file.Commit(dest));
+    out.modified = true;
+    out.etag = etag;
+    out.size = size;
+    return out;
+  }
 }
 
 }  // namespace pcrfs

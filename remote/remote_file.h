@@ -125,4 +125,27 @@ struct DownloadResult {
 Result<DownloadResult> Download(ObjectClient& client, const std::string& key,
                                 const std::string& dest, const std::string& known_etag = "");
 
+// How DownloadRanged splits a large object.
+struct RangedDownloadOptions {
+  uint64_t first_bytes = uint64_t{8} << 20;  // the first GET's range: a smaller object is one GET
+  uint64_t part_bytes = uint64_t{4} << 20;   // the rest: ranged GETs of this size, all at once
+  int restarts = 1;  // the object changed during the download: start again this many times
+  // A larger object is refused (Corruption) before anything is written for it.
+  uint64_t max_bytes = uint64_t{16} << 30;
+};
+
+// Download for a large object (a store's index): the first GET (conditional on known_etag like
+// Download's: a 304 is the one request of a revalidation) asks for the first `first_bytes`;
+// when the object is larger, the rest comes in ranged GETs of `part_bytes` sent together (the
+// client's connection pool runs them in parallel, and its retries cover a failed range), each
+// conditional on the first answer's ETag (If-Match, unless it is weak: then only compared) and
+// size, written in place into a temporary file beside dest (mapped, its blocks allocated first)
+// that is renamed over dest when complete. An object replaced meanwhile (a 412, another size or
+// ETag) is fetched again from the start, at most `restarts` times, then Corruption "NAME: changed
+// during the download N times". Without an ETag in the first answer the whole object is fetched
+// again by one GET (nothing to make the ranges agree on). Errors otherwise as Download's.
+Result<DownloadResult> DownloadRanged(ObjectClient& client, const std::string& key,
+                                      const std::string& dest, const std::string& known_etag = "",
+                                      const RangedDownloadOptions& options = {});
+
 }  // namespace pcrfs

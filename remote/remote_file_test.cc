@@ -2,9 +2,14 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <filesystem>
 #include <fstream>
+#include <functional>
+#include <mutex>
+#include <optional>
 #include <sstream>
+#include <vector>
 
 #include "remote/object_protocols.h"
 #include "remote/test_server.h"
@@ -188,6 +193,176 @@ TEST(RemoteFileTest, DownloadIsAtomicAndConditional) {
   auto nodir = Download(*client, "index.lmdb", (dir / "no/such/dir/x").string());
   ASSERT_FALSE(nodir.has_value());
   EXPECT_NE(nodir.error().message().find("no/such/dir"), std::string::npos);
+  std::filesystem::remove_all(dir);
+}
+
+// Serves versions of one object with ranges, If-None-Match and If-Match (a 412 when the
+// object no longer has the ETag), as nginx and S3 do; `before` runs first for each request
+// (it may change the object or answer instead).
+struct VersionedServer {
+  std::mutex mu;
+  std::string obj;
+  std::string etag;
+  std::vector<std::string> requests;
+  std::function<std::optional<TestReply>(const std::string& req, size_t n)> before;
+  TestHttpServer server{[this](const std::string& req, int) -> TestReply {
+    std::lock_guard<std::mutex> lock(mu);
+    requests.push_back(req);
+    if (before) {
+      if (auto reply = before(req, requests.size())) return *reply;
+    }
+    const size_t m = req.find("If-Match: ");
+    // Strong comparison: a weak ETag never matches.
+    if (m != std::string::npos &&
+        (etag.starts_with("W/") || req.compare(m + 10, etag.size() + 2, etag + "\r\n") != 0)) {
+      return TestHttpServer::Reply(412, "Precondition Failed", "");
+    }
+    return Serve(obj, etag, req);
+  }};
+  size_t count() {
+    std::lock_guard<std::mutex> lock(mu);
+    return requests.size();
+  }
+};
+
+TEST(RemoteFileTest, DownloadRangedStitchesPartsAndChecksTheVersion) {
+  auto dir = std::filesystem::temp_directory_path() / ("rfr-" + std::to_string(::getpid()));
+  std::filesystem::create_directories(dir);
+  const std::string dest = (dir / "index.pcri").string();
+  auto slurp = [&] {
+    std::ifstream in(dest, std::ios::binary);
+    std::stringstream ss;
+    ss << in.rdbuf();
+    return ss.str();
+  };
+  RangedDownloadOptions o;
+  o.first_bytes = 100000;
+  o.part_bytes = 65536;
+  VersionedServer vs;
+  vs.obj = Object(1000003);
+  vs.etag = "\"v1\"";
+  auto client = Objects(vs.server);
+
+  // A large object: the first range, then 14 ranges conditional on the first answer's ETag,
+  // stitched exactly.
+  auto first = DownloadRanged(*client, "index.pcri", dest, "", o);
+  ASSERT_TRUE(first.has_value()) << first.error().ToString();
+  EXPECT_TRUE(first->modified);
+  EXPECT_EQ(first->etag, "\"v1\"");
+  EXPECT_EQ(first->size, 1000003u);
+  EXPECT_EQ(slurp(), vs.obj);
+  ASSERT_EQ(vs.count(), 15u);
+  EXPECT_NE(vs.requests[0].find("Range: bytes=0-99999\r\n"), std::string::npos);
+  EXPECT_EQ(vs.requests[0].find("If-Match"), std::string::npos);
+  for (size_t i = 1; i < vs.requests.size(); ++i) {
+    EXPECT_NE(vs.requests[i].find("If-Match: \"v1\"\r\n"), std::string::npos) << i;
+  }
+
+  // Revalidation: one conditional request.
+  auto same = DownloadRanged(*client, "index.pcri", dest, first->etag, o);
+  ASSERT_TRUE(same.has_value());
+  EXPECT_FALSE(same->modified);
+  EXPECT_EQ(vs.count(), 16u);
+  EXPECT_NE(vs.requests.back().find("If-None-Match: \"v1\"\r\n"), std::string::npos);
+
+  // A small object: one GET.
+  {
+    std::lock_guard<std::mutex> lock(vs.mu);
+    vs.obj = Object(99999);
+    vs.etag = "\"small\"";
+  }
+  auto small = DownloadRanged(*client, "index.pcri", dest, "\"v1\"", o);
+  ASSERT_TRUE(small.has_value());
+  EXPECT_EQ(slurp(), Object(99999));
+  EXPECT_EQ(vs.count(), 17u);
+
+  // Replaced after the first answer: the ranges get 412s, the download starts again and
+  // gets the new version whole.
+  std::string v3 = Object(700001);
+  std::reverse(v3.begin(), v3.end());
+  {
+    std::lock_guard<std::mutex> lock(vs.mu);
+    vs.obj = Object(1000003);
+    vs.etag = "\"v2\"";
+    const size_t at = vs.requests.size() + 1;
+    vs.before = [&vs, &v3, at](const std::string&, size_t n) -> std::optional<TestReply> {
+      if (n == at + 1) {
+        vs.obj = v3;
+        vs.etag = "\"v3\"";
+      }
+      return std::nullopt;
+    };
+  }
+  auto replaced = DownloadRanged(*client, "index.pcri", dest, "\"small\"", o);
+  ASSERT_TRUE(replaced.has_value()) << replaced.error().ToString();
+  EXPECT_EQ(replaced->etag, "\"v3\"");
+  EXPECT_EQ(slurp(), v3);
+
+  // Replaced during every try: refused in one line, dest as it was, no temporary file left.
+  {
+    std::lock_guard<std::mutex> lock(vs.mu);
+    vs.before = [&vs](const std::string& req, size_t n) -> std::optional<TestReply> {
+      if (req.find("If-Match: " + vs.etag + "\r\n") != std::string::npos) {
+        vs.obj = Object(1000003 + n);
+        vs.etag = "\"n" + std::to_string(n) + "\"";
+      }
+      return std::nullopt;
+    };
+  }
+  auto racing = DownloadRanged(*client, "index.pcri", dest, "", o);
+  ASSERT_FALSE(racing.has_value());
+  EXPECT_EQ(racing.error().message(),
+            vs.server.url("/index.pcri") + ": changed during the download 2 times");
+  EXPECT_EQ(slurp(), v3);
+
+  // A range that fails once (503) is retried by the client; one that is refused fails the
+  // download with the server's answer.
+  {
+    std::lock_guard<std::mutex> lock(vs.mu);
+    vs.obj = Object(1000003);
+    vs.etag = "\"v4\"";
+    vs.before = [fails = 1](const std::string& req, size_t) mutable -> std::optional<TestReply> {
+      if (req.find("Range: bytes=165536-") != std::string::npos && fails-- > 0) {
+        return TestHttpServer::Reply(503, "Service Unavailable", "");
+      }
+      return std::nullopt;
+    };
+  }
+  auto retried = DownloadRanged(*client, "index.pcri", dest, "", o);
+  ASSERT_TRUE(retried.has_value()) << retried.error().ToString();
+  EXPECT_EQ(slurp(), Object(1000003));
+  {
+    std::lock_guard<std::mutex> lock(vs.mu);
+    vs.etag = "\"v5\"";
+    vs.before = [](const std::string& req, size_t) -> std::optional<TestReply> {
+      if (req.find("Range: bytes=231072-") != std::string::npos) {
+        return TestHttpServer::Reply(403, "Forbidden", "<Error><Code>AccessDenied</Code></Error>");
+      }
+      return std::nullopt;
+    };
+  }
+  auto refused = DownloadRanged(*client, "index.pcri", dest, "\"v4\"", o);
+  ASSERT_FALSE(refused.has_value());
+  EXPECT_EQ(refused.error().message(),
+            vs.server.url("/index.pcri") + ": 403 Forbidden (AccessDenied)");
+  EXPECT_EQ(slurp(), Object(1000003));
+  // A weak ETag is not sent as If-Match (it never matches); the answers' ETags still agree.
+  {
+    std::lock_guard<std::mutex> lock(vs.mu);
+    vs.obj = Object(900001);
+    vs.etag = "W/\"weak\"";
+    vs.before = nullptr;
+  }
+  const size_t sent = vs.count();
+  auto weak = DownloadRanged(*client, "index.pcri", dest, "", o);
+  ASSERT_TRUE(weak.has_value()) << weak.error().ToString();
+  EXPECT_EQ(slurp(), Object(900001));
+  for (size_t i = sent; i < vs.count(); ++i) {
+    EXPECT_EQ(vs.requests[i].find("If-Match"), std::string::npos) << i;
+  }
+  for (const auto& e : std::filesystem::directory_iterator(dir)) {
+    EXPECT_EQ(e.path().filename().string().find(".tmp-"), std::string::npos) << e.path();
+  }
   std::filesystem::remove_all(dir);
 }
 
