@@ -115,6 +115,12 @@ TEST(SourceModelTest, ReadsOfCachedBytesDoNotInflateTheRate) {
   // the slowest recent read's rate bounds it on a one-queue source.
   m.NoteSpeculative(Spec(kMiB, 1e-5, true, 4096), t0);
   EXPECT_EQ(m.stats().rate, 8388608.0);
+  // Mostly cached and slow (it waited for pages the readers had in flight): no floor sample
+  // either, so the rate is the window's mean, not 4 KiB per 1/8 s.
+  SourceModel w;
+  LearnSlowRate(w, t0);
+  w.NoteSpeculative(Spec(kMiB, 0.125, true, 4096), t0);
+  EXPECT_EQ(w.stats().rate, (0.75 * kMiB + 4096) / (0.75 * 0.125 + 0.125));
 }
 
 TEST(SourceModelTest, AThrottlesBurstDoesNotMakeChunksOfMiBs) {
