@@ -1,0 +1,90 @@
+// The record scheduler's queue of speculative reads (fs/record_scheduler.h): byte ranges of
+// record files, first in first out, with what it has ever queued per file so that no byte is
+// read speculatively twice. Pure data: no threads, no clock, no lock (the scheduler holds
+// its own).
+//
+// - Add queues the parts of ranges not queued or read before (per file), at the back; a
+//   range that touches one queued for the same file joins it, so ranges planned folder by
+//   folder become one long range where the folders lie side by side in the record.
+// - TakeFront takes a chunk from the front; PushFront puts one back (a busy source).
+// - Promote takes, out of the middle of the queue, a window of a queued range that a demand
+//   read starts in (the scheduler's WillRead).
+// Lookups by file and offset go through a per-file index (file -> offset -> queued range),
+// not a walk of the queue.
+#pragma once
+
+#include <cstdint>
+#include <list>
+#include <map>
+#include <memory>
+#include <unordered_map>
+#include <vector>
+
+#include "common/random_access_file.h"
+
+namespace pcrfs::fs {
+
+class SpeculationQueue {
+ public:
+  struct Range {
+    uint64_t offset;
+    uint64_t length;
+  };
+  // A queued range: bytes [offset, end) of file.
+  struct Pending {
+    std::shared_ptr<RandomAccessFile> file;
+    uint64_t offset;
+    uint64_t end;
+  };
+
+  // Queues `ranges` of `file` (clipped to `size`, in this order) minus every byte queued or
+  // taken for `file` before; returns the parts it queued.
+  std::vector<Range> Add(const std::shared_ptr<RandomAccessFile>& file,
+                         const std::vector<Range>& ranges, uint64_t size);
+  // Puts [offset, end) of `file` (taken before, not queued now) back at the front.
+  void PushFront(const std::shared_ptr<RandomAccessFile>& file, uint64_t offset, uint64_t end) {
+    Enqueue(file, offset, end, /*front=*/true);
+  }
+  bool empty() const { return queue_.empty(); }
+  // REQUIRES: !empty().
+  const Pending& front() const { return queue_.front(); }
+  // Takes up to n bytes from the front of the queue. REQUIRES: !empty().
+  Pending TakeFront(uint64_t n);
+  // If r starts inside a range queued for `file`, takes [r.offset, end) out of the queue,
+  // where end is r.offset + max(r.length, chunk) or the queued range's end if sooner, and
+  // returns it; what is left of the queued range on either side stays queued, in place.
+  // Otherwise returns a range of length 0.
+  Range Promote(const RandomAccessFile* file, const Range& r, uint64_t chunk);
+  // Drops everything queued (what was queued before still counts as seen).
+  void Clear();
+
+  uint64_t queued_bytes() const { return queued_bytes_; }
+  uint64_t promoted_reads() const { return promoted_reads_; }
+  uint64_t promoted_bytes() const { return promoted_bytes_; }
+  // The queued ranges, front first (tests).
+  std::vector<Pending> Snapshot() const { return {queue_.begin(), queue_.end()}; }
+
+  // Byte ranges of one file, merged: begin -> end.
+  using RangeSet = std::map<uint64_t, uint64_t>;
+  // Adds [begin, end) to `set`; appends to `added` (if not null) the parts that were new.
+  static void Insert(RangeSet* set, uint64_t begin, uint64_t end, std::vector<Range>* added);
+
+ private:
+  using Queue = std::list<Pending>;
+  // The queued ranges of one file by offset (disjoint: a byte is queued at most once).
+  using QueueIndex = std::map<uint64_t, Queue::iterator>;
+
+  // Queues [offset, end) of `file` (no byte of it queued yet): merged into a queued range it
+  // touches, else at the back (at the front if `front`).
+  void Enqueue(const std::shared_ptr<RandomAccessFile>& file, uint64_t offset, uint64_t end,
+               bool front);
+  void Unindex(const Pending& p);
+
+  Queue queue_;
+  std::unordered_map<const RandomAccessFile*, QueueIndex> queued_;
+  std::unordered_map<const RandomAccessFile*, RangeSet> seen_;
+  uint64_t queued_bytes_ = 0;
+  uint64_t promoted_reads_ = 0, promoted_bytes_ = 0;
+};
+
+}  // namespace pcrfs::fs

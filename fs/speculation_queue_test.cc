@@ -1,0 +1,186 @@
+#include "fs/speculation_queue.h"
+
+#include <gtest/gtest.h>
+
+#include <memory>
+#include <string>
+#include <vector>
+
+namespace pcrfs::fs {
+namespace {
+
+using Q = SpeculationQueue;
+
+// The queue as (file, offset, end) triples, front first.
+std::vector<std::string> Ranges(const Q& q) {
+  std::vector<std::string> out;
+  for (const Q::Pending& p : q.Snapshot()) {
+    out.push_back(p.file->name() + ":" + std::to_string(p.offset) + "-" + std::to_string(p.end));
+  }
+  return out;
+}
+
+std::shared_ptr<RandomAccessFile> File(const std::string& name) {
+  class Named final : public RandomAccessFile {
+   public:
+    explicit Named(std::string n) : name_(std::move(n)) {}
+    Status Read(uint64_t, size_t, uint8_t*) const override { return Status::OK(); }
+    uint64_t Size() const override { return 1 << 30; }
+    const std::string& name() const override { return name_; }
+
+   private:
+    const std::string name_;
+  };
+  return std::make_shared<Named>(name);
+}
+
+using V = std::vector<std::string>;
+
+TEST(SpeculationQueueTest, NothingIsQueuedTwice) {
+  Q q;
+  auto a = File("a");
+  auto added = q.Add(a, {{0, 100}}, 1000);
+  ASSERT_EQ(added.size(), 1u);
+  added = q.Add(a, {{50, 100}, {0, 10}}, 1000);
+  ASSERT_EQ(added.size(), 1u);
+  EXPECT_EQ(added[0].offset, 100u);
+  EXPECT_EQ(added[0].length, 50u);
+  EXPECT_EQ(Ranges(q), (V{"a:0-150"}));
+  EXPECT_EQ(q.queued_bytes(), 150u);
+  // Taken (read) ranges stay seen: queued again, nothing.
+  q.TakeFront(150);
+  EXPECT_TRUE(q.empty());
+  EXPECT_TRUE(q.Add(a, {{0, 150}}, 1000).empty());
+  EXPECT_TRUE(q.empty());
+  // Holes between seen ranges are queued, as pieces.
+  Q r;
+  r.Add(a, {{0, 10}, {20, 10}}, 1000);
+  added = r.Add(a, {{0, 40}}, 1000);
+  ASSERT_EQ(added.size(), 2u);
+  EXPECT_EQ(added[0].offset, 10u);
+  EXPECT_EQ(added[1].offset, 30u);
+  EXPECT_EQ(Ranges(r), (V{"a:0-40"})) << "the pieces join what they touch";
+}
+
+TEST(SpeculationQueueTest, RangesAreClippedToTheFile) {
+  Q q;
+  auto a = File("a");
+  q.Add(a, {{900, 200}, {1000, 5}}, 1000);
+  EXPECT_EQ(Ranges(q), (V{"a:900-1000"}));
+  EXPECT_EQ(q.queued_bytes(), 100u);
+}
+
+TEST(SpeculationQueueTest, QueuedRangesThatTouchAreReadAsOne) {
+  Q q;
+  auto a = File("a"), b = File("b");
+  q.Add(a, {{0, 10}}, 1000);
+  q.Add(b, {{0, 10}}, 1000);
+  q.Add(a, {{20, 10}}, 1000);
+  q.Add(a, {{10, 10}}, 1000);  // closes the gap: one range, in the first one's place
+  EXPECT_EQ(Ranges(q), (V{"a:0-30", "b:0-10"}));
+  q.Add(b, {{50, 10}}, 1000);
+  q.Add(b, {{40, 10}}, 1000);  // starts the range after it earlier
+  EXPECT_EQ(Ranges(q), (V{"a:0-30", "b:0-10", "b:40-60"}));
+  EXPECT_EQ(q.queued_bytes(), 60u);
+}
+
+TEST(SpeculationQueueTest, TakeFrontTakesChunksInOrder) {
+  Q q;
+  auto a = File("a"), b = File("b");
+  q.Add(a, {{0, 100}}, 1000);
+  q.Add(b, {{0, 30}}, 1000);
+  Q::Pending p = q.TakeFront(40);
+  EXPECT_EQ(p.file, a);
+  EXPECT_EQ(p.offset, 0u);
+  EXPECT_EQ(p.end, 40u);
+  EXPECT_EQ(Ranges(q), (V{"a:40-100", "b:0-30"}));
+  p = q.TakeFront(100);
+  EXPECT_EQ(p.offset, 40u);
+  EXPECT_EQ(p.end, 100u);
+  EXPECT_EQ(Ranges(q), (V{"b:0-30"}));
+  EXPECT_EQ(q.queued_bytes(), 30u);
+  // The rest of a taken range is still indexed: a range that touches it joins it.
+  q.TakeFront(10);
+  q.Add(b, {{30, 10}}, 1000);
+  EXPECT_EQ(Ranges(q), (V{"b:10-40"}));
+}
+
+TEST(SpeculationQueueTest, ARangePutBackGoesFirst) {
+  Q q;
+  auto a = File("a"), b = File("b");
+  q.Add(a, {{0, 100}}, 1000);
+  q.Add(b, {{0, 100}}, 1000);
+  Q::Pending p = q.TakeFront(200);
+  EXPECT_EQ(Ranges(q), (V{"b:0-100"}));
+  q.PushFront(p.file, p.offset, p.end);
+  EXPECT_EQ(Ranges(q), (V{"a:0-100", "b:0-100"}));
+  EXPECT_EQ(q.queued_bytes(), 200u);
+}
+
+TEST(SpeculationQueueTest, ADemandPieceInAQueuedRangeTakesAChunkOfIt) {
+  Q q;
+  auto a = File("a"), b = File("b");
+  q.Add(a, {{0, 1000}}, 10000);
+  q.Add(b, {{0, 1000}}, 10000);
+  // A piece in the middle: a chunk from its start; both sides stay queued, in place.
+  Q::Range w = q.Promote(a.get(), {300, 10}, 100);
+  EXPECT_EQ(w.offset, 300u);
+  EXPECT_EQ(w.length, 100u);
+  EXPECT_EQ(Ranges(q), (V{"a:0-300", "a:400-1000", "b:0-1000"}));
+  // A piece longer than the chunk: the piece.
+  w = q.Promote(a.get(), {400, 250}, 100);
+  EXPECT_EQ(w.length, 250u);
+  EXPECT_EQ(Ranges(q), (V{"a:0-300", "a:650-1000", "b:0-1000"}));
+  // At the end of a queued range: only what is queued.
+  w = q.Promote(a.get(), {950, 10}, 100);
+  EXPECT_EQ(w.length, 50u);
+  EXPECT_EQ(Ranges(q), (V{"a:0-300", "a:650-950", "b:0-1000"}));
+  // Not queued (taken before, or another file's range): nothing.
+  EXPECT_EQ(q.Promote(a.get(), {300, 10}, 100).length, 0u);
+  EXPECT_EQ(q.Promote(a.get(), {5000, 10}, 100).length, 0u);
+  EXPECT_EQ(q.Promote(File("c").get(), {0, 10}, 100).length, 0u);
+  // A whole range promoted leaves the queue.
+  w = q.Promote(b.get(), {0, 1000}, 100);
+  EXPECT_EQ(w.length, 1000u);
+  EXPECT_EQ(Ranges(q), (V{"a:0-300", "a:650-950"}));
+  EXPECT_EQ(q.promoted_reads(), 4u);
+  EXPECT_EQ(q.promoted_bytes(), 100u + 250 + 50 + 1000);
+  EXPECT_EQ(q.queued_bytes(), 300u + 300);
+  // The index follows: promoted-out bytes are still seen, and the ranges left take chunks.
+  EXPECT_TRUE(q.Add(a, {{300, 350}}, 10000).empty());
+  EXPECT_EQ(q.TakeFront(1000).end, 300u);
+  EXPECT_EQ(q.Promote(a.get(), {700, 10}, 100).length, 100u);
+  EXPECT_EQ(Ranges(q), (V{"a:650-700", "a:800-950"}));
+}
+
+TEST(SpeculationQueueTest, ClearDropsTheQueueButRemembersWhatWasSeen) {
+  Q q;
+  auto a = File("a");
+  q.Add(a, {{0, 100}}, 1000);
+  q.Clear();
+  EXPECT_TRUE(q.empty());
+  EXPECT_EQ(q.queued_bytes(), 0u);
+  EXPECT_TRUE(q.Add(a, {{0, 100}}, 1000).empty());
+}
+
+// Many files with many ranges each: lookups go through the per-file index, so this stays
+// fast (a walk of the queue per promotion would take 10^10 steps).
+TEST(SpeculationQueueTest, ManyQueuedRanges) {
+  Q q;
+  std::vector<std::shared_ptr<RandomAccessFile>> files;
+  for (int f = 0; f < 100; ++f) files.push_back(File("f" + std::to_string(f)));
+  for (uint64_t i = 0; i < 1000; ++i) {
+    for (auto& f : files) q.Add(f, {{i * 100, 50}}, uint64_t{1} << 40);
+  }
+  EXPECT_EQ(q.queued_bytes(), uint64_t{100} * 1000 * 50);
+  uint64_t promoted = 0;
+  for (uint64_t i = 0; i < 1000; ++i) {
+    for (auto& f : files) promoted += q.Promote(f.get(), {i * 100 + 10, 10}, 20).length;
+  }
+  EXPECT_EQ(promoted, uint64_t{100} * 1000 * 20);
+  EXPECT_EQ(q.queued_bytes(), uint64_t{100} * 1000 * 30);
+  EXPECT_EQ(q.Snapshot().size(), size_t{100} * 1000 * 2);
+}
+
+}  // namespace
+}  // namespace pcrfs::fs
