@@ -272,34 +272,18 @@ Status IndexReader::Impl::CheckFormat() {
 }
 
 Result<std::unique_ptr<IndexReader>> IndexReader::OpenCompact(const std::string& path) {
-  // Never liblmdb: a file of another kind under this name (an LMDB image renamed by a store's
-  // author) is refused, not mapped.
-  auto fd = OpenFile(path, O_RDONLY | O_NOFOLLOW);
-  if (!fd) {
-    if (fd.error().ToErrno() == ELOOP) {
-      return Err(Status::Corruption(path + ": the index is a symbolic link (pcrfs follows no " +
-                                    "links inside a store)"));
-    }
-    return Err(fd.error());
-  }
-  char magic[8] = {};
-  if (::pread(fd->get(), magic, sizeof(magic), 0) != static_cast<ssize_t>(sizeof(magic)) ||
-      std::memcmp(magic, kCompactIndexMagic, sizeof(magic)) != 0) {
-    return Err(Status::Corruption(path + ": damaged or not a pcrfs index: bad magic"));
-  }
+  // Never liblmdb: CompactIndex refuses a symlink and any file without format 4's magic (an
+  // LMDB image renamed by a store's author is "bad magic", never mapped).
+  auto compact = CompactIndex::Open(path);
+  if (!compact) return Err(compact.error());
   FileIdentity identity;
   struct stat st;
-  if (::fstat(fd->get(), &st) == 0) {
+  if (::stat(path.c_str(), &st) == 0) {
     identity = {static_cast<uint64_t>(st.st_dev), static_cast<uint64_t>(st.st_ino),
                 static_cast<uint64_t>(st.st_size),
                 st.st_mtim.tv_sec * 1000000000LL + st.st_mtim.tv_nsec,
                 st.st_ctim.tv_sec * 1000000000LL + st.st_ctim.tv_nsec};
   }
-  fd->Reset();
-  // CompactIndex checks the magic again on the bytes it reads: a file swapped meanwhile is
-  // refused there, never mapped by LMDB.
-  auto compact = CompactIndex::Open(path);
-  if (!compact) return Err(compact.error());
   return FromCompact(std::move(*compact), identity);
 }
 
