@@ -150,6 +150,10 @@ class Daemon:
         self.log_file = open(self.log_path, "w+b")
         e = dict(os.environ)
         e.update(env or {})
+        if e.get("PCRFS_SANITIZE"):
+            # ASan's own SIGSEGV handler would report and exit 1: leave the signal to pcrfs's
+            # crash handler and the default action, as in a plain build.
+            e["ASAN_OPTIONS"] = (e.get("ASAN_OPTIONS", "") + ":handle_segv=0").lstrip(":")
         self.proc = subprocess.Popen([PCRFS, STORE, self.mnt, "-f", *options],
                                      stdout=subprocess.DEVNULL, stderr=self.log_file, env=e,
                                      start_new_session=True)
