@@ -378,18 +378,19 @@ Status Store::ResolvePieces(Entry* e) const {
   if (e->pieces_resolved || e->is_dir()) return Status::OK();
   auto table = GetRecordTable(e->record);
   if (!table) return table.error();
-  const std::string file = dir_ + "/" + RecordFileName(e->record);
+  // Named only when something disagrees: this runs on every FUSE read.
+  const auto file = [&] { return dir_ + "/" + RecordFileName(e->record); };
   if (e->slot >= (*table)->pieces.size()) {
-    return Status::Corruption(file + ": no slot " + U(e->slot) + " for entry " + U(e->ino));
+    return Status::Corruption(file() + ": no slot " + U(e->slot) + " for entry " + U(e->ino));
   }
   const PieceRefs& p = (*table)->pieces[e->slot];
   if ((*table)->kinds[e->slot] != e->kind) {
-    return Status::Corruption(file + ": slot " + U(e->slot) +
+    return Status::Corruption(file() + ": slot " + U(e->slot) +
                               " is not of the kind the index says (\"" + e->name + "\")");
   }
   for (size_t g = 0; g < kNumGroups; ++g) {
     if (p[g].length != e->pieces[g].length || p[g].offset == UINT64_MAX) {
-      return Status::Corruption(file + ": slot " + U(e->slot) + " (\"" + e->name +
+      return Status::Corruption(file() + ": slot " + U(e->slot) + " (\"" + e->name +
                                 "\"): piece of group " + U(g + 1) +
                                 " disagrees with the index or lies outside its region");
     }
