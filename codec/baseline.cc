@@ -165,9 +165,11 @@ Result<JpegCoefficients> ReadCoefficients(std::span<const uint8_t> jpeg) {
     comp.v_samp = c.v_samp_factor;
     comp.width_in_blocks = c.width_in_blocks;
     comp.height_in_blocks = c.height_in_blocks;
-    if (c.quant_table != nullptr) {
-      comp.quant.assign(c.quant_table->quantval, c.quant_table->quantval + DCTSIZE2);
+    const JQUANT_TBL* quant = c.quant_table;
+    if (quant == nullptr && c.quant_tbl_no >= 0 && c.quant_tbl_no < NUM_QUANT_TBLS) {
+      quant = info.quant_tbl_ptrs[c.quant_tbl_no];
     }
+    if (quant != nullptr) comp.quant.assign(quant->quantval, quant->quantval + DCTSIZE2);
     comp.coef.resize(size_t{c.width_in_blocks} * c.height_in_blocks * DCTSIZE2);
     if (!CopyBlocks(job.get(), ci, comp.coef.data())) {
       return Err(JobError(job->read.err, "coefficients"));

@@ -36,8 +36,12 @@ struct JpegCoefficients {
     int component_id = 0;
     int h_samp = 0, v_samp = 0;
     uint32_t width_in_blocks = 0, height_in_blocks = 0;
-    std::vector<uint16_t> quant;  // the component's quantization table, natural order (libjpeg's)
-    std::vector<int16_t> coef;    // 64 per block, blocks in row order
+    // The component's quantization table, natural order (libjpeg's): the one its first scan
+    // used, or for a component that no scan carries (its coefficients are all zero) the table
+    // its slot holds at the end of the file, as a writer of the coefficients takes it
+    // (jpeg_copy_critical_parameters); empty if that slot is undefined.
+    std::vector<uint16_t> quant;
+    std::vector<int16_t> coef;  // 64 per block, blocks in row order
     bool operator==(const Component&) const = default;
   };
   uint32_t width = 0, height = 0;
