@@ -19,8 +19,6 @@
 namespace pcrfs::index {
 namespace {
 
-constexpr uint64_t kMaxManifestBytes = 16 << 20;
-
 std::string U(uint64_t v) { return std::to_string(v); }
 
 // Cheap consistency check when a record is first opened: header and footer agree with the

@@ -23,6 +23,8 @@
 namespace pcrfs::index {
 
 inline constexpr char kManifestFile[] = "manifest.json";
+// A longer manifest is refused (Open, and the download of a remote store's).
+inline constexpr uint64_t kMaxManifestBytes = uint64_t{16} << 20;
 inline constexpr char kIndexFile[] = "index.lmdb";
 inline constexpr char kRecordsDir[] = "records";
 

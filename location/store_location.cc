@@ -70,7 +70,7 @@ Status FetchOne(ObjectClient& client, const StoreLocation& loc, const char* name
                 bool* missing = nullptr) {
   const std::string dest = loc.dir + "/" + name;
   auto r = std::string_view(name) == index::kManifestFile
-               ? Download(client, name, dest, SavedEtag(dest))
+               ? Download(client, name, dest, SavedEtag(dest), index::kMaxManifestBytes)
                : DownloadRanged(client, name, dest, SavedEtag(dest));
   if (!r) {
     const Status& e = r.error();

@@ -82,13 +82,18 @@ void MemoryObjectClient::DoGet(ObjectGet request, GetCallback done) {
     d.body_bytes = part.size();
     if (request.dst != nullptr) {
       if (part.size() > request.dst_size) {
-        done(Err(Status::IOError(Name(request.key) + ": the body is larger than the buffer")));
+        done(Err(Status::IOError(Name(request.key) + ": the body is longer than " +
+                                 std::to_string(request.dst_size) + " bytes")));
         return;
       }
       std::memcpy(request.dst, part.data(), part.size());
       if (request.on_progress && (!request.expected_size || *request.expected_size == d.size)) {
         request.on_progress(part.size());
       }
+    } else if (request.max_body_bytes != 0 && part.size() > request.max_body_bytes) {
+      done(Err(Status::IOError(Name(request.key) + ": the body is longer than " +
+                               std::to_string(request.max_body_bytes) + " bytes")));
+      return;
     } else if (!request.body_file.empty()) {
       FILE* f = std::fopen(request.body_file.c_str(), "wbe");
       if (f == nullptr) {

@@ -488,10 +488,19 @@ class HttpClient::Impl {
           t->req.on_progress(t->reported, t->total);
         }
       }
-    } else if (t->file != nullptr) {
-      if (std::fwrite(data, 1, len, t->file) != len) return 0;
     } else {
-      t->body.append(data, len);
+      const uint64_t cap = t->req.max_body_bytes != 0 ? t->req.max_body_bytes
+                           : t->req.range             ? t->req.range->length
+                                                      : UINT64_MAX;
+      if (len > cap - std::min<uint64_t>(cap, t->written)) {
+        t->overflow = true;
+        return 0;  // aborts the transfer: CURLE_WRITE_ERROR
+      }
+      if (t->file != nullptr) {
+        if (std::fwrite(data, 1, len, t->file) != len) return 0;
+      } else {
+        t->body.append(data, len);
+      }
     }
     t->written += len;
     return len;
@@ -689,8 +698,11 @@ class HttpClient::Impl {
     if (rc == CURLE_WRITE_ERROR && t->overflow) {
       if (range && t->status == 200)
         return retry(RetryReason::kFullBody, "200 with the whole object for a range");
-      return fail(Status::IOError(u + ": the body is larger than the buffer (" +
-                                  std::to_string(t->req.dst_size) + " bytes)"));
+      const uint64_t cap = t->req.dst != nullptr        ? t->req.dst_size
+                           : t->req.max_body_bytes != 0 ? t->req.max_body_bytes
+                                                        : range->length;
+      return fail(
+          Status::IOError(u + ": the body is longer than " + std::to_string(cap) + " bytes"));
     }
     if (rc != CURLE_OK) {
       std::string what = t->errbuf[0] ? t->errbuf : curl_easy_strerror(rc);

@@ -87,6 +87,10 @@ struct HttpRequest {
   uint8_t* dst = nullptr;
   size_t dst_size = 0;
   std::string body_file;
+  // The longest body taken into body_file or HttpResponse::body: a longer one fails the request
+  // (IOError "URL: the body is longer than N bytes"), so a server cannot fill the disk or the
+  // memory. 0: a ranged request's length, else no limit.
+  uint64_t max_body_bytes = 0;
   // A speculative request (a prefetch). Requests somebody waits for go first: a background
   // request gets a connection only when no demand request waits for one, and never one of the
   // last kReservedForDemand; but while fewer than kGuaranteedBackground background requests

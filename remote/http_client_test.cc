@@ -340,6 +340,26 @@ TEST(HttpClientTest, FullBodyForARange) {
   auto prefix = GetRange(*client, server.url("/o"), 0, 50, &got);
   ASSERT_FALSE(prefix.has_value());
   EXPECT_GT(client->stats().retries[static_cast<size_t>(RetryReason::kFullBody)], 0u);
+  // Into memory (no buffer given), a range's answer is held to the range's length too: a server
+  // that ignores ranges cannot make the client take a whole large object into memory.
+  HttpRequest in_memory;
+  in_memory.url = server.url("/o");
+  in_memory.range = ByteRange{0, 50};
+  auto held = client->FetchBlocking(in_memory);
+  ASSERT_FALSE(held.has_value());
+  EXPECT_NE(held.error().message().find("200 with the whole object"), std::string::npos)
+      << held.error().ToString();
+  HttpRequest capped;
+  capped.url = server.url("/o");
+  capped.max_body_bytes = obj.size() - 1;
+  auto over = client->FetchBlocking(capped);
+  ASSERT_FALSE(over.has_value());
+  EXPECT_EQ(over.error().message(), server.url("/o") + ": the body is longer than " +
+                                        std::to_string(obj.size() - 1) + " bytes");
+  capped.max_body_bytes = obj.size();
+  auto fits = client->FetchBlocking(capped);
+  ASSERT_TRUE(fits.has_value()) << fits.error().ToString();
+  EXPECT_EQ(fits->body, obj);
   // The server starts honouring ranges: fine again.
   honour_range = true;
   auto again = GetRange(*client, server.url("/o"), 100, 50, &got);

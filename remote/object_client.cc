@@ -40,6 +40,7 @@ class HttpObjectClient final : public ObjectClient {
     req.dst = request.dst;
     req.dst_size = request.dst_size;
     req.body_file = request.body_file;
+    req.max_body_bytes = request.max_body_bytes;
     req.if_none_match = request.if_none_match;
     req.if_match = request.if_match;
     req.background = request.background;

@@ -43,6 +43,9 @@ struct ObjectGet {
   uint8_t* dst = nullptr;
   size_t dst_size = 0;
   std::string body_file;
+  // The longest body taken into body_file or ObjectData::body (HttpRequest::max_body_bytes):
+  // 0 is a ranged request's length, else no limit.
+  uint64_t max_body_bytes = 0;
   std::string if_none_match;  // an ETag: ObjectData::not_modified when it still holds
   // An ETag the object must still have (HttpRequest::if_match): else Corruption "NAME: 412
   // Precondition Failed (the object changed)".

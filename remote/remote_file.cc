@@ -234,7 +234,8 @@ bool RemoteFile::DropCached(uint64_t offset, uint64_t n) const {
 }
 
 Result<DownloadResult> Download(ObjectClient& client, const std::string& key,
-                                const std::string& dest, const std::string& known_etag) {
+                                const std::string& dest, const std::string& known_etag,
+                                uint64_t max_bytes) {
   static std::atomic<uint64_t> counter{0};
   std::string tmp = dest + ".tmp-" + std::to_string(::getpid()) + "-" +
                     std::to_string(counter.fetch_add(1, std::memory_order_relaxed));
@@ -242,6 +243,7 @@ Result<DownloadResult> Download(ObjectClient& client, const std::string& key,
   req.key = key;
   req.if_none_match = known_etag;
   req.body_file = tmp;
+  req.max_body_bytes = max_bytes;
   auto r = client.GetBlocking(std::move(req));
   DownloadResult out;
   if (!r.has_value()) {
@@ -349,7 +351,7 @@ Result<DownloadResult> DownloadRanged(ObjectClient& client, const std::string& k
       out.size = bytes.size();
       return out;
     }
-    if (etag.empty()) return Download(client, key, dest);
+    if (etag.empty()) return Download(client, key, dest, "", options.max_bytes);
     if (size > options.max_bytes) {
       return Err(Status::Corruption(client.Name(key) + ": " + std::to_string(size) +
                                     " bytes, more than the " + std::to_string(options.max_bytes) +

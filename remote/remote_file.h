@@ -121,9 +121,12 @@ struct DownloadResult {
 // which is renamed over dest only when complete, so dest is never half-written. With a
 // non-empty known_etag the request is conditional (If-None-Match): a 304 leaves dest as it is.
 // Errors: the client's (NotFound for 404, ...), and IOError for the local file, naming it. The
-// temporary file is removed on error. Thread-safe for different dest paths.
+// temporary file is removed on error. A body longer than max_bytes fails the download (IOError
+// "NAME: the body is longer than N bytes") before more is written. Thread-safe for different
+// dest paths.
 Result<DownloadResult> Download(ObjectClient& client, const std::string& key,
-                                const std::string& dest, const std::string& known_etag = "");
+                                const std::string& dest, const std::string& known_etag = "",
+                                uint64_t max_bytes = uint64_t{16} << 30);
 
 // How DownloadRanged splits a large object.
 struct RangedDownloadOptions {

@@ -190,6 +190,22 @@ TEST(RemoteFileTest, DownloadIsAtomicAndConditional) {
   }
   EXPECT_EQ(files, 2);  // index.lmdb and nope
 
+  // A body longer than the cap (a hostile server's endless manifest): refused before more than
+  // the cap is written; dest stays as it was and no temporary file is left.
+  auto long_body = Download(*client, "index.lmdb", dest, "", 999);
+  ASSERT_FALSE(long_body.has_value());
+  EXPECT_EQ(long_body.error().message(),
+            server.url("/index.lmdb") + ": the body is longer than 999 bytes");
+  EXPECT_EQ(slurp(), Object(1000));
+  auto exact = Download(*client, "index.lmdb", dest, "", 1000);
+  ASSERT_TRUE(exact.has_value()) << exact.error().ToString();
+  files = 0;
+  for (const auto& e : std::filesystem::directory_iterator(dir)) {
+    ++files;
+    EXPECT_EQ(e.path().filename().string().find(".tmp-"), std::string::npos) << e.path();
+  }
+  EXPECT_EQ(files, 2);
+
   auto nodir = Download(*client, "index.lmdb", (dir / "no/such/dir/x").string());
   ASSERT_FALSE(nodir.has_value());
   EXPECT_NE(nodir.error().message().find("no/such/dir"), std::string::npos);
