@@ -567,14 +567,9 @@ def main():
         with open(os.path.join(facts["store"], "manifest.json")) as f:
             facts["manifest"] = json.load(f)
         if args.caps:
-            from throttle import ensure_probe_file, measure_read_rate
-            probe = ensure_probe_file(disk, 64 * MiB)
-            checks = []
-            for c in args.caps:
-                r = measure_read_rate(disk, c, path=probe, seconds=2.0, min_bytes=8 * MiB)
-                checks.append(f"{r['rate'] / MB:.1f} MB/s under the {c / MB:g} MB/s cap")
-                log(f"cap check: {checks[-1]}")
-            facts["disk_desc"] += "; a cold read of a probe file measured " + ", ".join(checks)
+            from throttle import check_caps
+            facts["disk_desc"] += ("; a cold read of a probe file measured "
+                                   + check_caps(disk, args.caps, log))
         disk.join()
         args.program_files = sorted(set(program_files(args.pcrfs)))
         log(f"{args.images} images ({src_bytes / MB:.1f} MB), levels {args.levels}, decoders "

@@ -372,6 +372,18 @@ def measure_read_rate(disk, bytes_per_s, seconds=3.0, path=None, min_bytes=32 * 
     return out
 
 
+def check_caps(disk, caps, log):
+    """Measures a cold read of a 64 MiB probe file under each cap (bytes/s) and logs it; returns
+    the measurements as one phrase for a report ("24.8 MB/s under the 25 MB/s cap, ...")."""
+    probe = ensure_probe_file(disk, 64 * MiB)
+    checks = []
+    for c in caps:
+        r = measure_read_rate(disk, c, path=probe, seconds=2.0, min_bytes=8 * MiB)
+        checks.append(f"{r['rate'] / MB:.1f} MB/s under the {c / MB:g} MB/s cap")
+        log(f"cap check: {checks[-1]}")
+    return ", ".join(checks)
+
+
 def main():
     ap = argparse.ArgumentParser(description="Self-test: create a throttled loop disk and measure "
                                  "cold read rates under caps.")
