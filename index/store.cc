@@ -292,7 +292,55 @@ Result<std::shared_ptr<RandomAccessFile>> Store::OpenRecord(uint32_t id,
   return r->file;
 }
 
+Store::RecordTable::RecordTable(uint32_t num_images,
+                                const std::array<uint64_t, kNumGroups + 1>& group_offset) {
+  bool wide = false;
+  for (size_t g = 0; g < kNumGroups; ++g) {
+    base_[g] = group_offset[g];
+    // The index checks that regions are in order; a reversed pair is an empty region here.
+    region_[g] = group_offset[g + 1] >= group_offset[g] ? group_offset[g + 1] - group_offset[g] : 0;
+    wide = wide || region_[g] >= kBad32;
+  }
+  kinds_.resize(num_images);
+  crcs_.resize(size_t{num_images} * kNumGroups);
+  if (wide) {
+    ends64_.resize(crcs_.size());
+  } else {
+    ends32_.resize(crcs_.size());
+  }
+}
+
+void Store::RecordTable::Add(uint32_t slot, EntryKind kind,
+                             const std::array<uint64_t, kNumGroups>& length,
+                             const std::array<uint32_t, kNumGroups>& masked_crc) {
+  kinds_[slot] = kind;
+  for (size_t g = 0; g < kNumGroups; ++g) {
+    const size_t i = size_t{slot} * kNumGroups + g;
+    crcs_[i] = masked_crc[g];
+    // Derived offsets stay inside the region the index gives (docs/format.md, "Piece offsets
+    // are not stored"); a slot that does not fit is marked, and so is every later slot of the
+    // region, so only the files it touches fail.
+    const uint64_t start = slot == 0 ? 0 : End(i - kNumGroups);
+    const bool fits = start <= region_[g] && length[g] <= region_[g] - start;
+    if (ends64_.empty()) {
+      ends32_[i] = fits ? static_cast<uint32_t>(start + length[g]) : kBad32;
+    } else {
+      ends64_[i] = fits ? start + length[g] : UINT64_MAX;
+    }
+  }
+}
+
+PieceRef Store::RecordTable::Piece(uint32_t slot, size_t g) const {
+  const size_t i = size_t{slot} * kNumGroups + g;
+  const uint64_t bad = ends64_.empty() ? kBad32 : UINT64_MAX;
+  const uint64_t start = slot == 0 ? 0 : End(i - kNumGroups);
+  const uint64_t end = End(i);
+  if (start == bad || end == bad) return PieceRef{UINT64_MAX, 0, crcs_[i]};
+  return PieceRef{base_[g] + start, end - start, crcs_[i]};
+}
+
 Result<std::shared_ptr<const Store::RecordTable>> Store::GetRecordTable(uint32_t id) const {
+  std::promise<TableResult> promise;
   {
     MutexLock lock(&mu_);
     auto it = table_of_.find(id);
@@ -300,7 +348,36 @@ Result<std::shared_ptr<const Store::RecordTable>> Store::GetRecordTable(uint32_t
       tables_.splice(tables_.end(), tables_, it->second);  // most recently used last
       return it->second->second;
     }
+    // One reader parses a record's table; the others wait for it (16 readers of one cold
+    // record would otherwise each hold a copy of its tables section).
+    auto loading = table_loading_.find(id);
+    if (loading != table_loading_.end()) {
+      std::shared_future<TableResult> waiting = loading->second;
+      lock.Unlock();
+      return waiting.get();
+    }
+    table_loading_.emplace(id, promise.get_future().share());
   }
+  TableResult result = LoadRecordTable(id);
+  {
+    MutexLock lock(&mu_);
+    table_loading_.erase(id);
+    if (result.has_value() && table_of_.count(id) == 0) {
+      tables_.emplace_back(id, *result);
+      table_of_[id] = std::prev(tables_.end());
+      table_bytes_ += (*result)->MemoryBytes();
+      while (tables_.size() > 1 && table_bytes_ > kMaxTableBytes) {
+        table_bytes_ -= tables_.front().second->MemoryBytes();
+        table_of_.erase(tables_.front().first);
+        tables_.pop_front();
+      }
+    }
+  }
+  promise.set_value(result);
+  return result;
+}
+
+Store::TableResult Store::LoadRecordTable(uint32_t id) const {
   auto rec = GetRecordFile(id);
   if (!rec) return Err(rec.error());
   const RandomAccessFile& f = *rec->file;
@@ -331,45 +408,14 @@ Result<std::shared_ptr<const Store::RecordTable>> Store::GetRecordTable(uint32_t
       crc32c::Value(tables.data(), tables.size() - 4)) {
     return bad("table checksum mismatch");
   }
-  auto table = std::make_shared<RecordTable>();
-  table->kinds.resize(h->num_images);
-  table->pieces.resize(h->num_images);
-  std::array<uint64_t, kNumGroups> at{};
-  for (size_t g = 0; g < kNumGroups; ++g) at[g] = info.group_offset[g];
+  auto table = std::make_shared<RecordTable>(h->num_images, info.group_offset);
   for (uint32_t i = 0; i < h->num_images; ++i) {
     auto img = RecordImageEntry::DecodeFrom(tables.data() + kRecordGroupTableSize +
                                             uint64_t{i} * kRecordImageEntrySize);
     if (!img) return bad("slot " + U(i) + ": " + img.error().message());
-    table->kinds[i] = static_cast<EntryKind>(img->kind);
-    for (size_t g = 0; g < kNumGroups; ++g) {
-      // Derived offsets stay inside the region the index gives (docs/format.md, "Piece offsets
-      // are not stored"); a slot that does not fit gets an impossible offset, so only the files
-      // it touches fail.
-      const uint64_t end = info.group_offset[g + 1];
-      const uint64_t len = img->length[g];
-      if (at[g] > end || len > end - at[g]) {
-        at[g] = end + 1;
-        table->pieces[i][g] = PieceRef{UINT64_MAX, len, img->masked_crc[g]};
-        continue;
-      }
-      table->pieces[i][g] = PieceRef{at[g], len, img->masked_crc[g]};
-      at[g] += len;
-    }
+    table->Add(i, static_cast<EntryKind>(img->kind), img->length, img->masked_crc);
   }
-  std::shared_ptr<const RecordTable> result = std::move(table);
-  MutexLock lock(&mu_);
-  if (table_of_.count(id) == 0) {
-    tables_.emplace_back(id, result);
-    table_of_[id] = std::prev(tables_.end());
-    table_bytes_ += TableBytes(*result);
-    while (tables_.size() > 1 &&
-           (tables_.size() > kMaxRecordTables || table_bytes_ > kMaxTableBytes)) {
-      table_bytes_ -= TableBytes(*tables_.front().second);
-      table_of_.erase(tables_.front().first);
-      tables_.pop_front();
-    }
-  }
-  return result;
+  return std::shared_ptr<const RecordTable>(std::move(table));
 }
 
 Status Store::ResolvePieces(Entry* e) const {
@@ -378,15 +424,17 @@ Status Store::ResolvePieces(Entry* e) const {
   if (!table) return table.error();
   // Named only when something disagrees: this runs on every FUSE read.
   const auto file = [&] { return dir_ + "/" + RecordFileName(e->record); };
-  if (e->slot >= (*table)->pieces.size()) {
+  const RecordTable& t = **table;
+  if (e->slot >= t.size()) {
     return Status::Corruption(file() + ": no slot " + U(e->slot) + " for entry " + U(e->ino));
   }
-  const PieceRefs& p = (*table)->pieces[e->slot];
-  if ((*table)->kinds[e->slot] != e->kind) {
+  if (t.kind(e->slot) != e->kind) {
     return Status::Corruption(file() + ": slot " + U(e->slot) +
                               " is not of the kind the index says (\"" + e->name + "\")");
   }
+  PieceRefs p;
   for (size_t g = 0; g < kNumGroups; ++g) {
+    p[g] = t.Piece(e->slot, g);
     if (p[g].length != e->pieces[g].length || p[g].offset == UINT64_MAX) {
       return Status::Corruption(file() + ": slot " + U(e->slot) + " (\"" + e->name +
                                 "\"): piece of group " + U(g + 1) +

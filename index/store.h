@@ -116,20 +116,43 @@ class Store {
   // Opens record `id` and checks its header: what GetRecordFile does for the first caller.
   Result<OpenRecordFile> OpenRecordFileNow(uint32_t id) const;
 
-  // A record's image table, parsed: each slot's kind and pieces (offsets derived).
-  struct RecordTable {
-    std::vector<EntryKind> kinds;
-    std::vector<PieceRefs> pieces;
+  // A record's image table, parsed: each slot's kind, and per group each piece's CRC and where
+  // it ends, relative to the group's region (a piece starts where the slot before it ends:
+  // offsets are derived, docs/format.md). 32-bit ends when every region is under 4 GiB, so 81
+  // bytes per image: the tables of ImageNet's 1.28M files take ~104 MB.
+  class RecordTable {
+   public:
+    RecordTable(uint32_t num_images, const std::array<uint64_t, kNumGroups + 1>& group_offset);
+    uint32_t size() const { return static_cast<uint32_t>(kinds_.size()); }
+    EntryKind kind(uint32_t slot) const { return kinds_[slot]; }
+    // Slot `slot`'s piece of group g (0-based); offset UINT64_MAX if it lies outside its region.
+    PieceRef Piece(uint32_t slot, size_t g) const;
+    // Sets slot `slot` (in slot order, from 0): the pieces' lengths, CRCs and its kind.
+    void Add(uint32_t slot, EntryKind kind, const std::array<uint64_t, kNumGroups>& length,
+             const std::array<uint32_t, kNumGroups>& masked_crc);
+    uint64_t MemoryBytes() const {
+      return sizeof(*this) + kinds_.size() + crcs_.size() * 4 + ends32_.size() * 4 +
+             ends64_.size() * 8;
+    }
+
+   private:
+    uint64_t End(size_t i) const { return ends64_.empty() ? ends32_[i] : ends64_[i]; }
+    static constexpr uint32_t kBad32 = UINT32_MAX;
+    std::array<uint64_t, kNumGroups> base_{};    // each region's offset in the record
+    std::array<uint64_t, kNumGroups> region_{};  // and its length
+    std::vector<EntryKind> kinds_;               // by slot
+    std::vector<uint32_t> crcs_;                 // slot * kNumGroups + g
+    std::vector<uint32_t> ends32_;               // the same index; kBad32: outside
+    std::vector<uint64_t> ends64_;               // when a region is >= 4 GiB; UINT64_MAX
   };
-  Result<std::shared_ptr<const RecordTable>> GetRecordTable(uint32_t id) const EXCLUDES(mu_);
-  static uint64_t TableBytes(const RecordTable& t) {
-    return t.kinds.size() * (sizeof(EntryKind) + sizeof(PieceRefs));
-  }
-  static constexpr size_t kMaxRecordTables = 64;
-  // The parsed tables kept take at most this many bytes (the newest is always kept), and a
-  // record's tables section longer than kMaxTableSection is refused: a hostile store's record
-  // may claim up to 2^24 images.
-  static constexpr uint64_t kMaxTableBytes = uint64_t{64} << 20;
+  using TableResult = Result<std::shared_ptr<const RecordTable>>;
+  TableResult GetRecordTable(uint32_t id) const EXCLUDES(mu_);
+  // Reads, checks and parses record id's table (GetRecordTable's miss).
+  TableResult LoadRecordTable(uint32_t id) const EXCLUDES(mu_);
+  // The parsed tables kept take at most this many bytes (the newest is always kept; ImageNet's
+  // whole store fits), and a record's tables section longer than kMaxTableSection is refused:
+  // a hostile store's record may claim up to 2^24 images.
+  static constexpr uint64_t kMaxTableBytes = uint64_t{128} << 20;
   static constexpr uint64_t kMaxTableSection = uint64_t{256} << 20;
 
   mutable Mutex mu_;
@@ -139,6 +162,8 @@ class Store {
       GUARDED_BY(mu_);
   mutable std::unordered_map<uint32_t, decltype(tables_)::iterator> table_of_ GUARDED_BY(mu_);
   mutable uint64_t table_bytes_ GUARDED_BY(mu_) = 0;
+  mutable std::unordered_map<uint32_t, std::shared_future<TableResult>> table_loading_
+      GUARDED_BY(mu_);
   // Records being opened: later callers wait for the first one's result instead of opening
   // (and, for a remote store, fetching the header and tables) again.
   mutable std::unordered_map<uint32_t, std::shared_future<Result<OpenRecordFile>>> opening_
