@@ -44,6 +44,16 @@ void ReadPredictor::OnRead(const index::Entry& e, int level) {
       expand = p != parents_.end() && p->second.expanding;
     }
     if (e.ino < d.first_child || e.ino - d.first_child >= d.num_children) return;
+    const uint64_t child = e.ino - d.first_child;
+    if (d.read.empty()) d.read.assign(d.num_children, false);
+    if (d.read[child] && d.last_ino != e.ino) {  // not the same file's next request
+      d.read.assign(d.num_children, false);
+      d.planned_all = false;
+      d.distinct = 0;
+      d.readahead_end = 0;
+      ++passes_;
+    }
+    d.read[child] = true;
     if (expand && !d.planned_all) {  // a sibling of dense folders: read it all from the start
       d.planned_all = true;
       plan_first = 0;
@@ -55,7 +65,6 @@ void ReadPredictor::OnRead(const index::Entry& e, int level) {
       if (dir_parent != e.parent && d.distinct <= 2) sibling_reads = d.distinct;
       const uint64_t dense =
           std::max<uint64_t>(2, (d.num_children * options_.dense_percent + 99) / 100);
-      const uint64_t child = e.ino - d.first_child;
       if (options_.dense_percent > 0 && d.distinct >= dense) {
         d.planned_all = true;
         plan_first = 0;
@@ -69,6 +78,7 @@ void ReadPredictor::OnRead(const index::Entry& e, int level) {
         d.readahead_end = d.first_child + end;
       }
     }
+    d.last_ino = e.ino;
   }
   if (plan_count > 0) Plan(e.parent, plan_first, plan_count, level);
   if (sibling_reads > 0) expand = NoteSiblingRead(dir_parent, level, sibling_reads);

@@ -17,6 +17,9 @@
 //   of many folders (a browser showing a file per folder) is not enough: no folder is read
 //   twice. Only direct subdirectories: a parent planned this way does not count toward its
 //   own parent.
+// A file of a directory read again (another file read between) starts the directory's next pass,
+// as the next epoch of a training job does: its counts start again, and it is planned afresh
+// (the scheduler's queue skips what it took lately: fs/speculation_queue.h).
 // A planned file contributes its level-k pieces, one per group region; pieces of consecutive
 // files in a region are adjacent and merge into one range. Files of other directories in the
 // same records are never part of a plan, so a folder read cold reads the folder's bytes only.
@@ -27,6 +30,7 @@
 #include <cstdint>
 #include <map>
 #include <utility>
+#include <vector>
 
 #include "common/mutex.h"
 #include "fs/page_pusher.h"
@@ -60,6 +64,11 @@ class ReadPredictor {
   void OnRead(const index::Entry& e, int level);
 
   bool enabled() const { return options_.dense_percent > 0 || options_.readahead_files > 0; }
+  // Directory passes started again (tests).
+  uint64_t passes() const EXCLUDES(mu_) {
+    MutexLock l(&mu_);
+    return passes_;
+  }
 
  private:
   struct DirAccess {
@@ -69,6 +78,9 @@ class ReadPredictor {
     uint64_t readahead_end = 0;                  // inodes below this are planned
     uint64_t parent = 0;                         // this directory's parent
     bool planned_all = false;
+    // Children read in this pass (by index): a file read again starts the next pass (an
+    // epoch), planned afresh.
+    std::vector<bool> read;
   };
   // A directory whose subdirectories are being read (by (dir, level)).
   struct ParentAccess {
@@ -90,9 +102,10 @@ class ReadPredictor {
   RecordScheduler& scheduler_;
   const Options options_;
   PagePusher* const pusher_;
-  Mutex mu_;
+  mutable Mutex mu_;
   std::map<std::pair<uint64_t, int>, DirAccess> dirs_ GUARDED_BY(mu_);  // by (dir, level)
   std::map<std::pair<uint64_t, int>, ParentAccess> parents_ GUARDED_BY(mu_);
+  uint64_t passes_ GUARDED_BY(mu_) = 0;
 };
 
 }  // namespace pcrfs::fs

@@ -293,5 +293,41 @@ TEST(ReadPredictorTest, ReadsSpreadOverSiblingFoldersFetchTheirParentsOtherFolde
   stdfs::remove_all(dir);
 }
 
+// The next epoch reads a folder's files again: a file read again (another read between) starts
+// the folder's next pass, planned afresh; the same file's next request does not.
+TEST(ReadPredictorTest, AFolderReadAgainStartsItsNextPass) {
+  const std::string dir =
+      stdfs::temp_directory_path() / ("pcrfs-predictor-passes-" + std::to_string(::getpid()));
+  BuildStore(dir, {"a"}, 8);
+  auto store = OpenLogged(dir);
+  ASSERT_TRUE(store.has_value());
+  RecordScheduler scheduler;
+  ReadPredictor predictor(**store, scheduler, {.dense_percent = 25, .readahead_files = 0});
+  auto folder = (*store)->index().LookupPath("a");
+  ASSERT_TRUE(folder.has_value());
+  std::vector<index::Entry> files;
+  ASSERT_TRUE((*store)
+                  ->index()
+                  .List(*folder, 0,
+                        [&](const index::Entry& e) {
+                          files.push_back(e);
+                          return true;
+                        })
+                  .ok());
+  ASSERT_EQ(files.size(), 8u);
+  const std::vector<size_t> order = {5, 2, 7, 0, 3, 6, 1, 4};
+  for (int pass = 0; pass < 3; ++pass) {
+    for (size_t i : order) {
+      predictor.OnRead(files[i], 5);
+      predictor.OnRead(files[i], 5);  // the same file's next request
+    }
+    EXPECT_EQ(predictor.passes(), static_cast<uint64_t>(pass)) << pass;
+  }
+  // Another level is another pass count, and its own first pass.
+  predictor.OnRead(files[0], 3);
+  EXPECT_EQ(predictor.passes(), 2u);
+  stdfs::remove_all(dir);
+}
+
 }  // namespace
 }  // namespace pcrfs::fs

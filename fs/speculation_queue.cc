@@ -26,14 +26,44 @@ void SpeculationQueue::Insert(RangeSet* set, uint64_t begin, uint64_t end,
 std::vector<SpeculationQueue::Range> SpeculationQueue::Add(
     const std::shared_ptr<RandomAccessFile>& file, const std::vector<Range>& ranges,
     uint64_t size) {
-  std::vector<Range> added;
+  MaybeForget();
+  std::vector<Range> added, fresh;
   RangeSet& seen = seen_[file.get()];
+  auto before = seen_before_.find(file.get());
   for (const Range& r : ranges) {
     if (r.offset >= size) continue;
-    Insert(&seen, r.offset, r.offset + std::min(r.length, size - r.offset), &added);
+    const uint64_t end = r.offset + std::min(r.length, size - r.offset);
+    fresh.clear();
+    if (before == seen_before_.end()) {
+      fresh.push_back({r.offset, end - r.offset});
+    } else {
+      Subtract(before->second, r.offset, end, &fresh);
+    }
+    for (const Range& f : fresh) Insert(&seen, f.offset, f.offset + f.length, &added);
   }
   for (const Range& r : added) Enqueue(file, r.offset, r.offset + r.length, false);
   return added;
+}
+
+void SpeculationQueue::Subtract(const RangeSet& set, uint64_t begin, uint64_t end,
+                                std::vector<Range>* out) {
+  auto it = set.upper_bound(begin);
+  if (it != set.begin() && std::prev(it)->second > begin) --it;
+  uint64_t pos = begin;
+  for (; it != set.end() && it->first < end; ++it) {
+    if (it->first > pos) out->push_back({pos, it->first - pos});
+    pos = std::max(pos, it->second);
+  }
+  if (pos < end) out->push_back({pos, end - pos});
+}
+
+void SpeculationQueue::MaybeForget() {
+  if (taken_since_forget_ <= forget_after_) return;
+  seen_before_ = std::move(seen_);
+  seen_.clear();
+  for (const Pending& p : queue_) Insert(&seen_[p.file.get()], p.offset, p.end, nullptr);
+  taken_since_forget_ = 0;
+  ++forgotten_;
 }
 
 void SpeculationQueue::Clear() {
@@ -91,6 +121,7 @@ SpeculationQueue::Pending SpeculationQueue::TakeFront(uint64_t n) {
     queued_[p.file.get()].emplace(p.offset, queue_.begin());
   }
   queued_bytes_ -= taken.end - taken.offset;
+  taken_since_forget_ += taken.end - taken.offset;
   return taken;
 }
 
@@ -108,6 +139,7 @@ SpeculationQueue::Range SpeculationQueue::Promote(const RandomAccessFile* file, 
   // what is queued. What is left of the queued range on either side stays queued, in place.
   const uint64_t end = std::min(it->end, r.offset + std::max(r.length, chunk));
   queued_bytes_ -= end - r.offset;
+  taken_since_forget_ += end - r.offset;
   ++promoted_reads_;
   promoted_bytes_ += end - r.offset;
   const Pending right{it->file, end, it->end};

@@ -1,11 +1,15 @@
 // The record scheduler's queue of speculative reads (fs/record_scheduler.h): byte ranges of
-// record files, first in first out, with what it has ever queued per file so that no byte is
-// read speculatively twice. Pure data: no threads, no clock, no lock (the scheduler holds
-// its own).
+// record files, first in first out, with what it has queued per file so that no byte is read
+// speculatively twice while the caches may still hold it. Pure data: no threads, no clock, no
+// lock (the scheduler holds its own).
 //
-// - Add queues the parts of ranges not queued or read before (per file), at the back; a
+// - Add queues the parts of ranges not queued or taken before (per file), at the back; a
 //   range that touches one queued for the same file joins it, so ranges planned folder by
-//   folder become one long range where the folders lie side by side in the record.
+//   folder become one long range where the folders lie side by side in the record. Once
+//   `forget_after` bytes have been taken since, ranges taken before may be queued again: a
+//   long training job reads a dataset larger than its caches epoch after epoch, and by then
+//   the caches have let them go (warming bytes a cache still holds costs little: a remote
+//   file fetches only what its cache lacks, a local one copies from the page cache).
 // - TakeFront takes a chunk from the front; PushFront puts one back (a busy source).
 // - Promote takes, out of the middle of the queue, a window of a queued range that a demand
 //   read starts in (the scheduler's WillRead).
@@ -13,6 +17,7 @@
 // not a walk of the queue.
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <list>
 #include <map>
@@ -37,12 +42,20 @@ class SpeculationQueue {
     uint64_t end;
   };
 
-  // Queues `ranges` of `file` (clipped to `size`, in this order) minus every byte queued or
-  // taken for `file` before; returns the parts it queued.
+  // By default, what was taken is forgotten after the remote memory cache's default size
+  // (-o remote_cache) more has been taken.
+  static constexpr uint64_t kForgetAfter = uint64_t{256} << 20;
+  explicit SpeculationQueue(uint64_t forget_after = kForgetAfter) : forget_after_(forget_after) {}
+
+  // Queues `ranges` of `file` (clipped to `size`, in this order) minus every byte queued now or
+  // taken for `file` before (within the last forget_after bytes taken); returns the parts it
+  // queued.
   std::vector<Range> Add(const std::shared_ptr<RandomAccessFile>& file,
                          const std::vector<Range>& ranges, uint64_t size);
   // Puts [offset, end) of `file` (taken before, not queued now) back at the front.
   void PushFront(const std::shared_ptr<RandomAccessFile>& file, uint64_t offset, uint64_t end) {
+    Insert(&seen_[file.get()], offset, end, nullptr);  // seen, even if forgotten since taken
+    taken_since_forget_ -= std::min(taken_since_forget_, end - offset);
     Enqueue(file, offset, end, /*front=*/true);
   }
   bool empty() const { return queue_.empty(); }
@@ -57,6 +70,8 @@ class SpeculationQueue {
   Range Promote(const RandomAccessFile* file, const Range& r, uint64_t chunk);
   // Drops everything queued (what was queued before still counts as seen).
   void Clear();
+  // How many times what was taken was forgotten (tests, stats).
+  uint64_t forgotten() const { return forgotten_; }
 
   uint64_t queued_bytes() const { return queued_bytes_; }
   uint64_t promoted_reads() const { return promoted_reads_; }
@@ -68,6 +83,8 @@ class SpeculationQueue {
   using RangeSet = std::map<uint64_t, uint64_t>;
   // Adds [begin, end) to `set`; appends to `added` (if not null) the parts that were new.
   static void Insert(RangeSet* set, uint64_t begin, uint64_t end, std::vector<Range>* added);
+  // Appends to `out` the parts of [begin, end) that `set` does not hold.
+  static void Subtract(const RangeSet& set, uint64_t begin, uint64_t end, std::vector<Range>* out);
 
  private:
   using Queue = std::list<Pending>;
@@ -80,10 +97,19 @@ class SpeculationQueue {
                bool front);
   void Unindex(const Pending& p);
 
+  // Once more than forget_after_ bytes were taken since the last time: what the generation
+  // before last saw is forgotten (so a range is queued again only after at least that many
+  // bytes were taken since it was), and the new generation starts with what is queued now.
+  void MaybeForget();
+
+  const uint64_t forget_after_;
   Queue queue_;
   std::unordered_map<const RandomAccessFile*, QueueIndex> queued_;
-  std::unordered_map<const RandomAccessFile*, RangeSet> seen_;
+  // Queued or taken: in this generation, and in the one before.
+  std::unordered_map<const RandomAccessFile*, RangeSet> seen_, seen_before_;
   uint64_t queued_bytes_ = 0;
+  uint64_t taken_since_forget_ = 0;
+  uint64_t forgotten_ = 0;
   uint64_t promoted_reads_ = 0, promoted_bytes_ = 0;
 };
 

@@ -163,6 +163,52 @@ TEST(SpeculationQueueTest, ClearDropsTheQueueButRemembersWhatWasSeen) {
   EXPECT_TRUE(q.Add(a, {{0, 100}}, 1000).empty());
 }
 
+// A dataset larger than the caches, read epoch after epoch: once more than forget_after bytes
+// were taken since, a range taken before is queued again (the caches have let it go), but
+// never one that is queued now, nor one put back.
+TEST(SpeculationQueueTest, WhatWasTakenIsForgottenAfterEnoughMoreWasTaken) {
+  Q q(/*forget_after=*/100);
+  auto a = File("a"), b = File("b");
+  q.Add(a, {{0, 100}}, 1000);
+  q.TakeFront(100);
+  EXPECT_TRUE(q.Add(a, {{0, 100}}, 1000).empty()) << "100 bytes taken since: still cached";
+  q.Add(b, {{0, 100}}, 1000);
+  q.TakeFront(100);  // 200 taken since the start
+  EXPECT_TRUE(q.Add(a, {{0, 100}}, 1000).empty()) << "a was taken only 100 bytes ago";
+  EXPECT_EQ(q.forgotten(), 1u);
+  q.Add(b, {{200, 150}}, 1000);
+  q.TakeFront(150);  // 150 more: a was taken 250 bytes ago
+  auto again = q.Add(a, {{0, 100}}, 1000);
+  EXPECT_EQ(q.forgotten(), 2u);
+  ASSERT_EQ(again.size(), 1u);
+  EXPECT_EQ(again[0].offset, 0u);
+  EXPECT_EQ(again[0].length, 100u);
+  // b:200-350 was taken in the last generation: still seen; b:0-100 before it: forgotten.
+  auto b_again = q.Add(b, {{0, 400}}, 1000);
+  ASSERT_EQ(b_again.size(), 2u);
+  EXPECT_EQ(b_again[0].offset, 0u);
+  EXPECT_EQ(b_again[0].length, 200u);
+  EXPECT_EQ(b_again[1].offset, 350u);
+  EXPECT_EQ(b_again[1].length, 50u);
+  EXPECT_EQ(q.queued_bytes(), 350u);
+  EXPECT_TRUE(q.Add(b, {{0, 400}}, 1000).empty()) << "what is queued is never queued twice";
+  EXPECT_TRUE(q.Add(a, {{0, 100}}, 1000).empty());
+  uint64_t total = 0;
+  for (const Q::Pending& p : q.Snapshot()) total += p.end - p.offset;
+  EXPECT_EQ(total, q.queued_bytes());
+  // A range taken and put back (a busy source) is queued once, even across a forgetting.
+  Q r(/*forget_after=*/10);
+  r.Add(a, {{0, 100}}, 1000);
+  auto t = r.TakeFront(50);
+  r.Add(b, {{0, 20}}, 1000);
+  r.TakeFront(50);  // a:50-100
+  r.TakeFront(20);  // b:0-20: another forgetting is due at the next Add
+  r.PushFront(t.file, t.offset, t.end);
+  EXPECT_TRUE(r.Add(a, {{0, 50}}, 1000).empty()) << "queued again by PushFront";
+  EXPECT_EQ(r.forgotten(), 2u);
+  EXPECT_EQ(r.queued_bytes(), 50u);
+}
+
 // Many files with many ranges each: lookups go through the per-file index, so this stays
 // fast (a walk of the queue per promotion would take 10^10 steps).
 TEST(SpeculationQueueTest, ManyQueuedRanges) {
