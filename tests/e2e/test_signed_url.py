@@ -95,12 +95,16 @@ class SignedUrlTest(LoopbackServersCase):
             with open("/proc/mounts") as f:
                 mounts = [line for line in f if m.mnt in line]
             mount_out = run(["mount"], text=True).stdout
+            # Every user can read a process's command line: the daemon blanks the query there.
+            with open(f"/proc/{m.proc.pid}/cmdline", "rb") as f:
+                cmdline = f.read().replace(b"\0", b" ").decode()
+            self.assertIn(self.base + "?", cmdline)
             stderr = m.log()
         self.assertEqual(len(mounts), 1, mounts)
         # The fsname is the URL without its query.
         self.assertTrue(mounts[0].startswith(f"pcrfs:{self.base} "), mounts[0])
         for what, text in (("xattr", xattr), ("/proc/mounts", mounts[0]),
-                           ("mount", mount_out), ("stderr", stderr)):
+                           ("mount", mount_out), ("stderr", stderr), ("cmdline", cmdline)):
             self.assert_no_token(text, what)
         with open(log_file) as f:
             self.assert_no_token(f.read(), "log file")
