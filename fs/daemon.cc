@@ -404,6 +404,7 @@ int OpenAndServe(fuse_session* se, Filesystem** fs_slot, const MountConfig& conf
   FsOptions fs_options = config.fs;
   std::shared_ptr<ObjectClient> client;
   if (location.remote) {  // after the fork: curl's threads and handles do not survive one
+    fs_options.speculation_memory = config.remote.memory_cache;
     if (Status s = StartCredentialRenewal(location); !s.ok()) {
       Log(LogLevel::kError, location.name + ": " + s.message());
       return 2;

@@ -52,6 +52,9 @@ struct FsOptions {
   gid_t gid = 0;
   // Piece cache cap; with form=baseline a quarter of it holds transcoded files (BaselineCache).
   uint64_t cache_bytes = uint64_t{256} << 20;
+  // A range taken for speculation may be taken again once this many bytes more were taken (the
+  // caches may have let it go: fs/speculation_queue.h); a remote store's memory cache size.
+  uint64_t speculation_memory = SpeculationQueue::kForgetAfter;
   // When reads walk a directory in order, fetch this many following files (ReadPredictor).
   uint32_t readahead_slots = 64;
   // Once this percentage of a directory's files has been read (a shuffled epoch touches every
@@ -247,7 +250,8 @@ class Filesystem {
   // ones from predictor_). Declared after store_: destroyed first, its threads joined while
   // the record files are still open.
   mutable RecordScheduler scheduler_{[this](const RandomAccessFile& f, uint64_t offset,
-                                            uint64_t end) { pusher_.Arrived(&f, offset, end); }};
+                                            uint64_t end) { pusher_.Arrived(&f, offset, end); },
+                                     options_.speculation_memory};
   mutable ReadPredictor predictor_{
       *store_, scheduler_, {options_.prefetch_percent, options_.readahead_slots}, &pusher_};
   // FillLevel's thread; declared last, so it stops before anything it uses goes.

@@ -36,7 +36,8 @@ double SecondsSince(std::chrono::steady_clock::time_point start) {
 
 }  // namespace
 
-RecordScheduler::RecordScheduler(OnArrived on_arrived) : on_arrived_(std::move(on_arrived)) {
+RecordScheduler::RecordScheduler(OnArrived on_arrived, uint64_t forget_after)
+    : on_arrived_(std::move(on_arrived)), queue_(forget_after) {
   for (int i = 0; i < kWorkers; ++i) pool_.emplace_back([this] { Worker(); });
 }
 

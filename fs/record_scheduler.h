@@ -58,7 +58,9 @@ class RecordScheduler {
   // bytes [offset, end) of the file are in the source's cache now (PagePusher::Arrived).
   using OnArrived = std::function<void(const RandomAccessFile&, uint64_t offset, uint64_t end)>;
 
-  explicit RecordScheduler(OnArrived on_arrived = nullptr);
+  // forget_after: SpeculationQueue's.
+  explicit RecordScheduler(OnArrived on_arrived = nullptr,
+                           uint64_t forget_after = SpeculationQueue::kForgetAfter);
   ~RecordScheduler();  // drops queued speculative work and joins the pool
   RecordScheduler(const RecordScheduler&) = delete;
   RecordScheduler& operator=(const RecordScheduler&) = delete;
