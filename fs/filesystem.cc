@@ -299,6 +299,12 @@ void Filesystem::ReportRecordProblem(uint32_t record, const Status& s) const {
                               "verify)");
 }
 
+namespace {
+// What the bytes showed (Corruption): damage, reported. A timeout, a 503 or a refused request
+// is the network's: the read fails with EIO, nothing is counted or logged as damage.
+bool IsDamage(const Status& s) { return s.IsCorruption(); }
+}  // namespace
+
 Result<std::shared_ptr<RandomAccessFile>> Filesystem::OpenRecord(uint32_t record) const {
   Status header;
   auto file = store_->OpenRecord(record, &header);
@@ -338,7 +344,8 @@ Result<PieceBytes> Filesystem::GetBlock(const RandomAccessFile& file, const inde
     Status s = scheduler_.Demand(file, bytes->size(), [&] {
       return store_->ReadBlock(file, e, group, block, bytes->data());
     });
-    if (!s.ok()) return Err(Status::IOError(s.message(), EIO));
+    // Corruption stays Corruption (damage, EIO too); anything else is EIO (a 404 no ENOENT).
+    if (!s.ok()) return Err(s.IsCorruption() ? s : Status::IOError(s.message(), EIO));
     return PieceBytes(std::move(bytes));
   });
 }
@@ -411,12 +418,12 @@ Result<size_t> Filesystem::ReadStored(const index::Entry& entry, int level, uint
   // cold read waits for the slowest piece instead of the sum of all.
   auto file = OpenRecord(e.record);
   if (!file) {
-    ReportDamage(e, level, file.error());
+    if (IsDamage(file.error())) ReportDamage(e, level, file.error());
     return Err(Status::IOError(file.error().message(), EIO));
   }
   // A format 4 index holds piece lengths only: offsets and CRCs come from the record's table.
   if (Status s = store_->ResolvePieces(&e); !s.ok()) {
-    ReportDamage(e, level, s);
+    if (IsDamage(s)) ReportDamage(e, level, s);
     return Err(Status::IOError(s.message(), EIO));
   }
   // Which pieces, which parts of them, and which bytes of the tail (index/level_plan.h).
@@ -443,7 +450,7 @@ Result<size_t> Filesystem::ReadStored(const index::Entry& entry, int level, uint
     for (uint64_t b = s.first_block(); b < s.end_block(); ++b) {
       auto block = GetBlock(**file, e, s.group, b, !whole_file);
       if (!block) {
-        ReportDamage(e, level, block.error());
+        if (IsDamage(block.error())) ReportDamage(e, level, block.error());
         return Err(block.error());
       }
       const uint64_t block_begin = b * index::kChecksumBlockSize;
