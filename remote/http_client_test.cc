@@ -292,6 +292,53 @@ TEST(HttpClientTest, RetriesServerErrorsHonouringRetryAfter) {
   EXPECT_EQ(s.retries[static_cast<size_t>(RetryReason::kServerError)], 1u);
 }
 
+// "Retry-After: 0" on every answer asks for no wait: the whole backoff step still applies
+// (it made 10 tries in 12 ms), and a longer Retry-After still wins (the test above).
+TEST(HttpClientTest, RetryAfterZeroKeepsTheBackoff) {
+  const std::string obj = Object(100);
+  TestHttpServer server([&](const std::string& req, int n) {
+    if (n <= 4) return TestHttpServer::Reply(503, "Service Unavailable", "", "Retry-After: 0\r\n");
+    return Serve(obj, req);
+  });
+  HttpClientOptions o = Fast();
+  o.base_backoff = std::chrono::milliseconds(100);
+  o.max_backoff = std::chrono::milliseconds(2000);
+  auto client = MakeClient(o);
+  std::string got;
+  auto start = std::chrono::steady_clock::now();
+  auto r = GetRange(*client, server.url("/o"), 0, 10, &got);
+  auto waited = std::chrono::steady_clock::now() - start;
+  ASSERT_TRUE(r.has_value()) << r.error().ToString();
+  EXPECT_EQ(r->attempts, 5);
+  // Waits of at least 100 + 200 + 400 + 800 ms, at most 1.5 times that.
+  EXPECT_GE(waited, std::chrono::milliseconds(1500));
+  EXPECT_LT(waited, std::chrono::milliseconds(4000));
+}
+
+TEST(HttpClientTest, ServerTextIsOneShortPrintableLine) {
+  EXPECT_EQ(ServerText("NoSuchKey"), "NoSuchKey");
+  EXPECT_EQ(ServerText("a\r\nb\x01\xff"), "a??b??");
+  EXPECT_EQ(ServerText(std::string(100000, 'x')), std::string(64, 'x') + "...");
+  EXPECT_EQ(ServerText("abcdef", 3), "abc...");
+}
+
+// A Content-Range of 90 KB (leading zeros parse) is not repeated in the message: one short
+// line.
+TEST(HttpClientTest, AWrongContentRangeIsShownShort) {
+  TestHttpServer server([&](const std::string&, int) {
+    return TestHttpServer::Reply(
+        206, "Partial Content", "0123456789",
+        "Content-Range: bytes " + std::string(90000, '0') + "5-14/100\r\n");
+  });
+  auto client = MakeClient();
+  std::string got;
+  auto r = GetRange(*client, server.url("/o"), 0, 10, &got);
+  ASSERT_FALSE(r.has_value());
+  EXPECT_NE(r.error().message().find("asked bytes 0-9, got bytes 0000"), std::string::npos)
+      << r.error().message().substr(0, 300);
+  EXPECT_LT(r.error().message().size(), 300u) << r.error().message().substr(0, 300);
+}
+
 TEST(HttpClientTest, RetriesResetsAndShortBodies) {
   const std::string obj = Object(10000);
   TestHttpServer server([&](const std::string& req, int n) {
