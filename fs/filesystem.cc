@@ -300,9 +300,12 @@ void Filesystem::ReportRecordProblem(uint32_t record, const Status& s) const {
 }
 
 namespace {
-// What the bytes showed (Corruption): damage, reported. A timeout, a 503 or a refused request
-// is the network's: the read fails with EIO, nothing is counted or logged as damage.
-bool IsDamage(const Status& s) { return s.IsCorruption(); }
+// Damage, reported: what the bytes showed (Corruption) or a local read error (EIO: a bad
+// sector). A timeout, a 503 or a refused request (a remote store's: ETIMEDOUT, EACCES, none)
+// is the network's: the read fails with EIO all the same, nothing is counted or logged.
+bool IsDamage(const Status& s) {
+  return s.IsCorruption() || (s.code() == Status::Code::kIOError && s.sys_errno() == EIO);
+}
 }  // namespace
 
 Result<std::shared_ptr<RandomAccessFile>> Filesystem::OpenRecord(uint32_t record) const {
@@ -344,8 +347,9 @@ Result<PieceBytes> Filesystem::GetBlock(const RandomAccessFile& file, const inde
     Status s = scheduler_.Demand(file, bytes->size(), [&] {
       return store_->ReadBlock(file, e, group, block, bytes->data());
     });
-    // Corruption stays Corruption (damage, EIO too); anything else is EIO (a 404 no ENOENT).
-    if (!s.ok()) return Err(s.IsCorruption() ? s : Status::IOError(s.message(), EIO));
+    // Damage stays as it is (EIO to the reader); anything else is an IOError without errno
+    // (EIO to the reader, a 404 no ENOENT, and no damage: IsDamage).
+    if (!s.ok()) return Err(IsDamage(s) ? s : Status::IOError(s.message()));
     return PieceBytes(std::move(bytes));
   });
 }
