@@ -956,8 +956,10 @@ class HttpClient::Impl {
   // passes fails then, a background one too (its tries get a deadline of their own when they
   // start): a stalled origin that holds every connection cannot hold a read that waits for a
   // queued fetch past the deadline.
+  // Sets next_queued_deadline_ (the loop wakes then).
   void ExpireQueued(Clock::time_point now) {
     std::vector<std::unique_ptr<Transfer>> expired;
+    next_queued_deadline_ = Clock::time_point::max();
     for (auto* queue : {&demand_, &background_}) {
       for (auto it = queue->begin(); it != queue->end();) {
         Transfer* t = it->get();
@@ -965,6 +967,7 @@ class HttpClient::Impl {
           expired.push_back(std::move(*it));
           it = queue->erase(it);
         } else {
+          next_queued_deadline_ = std::min(next_queued_deadline_, t->deadline);
           ++it;
         }
       }
@@ -1024,10 +1027,13 @@ class HttpClient::Impl {
       }
       Dispatch();  // connections the finished transfers freed (a new handle makes the poll short)
       int timeout_ms = 1000;
-      if (!waiting_.empty()) {
-        auto until =
-            std::chrono::duration_cast<milliseconds>(waiting_.begin()->first - Clock::now());
-        timeout_ms = static_cast<int>(std::clamp<int64_t>(until.count(), 0, 1000));
+      for (Clock::time_point when :
+           {waiting_.empty() ? Clock::time_point::max() : waiting_.begin()->first,
+            next_queued_deadline_}) {
+        if (when == Clock::time_point::max()) continue;
+        auto until = std::chrono::duration_cast<milliseconds>(when - Clock::now());
+        timeout_ms =
+            std::min(timeout_ms, static_cast<int>(std::clamp<int64_t>(until.count(), 0, 1000)));
       }
       long curl_timeout = -1;
       curl_multi_timeout(multi_, &curl_timeout);
@@ -1067,7 +1073,9 @@ class HttpClient::Impl {
   std::deque<std::unique_ptr<Transfer>> demand_;      // I/O thread only; not yet in curl
   std::deque<std::unique_ptr<Transfer>> background_;  // I/O thread only; not yet in curl
   int background_active_ = 0;                         // I/O thread only; of active_
-  std::mt19937_64 rng_;                               // I/O thread only
+  // The earliest deadline of a transfer in demand_ or background_ (ExpireQueued); I/O thread.
+  Clock::time_point next_queued_deadline_ = Clock::time_point::max();
+  std::mt19937_64 rng_;  // I/O thread only
 
   Mutex mu_;
   std::deque<std::unique_ptr<Transfer>> queue_ GUARDED_BY(mu_);

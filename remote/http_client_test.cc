@@ -496,6 +496,49 @@ TEST(HttpClientTest, DeadlineBoundsAStalledServer) {
   EXPECT_GE(took, std::chrono::milliseconds(600));
 }
 
+// A request waiting for a connection fails at its deadline (counted from its submission),
+// even while the connection is held longer by a background try (whose deadline starts when it
+// starts): before, it waited for that try to end, then had a whole deadline of its own.
+TEST(HttpClientTest, AQueuedRequestFailsAtItsDeadline) {
+  TestHttpServer server([&](const std::string&, int) {
+    TestReply r = TestHttpServer::Reply(200, "OK", "late");
+    r.delay_ms = 2500;
+    return r;
+  });
+  HttpClientOptions o = Fast();
+  o.deadline = std::chrono::milliseconds(600);
+  o.max_connections_per_host = 1;
+  auto client = MakeClient(o);
+  using SteadyTime = std::chrono::steady_clock::time_point;
+  auto fetch = [&](bool background) {
+    auto done = std::make_shared<std::promise<std::pair<SteadyTime, bool>>>();
+    auto f = done->get_future();
+    HttpRequest r;
+    r.url = server.url("/x");
+    r.background = background;
+    client->Fetch(std::move(r), [done](Result<HttpResponse> res) {
+      done->set_value({std::chrono::steady_clock::now(), res.has_value()});
+    });
+    return f;
+  };
+  const auto t0 = std::chrono::steady_clock::now();
+  auto d0 = fetch(false);  // holds the connection until its deadline (600 ms)
+  std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  const auto t1 = std::chrono::steady_clock::now();
+  auto b1 = fetch(true);  // gets the connection at ~600 ms, with a deadline of its own
+  auto b2 = fetch(true);  // still queued at its deadline (~700 ms)
+  const auto [d0_end, d0_ok] = d0.get();
+  EXPECT_FALSE(d0_ok);
+  EXPECT_LT(d0_end - t0, std::chrono::milliseconds(1100));
+  const auto [b2_end, b2_ok] = b2.get();
+  EXPECT_FALSE(b2_ok);
+  // ~600 ms; before: b1's end (~1200 ms from t0) and then a deadline of its own (~1800 ms).
+  EXPECT_GE(b2_end - t1, std::chrono::milliseconds(550));
+  EXPECT_LT(b2_end - t1, std::chrono::milliseconds(1050));
+  EXPECT_FALSE(b1.get().second);
+  EXPECT_GE(client->stats().failed_by_reason.count("gave up: no connection"), 1u);
+}
+
 TEST(HttpClientTest, ConnectionRefusedGivesUpAtTheDeadline) {
   int port;
   {
