@@ -265,5 +265,36 @@ TEST(RemoteSourceTest, WhatAUrlNames) {
   EXPECT_FALSE(CheckBuildArguments(c).ok());
 }
 
+// A listing whose continuation tokens go round (A, B, A, ...) ends in one line, not a loop.
+class LoopingLister final : public ObjectClient {
+ public:
+  Result<ObjectListing> List(std::string_view token, uint32_t) override {
+    ++pages;
+    ObjectListing page;
+    page.entries.push_back({"k" + std::to_string(pages), 1, 0, 0});
+    page.next_token = token == "A" ? "B" : "A";  // "" -> A -> B -> A
+    return page;
+  }
+  std::string Name(std::string_view key) const override { return "s3://b/" + std::string(key); }
+  int pages = 0;
+
+ protected:
+  void DoGet(ObjectGet, GetCallback done) override { done(Err(Status::NotFound("no"))); }
+};
+
+TEST(RemoteSourceTest, AListingThatLoopsFails) {
+  auto lister = std::make_shared<LoopingLister>();
+  RemoteAccess access;
+  access.name = "s3://b/p";
+  access.is_bucket = true;
+  access.client = lister;
+  auto src = BucketSource::Open(access);
+  ASSERT_FALSE(src.has_value());
+  EXPECT_TRUE(src.error().IsCorruption());
+  EXPECT_EQ(src.error().message(),
+            "s3://b/p: the listing gave a continuation token it gave before (a loop)");
+  EXPECT_EQ(lister->pages, 3);
+}
+
 }  // namespace
 }  // namespace pcrfs::tools

@@ -6,6 +6,7 @@
 #include <cstring>
 #include <ctime>
 #include <unordered_map>
+#include <unordered_set>
 #include <vector>
 
 #include "index/entry.h"
@@ -256,6 +257,7 @@ Result<std::unique_ptr<BucketSource>> BucketSource::Open(RemoteAccess access,
   tree.root = src->access_.name;
   TreeBuilder builder(&tree);
   std::string token;
+  std::unordered_set<std::string> tokens_seen{token};
   uint64_t files = 0, bytes = 0;
   for (;;) {
     auto page = src->access_.client->List(token, ListPage());
@@ -269,9 +271,10 @@ Result<std::unique_ptr<BucketSource>> BucketSource::Open(RemoteAccess access,
       if (progress) progress(files, bytes);
     }
     if (page->next_token.empty()) break;
-    if (page->next_token == token) {
-      return Err(Status::Corruption(src->access_.name +
-                                    ": a truncated listing without a new continuation token"));
+    // A token seen before (A, B, A, ...) would list the same pages forever.
+    if (!tokens_seen.insert(page->next_token).second) {
+      return Err(Status::Corruption(
+          src->access_.name + ": the listing gave a continuation token it gave before (a loop)"));
     }
     token = std::move(page->next_token);
   }

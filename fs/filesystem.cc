@@ -299,6 +299,15 @@ void Filesystem::ReportRecordProblem(uint32_t record, const Status& s) const {
                               "verify)");
 }
 
+namespace {
+// Damage, reported: what the bytes showed (Corruption) or a local read error (EIO: a bad
+// sector). A timeout, a 503 or a refused request (a remote store's: ETIMEDOUT, EACCES, none)
+// is the network's: the read fails with EIO all the same, nothing is counted or logged.
+bool IsDamage(const Status& s) {
+  return s.IsCorruption() || (s.code() == Status::Code::kIOError && s.sys_errno() == EIO);
+}
+}  // namespace
+
 Result<std::shared_ptr<RandomAccessFile>> Filesystem::OpenRecord(uint32_t record) const {
   Status header;
   auto file = store_->OpenRecord(record, &header);
@@ -338,7 +347,9 @@ Result<PieceBytes> Filesystem::GetBlock(const RandomAccessFile& file, const inde
     Status s = scheduler_.Demand(file, bytes->size(), [&] {
       return store_->ReadBlock(file, e, group, block, bytes->data());
     });
-    if (!s.ok()) return Err(Status::IOError(s.message(), EIO));
+    // Damage stays as it is (EIO to the reader); anything else is an IOError without errno
+    // (EIO to the reader, a 404 no ENOENT, and no damage: IsDamage).
+    if (!s.ok()) return Err(IsDamage(s) ? s : Status::IOError(s.message()));
     return PieceBytes(std::move(bytes));
   });
 }
@@ -411,12 +422,12 @@ Result<size_t> Filesystem::ReadStored(const index::Entry& entry, int level, uint
   // cold read waits for the slowest piece instead of the sum of all.
   auto file = OpenRecord(e.record);
   if (!file) {
-    ReportDamage(e, level, file.error());
+    if (IsDamage(file.error())) ReportDamage(e, level, file.error());
     return Err(Status::IOError(file.error().message(), EIO));
   }
   // A format 4 index holds piece lengths only: offsets and CRCs come from the record's table.
   if (Status s = store_->ResolvePieces(&e); !s.ok()) {
-    ReportDamage(e, level, s);
+    if (IsDamage(s)) ReportDamage(e, level, s);
     return Err(Status::IOError(s.message(), EIO));
   }
   // Which pieces, which parts of them, and which bytes of the tail (index/level_plan.h).
@@ -443,7 +454,7 @@ Result<size_t> Filesystem::ReadStored(const index::Entry& entry, int level, uint
     for (uint64_t b = s.first_block(); b < s.end_block(); ++b) {
       auto block = GetBlock(**file, e, s.group, b, !whole_file);
       if (!block) {
-        ReportDamage(e, level, block.error());
+        if (IsDamage(block.error())) ReportDamage(e, level, block.error());
         return Err(block.error());
       }
       const uint64_t block_begin = b * index::kChecksumBlockSize;

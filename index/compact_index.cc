@@ -1089,4 +1089,18 @@ Result<LmdbRecordSource> LiblmdbRecordSource(const std::string& path) {
   });
 }
 
+Result<uint64_t> CompactIndexDeclaredSize(const std::string& name, std::string_view head) {
+  auto damaged = [&name](const char* what) {
+    return Err(Status::Corruption(name + ": damaged or not a pcrfs index: " + what));
+  };
+  if (head.size() < kCompactHeaderSize) return damaged("shorter than its header");
+  const auto* h = reinterpret_cast<const uint8_t*>(head.data());
+  if (std::memcmp(h, kCompactIndexMagic, 8) != 0) return damaged("bad magic");
+  if (crc32c::Unmask(DecodeFixed32(h + 60)) != crc32c::Value(h, 60)) {
+    return damaged("header checksum mismatch");
+  }
+  if (DecodeFixed32(h + 8) != kCompactIndexFormat) return uint64_t{0};
+  return DecodeFixed64(h + 32);
+}
+
 }  // namespace pcrfs::index

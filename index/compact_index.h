@@ -69,6 +69,12 @@ class CompactIndexWriter {
 // Writes bytes to path atomically (NAME.tmp, fsync, rename, fsync of the folder).
 Status WriteCompactIndexFile(const std::string& path, std::string_view bytes);
 
+// The file size an index.pcri's header declares, from the file's first bytes (`head`, at
+// least its 64-byte header): what a download of it may take, known before the rest arrives.
+// 0 when the header is of another index format (nothing declared in a known place). Errors:
+// Corruption "NAME: damaged or not a pcrfs index: ..." (too short, bad magic, header CRC).
+Result<uint64_t> CompactIndexDeclaredSize(const std::string& name, std::string_view head);
+
 // A parsed, checked index.pcri held in memory: the decompressed entry bytes plus the offset of
 // every restart point. Immutable, so any number of threads may read at once.
 class CompactIndex {

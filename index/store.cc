@@ -272,6 +272,16 @@ Result<Store::OpenRecordFile> Store::OpenRecordFileNow(uint32_t id) const {
   // costs only the files whose pieces lie past its new end.
   const bool prefetch_tables = index_->format() >= kCompactIndexFormat;
   Status header = CheckRecordHeader(**file, *info, options_.check_tables, prefetch_tables);
+  // A remote failure to read (a timeout, a 503, a refusal: no Corruption, no local EIO) says
+  // nothing of the record: the open fails, is not kept, and the next read tries again; no
+  // cached byte is dropped for it. A record the origin does not have (404) is missing: damage.
+  if (header.IsNotFound()) {
+    header = Status::Corruption(header.message() + ": record file is missing");
+  }
+  auto transient = [](const Status& s) {
+    return !s.ok() && !s.IsCorruption() && s.sys_errno() != EIO;
+  };
+  if (transient(header)) return Err(header);
   if (!header.ok() && info->file_size >= kRecordFooterSize) {
     // Bytes a cache kept (a remote store's disk cache) may be the damaged ones: drop them and
     // check the origin's once more.
@@ -279,6 +289,7 @@ Result<Store::OpenRecordFile> Store::OpenRecordFileNow(uint32_t id) const {
     const bool foot = (*file)->DropCached(info->file_size - kRecordFooterSize, kRecordFooterSize);
     if (head || foot)
       header = CheckRecordHeader(**file, *info, options_.check_tables, prefetch_tables);
+    if (transient(header)) return Err(header);
   }
   return OpenRecordFile{std::shared_ptr<RandomAccessFile>(std::move(*file)), *info,
                         std::move(header)};

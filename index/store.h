@@ -73,7 +73,9 @@ class Store {
   // be opened at all (missing, a symlink, not a regular file). A record whose header, footer
   // or size disagree with the index is still served: readers use only the index's piece
   // offsets and check every piece's CRC, so damage costs exactly the pieces it touches.
-  // header_problem (if given) receives what disagrees, OK when nothing does.
+  // header_problem (if given) receives what disagrees, OK when nothing does. A header that
+  // cannot be read for a remote reason (an IOError but a local EIO: a timeout, a 503) fails
+  // the open, which is not kept: the next call tries again.
   Result<std::shared_ptr<RandomAccessFile>> OpenRecord(uint32_t id,
                                                        Status* header_problem = nullptr) const;
 

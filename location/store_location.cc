@@ -64,14 +64,23 @@ Status NamingStore(const std::string& name, const Status& e) {
 }
 
 // Downloads `name` of the store into the cache folder, conditional on its saved ETag. With
-// `missing`, a 404 sets it and is no error. An index (index.pcri, an older store's index.lmdb)
-// larger than 8 MiB comes in parallel ranged GETs (DownloadRanged), the manifest in one GET.
-Status FetchOne(ObjectClient& client, const StoreLocation& loc, const char* name,
+// `missing`, a 404 sets it and is no error; *cached is set when the server said 304 (the
+// folder's copy is used). An index (index.pcri, an older store's index.lmdb) larger than 8 MiB
+// comes in parallel ranged GETs (DownloadRanged), the manifest in one GET; index.pcri's size
+// must be the one its header states (a server's claim decides nothing).
+Status FetchOne(ObjectClient& client, const StoreLocation& loc, const char* name, bool* cached,
                 bool* missing = nullptr) {
   const std::string dest = loc.dir + "/" + name;
+  RangedDownloadOptions ranged;
+  if (std::string_view(name) == index::kCompactIndexFile) {
+    ranged.declared_size = [&](std::string_view first) {
+      return index::CompactIndexDeclaredSize(client.Name(name), first);
+    };
+  }
   auto r = std::string_view(name) == index::kManifestFile
                ? Download(client, name, dest, SavedEtag(dest), index::kMaxManifestBytes)
-               : DownloadRanged(client, name, dest, SavedEtag(dest));
+               : DownloadRanged(client, name, dest, SavedEtag(dest), ranged);
+  if (r && !r->modified) *cached = true;
   if (!r) {
     const Status& e = r.error();
     if (missing != nullptr && e.IsNotFound() && !e.message().ends_with("(ContainerNotFound)") &&
@@ -166,6 +175,39 @@ Status ConvertCachedIndex(const std::string& dir,
   }
   *converted = index::IndexReader::FromCompact(std::move(parsed), written);
   return Status::OK();
+}
+
+// Downloads the store's metadata into loc->dir (manifest.json, then index.pcri or an older
+// store's index.lmdb, converted). *cached: a file came from the folder (a 304).
+Status FetchFiles(ObjectClient& client, StoreLocation* loc, bool* cached) {
+  loc->converted_index = nullptr;
+  PCRFS_RETURN_IF_ERROR(FetchOne(client, *loc, index::kManifestFile, cached));
+  // Index format 4 when the store ships it; else an older store's index.lmdb, which
+  // Store::Open converts (in memory) through the same checks.
+  bool no_compact = false;
+  PCRFS_RETURN_IF_ERROR(FetchOne(client, *loc, index::kCompactIndexFile, cached, &no_compact));
+  const std::string compact = loc->dir + "/" + index::kCompactIndexFile;
+  const std::string from = compact + ".from";  // what a converted index.pcri was converted from
+  if (no_compact) {
+    PCRFS_RETURN_IF_ERROR(FetchOne(client, *loc, index::kIndexFile, cached));
+    return ConvertCachedIndex(loc->dir, &loc->converted_index);
+  }
+  const std::string stale = loc->dir + "/" + index::kIndexFile;  // not needed any more
+  ::unlink(stale.c_str());
+  ::unlink((stale + ".etag").c_str());
+  ::unlink(from.c_str());
+  return Status::OK();
+}
+
+// The metadata files of a cache folder and their ETags removed: nothing that failed a check
+// stays, and the next fetch of each is unconditional.
+void ForgetMetadata(const std::string& dir) {
+  for (const char* name : {index::kManifestFile, index::kCompactIndexFile, index::kIndexFile}) {
+    const std::string path = dir + "/" + name;
+    ::unlink(path.c_str());
+    ::unlink((path + ".etag").c_str());
+  }
+  ::unlink((dir + "/" + index::kCompactIndexFile + ".from").c_str());
 }
 
 // Absolute: the daemon changes to / when it forks, and opens these again after.
@@ -278,23 +320,25 @@ Result<StoreLocation> FetchMetadata(const std::string& store, const RemoteOption
   }
   auto client = MakeObjectClient(loc);
   if (!client) return Err(client.error());
-  PCRFS_RETURN_ERR_IF_ERROR(FetchOne(**client, loc, index::kManifestFile));
-  // Index format 4 when the store ships it; else an older store's index.lmdb, which
-  // Store::Open converts (in memory) through the same checks.
-  bool no_compact = false;
-  PCRFS_RETURN_ERR_IF_ERROR(FetchOne(**client, loc, index::kCompactIndexFile, &no_compact));
-  const std::string compact = loc.dir + "/" + index::kCompactIndexFile;
-  const std::string from = compact + ".from";  // what a converted index.pcri was converted from
-  if (no_compact) {
-    PCRFS_RETURN_ERR_IF_ERROR(FetchOne(**client, loc, index::kIndexFile));
-    PCRFS_RETURN_ERR_IF_ERROR(ConvertCachedIndex(loc.dir, &loc.converted_index));
-  } else {
-    const std::string stale = loc.dir + "/" + index::kIndexFile;  // not needed any more
-    ::unlink(stale.c_str());
-    ::unlink((stale + ".etag").c_str());
-    ::unlink(from.c_str());
+  // Once more when the folder's copies fail the check (a crash, a bad sector): their ETags
+  // would only get 304s for them, so they go, and the second fetch is unconditional.
+  for (int attempt = 0;; ++attempt) {
+    bool cached = false;
+    Status s = FetchFiles(**client, &loc, &cached);
+    if (s.ok()) {
+      // The check Store::Open makes (index whole, manifest against it), made here so that
+      // what fails it is not kept; the parse is kept for OpenStoreAt.
+      auto store = OpenStoreAt(loc, nullptr);
+      if (store) {
+        loc.converted_index = (*store)->shared_index();
+        return loc;
+      }
+      s = store.error();
+    }
+    if (!s.IsCorruption()) return Err(s);
+    ForgetMetadata(loc.dir);
+    if (!cached || attempt > 0) return Err(s);
   }
-  return loc;
 }
 
 Result<std::shared_ptr<RangeCache>> OpenRangeCache(const StoreLocation& location,

@@ -65,8 +65,9 @@ struct StoreLocation {
   // anonymous; nullptr: nothing). Holds no thread: made before the fork, shared after.
   std::shared_ptr<const RequestSigner> signer;
   RemoteOptions options;
-  // An older store's index as FetchMetadata converted it into the cache folder, parsed by that
-  // conversion's check: OpenStoreAt uses it instead of parsing index.pcri again (nullptr: none).
+  // The index as FetchMetadata checked it (parsed from the cache folder's index.pcri, or an
+  // older store's index as converted into it): OpenStoreAt uses it instead of parsing index.pcri
+  // again (nullptr: none).
   std::shared_ptr<const index::IndexReader> converted_index;
 };
 
@@ -90,7 +91,10 @@ Result<StoreLocation> ResolveLocation(const std::string& store, const RemoteOpti
 
 // Step 1. A local path: checks nothing, returns {dir = store}. A URL: parses it, resolves S3's
 // configuration, creates the cache folder and downloads manifest.json and index.lmdb into it
-// (conditional on their saved ETags; written atomically). Errors are one line naming the
+// (conditional on their saved ETags; written atomically and synced), then checks them as
+// Store::Open does. Copies in the folder that fail that check (Corruption) are removed with
+// their ETags and fetched once more, unconditionally; what fails again is removed too, never
+// kept for the next mount. Errors are one line naming the
 // redacted URL: "not a pcrfs store (no manifest.json)" for a 404 manifest, the client's
 // errors otherwise (403 with the S3 code, connection refused, ...).
 Result<StoreLocation> FetchMetadata(const std::string& store, const RemoteOptions& options,

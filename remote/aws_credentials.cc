@@ -1070,6 +1070,9 @@ bool RenewingCredentials::RequestRenewal(uint64_t generation) const {
   }
   MutexLock l(&mu_);
   if (generation != snapshot_->generation || renewing_ || renew_requested_) return true;
+  // Credentials a renewal got moments ago, refused still (a wrong key, a clock the server
+  // disagrees with): another renewal would not help, and each refusal would start one.
+  if (snapshot_->generation > 1 && now_() - times_.obtained < kRefusedAfterRenewal) return false;
   renew_requested_ = true;
   cv_.SignalAll();
   return true;
@@ -1109,9 +1112,16 @@ void RenewingCredentials::Run() {
   NameThisThread("pcrfs-creds");
   MutexLock l(&mu_);
   while (!stop_) {
-    const auto next = NextRenewal(times_, schedule_jitter_);
+    auto next = NextRenewal(times_, schedule_jitter_);
     const auto now = now_();
-    const bool due = renew_requested_ || (next && *next <= now);
+    if (renew_requested_) {
+      // A refused request asks for a renewal now, but after failures not before their backoff
+      // (refusals must not turn failing fetches into a storm).
+      const auto allowed =
+          times_.failures > 0 ? times_.last_failure + RenewalBackoff(times_.failures) : now;
+      next = next ? std::min(*next, allowed) : allowed;
+    }
+    const bool due = next && *next <= now;
     if (!due) {
       // Wait in real time for the injected clock's distance, at most a minute: a suspended
       // machine or a clock step is noticed within a minute.

@@ -179,7 +179,11 @@ class RenewingCredentials final : public AwsCredentialSource {
   // true if the keys changed (false if not; a profile that now needs a process or STS wakes the
   // thread and returns true). kFetched: true, waking the thread to renew now unless a renewal
   // is running or queued, or `generation` is no longer current (a newer one exists already).
+  // After failed renewals the thread waits for RenewalBackoff all the same. false also when
+  // the current credentials came from a renewal less than kRefusedAfterRenewal ago: they are
+  // refused anyway, the request fails (no renewal per refusal).
   bool RequestRenewal(uint64_t generation) const override;
+  static constexpr Clock::duration kRefusedAfterRenewal = std::chrono::seconds(10);
   // SIGHUP: kFile as RequestRenewal; kFetched renews now on the thread. kFixed: nothing.
   void Reload() const override;
   std::string DescribeJson() const override;

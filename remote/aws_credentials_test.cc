@@ -833,6 +833,61 @@ TEST(RenewingCredentialsTest, RequestRenewalIsSingleFlight) {
   EXPECT_EQ(calls, 1);
 }
 
+// Every refused request asks for a renewal; while fetches fail, the thread still waits for
+// RenewalBackoff between them (99 refusals in 5 s made 99 fetches).
+TEST(RenewingCredentialsTest, RefusalsDoNotHurryAFailingRenewal) {
+  std::atomic<int> calls{0};
+  CredentialProvider p;
+  p.kind = CredentialProvider::Kind::kFetched;
+  p.fetch = [&](bool) -> Result<FetchedCredentials> {
+    ++calls;
+    return Err(Status::IOError(std::string("STS unreachable")));
+  };
+  RenewingCredentials r(p, Temp("ASIA1", Clock::now() + 1h), {});
+  ASSERT_TRUE(r.StartRenewal().ok());
+  // 1.5 s of refusals: a fetch at once, the next after 1 s, the third not before 3 s.
+  const auto end = std::chrono::steady_clock::now() + 1500ms;
+  int refusals = 0;
+  while (std::chrono::steady_clock::now() < end) {
+    EXPECT_TRUE(r.RequestRenewal(1));
+    ++refusals;
+    std::this_thread::sleep_for(10ms);
+  }
+  EXPECT_GT(refusals, 50);
+  EXPECT_GE(calls, 1);
+  EXPECT_LE(calls, 2);
+}
+
+// Credentials a renewal got seconds ago, refused again: the request fails (false) instead of
+// starting one renewal per refusal; after kRefusedAfterRenewal a refusal renews again.
+TEST(RenewingCredentialsTest, RefusedFreshCredentialsFailTheRequest) {
+  Clock::time_point now = kT0;
+  int calls = 0;
+  CredentialProvider p;
+  p.kind = CredentialProvider::Kind::kFetched;
+  p.fetch = [&](bool) -> Result<FetchedCredentials> {
+    ++calls;
+    return Temp("ASIA" + std::to_string(calls + 1), now + 1h);
+  };
+  RenewingCredentials::Options o;
+  o.now = [&] { return now; };
+  o.jitter = [] { return 0.0; };
+  RenewingCredentials r(p, Temp("ASIA1", kT0 + 1h), o);
+  now += 1s;
+  EXPECT_TRUE(r.RequestRenewal(1));  // the first credentials: renew
+  ASSERT_TRUE(r.RenewNow().ok());
+  ASSERT_EQ(r.Current()->generation, 2u);
+  EXPECT_TRUE(r.RequestRenewal(1));  // refused with the old ones: retry with the new
+  now += 3s;
+  for (int i = 0; i < 20; ++i) EXPECT_FALSE(r.RequestRenewal(2));  // fresh and refused: fail
+  EXPECT_EQ(calls, 1);
+  now += RenewingCredentials::kRefusedAfterRenewal;
+  EXPECT_TRUE(r.RequestRenewal(2));
+  ASSERT_TRUE(r.RenewNow().ok());
+  EXPECT_EQ(calls, 2);
+  EXPECT_EQ(r.Current()->generation, 3u);
+}
+
 TEST_F(AwsCredentialsTest, FileKeysAreReadAgainWhenTheFileChanges) {
   Write(".aws/credentials", "[default]\naws_access_key_id=AKIAONE\naws_secret_access_key=S1\n");
   auto c = Resolve();

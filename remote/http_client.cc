@@ -279,6 +279,13 @@ std::string S3ErrorCode(std::string_view body) {
   return std::string(body.substr(a + 6, b - a - 6));
 }
 
+std::string ServerText(std::string_view text, size_t max) {
+  std::string out;
+  for (char c : text.substr(0, max)) out += (c >= 0x20 && c < 0x7f) ? c : '?';
+  if (text.size() > max) out += "...";
+  return out;
+}
+
 std::string FailureCode(std::string_view code) {
   if (code.empty()) return "";
   const bool plain =
@@ -732,7 +739,7 @@ class HttpClient::Impl {
     if (code.empty()) code = t->error_code;
     std::string msg = u + ": " + std::to_string(status) +
                       (*ReasonPhrase(status) ? std::string(" ") + ReasonPhrase(status) : "") +
-                      (code.empty() ? "" : " (" + code + ")");
+                      (code.empty() ? "" : " (" + ServerText(code) + ")");
     if (status == 429 || status == 408) return retry(RetryReason::kThrottled, msg);
     if (status == 503 && (code == "SlowDown" || code == "ServerBusy")) {
       return retry(RetryReason::kSlowDown, msg);
@@ -806,7 +813,7 @@ class HttpClient::Impl {
       auto cr = ParseContentRange(t->content_range);
       if (!cr) {
         v.result = Err(Status::IOError(u + ": 206 with a bad Content-Range '" +
-                                       t->content_range.substr(0, 80) + "'"));
+                                       ServerText(t->content_range) + "'"));
         return v;
       }
       uint64_t want_start = range ? range->offset : 0;
@@ -815,7 +822,8 @@ class HttpClient::Impl {
       bool clipped = cr->end + 1 == cr->total && cr->end < want_end;
       if (cr->start != want_start || (cr->end != want_end && !clipped)) {
         v.result = Err(Status::IOError(u + ": asked bytes " + std::to_string(want_start) + "-" +
-                                       std::to_string(want_end) + ", got " + t->content_range));
+                                       std::to_string(want_end) + ", got " +
+                                       ServerText(t->content_range)));
         return v;
       }
       if (t->written != cr->end - cr->start + 1) {
@@ -863,9 +871,7 @@ class HttpClient::Impl {
     auto server_wait = t->retry_after.empty()
                            ? std::nullopt
                            : ParseRetryAfter(t->retry_after, std::chrono::system_clock::now());
-    if (server_wait) {
-      wait = *server_wait;
-    } else if (v.reason == RetryReason::kAuth) {
+    if (v.reason == RetryReason::kAuth) {
       // A renewal takes a round trip to STS or a metadata service: 200 ms, then doubling.
       const int64_t base = int64_t{200} << std::min(t->auth_retries - 1, 4);
       wait = milliseconds(base + std::uniform_int_distribution<int64_t>(0, base / 2)(rng_));
@@ -873,8 +879,17 @@ class HttpClient::Impl {
       int shift = std::min(t->attempts - 1, 20);
       auto cap =
           std::min(options_.max_backoff, milliseconds(options_.base_backoff.count() << shift));
-      wait = milliseconds(std::uniform_int_distribution<int64_t>(0, cap.count())(rng_));
+      if (server_wait) {
+        // A server that says when to come back is busy: at least the whole backoff step (the
+        // jitter above it), so "Retry-After: 0" on every answer makes no storm (it made 10
+        // tries in 12 ms), and the requests of one read retry a few times a second at most.
+        wait = cap + milliseconds(std::uniform_int_distribution<int64_t>(0, cap.count() / 2)(rng_));
+      } else {
+        wait = milliseconds(std::uniform_int_distribution<int64_t>(0, cap.count())(rng_));
+      }
     }
+    // The server may ask for a longer wait, never a shorter one.
+    if (server_wait) wait = std::max(wait, *server_wait);
     if (t->attempts >= options_.max_attempts || now + wait >= t->deadline) {
       auto spent = std::chrono::duration_cast<milliseconds>(now - t->start).count();
       std::string msg = t->shown_url + ": gave up after " + std::to_string(t->attempts) +
@@ -909,6 +924,7 @@ class HttpClient::Impl {
   //   most max - kGuaranteedBackground: the speculative reads that turn later demand reads into
   //   cache hits keep a share of the link.
   void Dispatch() {
+    ExpireQueued(Clock::now());
     const int max = std::max(1, options_.max_connections_per_host);
     const int background_max = std::max(1, max - HttpClient::kReservedForDemand);
     const int guaranteed = std::min(HttpClient::kGuaranteedBackground, background_max);
@@ -933,6 +949,37 @@ class HttpClient::Impl {
         return;
       }
       LaunchNow(std::move(t));
+    }
+  }
+
+  // A transfer still waiting for a connection when its deadline (counted from its submission)
+  // passes fails then, a background one too (its tries get a deadline of their own when they
+  // start): a stalled origin that holds every connection cannot hold a read that waits for a
+  // queued fetch past the deadline.
+  // Sets next_queued_deadline_ (the loop wakes then).
+  void ExpireQueued(Clock::time_point now) {
+    std::vector<std::unique_ptr<Transfer>> expired;
+    next_queued_deadline_ = Clock::time_point::max();
+    for (auto* queue : {&demand_, &background_}) {
+      for (auto it = queue->begin(); it != queue->end();) {
+        Transfer* t = it->get();
+        if (t->deadline <= now) {
+          expired.push_back(std::move(*it));
+          it = queue->erase(it);
+        } else {
+          next_queued_deadline_ = std::min(next_queued_deadline_, t->deadline);
+          ++it;
+        }
+      }
+    }
+    for (auto& t : expired) {
+      auto spent = std::chrono::duration_cast<milliseconds>(now - t->start).count();
+      std::string msg = t->shown_url + ": gave up after " + std::to_string(t->attempts) +
+                        (t->attempts == 1 ? " try" : " tries") + " in " + std::to_string(spent) +
+                        " ms (waited for a connection past the deadline" +
+                        (t->last_reason.empty() ? "" : "; last: " + t->last_reason) + ")";
+      t->fail_reason = "gave up: no connection";
+      Complete(std::move(t), Err(Status::IOError(msg, ETIMEDOUT)));
     }
   }
 
@@ -980,10 +1027,13 @@ class HttpClient::Impl {
       }
       Dispatch();  // connections the finished transfers freed (a new handle makes the poll short)
       int timeout_ms = 1000;
-      if (!waiting_.empty()) {
-        auto until =
-            std::chrono::duration_cast<milliseconds>(waiting_.begin()->first - Clock::now());
-        timeout_ms = static_cast<int>(std::clamp<int64_t>(until.count(), 0, 1000));
+      for (Clock::time_point when :
+           {waiting_.empty() ? Clock::time_point::max() : waiting_.begin()->first,
+            next_queued_deadline_}) {
+        if (when == Clock::time_point::max()) continue;
+        auto until = std::chrono::duration_cast<milliseconds>(when - Clock::now());
+        timeout_ms =
+            std::min(timeout_ms, static_cast<int>(std::clamp<int64_t>(until.count(), 0, 1000)));
       }
       long curl_timeout = -1;
       curl_multi_timeout(multi_, &curl_timeout);
@@ -1023,7 +1073,9 @@ class HttpClient::Impl {
   std::deque<std::unique_ptr<Transfer>> demand_;      // I/O thread only; not yet in curl
   std::deque<std::unique_ptr<Transfer>> background_;  // I/O thread only; not yet in curl
   int background_active_ = 0;                         // I/O thread only; of active_
-  std::mt19937_64 rng_;                               // I/O thread only
+  // The earliest deadline of a transfer in demand_ or background_ (ExpireQueued); I/O thread.
+  Clock::time_point next_queued_deadline_ = Clock::time_point::max();
+  std::mt19937_64 rng_;  // I/O thread only
 
   Mutex mu_;
   std::deque<std::unique_ptr<Transfer>> queue_ GUARDED_BY(mu_);

@@ -56,8 +56,10 @@ struct HttpClientOptions {
   // Per request, all tries and waits included: after this the request fails with IOError.
   std::chrono::milliseconds deadline{30000};
   int max_attempts = 10;
-  // Backoff before try n (n >= 2): a random wait in [0, min(max_backoff, base << (n - 2))]
-  // ("full jitter"), or the server's Retry-After when it gives one (capped by the deadline).
+  // Backoff before try n (n >= 2): a random wait in [0, cap], cap = min(max_backoff,
+  // base << (n - 2)) ("full jitter"). An answer with Retry-After waits the longer of the
+  // server's wait and [cap, 1.5 cap] ("Retry-After: 0" never shortens the backoff); the
+  // deadline caps both. A request still waiting for a connection at its deadline fails then.
   std::chrono::milliseconds base_backoff{100};
   std::chrono::milliseconds max_backoff{5000};
 };
@@ -219,5 +221,8 @@ std::string S3ErrorCode(std::string_view body);
 // code when it is only [A-Za-z0-9.] and at most kMaxFailureCodeBytes, else "other"; "" stays "".
 inline constexpr size_t kMaxFailureCodeBytes = 64;
 std::string FailureCode(std::string_view code);
+// Text a server chose (an error code, a header) as a message shows it: one short printable
+// line (other bytes as '?', at most max bytes, then "...").
+std::string ServerText(std::string_view text, size_t max = 64);
 
 }  // namespace pcrfs

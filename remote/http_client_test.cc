@@ -292,6 +292,53 @@ TEST(HttpClientTest, RetriesServerErrorsHonouringRetryAfter) {
   EXPECT_EQ(s.retries[static_cast<size_t>(RetryReason::kServerError)], 1u);
 }
 
+// "Retry-After: 0" on every answer asks for no wait: the whole backoff step still applies
+// (it made 10 tries in 12 ms), and a longer Retry-After still wins (the test above).
+TEST(HttpClientTest, RetryAfterZeroKeepsTheBackoff) {
+  const std::string obj = Object(100);
+  TestHttpServer server([&](const std::string& req, int n) {
+    if (n <= 4) return TestHttpServer::Reply(503, "Service Unavailable", "", "Retry-After: 0\r\n");
+    return Serve(obj, req);
+  });
+  HttpClientOptions o = Fast();
+  o.base_backoff = std::chrono::milliseconds(100);
+  o.max_backoff = std::chrono::milliseconds(2000);
+  auto client = MakeClient(o);
+  std::string got;
+  auto start = std::chrono::steady_clock::now();
+  auto r = GetRange(*client, server.url("/o"), 0, 10, &got);
+  auto waited = std::chrono::steady_clock::now() - start;
+  ASSERT_TRUE(r.has_value()) << r.error().ToString();
+  EXPECT_EQ(r->attempts, 5);
+  // Waits of at least 100 + 200 + 400 + 800 ms, at most 1.5 times that.
+  EXPECT_GE(waited, std::chrono::milliseconds(1500));
+  EXPECT_LT(waited, std::chrono::milliseconds(4000));
+}
+
+TEST(HttpClientTest, ServerTextIsOneShortPrintableLine) {
+  EXPECT_EQ(ServerText("NoSuchKey"), "NoSuchKey");
+  EXPECT_EQ(ServerText("a\r\nb\x01\xff"), "a??b??");
+  EXPECT_EQ(ServerText(std::string(100000, 'x')), std::string(64, 'x') + "...");
+  EXPECT_EQ(ServerText("abcdef", 3), "abc...");
+}
+
+// A Content-Range of 90 KB (leading zeros parse) is not repeated in the message: one short
+// line.
+TEST(HttpClientTest, AWrongContentRangeIsShownShort) {
+  TestHttpServer server([&](const std::string&, int) {
+    return TestHttpServer::Reply(
+        206, "Partial Content", "0123456789",
+        "Content-Range: bytes " + std::string(90000, '0') + "5-14/100\r\n");
+  });
+  auto client = MakeClient();
+  std::string got;
+  auto r = GetRange(*client, server.url("/o"), 0, 10, &got);
+  ASSERT_FALSE(r.has_value());
+  EXPECT_NE(r.error().message().find("asked bytes 0-9, got bytes 0000"), std::string::npos)
+      << r.error().message().substr(0, 300);
+  EXPECT_LT(r.error().message().size(), 300u) << r.error().message().substr(0, 300);
+}
+
 TEST(HttpClientTest, RetriesResetsAndShortBodies) {
   const std::string obj = Object(10000);
   TestHttpServer server([&](const std::string& req, int n) {
@@ -447,6 +494,49 @@ TEST(HttpClientTest, DeadlineBoundsAStalledServer) {
   EXPECT_NE(res.error().message().find("timeout"), std::string::npos);
   EXPECT_LT(took, std::chrono::milliseconds(2500));
   EXPECT_GE(took, std::chrono::milliseconds(600));
+}
+
+// A request waiting for a connection fails at its deadline (counted from its submission),
+// even while the connection is held longer by a background try (whose deadline starts when it
+// starts): before, it waited for that try to end, then had a whole deadline of its own.
+TEST(HttpClientTest, AQueuedRequestFailsAtItsDeadline) {
+  TestHttpServer server([&](const std::string&, int) {
+    TestReply r = TestHttpServer::Reply(200, "OK", "late");
+    r.delay_ms = 2500;
+    return r;
+  });
+  HttpClientOptions o = Fast();
+  o.deadline = std::chrono::milliseconds(600);
+  o.max_connections_per_host = 1;
+  auto client = MakeClient(o);
+  using SteadyTime = std::chrono::steady_clock::time_point;
+  auto fetch = [&](bool background) {
+    auto done = std::make_shared<std::promise<std::pair<SteadyTime, bool>>>();
+    auto f = done->get_future();
+    HttpRequest r;
+    r.url = server.url("/x");
+    r.background = background;
+    client->Fetch(std::move(r), [done](Result<HttpResponse> res) {
+      done->set_value({std::chrono::steady_clock::now(), res.has_value()});
+    });
+    return f;
+  };
+  const auto t0 = std::chrono::steady_clock::now();
+  auto d0 = fetch(false);  // holds the connection until its deadline (600 ms)
+  std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  const auto t1 = std::chrono::steady_clock::now();
+  auto b1 = fetch(true);  // gets the connection at ~600 ms, with a deadline of its own
+  auto b2 = fetch(true);  // still queued at its deadline (~700 ms)
+  const auto [d0_end, d0_ok] = d0.get();
+  EXPECT_FALSE(d0_ok);
+  EXPECT_LT(d0_end - t0, std::chrono::milliseconds(1100));
+  const auto [b2_end, b2_ok] = b2.get();
+  EXPECT_FALSE(b2_ok);
+  // ~600 ms; before: b1's end (~1200 ms from t0) and then a deadline of its own (~1800 ms).
+  EXPECT_GE(b2_end - t1, std::chrono::milliseconds(550));
+  EXPECT_LT(b2_end - t1, std::chrono::milliseconds(1050));
+  EXPECT_FALSE(b1.get().second);
+  EXPECT_GE(client->stats().failed_by_reason.count("gave up: no connection"), 1u);
 }
 
 TEST(HttpClientTest, ConnectionRefusedGivesUpAtTheDeadline) {

@@ -17,6 +17,7 @@ class HttpObjectClient final : public ObjectClient {
     if (!url) return Err(url.error());
     HttpRequest req;
     req.url = std::move(*url);
+    req.max_body_bytes = kMaxListingBytes;  // a page of 1000 keys is ~0.5 MB
     auto r = http_->FetchBlocking(std::move(req));
     if (!r) return Err(r.error());
     return protocol_->ParseListing(r->body);

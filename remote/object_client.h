@@ -91,6 +91,9 @@ class ObjectClient {
   // One page of the keys under the root (in key order), from `continuation_token` ("" for the
   // first page), at most max_keys. NotSupported where the protocol cannot list (plain http).
   virtual Result<ObjectListing> List(std::string_view continuation_token, uint32_t max_keys) = 0;
+  // The longest listing page taken (a longer one fails the List: IOError "URL: the body is
+  // longer than N bytes"), so a server cannot fill the memory with one page.
+  static constexpr uint64_t kMaxListingBytes = uint64_t{64} << 20;
 
   // What messages call object `key`: its URL without credentials or query.
   virtual std::string Name(std::string_view key) const = 0;

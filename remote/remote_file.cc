@@ -167,8 +167,13 @@ Status RemoteFile::Read(uint64_t offset, size_t n, uint8_t* dst) const {
     if (!WaitArrived(*f, until)) {
       const Status& s = f->done.get();
       if (!s.ok()) {
-        if (std::find(started.begin(), started.end(), f) != started.end()) return s;
-        others_failed = true;  // a speculative fetch failed: fetch its bytes ourselves below
+        // The origin's answer (a timeout, a 5xx after the retries, a 404) is this read's too:
+        // asking again would hold the read for another deadline. Only a fetch that got bytes
+        // it could not use (Corruption: a short or changed answer) is fetched again below.
+        if (std::find(started.begin(), started.end(), f) != started.end() || !s.IsCorruption()) {
+          return s;
+        }
+        others_failed = true;
         continue;
       }
     }
@@ -255,6 +260,12 @@ Result<DownloadResult> Download(ObjectClient& client, const std::string& key,
     out.etag = known_etag;
     return out;
   }
+  // On the disk before the rename: a crash leaves the old file or the new one, whole.
+  if (auto fd = OpenFile(tmp, O_RDONLY | O_CLOEXEC); !fd || ::fsync(fd->get()) != 0) {
+    Status s = fd ? Status::FromErrno("fsync " + tmp, errno) : fd.error();
+    ::unlink(tmp.c_str());
+    return Err(s);
+  }
   if (std::rename(tmp.c_str(), dest.c_str()) != 0) {
     Status s = Status::FromErrno("rename " + tmp + " to " + dest, errno);
     ::unlink(tmp.c_str());
@@ -283,13 +294,14 @@ class MappedTemp {
            std::to_string(counter.fetch_add(1, std::memory_order_relaxed));
     auto fd = OpenFile(tmp_, O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
     if (!fd) return fd.error();
+    fd_ = std::move(*fd);
     if (size == 0) return Status::OK();  // nothing to map
     // Every block allocated now: a full disk is an error here, never a SIGBUS while the
     // mapping is written.
-    if (int err = ::posix_fallocate(fd->get(), 0, static_cast<off_t>(size)); err != 0) {
+    if (int err = ::posix_fallocate(fd_.get(), 0, static_cast<off_t>(size)); err != 0) {
       return Status::FromErrno(tmp_, err);
     }
-    void* m = ::mmap(nullptr, size, PROT_READ | PROT_WRITE, MAP_SHARED, fd->get(), 0);
+    void* m = ::mmap(nullptr, size, PROT_READ | PROT_WRITE, MAP_SHARED, fd_.get(), 0);
     if (m == MAP_FAILED) return Status::FromErrno("mmap " + tmp_, errno);
     map_ = static_cast<uint8_t*>(m);
     size_ = size;
@@ -297,10 +309,15 @@ class MappedTemp {
   }
   uint8_t* data() { return map_; }
   Status Commit(const std::string& dest) {
+    // On the disk before the rename: a crash leaves the old file or the new one, whole.
+    if (map_ != nullptr && ::msync(map_, size_, MS_SYNC) != 0) {
+      return Status::FromErrno("msync " + tmp_, errno);
+    }
     if (map_ != nullptr && ::munmap(map_, size_) != 0) {
       return Status::FromErrno("munmap " + tmp_, errno);
     }
     map_ = nullptr;
+    if (::fsync(fd_.get()) != 0) return Status::FromErrno("fsync " + tmp_, errno);
     if (std::rename(tmp_.c_str(), dest.c_str()) != 0) {
       return Status::FromErrno("rename " + tmp_ + " to " + dest, errno);
     }
@@ -310,6 +327,7 @@ class MappedTemp {
 
  private:
   std::string tmp_;
+  UniqueFd fd_;
   uint8_t* map_ = nullptr;
   size_t size_ = 0;
 };
@@ -344,6 +362,15 @@ Result<DownloadResult> DownloadRanged(ObjectClient& client, const std::string& k
     const uint64_t size = r->size;
     std::string bytes = std::move(r->body);
     const std::string etag = r->etag;
+    if (options.declared_size) {
+      auto declared = options.declared_size(bytes);
+      if (!declared) return Err(declared.error());
+      if (*declared != 0 && *declared != size) {
+        return Err(Status::Corruption(client.Name(key) + ": the server says " +
+                                      std::to_string(size) + " bytes, the file's header says " +
+                                      std::to_string(*declared)));
+      }
+    }
     if (bytes.size() >= size) {
       PCRFS_RETURN_ERR_IF_ERROR(WriteWhole(dest, bytes));
       out.modified = true;

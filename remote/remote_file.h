@@ -4,10 +4,12 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <future>
 #include <map>
 #include <memory>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "common/mutex.h"
@@ -135,6 +137,11 @@ struct RangedDownloadOptions {
   int restarts = 1;  // the object changed during the download: start again this many times
   // A larger object is refused (Corruption) before anything is written for it.
   uint64_t max_bytes = uint64_t{16} << 30;
+  // The size the object states in its own first bytes (an index's header), given the first
+  // answer's body: when it states one (> 0), the size the server claims must equal it, else
+  // Corruption before anything is written (a hostile server's claim fills no disk). 0: none
+  // stated (then max_bytes alone bounds it). An error fails the download as it is.
+  std::function<Result<uint64_t>(std::string_view first_bytes)> declared_size;
 };
 
 // Download for a large object (a store's index): the first GET (conditional on known_etag like
@@ -147,6 +154,7 @@ struct RangedDownloadOptions {
 // ETag) is fetched again from the start, at most `restarts` times, then Corruption "NAME: changed
 // during the download N times". Without an ETag in the first answer the whole object is fetched
 // again by one GET (nothing to make the ranges agree on). Errors otherwise as Download's.
+// Written data is synced before the rename (a crash leaves the old file or the whole new one).
 Result<DownloadResult> DownloadRanged(ObjectClient& client, const std::string& key,
                                       const std::string& dest, const std::string& known_etag = "",
                                       const RangedDownloadOptions& options = {});

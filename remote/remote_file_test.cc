@@ -382,5 +382,66 @@ TEST(RemoteFileTest, DownloadRangedStitchesPartsAndChecksTheVersion) {
   std::filesystem::remove_all(dir);
 }
 
+// A server's claimed size decides nothing when the object states its own (an index's header):
+// a claim that disagrees fails the download after the first GET, before any block is
+// allocated, and leaves no file behind; an agreeing one downloads as before.
+TEST(RemoteFileTest, DownloadRangedRefusesASizeTheObjectDoesNotState) {
+  auto dir = std::filesystem::temp_directory_path() / ("rfd-" + std::to_string(::getpid()));
+  std::filesystem::create_directories(dir);
+  const std::string dest = (dir / "index.pcri").string();
+  VersionedServer vs;
+  vs.obj = Object(300001);
+  vs.etag = "\"v1\"";
+  uint64_t claim = 1ull << 30;  // what the server says the total is
+  vs.before = [&](const std::string& req, size_t) -> std::optional<TestReply> {
+    long a = 0, b = 0;
+    const size_t p = req.find("Range: bytes=");
+    if (p == std::string::npos) return std::nullopt;
+    std::sscanf(req.c_str() + p, "Range: bytes=%ld-%ld", &a, &b);
+    std::string body = vs.obj.substr(static_cast<size_t>(a), static_cast<size_t>(b - a + 1));
+    body.resize(static_cast<size_t>(b - a + 1), '\0');
+    return TestHttpServer::Reply(206, "Partial Content", body,
+                                 "ETag: \"v1\"\r\nContent-Range: bytes " + std::to_string(a) + "-" +
+                                     std::to_string(b) + "/" + std::to_string(claim) + "\r\n");
+  };
+  auto client = Objects(vs.server);
+  RangedDownloadOptions o;
+  o.first_bytes = 100000;
+  o.part_bytes = 65536;
+  std::vector<std::string> seen;
+  o.declared_size = [&](std::string_view first) -> Result<uint64_t> {
+    seen.emplace_back(first);
+    return uint64_t{300001};
+  };
+  auto huge = DownloadRanged(*client, "index.pcri", dest, "", o);
+  ASSERT_FALSE(huge.has_value());
+  EXPECT_TRUE(huge.error().IsCorruption());
+  EXPECT_EQ(huge.error().message(), vs.server.url("/index.pcri") +
+                                        ": the server says 1073741824 bytes, the file's header "
+                                        "says 300001");
+  EXPECT_EQ(vs.count(), 1u);
+  ASSERT_EQ(seen.size(), 1u);
+  EXPECT_EQ(seen[0], vs.obj.substr(0, 100000));
+  EXPECT_TRUE(std::filesystem::is_empty(dir));
+  // The declaration's own error fails the download as it is.
+  o.declared_size = [](std::string_view) -> Result<uint64_t> {
+    return Err(Status::Corruption("not an index"));
+  };
+  auto bad = DownloadRanged(*client, "index.pcri", dest, "", o);
+  ASSERT_FALSE(bad.has_value());
+  EXPECT_EQ(bad.error().message(), "not an index");
+  EXPECT_TRUE(std::filesystem::is_empty(dir));
+  // A claim that agrees (or none stated: 0) downloads.
+  claim = 300001;
+  o.declared_size = [](std::string_view) -> Result<uint64_t> { return uint64_t{300001}; };
+  auto right = DownloadRanged(*client, "index.pcri", dest, "", o);
+  ASSERT_TRUE(right.has_value()) << right.error().ToString();
+  EXPECT_EQ(right->size, 300001u);
+  o.declared_size = [](std::string_view) -> Result<uint64_t> { return uint64_t{0}; };
+  auto none = DownloadRanged(*client, "index.pcri", dest, "", o);
+  ASSERT_TRUE(none.has_value()) << none.error().ToString();
+  std::filesystem::remove_all(dir);
+}
+
 }  // namespace
 }  // namespace pcrfs
