@@ -85,6 +85,7 @@ Status RecordScheduler::Demand(const RandomAccessFile& file, uint64_t n,
   {
     MutexLock l(&mu_);
     const bool paused = model_.NoteDemand(d, Clock::now());
+    queue_.NoteDemand(n);
     // Wake a worker only if one is waiting and could start now (a page-cache hit per piece
     // must not cost two thread wake-ups), or must now wait for the pause's end, not for a
     // signal.

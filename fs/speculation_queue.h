@@ -6,7 +6,8 @@
 // - Add queues the parts of ranges not queued or taken before (per file), at the back; a
 //   range that touches one queued for the same file joins it, so ranges planned folder by
 //   folder become one long range where the folders lie side by side in the record. Once
-//   `forget_after` bytes have been taken since, ranges taken before may be queued again: a
+//   `forget_after` bytes have been taken or read on demand since (all of them went into the
+//   caches), ranges taken before may be queued again: a
 //   long training job reads a dataset larger than its caches epoch after epoch, and by then
 //   the caches have let them go (warming bytes a cache still holds costs little: a remote
 //   file fetches only what its cache lacks, a local one copies from the page cache).
@@ -70,6 +71,8 @@ class SpeculationQueue {
   Range Promote(const RandomAccessFile* file, const Range& r, uint64_t chunk);
   // Drops everything queued (what was queued before still counts as seen).
   void Clear();
+  // n bytes were read on demand: they enter the caches too, pushing older bytes out.
+  void NoteDemand(uint64_t n) { taken_since_forget_ += n; }
   // How many times what was taken was forgotten (tests, stats).
   uint64_t forgotten() const { return forgotten_; }
 

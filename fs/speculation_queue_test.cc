@@ -196,6 +196,16 @@ TEST(SpeculationQueueTest, WhatWasTakenIsForgottenAfterEnoughMoreWasTaken) {
   uint64_t total = 0;
   for (const Q::Pending& p : q.Snapshot()) total += p.end - p.offset;
   EXPECT_EQ(total, q.queued_bytes());
+  // Bytes read on demand push the caches too: a second pass that reads on demand what the
+  // first took speculatively makes it forgettable, though nothing is taken meanwhile.
+  Q p(/*forget_after=*/100);
+  p.Add(a, {{0, 150}}, 1000);
+  p.TakeFront(150);
+  EXPECT_TRUE(p.Add(a, {{0, 150}}, 1000).empty()) << "moved to the generation before";
+  EXPECT_TRUE(p.Add(a, {{0, 150}}, 1000).empty());
+  p.NoteDemand(150);
+  EXPECT_EQ(p.Add(a, {{0, 150}}, 1000).size(), 1u);
+  EXPECT_EQ(p.forgotten(), 2u);
   // A range taken and put back (a busy source) is queued once, even across a forgetting.
   Q r(/*forget_after=*/10);
   r.Add(a, {{0, 100}}, 1000);
