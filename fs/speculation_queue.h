@@ -20,7 +20,7 @@
 #include <unordered_map>
 #include <vector>
 
-#include "common/random_access_file.h"
+#include "common/speculation_source.h"
 
 namespace pcrfs::fs {
 
@@ -30,19 +30,20 @@ class SpeculationQueue {
     uint64_t offset;
     uint64_t length;
   };
-  // A queued range: bytes [offset, end) of file.
+  // A queued range: bytes [offset, end) of the file whose speculation hooks `file` are.
   struct Pending {
-    std::shared_ptr<RandomAccessFile> file;
+    std::shared_ptr<const SpeculationSource> file;
     uint64_t offset;
     uint64_t end;
   };
 
   // Queues `ranges` of `file` (clipped to `size`, in this order) minus every byte queued or
   // taken for `file` before; returns the parts it queued.
-  std::vector<Range> Add(const std::shared_ptr<RandomAccessFile>& file,
+  std::vector<Range> Add(const std::shared_ptr<const SpeculationSource>& file,
                          const std::vector<Range>& ranges, uint64_t size);
   // Puts [offset, end) of `file` (taken before, not queued now) back at the front.
-  void PushFront(const std::shared_ptr<RandomAccessFile>& file, uint64_t offset, uint64_t end) {
+  void PushFront(const std::shared_ptr<const SpeculationSource>& file, uint64_t offset,
+                 uint64_t end) {
     Enqueue(file, offset, end, /*front=*/true);
   }
   bool empty() const { return queue_.empty(); }
@@ -54,7 +55,7 @@ class SpeculationQueue {
   // where end is r.offset + max(r.length, chunk) or the queued range's end if sooner, and
   // returns it; what is left of the queued range on either side stays queued, in place.
   // Otherwise returns a range of length 0.
-  Range Promote(const RandomAccessFile* file, const Range& r, uint64_t chunk);
+  Range Promote(const SpeculationSource* file, const Range& r, uint64_t chunk);
   // Drops everything queued (what was queued before still counts as seen).
   void Clear();
 
@@ -76,13 +77,13 @@ class SpeculationQueue {
 
   // Queues [offset, end) of `file` (no byte of it queued yet): merged into a queued range it
   // touches, else at the back (at the front if `front`).
-  void Enqueue(const std::shared_ptr<RandomAccessFile>& file, uint64_t offset, uint64_t end,
+  void Enqueue(const std::shared_ptr<const SpeculationSource>& file, uint64_t offset, uint64_t end,
                bool front);
   void Unindex(const Pending& p);
 
   Queue queue_;
-  std::unordered_map<const RandomAccessFile*, QueueIndex> queued_;
-  std::unordered_map<const RandomAccessFile*, RangeSet> seen_;
+  std::unordered_map<const SpeculationSource*, QueueIndex> queued_;
+  std::unordered_map<const SpeculationSource*, RangeSet> seen_;
   uint64_t queued_bytes_ = 0;
   uint64_t promoted_reads_ = 0, promoted_bytes_ = 0;
 };
