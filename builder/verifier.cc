@@ -237,7 +237,7 @@ class Verifier {
       damage_all(file.error().IsNotFound() ? "record file is missing" : file.error().message());
       return 0;
     }
-    auto layout = index::ReadRecordLayout(**file);
+    auto layout = index::ReadRecordLayout(file->file());
     if (!layout) {
       damage_all(layout.error().message());
       return 0;
@@ -258,7 +258,7 @@ class Verifier {
       damage_all("the index's record description does not match the record header");
       return 0;
     }
-    auto damaged = index::VerifyRecord(**file);
+    auto damaged = index::VerifyRecord(file->file());
     if (!damaged) {
       damage_all(damaged.error().message());
       return 0;

@@ -9,15 +9,15 @@
 
 namespace pcrfs {
 
-Result<std::unique_ptr<RandomAccessFile>> PosixRandomAccessFile::Open(const std::string& path,
-                                                                      int extra_flags) {
+Result<std::unique_ptr<PosixRandomAccessFile>> PosixRandomAccessFile::Open(const std::string& path,
+                                                                           int extra_flags) {
   auto fd = OpenFile(path, O_RDONLY | extra_flags);
   if (!fd) return Err(fd.error());
   struct stat st;
   if (::fstat(fd->get(), &st) != 0) return Err(Status::FromErrno(path, errno));
   if (!S_ISREG(st.st_mode)) return Err(Status::Corruption(path + ": not a regular file"));
   ::posix_fadvise(fd->get(), 0, 0, POSIX_FADV_RANDOM);
-  return std::unique_ptr<RandomAccessFile>(
+  return std::unique_ptr<PosixRandomAccessFile>(
       new PosixRandomAccessFile(path, std::move(*fd), static_cast<uint64_t>(st.st_size)));
 }
 

@@ -33,7 +33,7 @@ class DroppedFile {
     }
     auto f = PosixRandomAccessFile::Open(path_);
     EXPECT_TRUE(f.has_value());
-    if (f) file_ = std::move(*f);
+    if (f) file_ = SourceFile::Speculative(std::shared_ptr<PosixRandomAccessFile>(std::move(*f)));
   }
   ~DroppedFile() {
     ::unlink(path_.c_str());
@@ -41,13 +41,15 @@ class DroppedFile {
   }
   DroppedFile(const DroppedFile&) = delete;
   DroppedFile& operator=(const DroppedFile&) = delete;
-  const RandomAccessFile* file() const { return file_.get(); }  // null if it failed
+  // Null if it failed to open.
+  const RandomAccessFile* file() const { return hooks() ? &file_.file() : nullptr; }
+  const SpeculationSource* hooks() const { return file_.speculation(); }
   const std::string& data() const { return data_; }
 
  private:
   char dir_[26] = "/var/tmp/pcrfs-raf-XXXXXX";
   std::string path_, data_;
-  std::unique_ptr<RandomAccessFile> file_;
+  SourceFile file_;
 };
 
 // A speculative read reports what it moved from the device: everything for a file just
@@ -58,18 +60,19 @@ TEST(PosixRandomAccessFileTest, WarmReportsOnlyTheBytesNotCachedYet) {
   const DroppedFile dropped(kSize, 7, 253);
   const RandomAccessFile* f = dropped.file();
   ASSERT_NE(f, nullptr);
+  const SpeculationSource* hooks = dropped.hooks();
   const std::string& data = dropped.data();
   std::vector<uint8_t> scratch;
-  auto first = f->Warm(4096, kSize - 8192, &scratch);
+  auto first = hooks->Warm(4096, kSize - 8192, &scratch);
   ASSERT_TRUE(first.has_value()) << first.error().message();
   EXPECT_LE(*first, kSize - 8192);
-  auto again = f->Warm(4096, kSize - 8192, &scratch);
+  auto again = hooks->Warm(4096, kSize - 8192, &scratch);
   ASSERT_TRUE(again.has_value());
   EXPECT_EQ(*again, 0u) << "every page is cached now";
   std::vector<uint8_t> out(kSize);
   ASSERT_TRUE(f->Read(0, kSize, out.data()).ok());
   EXPECT_EQ(std::string(out.begin(), out.end()), data);
-  EXPECT_FALSE(f->Warm(kSize - 10, 20, &scratch).has_value()) << "past the end";
+  EXPECT_FALSE(hooks->Warm(kSize - 10, 20, &scratch).has_value()) << "past the end";
 }
 
 // ReadCached copies only what the page cache holds whole: a dropped file (where the file system
@@ -85,23 +88,62 @@ TEST(PosixRandomAccessFileTest, ReadCachedCopiesOnlyWhatThePageCacheHolds) {
   const DroppedFile file(kSize, 13, 251);
   const RandomAccessFile* f = file.file();
   ASSERT_NE(f, nullptr);
+  const SpeculationSource* hooks = file.hooks();
   const std::string& data = file.data();
   std::vector<uint8_t> out(kSize);
   // The drop may not take on every file system; where it did, nothing is copied. (A miss
   // starts the kernel reading the pages asked for, so each range below is asked only once
   // before it is read.)
-  const bool dropped = !f->ReadCached(uint64_t{512} << 10, 4096, out.data());
+  const bool dropped = !hooks->ReadCached(uint64_t{512} << 10, 4096, out.data());
   if (dropped) {
-    EXPECT_FALSE(f->ReadCached(100, 60000, out.data()));
+    EXPECT_FALSE(hooks->ReadCached(100, 60000, out.data()));
   }
   ASSERT_TRUE(f->Read(0, 65536, out.data()).ok());
   std::fill(out.begin(), out.end(), 0);
-  ASSERT_TRUE(f->ReadCached(100, 60000, out.data())) << "read once: cached";
+  ASSERT_TRUE(hooks->ReadCached(100, 60000, out.data())) << "read once: cached";
   EXPECT_EQ(std::string(out.begin(), out.begin() + 60000), data.substr(100, 60000));
   if (dropped) {
-    EXPECT_FALSE(f->ReadCached(uint64_t{24} << 20, 8192, out.data())) << "never read";
+    EXPECT_FALSE(hooks->ReadCached(uint64_t{24} << 20, 8192, out.data())) << "never read";
   }
-  EXPECT_FALSE(f->ReadCached(kSize - 10, 20, out.data())) << "past the end";
+  EXPECT_FALSE(hooks->ReadCached(kSize - 10, 20, out.data())) << "past the end";
+}
+
+// A SourceFile carries speculation hooks only when made from a file that has them, and keeps
+// the file alive as long as a copy of it or of its shared hooks lives.
+TEST(SourceFileTest, HooksOnlyFromASpeculativeFileAndSharedOwnership) {
+  std::string path = "/tmp/pcrfs-sourcefile-XXXXXX";
+  const int fd = ::mkstemp(path.data());
+  ASSERT_GE(fd, 0);
+  ASSERT_EQ(::write(fd, "0123456789", 10), 10);
+  ::close(fd);
+  auto opened = PosixRandomAccessFile::Open(path);
+  ASSERT_TRUE(opened.has_value());
+  std::shared_ptr<PosixRandomAccessFile> posix(std::move(*opened));
+  std::weak_ptr<PosixRandomAccessFile> alive = posix;
+
+  {
+    const SourceFile plain(std::shared_ptr<const RandomAccessFile>{posix});
+    EXPECT_EQ(plain.speculation(), nullptr) << "a file alone has no hooks";
+    EXPECT_EQ(plain.shared_speculation(), nullptr);
+    EXPECT_EQ(&plain.file(), posix.get());
+  }
+
+  std::shared_ptr<const SpeculationSource> hooks;
+  {
+    const SourceFile speculative = SourceFile::Speculative(std::move(posix));
+    EXPECT_EQ(speculative.speculation(), static_cast<const SpeculationSource*>(alive.lock().get()));
+    EXPECT_EQ(&speculative.file(), static_cast<const RandomAccessFile*>(alive.lock().get()));
+    hooks = speculative.shared_speculation();
+    EXPECT_EQ(hooks.get(), speculative.speculation());
+  }
+  EXPECT_FALSE(alive.expired()) << "the shared hooks keep the file open";
+  std::vector<uint8_t> scratch;
+  auto moved = hooks->Warm(2, 5, &scratch);
+  ASSERT_TRUE(moved.has_value());
+  EXPECT_EQ(std::string(scratch.begin(), scratch.begin() + 5), "23456");
+  hooks.reset();
+  EXPECT_TRUE(alive.expired());
+  ::unlink(path.c_str());
 }
 
 }  // namespace

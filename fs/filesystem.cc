@@ -308,15 +308,15 @@ bool IsDamage(const Status& s) {
 }
 }  // namespace
 
-Result<std::shared_ptr<RandomAccessFile>> Filesystem::OpenRecord(uint32_t record) const {
+Result<SourceFile> Filesystem::OpenRecord(uint32_t record) const {
   Status header;
   auto file = store_->OpenRecord(record, &header);
   if (file && !header.ok()) ReportRecordProblem(record, header);
   return file;
 }
 
-Result<PieceBytes> Filesystem::GetBlock(const RandomAccessFile& file, const index::Entry& e,
-                                        int group, uint64_t block, bool keep) const {
+Result<PieceBytes> Filesystem::GetBlock(const SourceFile& file, const index::Entry& e, int group,
+                                        uint64_t block, bool keep) const {
   const PieceKey key{e.record, e.slot, static_cast<uint32_t>(group), block};
   const index::PieceRef& ref = e.pieces[static_cast<size_t>(group - 1)];
   PieceCache& cache = index::HasBlockCrcs(ref.length) ? large_cache_ : cache_;
@@ -335,9 +335,10 @@ Result<PieceBytes> Filesystem::GetBlock(const RandomAccessFile& file, const inde
     // source's latency or congestion). Anything else, a damaged copy included, takes the
     // demand path. (Only a source with one queue: a remote one has its own cache, which its
     // Read serves without a request.)
-    if (file.ConcurrentSpeculativeReads() == 0 &&
-        file.ReadCached(ref.offset + block * index::kChecksumBlockSize, bytes->size(),
-                        bytes->data())) {
+    const SpeculationSource* source = file.speculation();
+    if (source != nullptr && source->ConcurrentSpeculativeReads() == 0 &&
+        source->ReadCached(ref.offset + block * index::kChecksumBlockSize, bytes->size(),
+                           bytes->data())) {
       auto crc = store_->BlockCrc(e, group, block);
       if (crc && crc32c::Mask(crc32c::Value(bytes->data(), bytes->size())) == *crc) {
         scheduler_.NoteCacheHit(bytes->size());
@@ -446,13 +447,13 @@ Result<size_t> Filesystem::ReadStored(const index::Entry& entry, int level, uint
         wanted.push_back({s.piece.offset + begin, stop - begin});
       }
     }
-    scheduler_.WillRead(**file, wanted);
+    scheduler_.WillRead(*file, wanted);
   }
 
   for (const index::LevelSpan& s : plan.spans()) {
     uint8_t* out = dst + (s.file_offset - plan.offset());
     for (uint64_t b = s.first_block(); b < s.end_block(); ++b) {
-      auto block = GetBlock(**file, e, s.group, b, !whole_file);
+      auto block = GetBlock(*file, e, s.group, b, !whole_file);
       if (!block) {
         if (IsDamage(block.error())) ReportDamage(e, level, block.error());
         return Err(block.error());

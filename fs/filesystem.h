@@ -179,7 +179,7 @@ class Filesystem {
   // block 0), from the cache or storage; concurrent requests for one block read it once. `keep`
   // puts a block read from storage into the cache (pointless when this request reads the whole
   // file: the kernel keeps its pages).
-  Result<PieceBytes> GetBlock(const RandomAccessFile& file, const index::Entry& e, int group,
+  Result<PieceBytes> GetBlock(const SourceFile& file, const index::Entry& e, int group,
                               uint64_t block, bool keep) const;
   // How many checksum blocks to ask for ahead of a large file read in order.
   static constexpr uint64_t kSequentialBlocksAhead = 4;
@@ -190,7 +190,7 @@ class Filesystem {
   void ReportRecordProblem(uint32_t record, const Status& s) const;
   // The path of an entry relative to the dataset root ("train/cat/img.jpg").
   std::string PathOf(const index::Entry& e) const;
-  Result<std::shared_ptr<RandomAccessFile>> OpenRecord(uint32_t record) const;
+  Result<SourceFile> OpenRecord(uint32_t record) const;
 
   std::unique_ptr<index::Store> store_;
   const FsOptions options_;
@@ -249,7 +249,7 @@ class Filesystem {
   // Every read of a record goes through scheduler_ (demand reads in GetBlock, speculative
   // ones from predictor_). Declared after store_: destroyed first, its threads joined while
   // the record files are still open.
-  mutable RecordScheduler scheduler_{[this](const RandomAccessFile& f, uint64_t offset,
+  mutable RecordScheduler scheduler_{[this](const SpeculationSource& f, uint64_t offset,
                                             uint64_t end) { pusher_.Arrived(&f, offset, end); },
                                      options_.speculation_memory};
   mutable ReadPredictor predictor_{

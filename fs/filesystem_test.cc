@@ -518,13 +518,15 @@ TEST_F(FilesystemTest, ReadErrorsFailExactlyTheFilesWhosePiecesOverlapThem) {
   for (const auto& [begin, end] : ranges) {
     SCOPED_TRACE("bad range [" + std::to_string(begin) + ", " + std::to_string(end) + ")");
     index::StoreOptions options;
-    options.open_record = [&, begin = begin, end = end](
-                              const std::string& path,
-                              uint64_t) -> Result<std::unique_ptr<RandomAccessFile>> {
+    options.open_record = [&, begin = begin, end = end](const std::string& path,
+                                                        uint64_t) -> Result<SourceFile> {
       auto file = index::OpenRecordFileNoFollow(path);
-      if (!file || path.find(index::RecordFileName(bad_record)) == std::string::npos) return file;
-      return std::unique_ptr<RandomAccessFile>(
-          new test::FaultInjectingFile(std::move(*file), begin, end));
+      if (!file) return Err(file.error());
+      if (path.find(index::RecordFileName(bad_record)) == std::string::npos) {
+        return SourceFile::Speculative(std::shared_ptr<PosixRandomAccessFile>(std::move(*file)));
+      }
+      return SourceFile(
+          std::make_shared<const test::FaultInjectingFile>(std::move(*file), begin, end));
     };
     auto store = index::Store::Open(*dir_ + "/store", options);
     ASSERT_TRUE(store.has_value());

@@ -24,7 +24,7 @@ PagePusher::~PagePusher() {
   if (thread_.joinable()) thread_.join();
 }
 
-void PagePusher::Expect(const RandomAccessFile* record, uint64_t ino,
+void PagePusher::Expect(const SpeculationSource* record, uint64_t ino,
                         const std::vector<Piece>& pieces, std::string_view tail) {
   if (!enabled_) return;
   uint64_t size = tail.size();
@@ -66,7 +66,7 @@ void PagePusher::Expect(const RandomAccessFile* record, uint64_t ino,
   files_.emplace(ino, std::move(f));
 }
 
-void PagePusher::Arrived(const RandomAccessFile* record, uint64_t offset, uint64_t end) {
+void PagePusher::Arrived(const SpeculationSource* record, uint64_t offset, uint64_t end) {
   if (!enabled_ || end <= offset) return;
   {
     MutexLock l(&mu_);

@@ -13,7 +13,7 @@
 // speculative reads (RecordScheduler). The pusher is told each planned file's pieces, with
 // their checksums, and the bytes that follow them (Expect), and every finished speculative
 // read (Arrived). Once all of a file's pieces have arrived in the source's cache, a thread of
-// its own assembles the file from memory (RandomAccessFile::ReadCached: the page cache of a
+// its own assembles the file from memory (SpeculationSource::ReadCached: the page cache of a
 // local record, the range cache of a remote one; never a device or network read), checks each
 // piece's CRC32C, and pushes it (Push). It needs no index lookup: Expect carried everything
 // (an LMDB get and an entry decode per push were a tenth of its CPU, issue 12). A file a
@@ -41,7 +41,7 @@
 #include <vector>
 
 #include "common/mutex.h"
-#include "common/random_access_file.h"
+#include "common/speculation_source.h"
 #include "common/status.h"
 
 namespace pcrfs::fs {
@@ -83,16 +83,17 @@ class PagePusher {
   bool enabled() const { return enabled_; }
   uint64_t max_file_bytes() const { return options_.max_file_bytes; }
 
-  // File `ino` is predicted to be read; its bytes are `pieces` of `record` (in file order,
-  // each its own range of the record, none shared with another file), then `tail`
+  // File `ino` is predicted to be read; its bytes are `pieces` of `record` (the record file's
+  // speculation hooks, SourceFile::speculation(); in file order, each its own range of the
+  // record, none shared with another file), then `tail`
   // (LevelPlan::tail(): a JPEG's end-of-image marker). Call before the pieces are queued as
   // speculative reads; `record` must outlive the pusher. A file expected already, of no bytes or
   // more than max_file_bytes, or arriving when the budget is spent is ignored.
-  void Expect(const RandomAccessFile* record, uint64_t ino, const std::vector<Piece>& pieces,
+  void Expect(const SpeculationSource* record, uint64_t ino, const std::vector<Piece>& pieces,
               std::string_view tail = {}) EXCLUDES(mu_);
   // A speculative read of [offset, end) of `record` finished: those bytes are in the source's
   // cache. Returns at once (the work happens on the pusher's thread).
-  void Arrived(const RandomAccessFile* record, uint64_t offset, uint64_t end) EXCLUDES(mu_);
+  void Arrived(const SpeculationSource* record, uint64_t offset, uint64_t end) EXCLUDES(mu_);
   // A reader asks the daemon for `ino`: pushing it is pointless now, and for a while (the
   // last kRecentReads files asked for) an Expect of it is ignored.
   void Forget(uint64_t ino) EXCLUDES(mu_);
@@ -111,7 +112,7 @@ class PagePusher {
     uint64_t missing = 0;  // bytes of this piece that have not arrived
   };
   struct PendingFile {
-    const RandomAccessFile* record = nullptr;
+    const SpeculationSource* record = nullptr;
     uint64_t size = 0;
     uint64_t missing = 0;       // bytes of all its pieces not arrived yet
     std::vector<Piece> pieces;  // in file order; their offsets are keys in pieces_[record]
@@ -123,7 +124,7 @@ class PagePusher {
     PendingFile file;
   };
   struct Arrival {
-    const RandomAccessFile* record;
+    const SpeculationSource* record;
     uint64_t offset, end;
   };
   void Run() EXCLUDES(mu_);
@@ -143,7 +144,7 @@ class PagePusher {
   bool busy_ GUARDED_BY(mu_) = false;  // the thread is handling arrivals taken off the queue
   std::deque<Arrival> arrivals_ GUARDED_BY(mu_);
   std::unordered_map<uint64_t, PendingFile> files_ GUARDED_BY(mu_);
-  std::unordered_map<const RandomAccessFile*, std::map<uint64_t, PendingPiece>> pieces_
+  std::unordered_map<const SpeculationSource*, std::map<uint64_t, PendingPiece>> pieces_
       GUARDED_BY(mu_);
   // The files asked for last: a set, and the same in order (a ring) to drop the oldest.
   std::unordered_set<uint64_t> recent_ GUARDED_BY(mu_);

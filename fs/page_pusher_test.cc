@@ -28,17 +28,12 @@ namespace {
 
 namespace stdfs = std::filesystem;
 
-// A record in memory: byte i is i % 251 (a piece's CRC names its bytes), and ReadCached
-// fails for a range that touches an evicted byte, as preadv2(RWF_NOWAIT) does for a page the
-// page cache lacks.
-class MemoryFile final : public RandomAccessFile {
+// A record's speculation hooks over memory: byte i is i % 251 (a piece's CRC names its bytes),
+// and ReadCached fails for a range that touches an evicted byte, as preadv2(RWF_NOWAIT) does
+// for a page the page cache lacks. The pusher reads nothing else.
+class MemoryFile final : public SpeculationSource {
  public:
-  Status Read(uint64_t offset, size_t n, uint8_t* dst) const override {
-    for (size_t i = 0; i < n; ++i) dst[i] = Byte(offset + i);
-    return Status::OK();
-  }
-  uint64_t Size() const override { return 1 << 20; }
-  const std::string& name() const override { return name_; }
+  Result<uint64_t> Warm(uint64_t, uint64_t n, std::vector<uint8_t>*) const override { return n; }
   bool ReadCached(uint64_t offset, size_t n, uint8_t* dst) const override {
     for (uint64_t e : evicted) {
       if (e >= offset && e < offset + n) return false;
@@ -49,9 +44,6 @@ class MemoryFile final : public RandomAccessFile {
   static uint8_t Byte(uint64_t at) { return static_cast<uint8_t>(at % 251); }
 
   std::set<uint64_t> evicted, damaged;  // set before the pusher reads
-
- private:
-  std::string name_ = "memory";
 };
 
 // The pieces [offset, offset + length) of a MemoryFile, with their CRCs.

@@ -192,9 +192,10 @@ void ReadPredictor::Plan(uint64_t dir_ino, uint64_t first, uint64_t count, int l
   if (!s.ok()) return;  // a demand read of those files will report the damage
   for (auto& [record, regions] : pieces) {
     auto file = store_.OpenRecord(record, nullptr);
-    if (!file) continue;
+    // A record without speculation hooks keeps nothing read ahead: nothing to plan.
+    if (!file || file->speculation() == nullptr) continue;
     for (const PushFile& pf : push_files[record]) {
-      pusher_->Expect(file->get(), pf.ino, pf.pieces, pf.tail);
+      pusher_->Expect(file->speculation(), pf.ino, pf.pieces, pf.tail);
     }
     std::vector<RecordScheduler::Range> ranges;
     for (auto& region : regions) {

@@ -22,8 +22,9 @@ namespace {
 
 namespace stdfs = std::filesystem;
 
-// A record file that logs every read (offset, length).
-class LoggingFile final : public RandomAccessFile {
+// A record file that logs every read (offset, length), speculative ones (Warm: a Read into
+// scratch) included.
+class LoggingFile final : public RandomAccessFile, public SpeculationSource {
  public:
   explicit LoggingFile(std::unique_ptr<RandomAccessFile> base) : base_(std::move(base)) {}
   Status Read(uint64_t offset, size_t n, uint8_t* dst) const override {
@@ -35,7 +36,11 @@ class LoggingFile final : public RandomAccessFile {
   }
   uint64_t Size() const override { return base_->Size(); }
   const std::string& name() const override { return base_->name(); }
-  bool KeepsReads() const override { return true; }
+  Result<uint64_t> Warm(uint64_t offset, uint64_t n, std::vector<uint8_t>* scratch) const override {
+    scratch->resize(static_cast<size_t>(n));
+    PCRFS_RETURN_ERR_IF_ERROR(Read(offset, static_cast<size_t>(n), scratch->data()));
+    return n;
+  }
   std::vector<RecordScheduler::Range> reads() const {
     std::lock_guard<std::mutex> l(mu_);
     return reads_;
@@ -76,11 +81,10 @@ void BuildStore(const std::string& dir, const std::vector<std::string>& folders,
 // Opens dir/store with every record file logging its reads.
 Result<std::unique_ptr<index::Store>> OpenLogged(const std::string& dir) {
   index::StoreOptions options;
-  options.open_record = [](const std::string& path,
-                           uint64_t) -> Result<std::unique_ptr<RandomAccessFile>> {
+  options.open_record = [](const std::string& path, uint64_t) -> Result<SourceFile> {
     auto f = index::OpenRecordFileNoFollow(path);
     if (!f) return Err(f.error());
-    return std::unique_ptr<RandomAccessFile>(std::make_unique<LoggingFile>(std::move(*f)));
+    return SourceFile::Speculative(std::make_shared<LoggingFile>(std::move(*f)));
   };
   return index::Store::Open(dir + "/store", options);
 }
@@ -193,7 +197,7 @@ TEST(ReadPredictorTest, ReadingOneFolderFetchesThatFolderOnly) {
   ASSERT_EQ(files.size(), 8u);
   auto rec = fs.store().OpenRecord(files[0].record, nullptr);
   ASSERT_TRUE(rec.has_value());
-  auto* log = dynamic_cast<LoggingFile*>(rec->get());
+  const auto* log = dynamic_cast<const LoggingFile*>(&rec->file());
   ASSERT_NE(log, nullptr);
   // Wait until the speculative reads covered every level-5 piece of a/.
   auto covered = [&](const index::PieceRef& p) {
@@ -253,7 +257,7 @@ TEST(ReadPredictorTest, ReadsSpreadOverSiblingFoldersFetchTheirParentsOtherFolde
   ASSERT_EQ(c0.size(), 4u);
   auto rec = fs.store().OpenRecord(c0[0].record, nullptr);
   ASSERT_TRUE(rec.has_value());
-  const auto* log = dynamic_cast<const LoggingFile*>(rec->get());
+  const auto* log = dynamic_cast<const LoggingFile*>(&rec->file());
   ASSERT_NE(log, nullptr);
 
   // One file of each of four sibling folders (a browser showing a file per folder): no folder

@@ -34,6 +34,11 @@ double SecondsSince(std::chrono::steady_clock::time_point start) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
 }
 
+// Speculative reads the source takes at once beside demand reads (0: one queue, a disk).
+int ConcurrentSpeculativeReads(const SourceFile& file) {
+  return file.speculation() != nullptr ? file.speculation()->ConcurrentSpeculativeReads() : 0;
+}
+
 }  // namespace
 
 RecordScheduler::RecordScheduler(OnArrived on_arrived, uint64_t forget_after)
@@ -51,16 +56,15 @@ RecordScheduler::~RecordScheduler() {
   for (auto& t : pool_) t.join();
 }
 
-Status RecordScheduler::Read(const RandomAccessFile& file, uint64_t offset, size_t n,
-                             uint8_t* dst) {
-  return Demand(file, n, [&] { return file.Read(offset, n, dst); });
+Status RecordScheduler::Read(const SourceFile& file, uint64_t offset, size_t n, uint8_t* dst) {
+  return Demand(file, n, [&] { return file.file().Read(offset, n, dst); });
 }
 
-Status RecordScheduler::Demand(const RandomAccessFile& file, uint64_t n,
+Status RecordScheduler::Demand(const SourceFile& file, uint64_t n,
                                const std::function<Status()>& read) {
   SourceModel::Demand d;
   d.n = n;
-  d.one_queue = file.ConcurrentSpeculativeReads() == 0;
+  d.one_queue = ConcurrentSpeculativeReads(file) == 0;
   // Other demand reads in progress: this one may queue behind them at the source.
   d.others = demand_active_.fetch_add(1, std::memory_order_acq_rel);
   // Speculative reads in flight at its start: those started and not finished (finished is
@@ -97,31 +101,33 @@ Status RecordScheduler::Demand(const RandomAccessFile& file, uint64_t n,
   return s;
 }
 
-void RecordScheduler::WillRead(const RandomAccessFile& file, const std::vector<Range>& ranges) {
+void RecordScheduler::WillRead(const SourceFile& file, const std::vector<Range>& ranges) {
+  const SpeculationSource* source = file.speculation();
+  if (source == nullptr) return;
   std::vector<Range> promoted;
-  if (file.ConcurrentSpeculativeReads() > 0 &&
+  if (source->ConcurrentSpeculativeReads() > 0 &&
       demand_active_.load(std::memory_order_acquire) >= kPromoteAtDemandReads) {
     MutexLock l(&mu_);
     for (const Range& r : ranges) {
-      const Range w = queue_.Promote(&file, r, model_.chunk());
+      const Range w = queue_.Promote(source, r, model_.chunk());
       if (w.length > 0) promoted.push_back(w);
     }
   }
   // The promoted windows first: the pieces inside them then join those fetches.
-  for (const Range& w : promoted) file.Prefetch(w.offset, w.length);
-  for (const Range& r : ranges) file.Prefetch(r.offset, r.length);
+  for (const Range& w : promoted) source->Prefetch(w.offset, w.length);
+  for (const Range& r : ranges) source->Prefetch(r.offset, r.length);
 }
 
-void RecordScheduler::Speculate(const std::shared_ptr<RandomAccessFile>& file,
-                                const std::vector<Range>& ranges) {
-  if (!file || !file->KeepsReads()) return;
-  const uint64_t size = file->Size();
+void RecordScheduler::Speculate(const SourceFile& file, const std::vector<Range>& ranges) {
+  std::shared_ptr<const SpeculationSource> source = file.shared_speculation();
+  if (!source) return;
+  const uint64_t size = file.file().Size();
   bool added = false;
   {
     MutexLock l(&mu_);
     if (stop_) return;
     const bool was_empty = queue_.empty();
-    added = !queue_.Add(file, ranges, size).empty();
+    added = !queue_.Add(source, ranges, size).empty();
     if (added && was_empty) model_.NoteQueuedIntoEmpty(Clock::now());
   }
   if (added) cv_.Signal();

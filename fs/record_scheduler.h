@@ -15,12 +15,13 @@
 // that times reads (wall clock and the thread's waits for a CPU, /proc/thread-self/schedstat),
 // feeds the model, and runs its decisions on a pool of threads.
 //
-// Speculation only pays if the source keeps what it read (RandomAccessFile::KeepsReads: the
-// page cache for a local file, a block cache for a remote one), since the later demand read
-// must find the bytes there; the scheduler reads nothing speculatively from a source that
-// does not. It never reads a range speculatively twice. A remote source
-// (RandomAccessFile::ConcurrentSpeculativeReads > 0) pauses speculation while it says it keeps
-// enough unread bytes (RandomAccessFile::Warm: ResourceExhausted).
+// Speculation only pays if the source keeps what it read (the page cache for a local file, a
+// block cache for a remote one), since the later demand read must find the bytes there: the
+// scheduler reads speculatively only from a file with speculation hooks
+// (SourceFile::speculation(), common/speculation_source.h), through them. It never reads a
+// range speculatively twice. A remote source (SpeculationSource::ConcurrentSpeculativeReads >
+// 0) pauses speculation while it says it keeps enough unread bytes (SpeculationSource::Warm:
+// ResourceExhausted).
 //
 // Thread-safe. No lock is held during I/O.
 #pragma once
@@ -36,6 +37,7 @@
 
 #include "common/mutex.h"
 #include "common/random_access_file.h"
+#include "common/speculation_source.h"
 #include "common/status.h"
 #include "fs/source_model.h"
 #include "fs/speculation_queue.h"
@@ -56,7 +58,7 @@ class RecordScheduler {
 
   // Called on a pool thread, with no lock held, after each speculative read that succeeded:
   // bytes [offset, end) of the file are in the source's cache now (PagePusher::Arrived).
-  using OnArrived = std::function<void(const RandomAccessFile&, uint64_t offset, uint64_t end)>;
+  using OnArrived = std::function<void(const SpeculationSource&, uint64_t offset, uint64_t end)>;
 
   // forget_after: SpeculationQueue's.
   explicit RecordScheduler(OnArrived on_arrived = nullptr,
@@ -66,19 +68,19 @@ class RecordScheduler {
   RecordScheduler& operator=(const RecordScheduler&) = delete;
 
   // A demand read: exactly n bytes at offset, on the calling thread, now.
-  Status Read(const RandomAccessFile& file, uint64_t offset, size_t n, uint8_t* dst);
+  Status Read(const SourceFile& file, uint64_t offset, size_t n, uint8_t* dst);
   // A demand read of n bytes of `file` that `read` does itself (e.g. index::Store::ReadBlock,
   // which reads and checks one checksum block), timed and counted as one.
-  Status Demand(const RandomAccessFile& file, uint64_t n, const std::function<Status()>& read)
+  Status Demand(const SourceFile& file, uint64_t n, const std::function<Status()>& read)
       EXCLUDES(mu_);
   // A read of n bytes that the source served from memory without waiting (a page-cache hit,
-  // RandomAccessFile::ReadCached): counted, but it neither was nor holds back device work.
+  // SpeculationSource::ReadCached): counted, but it neither was nor holds back device work.
   void NoteCacheHit(uint64_t n) {
     cache_hits_.fetch_add(1, std::memory_order_relaxed);
     cache_hit_bytes_.fetch_add(n, std::memory_order_relaxed);
   }
   // A demand read of these ranges is about to happen (the k pieces of one file): lets the
-  // source start them all at once (RandomAccessFile::Prefetch), so the read waits for the
+  // source start them all at once (SpeculationSource::Prefetch), so the read waits for the
   // slowest range instead of the sum. On a source that takes concurrent speculative reads (a
   // remote store), a piece inside a range queued for speculation is fetched with one chunk of
   // that range (from the piece on), taken out of the queue (SpeculationQueue::Promote): those
@@ -87,11 +89,10 @@ class RecordScheduler {
   // one request per gap between pieces already fetched. Only while at least
   // kPromoteAtDemandReads other demand reads are in progress: readers that outrun
   // single-piece fetches; a reader or two would only wait longer for its own file.
-  void WillRead(const RandomAccessFile& file, const std::vector<Range>& ranges) EXCLUDES(mu_);
+  void WillRead(const SourceFile& file, const std::vector<Range>& ranges) EXCLUDES(mu_);
   // Queues speculative reads of these ranges (in this order), minus every byte already read
-  // or queued for `file`. Never blocks on I/O.
-  void Speculate(const std::shared_ptr<RandomAccessFile>& file, const std::vector<Range>& ranges)
-      EXCLUDES(mu_);
+  // or queued for `file`; nothing if the file has no speculation hooks. Never blocks on I/O.
+  void Speculate(const SourceFile& file, const std::vector<Range>& ranges) EXCLUDES(mu_);
 
   Stats stats() const EXCLUDES(mu_);
   // What user.pcrfs.prefetch on the mount's root shows.

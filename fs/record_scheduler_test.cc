@@ -26,7 +26,7 @@ using Seconds = std::chrono::duration<double>;
 // transfer at a time, first come first served, as in a blkio throttle or on one link), with
 // a cache like the page cache: bytes transferred once are served again at no cost. It logs
 // every transfer from the device.
-class SimulatedSource final : public RandomAccessFile {
+class SimulatedSource final : public RandomAccessFile, public SpeculationSource {
  public:
   struct Transfer {
     uint64_t offset, n;           // the read asked for
@@ -85,7 +85,6 @@ class SimulatedSource final : public RandomAccessFile {
   }
   uint64_t Size() const override { return size_; }
   const std::string& name() const override { return name_; }
-  bool KeepsReads() const override { return keeps_; }
   // As a file in the page cache: only the pages not cached yet are moved (and reported).
   Result<uint64_t> Warm(uint64_t offset, uint64_t n, std::vector<uint8_t>* scratch) const override {
     uint64_t uncached = 0;
@@ -133,8 +132,9 @@ void WaitIdle(const RecordScheduler& s, uint64_t expect_bytes) {
 TEST(RecordSchedulerTest, DemandReadQueuesBehindAtMostOneSpeculativeRead) {
   constexpr double kBandwidth = 50e6;  // a throttled volume: one transfer at a time
   auto src = std::make_shared<SimulatedSource>(uint64_t{256} << 20, kBandwidth, 0);
+  const SourceFile file = SourceFile::Speculative(src);
   RecordScheduler s;
-  s.Speculate(src, {{0, uint64_t{128} << 20}});
+  s.Speculate(file, {{0, uint64_t{128} << 20}});
   // Let the chunk size settle on the measured rate (4 ms at 50 MB/s is ~200 KB).
   std::this_thread::sleep_for(std::chrono::milliseconds(150));
   std::vector<uint8_t> buf(16384);
@@ -143,7 +143,7 @@ TEST(RecordSchedulerTest, DemandReadQueuesBehindAtMostOneSpeculativeRead) {
     // The time is taken inside the scheduler's demand read (Demand, which Read uses), i.e.
     // once the scheduler counts the read as in progress.
     const uint64_t off = (uint64_t{200} << 20) + i * buf.size();
-    ASSERT_TRUE(s.Demand(*src, buf.size(), [&] {
+    ASSERT_TRUE(s.Demand(file, buf.size(), [&] {
                    issued.push_back(Clock::now());
                    return src->Read(off, buf.size(), buf.data());
                  }).ok());
@@ -175,8 +175,9 @@ TEST(RecordSchedulerTest, SpeculationKeepsAnIdleSourceBusy) {
   constexpr double kBandwidth = 100e6;
   constexpr uint64_t kBytes = uint64_t{24} << 20;
   auto src = std::make_shared<SimulatedSource>(kBytes, kBandwidth, 0);
+  const SourceFile file = SourceFile::Speculative(src);
   RecordScheduler s;
-  s.Speculate(src, {{0, kBytes}});
+  s.Speculate(file, {{0, kBytes}});
   WaitIdle(s, kBytes);
   EXPECT_EQ(s.stats().speculative_bytes, kBytes);
   EXPECT_EQ(s.stats().queued_bytes, 0u);
@@ -188,19 +189,20 @@ TEST(RecordSchedulerTest, SpeculationKeepsAnIdleSourceBusy) {
 TEST(RecordSchedulerTest, NothingIsReadTwice) {
   constexpr uint64_t kSize = uint64_t{16} << 20;
   auto src = std::make_shared<SimulatedSource>(kSize, 400e6, 0);
+  const SourceFile file = SourceFile::Speculative(src);
   RecordScheduler s;
   // Overlapping and repeated requests, some past the end, while demand reads run.
-  s.Speculate(src, {{0, 4 << 20}, {2 << 20, 4 << 20}});
+  s.Speculate(file, {{0, 4 << 20}, {2 << 20, 4 << 20}});
   std::thread::id reader_id;
   std::thread reader([&] {
     std::vector<uint8_t> buf(40000);
     for (uint64_t off = 1 << 20; off + buf.size() < kSize; off += 1 << 20) {
-      ASSERT_TRUE(s.Read(*src, off, buf.size(), buf.data()).ok());
+      ASSERT_TRUE(s.Read(file, off, buf.size(), buf.data()).ok());
       EXPECT_EQ(buf[5], static_cast<uint8_t>(off % 251));
     }
   });
-  s.Speculate(src, {{0, 8 << 20}, {12 << 20, 8 << 20}, {kSize + 5, 100}});
-  s.Speculate(src, {{3 << 20, 1}});
+  s.Speculate(file, {{0, 8 << 20}, {12 << 20, 8 << 20}, {kSize + 5, 100}});
+  s.Speculate(file, {{3 << 20, 1}});
   reader_id = reader.get_id();
   reader.join();
   WaitIdle(s, kSize - (4 << 20));
@@ -222,16 +224,18 @@ TEST(RecordSchedulerTest, NothingIsReadTwice) {
 TEST(RecordSchedulerTest, NoSpeculationFromASourceThatKeepsNothing) {
   auto src = std::make_shared<SimulatedSource>(1 << 20, 400e6, 0, /*keeps=*/false);
   RecordScheduler s;
-  s.Speculate(src, {{0, 1 << 20}});
+  // A file without speculation hooks (SourceFile::speculation() null): what a store hands out
+  // for a source that keeps nothing.
+  s.Speculate(SourceFile(std::shared_ptr<const RandomAccessFile>(src)), {{0, 1 << 20}});
   std::this_thread::sleep_for(std::chrono::milliseconds(20));
   EXPECT_EQ(s.stats().speculative_reads, 0u);
   EXPECT_TRUE(src->transfers().empty());
 }
 
 // A remote store's file as the scheduler sees it: it orders its own requests
-// (ConcurrentSpeculativeReads), each speculative read takes a latency, and it refuses
-// speculation while `busy` is set (its cache holds enough unread bytes).
-class ConcurrentSource final : public RandomAccessFile {
+// (SpeculationSource::ConcurrentSpeculativeReads), each speculative read takes a latency, and it
+// refuses speculation while `busy` is set (its cache holds enough unread bytes).
+class ConcurrentSource final : public RandomAccessFile, public SpeculationSource {
  public:
   explicit ConcurrentSource(uint64_t size) : size_(size) {}
   Status Read(uint64_t, size_t n, uint8_t* dst) const override {
@@ -260,7 +264,6 @@ class ConcurrentSource final : public RandomAccessFile {
   }
   uint64_t Size() const override { return size_; }
   const std::string& name() const override { return name_; }
-  bool KeepsReads() const override { return true; }
   int ConcurrentSpeculativeReads() const override { return 4; }
   std::vector<std::pair<uint64_t, uint64_t>> prefetched() const {
     std::lock_guard<std::mutex> l(mu_);
@@ -295,6 +298,7 @@ class ConcurrentSource final : public RandomAccessFile {
 
 TEST(RecordSchedulerTest, ConcurrentSourceSpeculatesWhileDemandReadsRun) {
   auto src = std::make_shared<ConcurrentSource>(uint64_t{64} << 20);
+  const SourceFile file = SourceFile::Speculative(src);
   RecordScheduler s;
   std::atomic<bool> stop{false};
   // Demand reads back to back from two threads: a local disk's policy would never speculate.
@@ -302,11 +306,11 @@ TEST(RecordSchedulerTest, ConcurrentSourceSpeculatesWhileDemandReadsRun) {
   for (int t = 0; t < 2; ++t) {
     readers.emplace_back([&] {
       std::vector<uint8_t> buf(4096);
-      while (!stop.load()) (void)s.Read(*src, 0, buf.size(), buf.data());
+      while (!stop.load()) (void)s.Read(file, 0, buf.size(), buf.data());
     });
   }
   std::this_thread::sleep_for(std::chrono::milliseconds(20));
-  s.Speculate(src, {{0, uint64_t{16} << 20}});
+  s.Speculate(file, {{0, uint64_t{16} << 20}});
   WaitIdle(s, uint64_t{16} << 20);
   stop = true;
   for (auto& t : readers) t.join();
@@ -321,9 +325,10 @@ TEST(RecordSchedulerTest, ConcurrentSourceSpeculatesWhileDemandReadsRun) {
 
 TEST(RecordSchedulerTest, ABusySourceIsAskedAgainAndLosesNothing) {
   auto src = std::make_shared<ConcurrentSource>(uint64_t{8} << 20);
+  const SourceFile file = SourceFile::Speculative(src);
   src->set_busy(true);
   RecordScheduler s;
-  s.Speculate(src, {{0, uint64_t{4} << 20}});
+  s.Speculate(file, {{0, uint64_t{4} << 20}});
   std::this_thread::sleep_for(std::chrono::milliseconds(100));
   EXPECT_GT(src->refused(), 0);
   EXPECT_TRUE(src->warmed().empty());
@@ -345,12 +350,13 @@ TEST(RecordSchedulerTest, ABusySourceIsAskedAgainAndLosesNothing) {
 // exactly once, by the promoted window or by speculation.
 TEST(RecordSchedulerTest, ADemandPieceInAQueuedRangeTakesAChunkOfIt) {
   auto src = std::make_shared<ConcurrentSource>(uint64_t{8} << 20);
+  const SourceFile file = SourceFile::Speculative(src);
   src->set_busy(true);  // keep the range queued
   RecordScheduler s;
   const uint64_t mib = uint64_t{1} << 20;
-  s.Speculate(src, {{0, 4 * mib}});
+  s.Speculate(file, {{0, 4 * mib}});
   // A lone reader (a decoding DataLoader's worker): only its pieces.
-  s.WillRead(*src, {{2 * mib, 5000}});
+  s.WillRead(file, {{2 * mib, 5000}});
   EXPECT_EQ(src->prefetched().size(), 1u);
   EXPECT_EQ(s.stats().promoted_bytes, 0u);
   // Readers that outrun single-piece fetches: demand reads in progress.
@@ -359,7 +365,7 @@ TEST(RecordSchedulerTest, ADemandPieceInAQueuedRangeTakesAChunkOfIt) {
   std::vector<std::thread> readers;
   for (int i = 0; i < RecordScheduler::kPromoteAtDemandReads; ++i) {
     readers.emplace_back([&] {
-      (void)s.Demand(*src, 1, [&] {
+      (void)s.Demand(file, 1, [&] {
         ++reading;
         while (!release.load()) std::this_thread::sleep_for(std::chrono::milliseconds(1));
         return Status::OK();
@@ -369,7 +375,7 @@ TEST(RecordSchedulerTest, ADemandPieceInAQueuedRangeTakesAChunkOfIt) {
   while (reading.load() < RecordScheduler::kPromoteAtDemandReads) {
     std::this_thread::sleep_for(std::chrono::milliseconds(1));
   }
-  s.WillRead(*src, {{mib + 100, 5000}, {6 * mib, 5000}});  // inside, and not queued
+  s.WillRead(file, {{mib + 100, 5000}, {6 * mib, 5000}});  // inside, and not queued
   release = true;
   for (auto& t : readers) t.join();
   auto prefetched = src->prefetched();
@@ -399,15 +405,16 @@ TEST(RecordSchedulerTest, ADemandPieceInAQueuedRangeTakesAChunkOfIt) {
 // region (40 class folders at level 1: ~50 KiB per request, each a round trip).
 TEST(RecordSchedulerTest, QueuedRangesThatTouchAreReadAsOne) {
   auto src = std::make_shared<ConcurrentSource>(uint64_t{8} << 20);
+  const SourceFile file = SourceFile::Speculative(src);
   src->set_busy(true);  // keep everything queued until all is planned
   RecordScheduler s;
   const uint64_t kib = 1024;
-  s.Speculate(src, {{0, 64 * kib}});
-  s.Speculate(src, {{256 * kib, 64 * kib}, {128 * kib, 64 * kib}});
-  s.Speculate(src, {{64 * kib, 64 * kib}});    // joins [0, 64K) and [128K, 192K)
-  s.Speculate(src, {{192 * kib, 64 * kib}});   // joins [0, 192K) and [256K, 320K)
-  s.Speculate(src, {{1024 * kib, 64 * kib}});  // apart
-  s.Speculate(src, {{960 * kib, 64 * kib}});   // ends where the one before starts
+  s.Speculate(file, {{0, 64 * kib}});
+  s.Speculate(file, {{256 * kib, 64 * kib}, {128 * kib, 64 * kib}});
+  s.Speculate(file, {{64 * kib, 64 * kib}});    // joins [0, 64K) and [128K, 192K)
+  s.Speculate(file, {{192 * kib, 64 * kib}});   // joins [0, 192K) and [256K, 320K)
+  s.Speculate(file, {{1024 * kib, 64 * kib}});  // apart
+  s.Speculate(file, {{960 * kib, 64 * kib}});   // ends where the one before starts
   // A worker may be handing a range back (the source is busy) just now: not queued for that
   // instant.
   for (int i = 0; i < 1000 && s.stats().queued_bytes != 448 * kib; ++i) {

@@ -24,7 +24,7 @@ void SpeculationQueue::Insert(RangeSet* set, uint64_t begin, uint64_t end,
 }
 
 std::vector<SpeculationQueue::Range> SpeculationQueue::Add(
-    const std::shared_ptr<RandomAccessFile>& file, const std::vector<Range>& ranges,
+    const std::shared_ptr<const SpeculationSource>& file, const std::vector<Range>& ranges,
     uint64_t size) {
   MaybeForget();
   std::vector<Range> added, fresh;
@@ -79,8 +79,8 @@ void SpeculationQueue::Unindex(const Pending& p) {
   if (f->second.empty()) queued_.erase(f);
 }
 
-void SpeculationQueue::Enqueue(const std::shared_ptr<RandomAccessFile>& file, uint64_t offset,
-                               uint64_t end, bool front) {
+void SpeculationQueue::Enqueue(const std::shared_ptr<const SpeculationSource>& file,
+                               uint64_t offset, uint64_t end, bool front) {
   if (offset >= end) return;
   queued_bytes_ += end - offset;
   QueueIndex& index = queued_[file.get()];
@@ -125,7 +125,7 @@ SpeculationQueue::Pending SpeculationQueue::TakeFront(uint64_t n) {
   return taken;
 }
 
-SpeculationQueue::Range SpeculationQueue::Promote(const RandomAccessFile* file, const Range& r,
+SpeculationQueue::Range SpeculationQueue::Promote(const SpeculationSource* file, const Range& r,
                                                   uint64_t chunk) {
   auto f = queued_.find(file);
   if (f == queued_.end()) return {r.offset, 0};

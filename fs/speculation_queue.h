@@ -26,7 +26,7 @@
 #include <unordered_map>
 #include <vector>
 
-#include "common/random_access_file.h"
+#include "common/speculation_source.h"
 
 namespace pcrfs::fs {
 
@@ -36,9 +36,9 @@ class SpeculationQueue {
     uint64_t offset;
     uint64_t length;
   };
-  // A queued range: bytes [offset, end) of file.
+  // A queued range: bytes [offset, end) of the file whose speculation hooks `file` are.
   struct Pending {
-    std::shared_ptr<RandomAccessFile> file;
+    std::shared_ptr<const SpeculationSource> file;
     uint64_t offset;
     uint64_t end;
   };
@@ -51,10 +51,11 @@ class SpeculationQueue {
   // Queues `ranges` of `file` (clipped to `size`, in this order) minus every byte queued now or
   // taken for `file` before (within the last forget_after bytes taken); returns the parts it
   // queued.
-  std::vector<Range> Add(const std::shared_ptr<RandomAccessFile>& file,
+  std::vector<Range> Add(const std::shared_ptr<const SpeculationSource>& file,
                          const std::vector<Range>& ranges, uint64_t size);
   // Puts [offset, end) of `file` (taken before, not queued now) back at the front.
-  void PushFront(const std::shared_ptr<RandomAccessFile>& file, uint64_t offset, uint64_t end) {
+  void PushFront(const std::shared_ptr<const SpeculationSource>& file, uint64_t offset,
+                 uint64_t end) {
     Insert(&seen_[file.get()], offset, end, nullptr);  // seen, even if forgotten since taken
     taken_since_forget_ -= std::min(taken_since_forget_, end - offset);
     Enqueue(file, offset, end, /*front=*/true);
@@ -68,7 +69,7 @@ class SpeculationQueue {
   // where end is r.offset + max(r.length, chunk) or the queued range's end if sooner, and
   // returns it; what is left of the queued range on either side stays queued, in place.
   // Otherwise returns a range of length 0.
-  Range Promote(const RandomAccessFile* file, const Range& r, uint64_t chunk);
+  Range Promote(const SpeculationSource* file, const Range& r, uint64_t chunk);
   // Drops everything queued (what was queued before still counts as seen).
   void Clear();
   // n bytes were read on demand: they enter the caches too, pushing older bytes out.
@@ -96,7 +97,7 @@ class SpeculationQueue {
 
   // Queues [offset, end) of `file` (no byte of it queued yet): merged into a queued range it
   // touches, else at the back (at the front if `front`).
-  void Enqueue(const std::shared_ptr<RandomAccessFile>& file, uint64_t offset, uint64_t end,
+  void Enqueue(const std::shared_ptr<const SpeculationSource>& file, uint64_t offset, uint64_t end,
                bool front);
   void Unindex(const Pending& p);
 
@@ -107,9 +108,9 @@ class SpeculationQueue {
 
   const uint64_t forget_after_;
   Queue queue_;
-  std::unordered_map<const RandomAccessFile*, QueueIndex> queued_;
+  std::unordered_map<const SpeculationSource*, QueueIndex> queued_;
   // Queued or taken: in this generation, and in the one before.
-  std::unordered_map<const RandomAccessFile*, RangeSet> seen_, seen_before_;
+  std::unordered_map<const SpeculationSource*, RangeSet> seen_, seen_before_;
   uint64_t queued_bytes_ = 0;
   uint64_t taken_since_forget_ = 0;
   uint64_t forgotten_ = 0;

@@ -11,26 +11,28 @@ namespace {
 
 using Q = SpeculationQueue;
 
+// A file's speculation hooks, named for the tests' messages; never read from.
+class Named final : public SpeculationSource {
+ public:
+  explicit Named(std::string n) : name_(std::move(n)) {}
+  Result<uint64_t> Warm(uint64_t, uint64_t n, std::vector<uint8_t>*) const override { return n; }
+  const std::string& name() const { return name_; }
+
+ private:
+  const std::string name_;
+};
+
 // The queue as (file, offset, end) triples, front first.
 std::vector<std::string> Ranges(const Q& q) {
   std::vector<std::string> out;
   for (const Q::Pending& p : q.Snapshot()) {
-    out.push_back(p.file->name() + ":" + std::to_string(p.offset) + "-" + std::to_string(p.end));
+    out.push_back(static_cast<const Named&>(*p.file).name() + ":" + std::to_string(p.offset) + "-" +
+                  std::to_string(p.end));
   }
   return out;
 }
 
-std::shared_ptr<RandomAccessFile> File(const std::string& name) {
-  class Named final : public RandomAccessFile {
-   public:
-    explicit Named(std::string n) : name_(std::move(n)) {}
-    Status Read(uint64_t, size_t, uint8_t*) const override { return Status::OK(); }
-    uint64_t Size() const override { return 1 << 30; }
-    const std::string& name() const override { return name_; }
-
-   private:
-    const std::string name_;
-  };
+std::shared_ptr<const SpeculationSource> File(const std::string& name) {
   return std::make_shared<Named>(name);
 }
 
@@ -223,7 +225,7 @@ TEST(SpeculationQueueTest, WhatWasTakenIsForgottenAfterEnoughMoreWasTaken) {
 // fast (a walk of the queue per promotion would take 10^10 steps).
 TEST(SpeculationQueueTest, ManyQueuedRanges) {
   Q q;
-  std::vector<std::shared_ptr<RandomAccessFile>> files;
+  std::vector<std::shared_ptr<const SpeculationSource>> files;
   for (int f = 0; f < 100; ++f) files.push_back(File("f" + std::to_string(f)));
   for (uint64_t i = 0; i < 1000; ++i) {
     for (auto& f : files) q.Add(f, {{i * 100, 50}}, uint64_t{1} << 40);

@@ -214,7 +214,7 @@ TEST(LargePieceTest, DamageCostsOnlyItsBlock) {
     ASSERT_TRUE(file.has_value());
     Bytes buf(kChecksumBlockSize);
     for (uint64_t b = 0; b < 4; ++b) {
-      Status s = (*store)->ReadBlock(**file, *e, 1, b, buf.data());
+      Status s = (*store)->ReadBlock(*file, *e, 1, b, buf.data());
       if (b == 2 || format == kOldestIndexFormat) {
         EXPECT_TRUE(s.IsCorruption()) << "block " << b << " format " << format;
         EXPECT_NE(s.message().find("checksum mismatch"), std::string::npos) << s.ToString();

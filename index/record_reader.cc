@@ -17,9 +17,10 @@ Status Bad(const RandomAccessFile& file, const std::string& what) {
 std::string U(uint64_t v) { return std::to_string(v); }
 
 // Reads n bytes of piece data at offset, checks them against masked_crc. `what` describes the
-// piece for error messages.
+// piece for error messages. `source` (may be null): the file's hooks, to drop a damaged copy.
 Status ReadChecked(const RandomAccessFile& file, uint64_t offset, uint64_t length,
-                   uint32_t masked_crc, const std::string& what, uint8_t* dst) {
+                   uint32_t masked_crc, const std::string& what, uint8_t* dst,
+                   const SpeculationSource* source = nullptr) {
   if (offset > file.Size() || length > file.Size() - offset) {
     return Status::Corruption(file.name() + ": " + what + " at offset " + U(offset) + " (" +
                               U(length) + " bytes) lies outside the file (" + U(file.Size()) +
@@ -35,7 +36,8 @@ Status ReadChecked(const RandomAccessFile& file, uint64_t offset, uint64_t lengt
     }
   }
   uint32_t actual = crc32c::Value(dst, static_cast<size_t>(length));
-  if (crc32c::Mask(actual) != masked_crc && length > 0 && file.DropCached(offset, length)) {
+  if (crc32c::Mask(actual) != masked_crc && length > 0 && source != nullptr &&
+      source->DropCached(offset, length)) {
     // A damaged cached copy (a remote store's disk cache): read it once more from the origin.
     Status s = file.Read(offset, static_cast<size_t>(length), dst);
     if (!s.ok()) {
@@ -248,7 +250,8 @@ Status ReadLevel(const RandomAccessFile& file, EntryKind kind, const PieceRefs& 
 }
 
 Status ReadPieceBlock(const RandomAccessFile& file, const PieceRef& piece, int group,
-                      uint64_t block, uint32_t masked_crc, uint8_t* dst) {
+                      uint64_t block, uint32_t masked_crc, uint8_t* dst,
+                      const SpeculationSource* source) {
   if (block >= NumChecksumBlocks(piece.length)) {
     return Status::InvalidArgument(file.name() + ": block " + U(block) + " of a piece of " +
                                    U(piece.length) + " bytes");
@@ -264,7 +267,7 @@ Status ReadPieceBlock(const RandomAccessFile& file, const PieceRef& piece, int g
                                ? "block " + U(block) + " of the " + PieceName(group)
                                : PieceName(group);
   return ReadChecked(file, piece.offset + begin, ChecksumBlockLength(piece.length, block),
-                     masked_crc, what, dst);
+                     masked_crc, what, dst, source);
 }
 
 Status ScanPiece(const RandomAccessFile& file, const PieceRef& piece, const std::string& what,

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "common/random_access_file.h"
+#include "common/speculation_source.h"
 #include "common/status.h"
 #include "index/record_format.h"
 
@@ -25,9 +26,11 @@ Status ReadPiece(const RandomAccessFile& file, const PieceRef& piece, uint8_t* d
 // Reads block b (kChecksumBlockSize blocks, record_format.h) of a piece into dst and checks it
 // against masked_crc: the piece's own CRC when it has one block, else the block's CRC from the
 // index. dst has room for ChecksumBlockLength(piece.length, b) bytes.
-// `group` (1..10) names the piece in errors.
+// `group` (1..10) names the piece in errors. `source`: the file's speculation hooks, if any: on
+// a CRC mismatch a copy it kept (a remote store's cache) is dropped and the block read again.
 Status ReadPieceBlock(const RandomAccessFile& file, const PieceRef& piece, int group,
-                      uint64_t block, uint32_t masked_crc, uint8_t* dst);
+                      uint64_t block, uint32_t masked_crc, uint8_t* dst,
+                      const SpeculationSource* source = nullptr);
 
 // Reads a piece block by block in constant memory, calling fn(block index, bytes) for each in
 // order, and checks the whole piece against its CRC at the end: fn sees bytes that are only

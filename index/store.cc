@@ -25,8 +25,12 @@ std::string U(uint64_t v) { return std::to_string(v); }
 // index. The pieces themselves are checked against their CRCs whenever they are read.
 // prefetch_tables: ask for the tables with the header although they are not checked here (an
 // index of format 4 needs them for the first read: Store::ResolvePieces), one round trip.
-Status CheckRecordHeader(const RandomAccessFile& f, const RecordInfo& info, bool check_tables,
+Status CheckRecordHeader(const SourceFile& record, const RecordInfo& info, bool check_tables,
                          bool prefetch_tables) {
+  const RandomAccessFile& f = record.file();
+  const auto prefetch = [&record](uint64_t offset, uint64_t n) {
+    if (record.speculation() != nullptr) record.speculation()->Prefetch(offset, n);
+  };
   auto bad = [&f](const std::string& what) {
     return Status::Corruption(f.name() + ": record does not match the index: " + what);
   };
@@ -37,11 +41,11 @@ Status CheckRecordHeader(const RandomAccessFile& f, const RecordInfo& info, bool
   // Everything checked below is asked for at once: the header (and tables: all bytes before
   // the data) and the footer. A remote record then costs one round trip, not three in a row.
   if (!check_tables && !prefetch_tables) {
-    f.Prefetch(0, kRecordHeaderSize);
+    prefetch(0, kRecordHeaderSize);
   } else if (info.data_offset <= f.Size()) {
-    f.Prefetch(0, info.data_offset);
+    prefetch(0, info.data_offset);
   }
-  f.Prefetch(f.Size() - kRecordFooterSize, kRecordFooterSize);
+  prefetch(f.Size() - kRecordFooterSize, kRecordFooterSize);
   uint8_t bytes[RecordHeader::kEncodedLength];
   PCRFS_RETURN_IF_ERROR(f.Read(0, sizeof(bytes), bytes));
   auto h = RecordHeader::DecodeFrom(bytes);
@@ -147,7 +151,7 @@ Result<LmdbRecordSource> LmdbSourceOf(const std::string& lmdb_path) {
       });
 }
 
-Result<std::unique_ptr<RandomAccessFile>> OpenRecordFileNoFollow(const std::string& path) {
+Result<std::unique_ptr<PosixRandomAccessFile>> OpenRecordFileNoFollow(const std::string& path) {
   auto file = PosixRandomAccessFile::Open(path, O_NOFOLLOW);
   if (!file && file.error().ToErrno() == ELOOP) {
     return Err(Status::Corruption(path + ": record file is a symbolic link (pcrfs follows no " +
@@ -211,8 +215,10 @@ Result<std::unique_ptr<Store>> Store::Open(const std::string& dir, StoreOptions 
   store->dir_ = dir;
   store->options_ = std::move(options);
   if (!store->options_.open_record) {
-    store->options_.open_record = [](const std::string& path, uint64_t) {
-      return OpenRecordFileNoFollow(path);
+    store->options_.open_record = [](const std::string& path, uint64_t) -> Result<SourceFile> {
+      auto file = OpenRecordFileNoFollow(path);
+      if (!file) return Err(file.error());
+      return SourceFile::Speculative(std::shared_ptr<PosixRandomAccessFile>(std::move(*file)));
     };
   }
   store->manifest_ = std::move(*manifest);
@@ -271,7 +277,7 @@ Result<Store::OpenRecordFile> Store::OpenRecordFileNow(uint32_t id) const {
   // each piece's CRC, so a damaged header or footer costs no file, and a truncated record
   // costs only the files whose pieces lie past its new end.
   const bool prefetch_tables = index_->format() >= kCompactIndexFormat;
-  Status header = CheckRecordHeader(**file, *info, options_.check_tables, prefetch_tables);
+  Status header = CheckRecordHeader(*file, *info, options_.check_tables, prefetch_tables);
   // A remote failure to read (a timeout, a 503, a refusal: no Corruption, no local EIO) says
   // nothing of the record: the open fails, is not kept, and the next read tries again; no
   // cached byte is dropped for it. A record the origin does not have (404) is missing: damage.
@@ -282,21 +288,20 @@ Result<Store::OpenRecordFile> Store::OpenRecordFileNow(uint32_t id) const {
     return !s.ok() && !s.IsCorruption() && s.sys_errno() != EIO;
   };
   if (transient(header)) return Err(header);
-  if (!header.ok() && info->file_size >= kRecordFooterSize) {
+  const SpeculationSource* source = file->speculation();
+  if (!header.ok() && info->file_size >= kRecordFooterSize && source != nullptr) {
     // Bytes a cache kept (a remote store's disk cache) may be the damaged ones: drop them and
     // check the origin's once more.
-    const bool head = (*file)->DropCached(0, info->data_offset);
-    const bool foot = (*file)->DropCached(info->file_size - kRecordFooterSize, kRecordFooterSize);
+    const bool head = source->DropCached(0, info->data_offset);
+    const bool foot = source->DropCached(info->file_size - kRecordFooterSize, kRecordFooterSize);
     if (head || foot)
-      header = CheckRecordHeader(**file, *info, options_.check_tables, prefetch_tables);
+      header = CheckRecordHeader(*file, *info, options_.check_tables, prefetch_tables);
     if (transient(header)) return Err(header);
   }
-  return OpenRecordFile{std::shared_ptr<RandomAccessFile>(std::move(*file)), *info,
-                        std::move(header)};
+  return OpenRecordFile{std::move(*file), *info, std::move(header)};
 }
 
-Result<std::shared_ptr<RandomAccessFile>> Store::OpenRecord(uint32_t id,
-                                                            Status* header_problem) const {
+Result<SourceFile> Store::OpenRecord(uint32_t id, Status* header_problem) const {
   auto r = GetRecordFile(id);
   if (!r) return Err(r.error());
   if (header_problem != nullptr) *header_problem = r->header_status;
@@ -391,7 +396,7 @@ Result<std::shared_ptr<const Store::RecordTable>> Store::GetRecordTable(uint32_t
 Store::TableResult Store::LoadRecordTable(uint32_t id) const {
   auto rec = GetRecordFile(id);
   if (!rec) return Err(rec.error());
-  const RandomAccessFile& f = *rec->file;
+  const RandomAccessFile& f = rec->file.file();
   const RecordInfo& info = rec->info;
   auto bad = [&f](const std::string& what) {
     return Err(Status::Corruption(f.name() + ": record table unusable: " + what));
@@ -494,7 +499,7 @@ Status Store::ReadFileTo(const Entry& unresolved, int k, const ByteSink& sink) c
     const uint64_t begin = rec->info.group_offset[gi];
     const uint64_t end = rec->info.group_offset[gi + 1];
     if (p.offset < begin || p.offset > end || p.length > end - p.offset) {
-      return Status::Corruption(rec->file->name() + ": entry " + U(e.ino) + " \"" + e.name +
+      return Status::Corruption(rec->file.file().name() + ": entry " + U(e.ino) + " \"" + e.name +
                                 "\" (slot " + U(e.slot) + "): piece of group " + U(gi + 1) + " [" +
                                 U(p.offset) + ", +" + U(p.length) + ") lies outside its region [" +
                                 U(begin) + ", " + U(end) + ")");
@@ -504,7 +509,7 @@ Status Store::ReadFileTo(const Entry& unresolved, int k, const ByteSink& sink) c
   for (const LevelSpan& s : plan.spans()) {
     buf.resize(static_cast<size_t>(std::min(s.piece.length, kChecksumBlockSize)));
     for (uint64_t b = s.first_block(); b < s.end_block(); ++b) {
-      PCRFS_RETURN_IF_ERROR(ReadBlock(*rec->file, e, s.group, b, buf.data()));
+      PCRFS_RETURN_IF_ERROR(ReadBlock(rec->file, e, s.group, b, buf.data()));
       const uint64_t block_begin = b * kChecksumBlockSize;
       const uint64_t from = std::max(s.begin, block_begin) - block_begin;
       const uint64_t to =
@@ -546,7 +551,7 @@ Result<uint32_t> Store::BlockCrc(const Entry& e, int group, uint64_t block) cons
     // CRC of each block, so later reads of this piece check one block each.
     auto rec = GetRecordFile(e.record);
     if (!rec) return Err(rec.error());
-    auto computed = ComputeBlockCrcs(*rec->file, p);
+    auto computed = ComputeBlockCrcs(rec->file.file(), p);
     if (!computed) return Err(computed.error());
     crcs = std::make_shared<const std::vector<uint32_t>>(std::move(*computed));
     MutexLock lock(&mu_);
@@ -559,7 +564,7 @@ Result<uint32_t> Store::BlockCrc(const Entry& e, int group, uint64_t block) cons
   return (*crcs)[static_cast<size_t>(block)];
 }
 
-Status Store::ReadBlock(const RandomAccessFile& file, const Entry& e, int group, uint64_t block,
+Status Store::ReadBlock(const SourceFile& file, const Entry& e, int group, uint64_t block,
                         uint8_t* dst) const {
   if (!e.pieces_resolved) {
     Entry copy = e;
@@ -568,7 +573,8 @@ Status Store::ReadBlock(const RandomAccessFile& file, const Entry& e, int group,
   }
   auto crc = BlockCrc(e, group, block);
   if (!crc) return crc.error();
-  return ReadPieceBlock(file, e.pieces[static_cast<size_t>(group - 1)], group, block, *crc, dst);
+  return ReadPieceBlock(file.file(), e.pieces[static_cast<size_t>(group - 1)], group, block, *crc,
+                        dst, file.speculation());
 }
 
 }  // namespace pcrfs::index

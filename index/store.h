@@ -31,9 +31,10 @@ inline constexpr char kRecordsDir[] = "records";
 // Opens a record file by its path; expected_size is the record's size per the index (a remote
 // store's opener needs it: it sends no HEAD). The default opens the local file read-only and
 // never follows a symlink (OpenRecordFileNoFollow, which ignores the size: a mismatch is found
-// by the header check); tests inject one that fails or corrupts reads.
-using RecordFileOpener = std::function<Result<std::unique_ptr<RandomAccessFile>>(
-    const std::string& path, uint64_t expected_size)>;
+// by the header check), with the page cache's speculation hooks; tests inject one that fails
+// or corrupts reads (a file without hooks: nothing is read from it speculatively).
+using RecordFileOpener =
+    std::function<Result<SourceFile>(const std::string& path, uint64_t expected_size)>;
 
 struct StoreOptions {
   RecordFileOpener open_record;  // empty: OpenRecordFileNoFollow
@@ -54,7 +55,7 @@ Result<LmdbRecordSource> LmdbSourceOf(const std::string& lmdb_path);
 
 // open(path, O_RDONLY | O_NOFOLLOW), a regular file: a symlink is Corruption ("is a symbolic
 // link"), never followed, so a store cannot make pcrfs serve a file outside it.
-Result<std::unique_ptr<RandomAccessFile>> OpenRecordFileNoFollow(const std::string& path);
+Result<std::unique_ptr<PosixRandomAccessFile>> OpenRecordFileNoFollow(const std::string& path);
 
 class Store {
  public:
@@ -75,9 +76,9 @@ class Store {
   // offsets and check every piece's CRC, so damage costs exactly the pieces it touches.
   // header_problem (if given) receives what disagrees, OK when nothing does. A header that
   // cannot be read for a remote reason (an IOError but a local EIO: a timeout, a 503) fails
-  // the open, which is not kept: the next call tries again.
-  Result<std::shared_ptr<RandomAccessFile>> OpenRecord(uint32_t id,
-                                                       Status* header_problem = nullptr) const;
+  // the open, which is not kept: the next call tries again. The handle carries the file's
+  // speculation hooks when its source has them (SourceFile::speculation()).
+  Result<SourceFile> OpenRecord(uint32_t id, Status* header_problem = nullptr) const;
 
   // Fills e->pieces' offsets and masked CRCs when the index did not hold them (format 4,
   // Entry::pieces_resolved false) from the record's image table, read once per record and kept
@@ -98,8 +99,9 @@ class Store {
   // reading the piece once (kept for the most recent pieces).
   Result<uint32_t> BlockCrc(const Entry& e, int group, uint64_t block) const;
   // Reads checksum block `block` of piece `group` of e from `file` (its record, OpenRecord)
-  // into dst (room for ChecksumBlockLength(piece length, block) bytes) and checks it.
-  Status ReadBlock(const RandomAccessFile& file, const Entry& e, int group, uint64_t block,
+  // into dst (room for ChecksumBlockLength(piece length, block) bytes) and checks it; a block
+  // that fails its CRC is read once more if the source dropped a cached copy of it.
+  Status ReadBlock(const SourceFile& file, const Entry& e, int group, uint64_t block,
                    uint8_t* dst) const;
 
  private:
@@ -110,7 +112,7 @@ class Store {
   Manifest manifest_;
   std::shared_ptr<const IndexReader> index_;
   struct OpenRecordFile {
-    std::shared_ptr<RandomAccessFile> file;
+    SourceFile file;
     RecordInfo info;       // from the index
     Status header_status;  // the file's header, footer and size checked against info
   };

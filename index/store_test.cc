@@ -144,7 +144,9 @@ TEST(StoreTest, ReadsEveryFileAtEveryLevel) {
   auto r1 = (*store)->OpenRecord(0);
   auto r2 = (*store)->OpenRecord(0);
   ASSERT_TRUE(r1.has_value() && r2.has_value());
-  EXPECT_EQ(r1->get(), r2->get()) << "opened once and shared";
+  EXPECT_EQ(&r1->file(), &r2->file()) << "opened once and shared";
+  EXPECT_EQ(r1->speculation(), r2->speculation());
+  EXPECT_NE(r1->speculation(), nullptr) << "a local record has the page cache's hooks";
   EXPECT_TRUE((*store)->OpenRecord(1).error().IsCorruption());
   Bytes out;
   EXPECT_EQ((*store)->ReadFile(*(*store)->index().Get(1), 1, &out).code(),
@@ -412,11 +414,10 @@ TEST(StoreTest, OpeningARecordWithoutItsTables) {
   auto open = [&](bool check_tables) {
     StoreOptions options;
     options.check_tables = check_tables;
-    options.open_record = [&](const std::string& path,
-                              uint64_t) -> Result<std::unique_ptr<RandomAccessFile>> {
+    options.open_record = [&](const std::string& path, uint64_t) -> Result<SourceFile> {
       auto f = OpenRecordFileNoFollow(path);
       if (!f) return Err(f.error());
-      return std::unique_ptr<RandomAccessFile>(new CountingFile(std::move(*f), &bytes));
+      return SourceFile(std::make_shared<const CountingFile>(std::move(*f), &bytes));
     };
     return Store::Open(dir.path(), std::move(options));
   };

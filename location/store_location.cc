@@ -398,9 +398,8 @@ Result<std::unique_ptr<index::Store>> OpenStoreAt(const StoreLocation& location,
     options.check_tables = false;
     // The opener gets the record's path in the cache folder: its name relative to the store
     // is what follows the folder.
-    options.open_record = [location, client, cache](
-                              const std::string& path,
-                              uint64_t size) -> Result<std::unique_ptr<RandomAccessFile>> {
+    options.open_record = [location, client, cache](const std::string& path,
+                                                    uint64_t size) -> Result<SourceFile> {
       const std::string rel = path.substr(std::min(path.size(), location.dir.size() + 1));
       if (!client) return Err(Status::IOError(location.name + ": opened without a client", EIO));
       // The cache keeps bytes by record id: the number of the file name (index::RecordFileName).
@@ -410,7 +409,10 @@ Result<std::unique_ptr<index::Store>> OpenStoreAt(const StoreLocation& location,
           static_cast<size_t>(used) != rel.size() || index::RecordFileName(id) != rel) {
         return Err(Status::InvalidArgument(location.name + ": not a record file name: " + rel));
       }
-      return std::unique_ptr<RandomAccessFile>(new RemoteFile(client, rel, size, cache, id));
+      auto file = std::make_shared<RemoteFile>(client, rel, size, cache, id);
+      // Without a cache nothing fetched is kept: no speculation hooks.
+      if (!cache) return SourceFile(std::shared_ptr<const RandomAccessFile>(std::move(file)));
+      return SourceFile::Speculative(std::move(file));
     };
   }
   auto store = index::Store::Open(location.dir, std::move(options));

@@ -206,7 +206,11 @@ void RemoteFile::Prefetch(uint64_t offset, uint64_t n) const {
 
 Result<uint64_t> RemoteFile::Warm(uint64_t offset, uint64_t n,
                                   std::vector<uint8_t>* scratch) const {
-  if (!cache_) return RandomAccessFile::Warm(offset, n, scratch);
+  if (!cache_) {
+    scratch->resize(static_cast<size_t>(n));
+    PCRFS_RETURN_ERR_IF_ERROR(Read(offset, static_cast<size_t>(n), scratch->data()));
+    return n;
+  }
   if (n == 0 || offset >= size_) return uint64_t{0};
   n = std::min(n, size_ - offset);
   if (!cache_->WantsSpeculation()) {

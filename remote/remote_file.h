@@ -14,6 +14,7 @@
 
 #include "common/mutex.h"
 #include "common/random_access_file.h"
+#include "common/speculation_source.h"
 #include "remote/object_client.h"
 #include "remote/range_cache.h"
 
@@ -23,7 +24,9 @@ namespace pcrfs {
 // every record's size, so opening one costs no request). Without a cache, Read() is one ranged
 // GET into the caller's buffer through the shared client.
 //
-// With a RangeCache (the daemon's), what is fetched is kept, and:
+// With a RangeCache (the daemon's), what is fetched is kept, the file serves as its own
+// SpeculationSource (without one it keeps nothing, so its opener hands out no hooks: nothing is
+// worth reading ahead), and:
 // - Read() copies what the cache holds and fetches only the rest, exact ranges in parallel; a
 //   range already being fetched (by Prefetch or Warm) is waited for, not fetched twice.
 // - Prefetch() starts the fetches of a demand read's ranges at once (the k pieces of a file).
@@ -32,7 +35,7 @@ namespace pcrfs {
 //   enough unread bytes (RangeCache::WantsSpeculation).
 // - DropCached() forgets a range whose CRC failed, so the reread goes to the origin.
 // Thread-safe; the client must outlive the file (it is shared).
-class RemoteFile final : public RandomAccessFile {
+class RemoteFile final : public RandomAccessFile, public SpeculationSource {
  public:
   // `key`: the object in the client's store ("records/00000042.pcr"). `size`: what the index
   // says. `cache` (may be null) keeps its bytes under `cache_id` (the record id).
@@ -49,8 +52,9 @@ class RemoteFile final : public RandomAccessFile {
   uint64_t Size() const override { return size_; }
   // The object's name: its URL without credentials or query.
   const std::string& name() const override { return name_; }
+  // SpeculationSource: what it offers with a cache (without one: no-ops; Warm reads into
+  // scratch).
   void Prefetch(uint64_t offset, uint64_t n) const override;
-  bool KeepsReads() const override { return cache_ != nullptr; }
   // Returns the bytes it asked the origin for (0 when the cache or fetches in flight had all).
   Result<uint64_t> Warm(uint64_t offset, uint64_t n, std::vector<uint8_t>* scratch) const override;
   int ConcurrentSpeculativeReads() const override { return cache_ ? kSpeculativeRequests : 0; }

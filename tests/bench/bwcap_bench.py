@@ -57,7 +57,10 @@ the cgroup's read bytes and the files done every 10 ms; the JSON's busy_share, t
 up to a record's whole prefix when the prefetcher queues it).
 
 --variant OPT (repeatable) adds pcrfs at every level with an extra -o option as a setup of its
-own, side by side (e.g. --variant prefetch=0, the record-prefix prefetcher off).
+own, side by side (e.g. --variant prefetch=0, the record-prefix prefetcher off). --pcrfs-b BIN
+adds another pcrfs binary the same way (setups "pcrfs Lk B", same options, same store), and a
+table of its files/s over the first binary's per cap and level: a before/after comparison of
+two builds in one interleaved run.
 
 Target (from the issue), per cap and level k:
   pcrfs files/s >= 0.9 x (native bytes / level-k bytes) x native files/s
@@ -138,15 +141,20 @@ def freeze_tools(args):
     binw = os.path.join(args.work, "bin")
     os.makedirs(binw, exist_ok=True)
     out = {}
-    for name, src in (("pcr", args.pcr_src), ("pcrfs", args.pcrfs_src)):
+    tools = [("pcr", args.pcr_src), ("pcrfs", args.pcrfs_src)]
+    if args.pcrfs_b:
+        tools.append(("pcrfs-b", args.pcrfs_b_src))
+    for name, src in tools:
         dst = os.path.join(binw, name)
         shutil.copy2(src, dst)
         ver = subprocess.run([dst, "--version"], capture_output=True, text=True)
         out[name] = {"src": src, "path": dst, "mtime": os.path.getmtime(src),
                      "sha256": sha256(dst)[:12],
                      "version": [l for l in (ver.stdout + ver.stderr).splitlines()
-                                 if l.startswith(name + " ")][:1]}
+                                 if l.startswith(name.split("-")[0] + " ")][:1]}
     args.pcr, args.pcrfs = out["pcr"]["path"], out["pcrfs"]["path"]
+    if args.pcrfs_b:
+        args.pcrfs_b = out["pcrfs-b"]["path"]
     return out
 
 
@@ -202,6 +210,8 @@ def prepare_disk(args, disk, src_files, src_bytes):
 # ---------------------------------------------------------------- one epoch
 
 NATIVE = (0, "")
+# The variant of --pcrfs-b: the second binary with the same options.
+B_VARIANT = "B"
 
 
 def setup_name(setup):
@@ -235,8 +245,10 @@ def one_epoch(args, facts, disk, cap, setup, order_seed):
         drops0 = page_cache_drops()
         c0, d0, t0 = disk.charged_read_bytes(), disk.device_read_bytes(), time.monotonic()
         if level:
-            opts = [f"scans={level}"] + args.pcrfs_opts + ([variant] if variant else [])
-            mount = Mount([args.pcrfs, facts["store"], mnt, "-f", "-o", ",".join(opts)],
+            b = args.pcrfs_b and variant == B_VARIANT
+            opts = [f"scans={level}"] + args.pcrfs_opts + ([variant] if variant and not b else [])
+            mount = Mount([args.pcrfs_b if b else args.pcrfs, facts["store"], mnt, "-f", "-o",
+                           ",".join(opts)],
                              mnt, log_path)
             if not disk.contains(mount.pid):
                 raise RuntimeError(f"pcrfs daemon {mount.pid} is in blkio cgroup "
@@ -523,6 +535,23 @@ def report(args, facts, caps, setups, summ, tg, probes, discarded, started, elap
             L.append(f"| {cap_name(cap)}{', ' + variant if variant else ''} | "
                      f"{summ[(cap, NATIVE)]['files_per_s']:,.0f} | " + " | ".join(cells) + " |")
     L.append("")
+    if args.pcrfs_b:
+        tb = args.tools["pcrfs-b"]
+        L.append(f"B = `{tb['src']}` (sha256 {tb['sha256']}) over A = `{t['src']}` (sha256 "
+                 f"{t['sha256']}): median files/s of B / median files/s of A, same epochs "
+                 "interleaved in every round (each round's ratios in brackets).")
+        L.append("")
+        L.append("| cap | " + " | ".join(f"L{k} B/A" for k in args.levels) + " |")
+        L.append("|---|" + "--:|" * len(args.levels))
+        for cap in caps:
+            cells = []
+            for k in args.levels:
+                a_s, b_s = summ[(cap, (k, ""))], summ[(cap, (k, B_VARIANT))]
+                per = ", ".join(f"{y / x:.2f}" for x, y in zip(a_s["all_files_per_s"],
+                                                               b_s["all_files_per_s"]) if x)
+                cells.append(f"{b_s['files_per_s'] / a_s['files_per_s']:.3f} ({per})")
+            L.append(f"| {cap_name(cap)} | " + " | ".join(cells) + " |")
+        L.append("")
     L.append(f"Capped rows, default options: {sum(verdicts)} of {len(verdicts)} pass. Daemon CPU "
              "the bottleneck in any epoch: "
              + (", ".join(f"{cap_name(c)} {setup_name(st)}" for (c, st), s in summ.items()
@@ -675,6 +704,8 @@ def main():
                     help="extra pcrfs -o option (repeatable)")
     ap.add_argument("--pcrfs", help="pcrfs binary (default /usr/local/bin/pcrfs, else build/)")
     ap.add_argument("--pcr", help="pcr binary (default /usr/local/bin/pcr, else build/)")
+    ap.add_argument("--pcrfs-b", help="a second pcrfs binary, measured beside the first in the "
+                    "same rounds (setups 'pcrfs Lk B'), with a table of B/A files/s")
     ap.add_argument("--disk-image", default=f"{BENCH_ROOT}/bwcap.img",
                     help="backing file of the loop disk (default %(default)s)")
     ap.add_argument("--disk-mnt", default=f"{BENCH_ROOT}/bwcap-disk",
@@ -721,6 +752,9 @@ def main():
         fail("--readers and --repeat must be at least 1")
     args.pcr_src = pick_tool(args.pcr, "pcr", "mount-tools/pcr")
     args.pcrfs_src = pick_tool(args.pcrfs, "pcrfs", "fs/pcrfs")
+    if args.pcrfs_b:
+        args.pcrfs_b_src = pick_tool(args.pcrfs_b, "pcrfs", "fs/pcrfs")
+        args.variants.append(B_VARIANT)
     os.makedirs(args.work, exist_ok=True)
     args.tools = freeze_tools(args)
 
@@ -757,7 +791,8 @@ def main():
             f"this process, its reader processes and the pcrfs daemons are in the cgroup "
             f"(checked every epoch in /proc/PID/cgroup)")
         disk.join()
-        args.program_files = sorted(set(program_files(args.pcrfs)))
+        args.program_files = sorted(set(program_files(args.pcrfs))
+                                    | (set(program_files(args.pcrfs_b)) if args.pcrfs_b else set()))
         log(f"{len(src_files)} files ({src_bytes / MB:.1f} MB) on {disk.device}; caps "
             f"{[c / MB for c in args.caps]} MB/s + uncapped, levels {args.levels}, "
             f"{args.readers} readers, {args.repeat} round(s); load {load0}")

@@ -20,6 +20,11 @@ seeded random order dealt round-robin; the listing (a walk of the tree) is timed
 Conditions: every cap x latency, the setups rotated within each. Also: index fetch and remount
 times of stores of 10k, 100k and 1M entries (tiny hard-linked JPEGs), and a PyTorch ImageFolder
 DataLoader (2 workers) over each mount at 100 Mbit/s + 20 ms. Details: tests/bench/README.md.
+
+Two builds in one run: --pcrfs-b BIN adds setups "pcrfs-B Lk" (that binary, same options) beside
+"pcrfs Lk" in every round, interleaved, and a table of their files/s ratios (B/A);
+--conditions 100/20,1000/0 picks cap/latency pairs instead of every cap x latency, and
+--no-rclone drops the rclone rows.
 """
 
 import argparse
@@ -378,7 +383,10 @@ class Env:
 
 def setup_names(args):
     names = [f"pcrfs L{k}" for k in args.levels]
-    names += ["rclone off", "rclone full"]
+    if args.pcrfs_b:
+        names += [f"pcrfs-B L{k}" for k in args.levels]
+    if args.rclone:
+        names += ["rclone off", "rclone full"]
     if not args.no_s3:
         names += ["s3fs", f"pcrfs s3 L{args.s3_level}"]
     return names
@@ -398,7 +406,8 @@ def open_setup(env, name, mnt, origin):
             opts += ["endpoint=" + origin.url, "addressing=path", "region=" + REGION]
         else:
             url = origin.url + "/store"
-        argv = [env.pcrfs, url, mnt, "-f", "-o", ",".join(opts)]
+        binary = a.pcrfs_b if name.startswith("pcrfs-B") else env.pcrfs
+        argv = [binary, url, mnt, "-f", "-o", ",".join(opts)]
         return MountProc(argv, mnt, log_path, env=env.pcrfs_env())
     if name.startswith("rclone"):
         mode = name.split()[1]
@@ -779,6 +788,8 @@ def summarize(results):
         for ep in ("e1", "e2"):
             es = [r[ep] for r in recs if ep in r and not r[ep].get("timed_out")]
             s[ep] = median([e["files_per_s"] for e in es])
+            s[ep + "_all"] = [r.get(ep, {}).get("files_per_s") for r in
+                              sorted(recs, key=lambda r: r.get("round", 0))]
             s[ep + "_origin"] = max([e["origin_bytes"] for e in es], default=None)
             s[ep + "_bytes"] = max([e["bytes"] for e in es], default=None)
             s[ep + "_requests"] = median([e["origin_requests"] for e in es])
@@ -789,6 +800,13 @@ def summarize(results):
         s["list_origin"] = median([r.get("mount_list_origin_bytes") for r in recs])
         out[key] = s
     return out
+
+
+def two_builds(conds, levels, summ):
+    """(condition label, level, summary of pcrfs Lk, of pcrfs-B Lk) where both were measured."""
+    keys = [(c["label"], k) for c in conds for k in levels]
+    return [(lab, k, summ[(lab, f"pcrfs L{k}")], summ[(lab, f"pcrfs-B L{k}")]) for lab, k in keys
+            if (lab, f"pcrfs L{k}") in summ and (lab, f"pcrfs-B L{k}") in summ]
 
 
 def report(args, meta, ds, conds, summ, local, idx_res, loader_res, proxy_chk, caps_meas):
@@ -855,6 +873,23 @@ def report(args, meta, ds, conds, summ, local, idx_res, loader_res, proxy_chk, c
                      f"{f1(s['e2_origin'] is not None and s['e2_origin'] / 1e6 or 0)} | "
                      f"{f1(s['e1_requests'] and s['e1_requests'] / nfiles, '{:.2f}')} |")
     L.append("")
+    if args.pcrfs_b:
+        L.append(f"## Two builds: B = `{args.pcrfs_b}` over A = `{meta['pcrfs']}`")
+        L.append("")
+        L.append("Median files/s of pcrfs-B Lk / median of pcrfs Lk, same conditions, setups "
+                 "interleaved in every round (each round's ratio in brackets).")
+        L.append("")
+        L.append("| cap, latency | level | A e1 | B e1 | B/A e1 | A e2 | B e2 | B/A e2 |")
+        L.append("|---|---|---:|---:|---:|---:|---:|---:|")
+        for label, k, sa, sb in two_builds(conds, args.levels, summ):
+            cells = []
+            for ep in ("e1", "e2"):
+                per = ", ".join(f"{b / a:.2f}" for a, b in zip(sa[ep + "_all"], sb[ep + "_all"])
+                                if a and b)
+                ratio = sb[ep] / sa[ep] if sa[ep] and sb[ep] else None
+                cells.append(f"{f1(sa[ep])} | {f1(sb[ep])} | {f1(ratio, '{:.3f}')} ({per})")
+            L.append(f"| {label} | L{k} | " + " | ".join(cells) + " |")
+        L.append("")
     L.append("## Targets")
     L.append("")
     L.append("First epoch: pcrfs Lk files/s >= 0.8 x peer files/s x (source bytes / level bytes), "
@@ -1041,8 +1076,9 @@ def inner_main(args):
     log(f"pcrfs {pcrfs}: disk cache {'yes' if env.disk_cache else 'no'}; data {ds['data']}, "
         f"{len(ds['files'])} files")
     results, local, idx_res, loader_res, proxy_chk, caps_meas = [], {}, {}, None, None, {}
-    conds = [{"cap_mbit": c, "latency_ms": l, "label": f"{c} Mbit/s, {l} ms"}
-             for c in args.caps for l in args.latencies]
+    pairs = args.conditions or [(c, l) for c in args.caps for l in args.latencies]
+    conds = [{"cap_mbit": c, "latency_ms": l, "label": f"{c} Mbit/s, {l} ms"} for c, l in pairs]
+    meta["pcrfs"] = pcrfs
     names = setup_names(args)
     try:
         with AutoindexNginx(ds["www"], workers=2) as nginx, \
@@ -1063,7 +1099,7 @@ def inner_main(args):
                     env.s3_direct = S3Direct(s3)
                 if not args.no_proxy_check:
                     proxy_chk = proxy_check(env, ds["files"])
-                for c in args.caps:
+                for c in sorted({c["cap_mbit"] for c in conds}):
                     blob = os.path.join(ds["www"], f"blob-cap-{c}")
                     with open(blob, "wb") as f:
                         f.truncate(int(c * 1e6 / 8 * 2))
@@ -1160,6 +1196,12 @@ def main():
     ap.add_argument("--epoch-timeout", type=float, default=300)
     ap.add_argument("--pcr")
     ap.add_argument("--pcrfs")
+    ap.add_argument("--pcrfs-b", help="a second pcrfs binary: setups 'pcrfs-B Lk' beside "
+                    "'pcrfs Lk' in every round, and a table of B/A files/s")
+    ap.add_argument("--conditions", help="cap/latency pairs, e.g. 100/20,1000/0 (default: "
+                    "every --caps x --latencies)")
+    ap.add_argument("--no-rclone", dest="rclone", action="store_false",
+                    help="no rclone rows (their targets then read n/a)")
     ap.add_argument("--out", default=os.path.join(BENCH, "remote_results.md"))
     ap.add_argument("--plot", default=os.path.join(BENCH, "remote_bench.png"))
     ap.add_argument("--loader-child", help=argparse.SUPPRESS)
@@ -1179,6 +1221,19 @@ def main():
         args.index_caps = "100"
         args.loader_images = min(args.loader_images or 100, 100)
     args.caps = [int(x) for x in args.caps.split(",") if x]
+    if args.conditions:
+        try:
+            args.conditions = [tuple(int(v) for v in x.split("/")) for x in
+                               args.conditions.split(",") if x]
+        except ValueError:
+            fail(f"--conditions {args.conditions}: pairs CAP/LATENCY, e.g. 100/20,1000/0")
+        if any(len(p) != 2 for p in args.conditions):
+            fail("--conditions: pairs CAP/LATENCY, e.g. 100/20,1000/0")
+        args.caps = sorted({c for c, _ in args.conditions})
+    if args.pcrfs_b:
+        args.pcrfs_b = os.path.abspath(args.pcrfs_b)
+        if not os.access(args.pcrfs_b, os.X_OK):
+            fail(f"--pcrfs-b {args.pcrfs_b}: not an executable")
     args.latencies = [int(x) for x in args.latencies.split(",") if x]
     args.levels = [int(x) for x in args.levels.split(",") if x]
     args.index_sizes = [parse_count(x) for x in args.index_sizes.split(",") if x.strip()]
