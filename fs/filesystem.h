@@ -52,6 +52,10 @@ struct FsOptions {
   gid_t gid = 0;
   // Piece cache cap; with form=baseline a quarter of it holds transcoded files (BaselineCache).
   uint64_t cache_bytes = uint64_t{256} << 20;
+  // form=baseline: a folder of transcoded files on disk (fs/baseline_disk_cache.h) and its
+  // budget; empty or 0: memory only. One mount per folder: a second one runs without and logs so.
+  std::string baseline_disk_dir;
+  uint64_t baseline_disk_bytes = 0;
   // When reads walk a directory in order, fetch this many following files (ReadPredictor).
   uint32_t readahead_slots = 64;
   // Once this percentage of a directory's files has been read (a shuffled epoch touches every
