@@ -25,9 +25,14 @@ namespace pcrfs::codec {
 // progressive image) are zero in the output. The frame is SOF0, or SOF1 when a quantization
 // table has 16-bit entries.
 //
+// The Huffman statistics are gathered by our own walk of the blocks (a third of libjpeg's
+// optimize_coding pass's time); libjpeg_statistics: by libjpeg's pass instead, the reference
+// the tests compare with (the same bytes).
+//
 // Errors: Corruption (with libjpeg's message) for damaged, truncated or non-JPEG input,
 // ResourceExhausted past 1 GiB of libjpeg memory or 1000 scans. Thread-safe.
-Result<std::vector<uint8_t>> ToBaseline(std::span<const uint8_t> progressive);
+Result<std::vector<uint8_t>> ToBaseline(std::span<const uint8_t> progressive,
+                                        bool libjpeg_statistics = false);
 
 // Every DCT coefficient of a JPEG, as libjpeg's jpeg_read_coefficients delivers them: for a
 // check that two files (a progressive level and its baseline form) hold the same image.

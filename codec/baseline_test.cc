@@ -124,6 +124,10 @@ TEST_P(BaselineVarietyTest, EveryLevelKeepsItsCoefficientsAndMarkers) {
     auto again = ToBaseline(level);
     ASSERT_TRUE(again);
     EXPECT_TRUE(*again == *baseline);
+    // Our Huffman statistics are libjpeg's: the same tables, the same bytes.
+    auto reference = ToBaseline(level, /*libjpeg_statistics=*/true);
+    ASSERT_TRUE(reference) << reference.error().ToString();
+    EXPECT_TRUE(*reference == *baseline) << reference->size() << " vs " << baseline->size();
   }
 }
 

@@ -5,8 +5,11 @@
 
 namespace pcrfs::fs {
 
-BaselineCache::BaselineCache(uint64_t capacity_bytes, size_t size_slots)
-    : capacity_(capacity_bytes), slot_mask_(std::bit_ceil(size_slots < 1 ? 1 : size_slots) - 1) {
+BaselineCache::BaselineCache(uint64_t capacity_bytes, size_t size_slots,
+                             std::unique_ptr<BaselineDiskCache> disk)
+    : capacity_(capacity_bytes),
+      slot_mask_(std::bit_ceil(size_slots < 1 ? 1 : size_slots) - 1),
+      disk_(std::move(disk)) {
   auto* slots = static_cast<SizeSlot*>(std::calloc(slot_mask_ + 1, sizeof(SizeSlot)));
   if (slots == nullptr) throw std::bad_alloc();
   MutexLock l(&mu_);
@@ -23,11 +26,21 @@ size_t BaselineCache::SlotOf(uint64_t ino) const {
 }
 
 std::optional<uint64_t> BaselineCache::Size(uint64_t ino) const {
-  MutexLock l(&mu_);
-  const SizeSlot& slot = sizes_.get()[SlotOf(ino)];
-  if (slot.ino != ino) return std::nullopt;
-  ++stats_.size_hits;
-  return slot.size;
+  {
+    MutexLock l(&mu_);
+    const SizeSlot& slot = sizes_.get()[SlotOf(ino)];
+    if (slot.ino == ino) {
+      ++stats_.size_hits;
+      return slot.size;
+    }
+  }
+  if (disk_ == nullptr) return std::nullopt;
+  std::optional<uint64_t> size = disk_->Size(ino);
+  if (size) {
+    MutexLock l(&mu_);
+    ++stats_.size_hits;
+  }
+  return size;
 }
 
 void BaselineCache::Keep(uint64_t ino, Bytes bytes) {
@@ -46,50 +59,39 @@ void BaselineCache::Keep(uint64_t ino, Bytes bytes) {
   }
 }
 
-Result<BaselineCache::Bytes> BaselineCache::GetOrLoad(uint64_t ino, const Loader& load) {
-  std::shared_ptr<Flight> flight;
-  {
-    MutexLock l(&mu_);
-    auto it = map_.find(ino);
-    if (it != map_.end()) {
-      ++stats_.hits;
-      lru_.splice(lru_.begin(), lru_, it->second);
-      return it->second->bytes;
-    }
-    auto [f, inserted] = flights_.try_emplace(ino);
-    if (!inserted) {
-      flight = f->second;
-      while (!flight->done) flight->cv.Wait(&mu_);
-      return flight->result;
-    }
-    f->second = std::make_shared<Flight>();
-    flight = f->second;
-  }
-  Result<Bytes> result = Err(Status::IOError("transcode failed", EIO));
-  try {
-    result = load();
-  } catch (...) {
-    // Waiters must be released whatever happens; the caller's handler reports it.
-    MutexLock l(&mu_);
-    flight->result = Err(Status::ResourceExhausted("out of memory"));
-    flight->done = true;
-    flights_.erase(ino);
-    flight->cv.SignalAll();
-    throw;
-  }
+BaselineCache::Bytes BaselineCache::Lookup(uint64_t ino) {
   MutexLock l(&mu_);
-  ++stats_.transcoded;
-  if (result) {
-    stats_.transcoded_bytes += (*result)->size();
-    Keep(ino, *result);
-  } else {
-    ++stats_.failed;
-  }
-  flight->result = result;
-  flight->done = true;
-  flights_.erase(ino);
-  flight->cv.SignalAll();
-  return result;
+  auto it = map_.find(ino);
+  if (it == map_.end()) return nullptr;
+  ++stats_.hits;
+  lru_.splice(lru_.begin(), lru_, it->second);
+  return it->second->bytes;
+}
+
+Result<BaselineCache::Bytes> BaselineCache::GetOrLoad(uint64_t ino, const Loader& load) {
+  if (Bytes hit = Lookup(ino)) return hit;
+  return flights_.Do(ino, [&]() -> Result<Bytes> {
+    // Kept by a load that finished between the lookup above and this one's start.
+    if (Bytes hit = Lookup(ino)) return hit;
+    if (disk_ != nullptr) {
+      if (Bytes kept = disk_->Get(ino)) {
+        MutexLock l(&mu_);
+        Keep(ino, kept);
+        return kept;
+      }
+    }
+    Result<Bytes> result = load();
+    if (result && disk_ != nullptr) disk_->Put(ino, **result);
+    MutexLock l(&mu_);
+    ++stats_.transcoded;
+    if (result) {
+      stats_.transcoded_bytes += (*result)->size();
+      Keep(ino, *result);  // before the flight ends: see SingleFlight
+    } else {
+      ++stats_.failed;
+    }
+    return result;
+  });
 }
 
 void BaselineCache::Drop(uint64_t ino) {
@@ -105,6 +107,11 @@ BaselineCache::Stats BaselineCache::stats() const {
   MutexLock l(&mu_);
   Stats s = stats_;
   s.used = used_;
+  l.Unlock();
+  if (disk_ != nullptr) {
+    s.disk = true;
+    s.disk_stats = disk_->stats();
+  }
   return s;
 }
 

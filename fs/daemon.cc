@@ -642,6 +642,19 @@ int RunDaemon(int argc, char** argv) {
     Log(LogLevel::kError, verified.error().message());
     return 1;
   }
+  // -o form=baseline with -o disk_cache: its transcoded files get 3/4 of a remote store's disk
+  // budget (the record bytes are read once per file, to transcode it) and all of a local one's.
+  if (config->fs.form == ServedForm::kBaseline && config->remote.disk_cache > 0) {
+    auto dir = BaselineCacheDir(*location, config->remote.cache_dir);
+    if (!dir) {
+      Log(LogLevel::kError, location->name + ": " + dir.error().message());
+      return 1;
+    }
+    config->fs.baseline_disk_dir = *dir;
+    const uint64_t budget = config->remote.disk_cache;
+    config->fs.baseline_disk_bytes = location->remote ? budget - budget / 4 : budget;
+    if (location->remote) location->options.disk_cache = budget / 4;
+  }
   // A remote store's cache of record bytes, opened before the fork (it starts no thread; its
   // disk folder's lock is inherited), so that "the disk cache is in use by another pcrfs
   // process" reaches the terminal, and a folder that cannot be created fails the mount here.

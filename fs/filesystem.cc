@@ -23,6 +23,20 @@ constexpr char kXattrPrefix[] = "user.pcrfs.";
 const char* const kFileXattrs[] = {"level", "full_size", "source_size", "passthrough",
                                    "passthrough_reason"};
 
+// user.pcrfs.baseline's disk tier: ",\"disk\":{...}" (empty without one).
+std::string DiskJson(const BaselineCache::Stats& b) {
+  if (!b.disk) return "";
+  const BaselineDiskCache::Stats& d = b.disk_stats;
+  return ",\"disk\":{\"files\":" + std::to_string(d.files) +
+         ",\"bytes\":" + std::to_string(d.bytes) + ",\"budget\":" + std::to_string(d.budget) +
+         ",\"adopted\":" + std::to_string(d.adopted) + ",\"hits\":" + std::to_string(d.hits) +
+         ",\"misses\":" + std::to_string(d.misses) + ",\"damaged\":" + std::to_string(d.damaged) +
+         ",\"written\":" + std::to_string(d.written) +
+         ",\"written_bytes\":" + std::to_string(d.written_bytes) +
+         ",\"evicted_files\":" + std::to_string(d.evicted_files) +
+         ",\"evicted_segments\":" + std::to_string(d.evicted_segments) + "}";
+}
+
 void SetTimes(struct stat* st, int64_t sec, uint32_t nsec) {
   st->st_mtim.tv_sec = sec;
   st->st_mtim.tv_nsec = nsec;
@@ -38,7 +52,20 @@ Filesystem::Filesystem(std::unique_ptr<index::Store> store, FsOptions options)
       cache_(PieceCacheBytes(options) - LargeFileCacheBytes(PieceCacheBytes(options))),
       large_cache_(LargeFileCacheBytes(PieceCacheBytes(options))) {
   if (options.form == ServedForm::kBaseline) {
-    baseline_ = std::make_unique<BaselineCache>(options.cache_bytes / 4, kBaselineSizeSlots);
+    std::unique_ptr<BaselineDiskCache> disk;
+    if (!options.baseline_disk_dir.empty() && options.baseline_disk_bytes > 0) {
+      std::string note;
+      auto opened =
+          BaselineDiskCache::Open(options.baseline_disk_dir, options.baseline_disk_bytes, &note);
+      if (!opened) {
+        Log(LogLevel::kWarning, opened.error().message() + " (baseline files kept in memory only)");
+      } else {
+        disk = std::move(*opened);
+      }
+      if (!note.empty()) Log(LogLevel::kWarning, note);
+    }
+    baseline_ = std::make_unique<BaselineCache>(options.cache_bytes / 4, kBaselineSizeSlots,
+                                                std::move(disk));
   }
   auto root = store_->index().Get(index::kRootIno);
   if (root) root_ = std::move(*root);
@@ -503,7 +530,7 @@ Result<std::string> Filesystem::GetXattr(uint64_t ino, std::string_view name) co
            ",\"transcoded_bytes\":" + std::to_string(b.transcoded_bytes) +
            ",\"hits\":" + std::to_string(b.hits) + ",\"size_hits\":" + std::to_string(b.size_hits) +
            ",\"evictions\":" + std::to_string(b.evictions) + ",\"used\":" + std::to_string(b.used) +
-           ",\"capacity\":" + std::to_string(b.capacity) + "}";
+           ",\"capacity\":" + std::to_string(b.capacity) + DiskJson(b) + "}";
   }
   if (key == "metrics" && ino == kFuseRootIno && options_.metrics_text) {
     return options_.metrics_text(*this);

@@ -55,6 +55,10 @@ struct FsOptions {
   // A range taken for speculation may be taken again once this many bytes more were taken (the
   // caches may have let it go: fs/speculation_queue.h); a remote store's memory cache size.
   uint64_t speculation_memory = SpeculationQueue::kForgetAfter;
+  // form=baseline: a folder of transcoded files on disk (fs/baseline_disk_cache.h) and its
+  // budget; empty or 0: memory only. One mount per folder: a second one runs without and logs so.
+  std::string baseline_disk_dir;
+  uint64_t baseline_disk_bytes = 0;
   // When reads walk a directory in order, fetch this many following files (ReadPredictor).
   uint32_t readahead_slots = 64;
   // Once this percentage of a directory's files has been read (a shuffled epoch touches every

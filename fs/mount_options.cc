@@ -43,7 +43,8 @@ enum class Stores {
   kBucket /* s3://, gs://, Azure */,
   kS3 /* and gs:// */,
   kAzure,
-  kHttp /* http(s):// but Azure's */
+  kHttp /* http(s):// but Azure's */,
+  kRemoteOrBaseline /* any remote store, or a local one with -o form=baseline */
 };
 
 struct Value {
@@ -232,9 +233,9 @@ constexpr Option kOptions[] = {
      .help = "PEM CA bundle instead of the system's"},
     {.name = "cache_dir", .kind = Kind::kPath, .meta = "D", .what = "a folder name",
      .def = "/var/cache/pcrfs/HASH for root, else ~/.cache/pcrfs/HASH",
-     .stores = Stores::kRemote, .env = "PCRFS_CACHE_DIR",
+     .stores = Stores::kRemoteOrBaseline, .env = "PCRFS_CACHE_DIR",
      .set = [](MountConfig& c, const Value& v) { c.remote.cache_dir = v.text; },
-     .help = "where manifest.json and index.lmdb are kept"},
+     .help = "where manifest.json and index.lmdb are kept (and the disk cache)"},
     {.name = "remote_timeout", .kind = Kind::kInt, .meta = "S", .lo = 1, .hi = 3600,
      .what = "seconds", .def = "30", .stores = Stores::kRemote, .env = "PCRFS_REMOTE_TIMEOUT",
      .set = [](MountConfig& c, const Value& v) { c.remote.timeout = std::chrono::seconds(v.n); },
@@ -248,9 +249,9 @@ constexpr Option kOptions[] = {
      .set = [](MountConfig& c, const Value& v) { c.remote.memory_cache = v.n; },
      .help = "memory for fetched record bytes"},
     {.name = "disk_cache", .kind = Kind::kSize, .meta = "SIZE", .hi = 64 * kTiB, .what = "20G",
-     .zero = "none", .def = "0", .stores = Stores::kRemote,
+     .zero = "none", .def = "0", .stores = Stores::kRemoteOrBaseline,
      .set = [](MountConfig& c, const Value& v) { c.remote.disk_cache = v.n; },
-     .help = "keep fetched record bytes on disk under cache_dir/chunks"},
+     .help = "keep fetched record bytes (and form=baseline's files) on disk under cache_dir"},
     {.name = "disk_cache_fill", .kind = Kind::kFlag, .stores = Stores::kRemote,
      .set = [](MountConfig& c, const Value&) { c.remote.disk_cache_fill = true; },
      .help = "fetch the mounted level of every record into the disk cache in the background at "
@@ -512,7 +513,7 @@ Status ApplyMountOptions(const std::map<size_t, std::string>& given, MountConfig
   for (const auto& [i, text] : given) {
     const Option& o = kOptions[i];
     const std::string label = "-o " + std::string(o.name);
-    if (!remote && o.stores != Stores::kAny) {
+    if (!remote && o.stores != Stores::kAny && o.stores != Stores::kRemoteOrBaseline) {
       return Status::InvalidArgument(label +
                                      ": only for a remote store (an http://, https:// or s3:// "
                                      "URL), and " +
@@ -542,6 +543,17 @@ Status ApplyMountOptions(const std::map<size_t, std::string>& given, MountConfig
   }
   if (c->metrics_address.empty() && c->metrics_file.empty() && !c->metrics_labels.empty()) {
     return Status::InvalidArgument("-o metrics_label: needs -o metrics or -o metrics_file");
+  }
+  if (!remote && c->fs.form != ServedForm::kBaseline) {
+    for (const auto& [i, text] : given) {
+      if (kOptions[i].stores == Stores::kRemoteOrBaseline) {
+        return Status::InvalidArgument(
+            "-o " + std::string(kOptions[i].name) +
+            ": only for a remote store, or with -o form=baseline (whose files it keeps on "
+            "disk), and " +
+            c->store + " is a local path");
+      }
+    }
   }
   if (c->remote.disk_cache_fill && c->remote.disk_cache == 0) {
     return Status::InvalidArgument("-o disk_cache_fill: needs -o disk_cache=SIZE");

@@ -214,6 +214,15 @@ TEST(MountOptionsTest, RemoteOptionsAreCheckedStrictly) {
             "-o endpoint: only for a remote store (an http://, https:// or s3:// URL), and st "
             "is a local path");
   EXPECT_NE(ErrorOf("no_sign"), "");
+  // The disk cache keeps form=baseline's files for a local store too.
+  EXPECT_EQ(ErrorOf("disk_cache=1G"),
+            "-o disk_cache: only for a remote store, or with -o form=baseline (whose files it "
+            "keeps on disk), and st is a local path");
+  EXPECT_EQ(ErrorOf("cache_dir=/c"),
+            "-o cache_dir: only for a remote store, or with -o form=baseline (whose files it "
+            "keeps on disk), and st is a local path");
+  EXPECT_EQ(ErrorOf("form=baseline,disk_cache=1G,cache_dir=/c"), "");
+  EXPECT_NE(ErrorOf("form=baseline,disk_cache_fill,disk_cache=1G"), "");
 }
 
 TEST(MountOptionsTest, CredentialFilesAndAccountAreApplied) {

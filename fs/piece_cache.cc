@@ -32,47 +32,26 @@ void PieceCache::Put(const PieceKey& key, PieceBytes bytes) {
 }
 
 Result<PieceBytes> PieceCache::GetOrLoad(const PieceKey& key, bool keep, const Loader& load) {
-  std::shared_ptr<Flight> flight;
-  bool leader = false;
-  {
+  auto lookup = [&]() -> PieceBytes {
     MutexLock l(&mu_);
     auto it = map_.find(key);
-    if (it != map_.end()) {
-      ++stats_.hits;
-      lru_.splice(lru_.begin(), lru_, it->second);
-      return it->second->bytes;
-    }
-    auto [f, inserted] = flights_.try_emplace(key);
-    if (inserted) {
-      f->second = std::make_shared<Flight>();
+    if (it == map_.end()) return nullptr;
+    ++stats_.hits;
+    lru_.splice(lru_.begin(), lru_, it->second);
+    return it->second->bytes;
+  };
+  if (PieceBytes hit = lookup()) return hit;
+  return flights_.Do(key, [&]() -> Result<PieceBytes> {
+    // Kept by a load that finished between the lookup above and this one's start.
+    if (PieceBytes hit = lookup()) return hit;
+    {
+      MutexLock l(&mu_);
       ++stats_.misses;
-      leader = true;
     }
-    flight = f->second;
-    if (!leader) {
-      while (!flight->done) flight->cv.Wait(&mu_);
-      return flight->result;
-    }
-  }
-  Result<PieceBytes> result = Err(Status::IOError("piece load failed", EIO));
-  try {
-    result = load();
-  } catch (...) {
-    // Waiters must be released whatever happens; the caller's handler reports it.
-    MutexLock l(&mu_);
-    flight->result = Err(Status::ResourceExhausted("out of memory"));
-    flight->done = true;
-    flights_.erase(key);
-    flight->cv.SignalAll();
-    throw;
-  }
-  if (result && keep) Put(key, *result);
-  MutexLock l(&mu_);
-  flight->result = result;
-  flight->done = true;
-  flights_.erase(key);
-  flight->cv.SignalAll();
-  return result;
+    Result<PieceBytes> result = load();
+    if (result && keep) Put(key, *result);  // before the flight ends: see SingleFlight
+    return result;
+  });
 }
 
 bool PieceCache::Contains(const PieceKey& key) const {

@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "common/mutex.h"
+#include "common/single_flight.h"
 #include "common/status.h"
 
 namespace pcrfs::fs {
@@ -88,17 +89,9 @@ class PieceCache {
     PieceKey key;
     PieceBytes bytes;
   };
-  // A load in progress: threads asking for the same key wait on cv for its result. done and
-  // result are guarded by PieceCache::mu_ (not annotated: the analysis cannot name the mutex of
-  // the enclosing object from a nested struct).
-  struct Flight {
-    CondVar cv;
-    bool done = false;
-    Result<PieceBytes> result{nullptr};
-  };
   const uint64_t capacity_;
   mutable Mutex mu_;
-  std::unordered_map<PieceKey, std::shared_ptr<Flight>, PieceKeyHash> flights_ GUARDED_BY(mu_);
+  SingleFlight<PieceKey, Result<PieceBytes>, PieceKeyHash> flights_;
   std::list<Item> lru_ GUARDED_BY(mu_);  // front = most recent
   std::unordered_map<PieceKey, std::list<Item>::iterator, PieceKeyHash> map_ GUARDED_BY(mu_);
   uint64_t used_ GUARDED_BY(mu_) = 0;

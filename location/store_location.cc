@@ -341,49 +341,83 @@ Result<StoreLocation> FetchMetadata(const std::string& store, const RemoteOption
   }
 }
 
+Result<std::string> IndexIdentity(const std::string& dir) {
+  // The index identifies the store's version: index.pcri by its header (which holds the file
+  // size and, through the section table's CRC, every section's CRC), index.lmdb by its trailer.
+  std::string index = dir + "/" + index::kCompactIndexFile;
+  auto fd = OpenFile(index, O_RDONLY | O_CLOEXEC);
+  const bool compact = fd.has_value();
+  if (!compact) {
+    index = dir + "/" + index::kIndexFile;
+    fd = OpenFile(index, O_RDONLY | O_CLOEXEC);
+  }
+  if (!fd) return Err(fd.error());
+  struct stat st;
+  if (::fstat(fd->get(), &st) != 0 || st.st_size < 64) {
+    return Err(Status::Corruption(index + ": too small for an index"));
+  }
+  std::vector<uint8_t> trailer(compact ? 64 : 32);
+  PCRFS_RETURN_ERR_IF_ERROR(
+      PreadFull(fd->get(), trailer.data(), trailer.size(),
+                compact ? 0 : static_cast<uint64_t>(st.st_size) - trailer.size(), index));
+  static const char kHex[] = "0123456789abcdef";
+  std::string identity;
+  for (uint8_t b : trailer) {
+    identity += kHex[b >> 4];
+    identity += kHex[b & 15];
+  }
+  return identity;
+}
+
+namespace {
+
+// Removes the folders in `parent` other than `keep` that no process holds (flock on .lock):
+// a rebuilt store's old bytes.
+void RemoveOtherIdentities(const std::string& parent, const std::string& keep) {
+  std::error_code ec;
+  for (const auto& entry : std::filesystem::directory_iterator(parent, ec)) {
+    if (entry.path().filename() == keep || !entry.is_directory(ec)) continue;
+    auto lock = OpenFile(entry.path().string() + "/.lock", O_RDWR | O_CLOEXEC);
+    if (lock && ::flock(lock->get(), LOCK_EX | LOCK_NB) != 0) continue;
+    std::filesystem::remove_all(entry.path(), ec);
+  }
+}
+
+}  // namespace
+
 Result<std::shared_ptr<RangeCache>> OpenRangeCache(const StoreLocation& location,
                                                    std::string* note) {
   RangeCacheOptions o;
   o.memory_bytes = location.options.memory_cache;
   if (location.remote && location.options.disk_cache > 0) {
-    // The index identifies the store's version: index.pcri by its header (which holds the file
-    // size and, through the section table's CRC, every section's CRC), index.lmdb by its trailer.
-    std::string index = location.dir + "/" + index::kCompactIndexFile;
-    auto fd = OpenFile(index, O_RDONLY | O_CLOEXEC);
-    const bool compact = fd.has_value();
-    if (!compact) {
-      index = location.dir + "/" + index::kIndexFile;
-      fd = OpenFile(index, O_RDONLY | O_CLOEXEC);
-    }
-    if (!fd) return Err(fd.error());
-    struct stat st;
-    if (::fstat(fd->get(), &st) != 0 || st.st_size < 64) {
-      return Err(Status::Corruption(index + ": too small for an index"));
-    }
-    std::vector<uint8_t> trailer(compact ? 64 : 32);
-    PCRFS_RETURN_ERR_IF_ERROR(
-        PreadFull(fd->get(), trailer.data(), trailer.size(),
-                  compact ? 0 : static_cast<uint64_t>(st.st_size) - trailer.size(), index));
-    static const char kHex[] = "0123456789abcdef";
-    std::string identity;
-    for (uint8_t b : trailer) {
-      identity += kHex[b >> 4];
-      identity += kHex[b & 15];
-    }
+    auto identity = IndexIdentity(location.dir);
+    if (!identity) return Err(identity.error());
     const std::string chunks = location.dir + "/chunks";
-    o.disk_dir = chunks + "/" + identity;
+    o.disk_dir = chunks + "/" + *identity;
     o.disk_bytes = location.options.disk_cache;
     // Folders of an earlier index (the store was rebuilt at this URL): gone, unless a mount of
     // the old store still holds one.
-    std::error_code ec;
-    for (const auto& entry : std::filesystem::directory_iterator(chunks, ec)) {
-      if (entry.path().filename() == identity || !entry.is_directory(ec)) continue;
-      auto lock = OpenFile(entry.path().string() + "/.lock", O_RDWR | O_CLOEXEC);
-      if (lock && ::flock(lock->get(), LOCK_EX | LOCK_NB) != 0) continue;
-      std::filesystem::remove_all(entry.path(), ec);
-    }
+    RemoveOtherIdentities(chunks, *identity);
   }
   return RangeCache::Open(std::move(o), note);
+}
+
+Result<std::string> BaselineCacheDir(const StoreLocation& location, const std::string& cache_dir) {
+  std::string dir = location.dir;
+  if (!location.remote) {
+    std::error_code ec;
+    const std::string store =
+        std::filesystem::absolute(location.dir, ec).lexically_normal().string();
+    dir = cache_dir.empty() ? DefaultCacheDir(store)
+                            : std::filesystem::absolute(cache_dir, ec).lexically_normal().string();
+  }
+  auto identity = IndexIdentity(location.dir);
+  if (!identity) return Err(identity.error());
+  const std::string parent = dir + "/" + kBaselineCacheFolder;
+  // The transcoder's version too: files re-encoded otherwise are not reused.
+  const std::string name = *identity + "-" + kBaselineFormVersion;
+  RemoveOtherIdentities(parent, name);
+  return parent + "/" + name;
 }
 
 Result<std::unique_ptr<index::Store>> OpenStoreAt(const StoreLocation& location,

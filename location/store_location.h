@@ -119,6 +119,19 @@ Result<std::unique_ptr<index::Store>> OpenStoreAt(
 Result<std::shared_ptr<RangeCache>> OpenRangeCache(const StoreLocation& location,
                                                    std::string* note);
 
+// The identity of the index in store or cache folder `dir`: the hex of index.pcri's header
+// (index.lmdb's trailer), which changes when the store is rebuilt. Errors: no index there.
+Result<std::string> IndexIdentity(const std::string& dir);
+
+// -o form=baseline's disk folder (fs/baseline_disk_cache.h): <cache folder>/baseline/
+// <IndexIdentity>-<kBaselineFormVersion>, the cache folder being a remote store's, or for a
+// local store `cache_dir` (-o cache_dir, made absolute), else DefaultCacheDir(the store's absolute
+// path). Folders of other identities that no process holds are removed. Errors:
+// IndexIdentity's.
+inline constexpr char kBaselineCacheFolder[] = "baseline";
+inline constexpr char kBaselineFormVersion[] = "v1";  // bump when ToBaseline's bytes change
+Result<std::string> BaselineCacheDir(const StoreLocation& location, const std::string& cache_dir);
+
 // Starts renewing the location's temporary credentials in the background (a thread: call it
 // in the process that reads, after any fork). Nothing to do for other locations.
 Status StartCredentialRenewal(const StoreLocation& location);

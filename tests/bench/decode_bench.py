@@ -41,6 +41,12 @@ Conditions, each with every setup (source, pcrfs Lk, pcrfs Lk baseline) x decode
   cold, cap C   the same with reads of the loop device capped at C MB/s (--cap, default 25;
                 cgroup v1 blkio, tests/bench/throttle.py; this process joins the cgroup, so the
                 workers and the daemons are capped)
+  cold, disk cache warm (--disk-cache; uncapped and at each cap): the source and the baseline
+                setups only; a baseline mount gets `-o disk_cache=1G,cache_dir=D` with D on the
+                loop disk (the same capped device as the store), filled once per level by a
+                mount that reads every file (before the first such epoch), then cold as above:
+                the page cache holds nothing, the daemon reads the transcoded files from its
+                disk cache and re-encodes none (the `transcoded` count is recorded per epoch)
 Rounds (--repeat): conditions in an order rotated each round, setups (decoder x source/level)
 rotated within each; medians with min-max over the rounds. Ratios are to the source folder with
 the same decoder under the same condition in the same run.
@@ -185,6 +191,16 @@ def loader_epoch(args, root, decoder, seed, mount=None, disk=None):
 BASELINE = "form=baseline"  # the variant mount option of a baseline setup
 
 
+def baseline_disk_variant(args):
+    """A baseline mount's options with its disk cache on the loop disk."""
+    return f"{BASELINE},disk_cache=1G,cache_dir={args.disk_mnt}/baseline-cache"
+
+
+def setups_of(cond, setups):
+    """The setups a condition runs: a disk-cache one, the source and the baseline ones."""
+    return [s for s in setups if cond[0] != "colddisk" or not s[1] or s[2]]
+
+
 def level_name(setup):
     """'source', 'L5' or 'L5 baseline'."""
     _, level, form = setup
@@ -203,6 +219,8 @@ def cond_name(cond):
     kind, cap = cond
     if kind == "warm":
         return "warm"
+    if kind == "colddisk":
+        return "cold, disk cache warm" + (f", {cap / MB:g} MB/s cap" if cap else "")
     return f"cold, {cap / MB:g} MB/s cap" if cap else "cold, uncapped"
 
 
@@ -214,8 +232,19 @@ def make_cold(args, disk):
         disk.drop_caches()
 
 
-def cold_epoch(args, facts, disk, setup, cap, seed):
+def cold_epoch(args, facts, disk, setup, cap, seed, disk_cache=False):
     decoder, level, form = setup
+    if disk_cache and level and form:
+        form = baseline_disk_variant(args)
+        if level not in args.disk_cache_filled:  # every file transcoded into the disk cache once
+            disk.cap(None)
+            m = lb.mount_level(args, facts, (level, form), disk)
+            try:
+                lb.read_all(m.mnt)
+                log(f"  disk cache filled for L{level}: {baseline_stats(m.mnt)}")
+            finally:
+                m.close()
+            args.disk_cache_filled.add(level)
     disk.cap(cap)
     mount = None
     try:
@@ -223,11 +252,22 @@ def cold_epoch(args, facts, disk, setup, cap, seed):
         if level:
             mount = lb.mount_level(args, facts, (level, form), disk)
         root = mount.mnt if mount else facts["data"]
-        return loader_epoch(args, root, decoder, seed, mount, disk if disk.device else None)
+        r = loader_epoch(args, root, decoder, seed, mount, disk if disk.device else None)
+        if mount and form:
+            r["baseline"] = baseline_stats(mount.mnt)
+        return r
     finally:
         if mount:
             mount.close()
         disk.cap(None)
+
+
+def baseline_stats(mnt):
+    """The root's user.pcrfs.baseline counters (transcoded, disk hits, ...)."""
+    try:
+        return json.loads(os.getxattr(mnt, "user.pcrfs.baseline"))
+    except OSError:
+        return None
 
 
 def warm_epochs(args, facts, disk, order, seed):
@@ -261,22 +301,26 @@ def run_rounds(args, facts, disk):
               for f in ([""] if lv == 0 else args.forms)]
     conds = ([("warm", None)] if args.warm else []) + ([("cold", None)] if args.cold else []) + \
         [("cold", c) for c in args.caps]
-    res = {(c, s): [] for c in conds for s in setups}
+    if args.disk_cache:
+        conds += [("colddisk", c) for c in [None] + args.caps]
+    res = {(c, s): [] for c in conds for s in setups_of(c, setups)}
     for rnd in range(args.repeat):
         seed = args.seed * 1000 + rnd
         corder = conds[rnd % len(conds):] + conds[:rnd % len(conds)]
         for ci, cond in enumerate(corder):
-            k = (rnd + ci) % len(setups)
-            order = setups[k:] + setups[:k]
+            these = setups_of(cond, setups)
+            k = (rnd + ci) % len(these)
+            order = these[k:] + these[:k]
             log(f"round {rnd + 1}/{args.repeat}, {cond_name(cond)} (load {loadavg()})")
             if cond[0] == "warm":
                 got = warm_epochs(args, facts, disk, order, seed)
             else:
                 got = {}
                 for s in order:
-                    got[s] = cold_epoch(args, facts, disk, s, cond[1], seed)
+                    got[s] = cold_epoch(args, facts, disk, s, cond[1], seed,
+                                        disk_cache=cond[0] == "colddisk")
                     log_epoch(cond, s, got[s])
-            for s in setups:
+            for s in these:
                 got[s]["round"] = rnd
                 res[(cond, s)].append(got[s])
     return conds, setups, res
@@ -289,6 +333,8 @@ def summarize(epochs):
     s["min_images_per_s"] = min(e["images_per_s"] for e in epochs)
     s["max_images_per_s"] = max(e["images_per_s"] for e in epochs)
     s["foreign_drops"] = sum(e["foreign_drops"] for e in epochs)
+    t = [e["baseline"]["transcoded"] for e in epochs if e.get("baseline")]
+    s["transcoded"] = max(t) if t else None  # the most re-encodes of any epoch
     return s
 
 
@@ -398,6 +444,9 @@ def report(args, facts, conds, setups, summ, dec, started, elapsed, load0, load1
         for s in setups:
             cells = [s[0], level_name(s)]
             for c in conds:
+                if (c, s) not in summ:
+                    cells.append("-")
+                    continue
                 r, nat = summ[(c, s)], summ[(c, native(s))]
                 cells.append(cell(r) + (f" ({r[ratio_key] / nat[ratio_key]:.2f}x)" if s[1] else ""))
             L.append("| " + " | ".join(cells) + " |")
@@ -444,10 +493,11 @@ def report(args, facts, conds, setups, summ, dec, started, elapsed, load0, load1
     L.append("## Every setup (median, min-max over rounds)")
     L.append("")
     L.append("| condition | decoder | setup | images/s | min-max | x source | loader CPU ms | "
-             "daemon CPU ms | total CPU ms | x source | device MB | listing s | foreign CPU s |")
-    L.append("|---|---|---|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|")
+             "daemon CPU ms | total CPU ms | x source | device MB | listing s | foreign CPU s | "
+             "re-encodes |")
+    L.append("|---|---|---|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|")
     for c in conds:
-        for s in setups:
+        for s in setups_of(c, setups):
             r, nat = summ[(c, s)], summ[(c, native(s))]
             L.append(f"| {cond_name(c)} | {s[0]} | {level_name(s)} | "
                      f"{r['images_per_s']:,.0f} | {r['min_images_per_s']:,.0f}-"
@@ -456,12 +506,16 @@ def report(args, facts, conds, setups, summ, dec, started, elapsed, load0, load1
                      f"{r['daemon_cpu_ms']:.2f} | {r['total_cpu_ms']:.2f} | "
                      f"{r['total_cpu_ms'] / nat['total_cpu_ms']:.2f} | "
                      f"{r['device_bytes'] / MB:,.1f} | {r['listing_s']:.2f} | "
-                     f"{r['foreign_cpu_s']:.1f} |" + (" (foreign drop_caches!)"
-                                                      if r["foreign_drops"] else ""))
+                     f"{r['foreign_cpu_s']:.1f} | "
+                     f"{'' if r['transcoded'] is None else r['transcoded']} |" +
+                     (" (foreign drop_caches!)" if r["foreign_drops"] else ""))
     L.append("")
     if BASELINE in args.forms:
         L.append("`baseline` rows: a `-o scans=K,form=baseline` mount (issue 33 item 2), each JPEG "
-                 "transcoded by the daemon at its lookup; its CPU is the daemon column.")
+                 "transcoded by the daemon at its lookup; its CPU is the daemon column. "
+                 "re-encodes: the most files one epoch's daemon transcoded (user.pcrfs.baseline). "
+                 "`disk cache warm`: the baseline mounts have `-o disk_cache` on the loop disk, "
+                 "filled by an earlier mount; the page cache is cold.")
     else:
         L.append("Issue 33's targets (item 3) are for the `form=baseline` setups (`--forms`).")
     L.append("")
@@ -485,6 +539,9 @@ def main():
     ap.add_argument("--no-warm", dest="warm", action="store_false")
     ap.add_argument("--no-cold", dest="cold", action="store_false",
                     help="no uncapped cold condition (caps: --cap)")
+    ap.add_argument("--disk-cache", action="store_true",
+                    help="also 'cold, disk cache warm' (uncapped and at each --cap): the "
+                    "baseline mounts read transcoded files from -o disk_cache on the loop disk")
     ap.add_argument("--forms", default="progressive,baseline",
                     help="served forms of the pcrfs setups: progressive (-o form default), "
                     "baseline (-o form=baseline), comma separated")
@@ -533,7 +590,11 @@ def main():
     if "progressive" not in forms or any(f not in ("progressive", "baseline") for f in forms):
         fail("--forms: progressive, or progressive,baseline (the tables compare with it)")
     args.forms = ["" if f == "progressive" else BASELINE for f in forms]
-    args.variants = [BASELINE]  # loader_bench.mount_level's, for its mount names
+    # loader_bench.mount_level's, for its mount names
+    args.variants = [BASELINE, baseline_disk_variant(args)]
+    args.disk_cache_filled = set()
+    if args.disk_cache and BASELINE not in args.forms:
+        fail("--disk-cache: needs the baseline form (--forms progressive,baseline)")
     args.source = os.path.abspath(args.source)
     for name in ("pcr", "pcrfs"):
         p = getattr(args, name) or shutil.which(name)
@@ -563,6 +624,7 @@ def main():
                      f"this process, its workers and the daemons")
     try:
         facts = lb.prepare_disk_contents(args, disk, subset)
+        shutil.rmtree(os.path.join(args.disk_mnt, "baseline-cache"), ignore_errors=True)
         facts.update(disk_desc=disk_desc, source_bytes=src_bytes)
         with open(os.path.join(facts["store"], "manifest.json")) as f:
             facts["manifest"] = json.load(f)

@@ -11,7 +11,10 @@ hostile files (passthrough) and a text file. At levels 1, 5 and 10, through a fo
   - a passthrough file is byte for byte what the default mount serves;
   - listing folders transcodes nothing (the root's user.pcrfs.baseline counts transcodes);
   - a damaged piece gives EIO for exactly the files and levels that need it, at stat and at
-    read, and the daemon keeps running.
+    read, and the daemon keeps running;
+  - with -o disk_cache, a remount with the same cache_dir serves sizes (in stat and listings)
+    and bytes with no transcode, byte for byte the first mount's, from a few segment files;
+    a transcoded file damaged on disk is detected, transcoded again and served exact.
 """
 
 import errno
@@ -227,6 +230,87 @@ class BaselineFormTest(unittest.TestCase):
         lines = [l for l in log.splitlines() if "damaged data:" in l]
         self.assertEqual(len(lines), 1, log)
         self.assertIn(f'"{victim}"', lines[0])
+
+    def test_disk_cache_serves_a_remount_without_transcoding(self):
+        cache = os.path.join(self.tmp, "cache")
+        opts = ("-o", f"form=baseline,disk_cache=64M,cache_dir={cache}")
+        jpegs = [(rel, k) for rel in FILES if not PASSTHROUGH[rel] for k in LEVELS]
+
+        def read_all(mnt):
+            sizes, data = {}, {}
+            for rel in FILES:
+                for k in LEVELS:
+                    p = os.path.join(mnt, f"scan{k}", rel)
+                    sizes[(rel, k)] = os.stat(p).st_size  # before any read of this file
+                    with open(p, "rb") as f:
+                        data[(rel, k)] = f.read()
+            return sizes, data
+
+        with Mount(STORE, os.path.join(self.tmp, "mnt1"), *opts) as m:
+            sizes, first = read_all(m.mnt)
+            stats = baseline_stats(m.mnt)
+        self.assertEqual(stats["transcoded"], len(jpegs), stats)
+        self.assertEqual(stats["disk"]["written"], len(jpegs), stats)
+        for key in jpegs:
+            self.assertEqual(sizes[key], len(first[key]))
+            self.assertEqual(first[key], self.served_by_plain_mount(key))
+        # Packed: a segment and its index for all of them, not a file per JPEG.
+        (folder,) = os.listdir(os.path.join(cache, "baseline"))
+        folder = os.path.join(cache, "baseline", folder)
+        names = sorted(n for n in os.listdir(folder) if not n.startswith("."))
+        self.assertEqual([n[-4:] for n in names], [".idx", ".seg"], names)
+
+        with Mount(STORE, os.path.join(self.tmp, "mnt2"), *opts) as m:
+            # The sizes are the disk tier's: a listing and its stats transcode nothing.
+            listed = {e.name: e.stat().st_size
+                      for e in os.scandir(os.path.join(m.mnt, "scan5", "factory"))}
+            for rel in FILES:
+                name = rel[len("factory/"):]
+                if rel.startswith("factory/") and "/" not in name and not PASSTHROUGH[rel]:
+                    self.assertEqual(listed[name], sizes[(rel, 5)], rel)
+            self.assertEqual(baseline_stats(m.mnt)["transcoded"], 0)
+            again_sizes, again = read_all(m.mnt)
+            stats = baseline_stats(m.mnt)
+        self.assertEqual(again_sizes, sizes)
+        self.assertEqual(again, first)
+        self.assertEqual(stats["transcoded"], 0, stats)
+        self.assertEqual(stats["disk"]["adopted"], len(jpegs), stats)
+        self.assertEqual(stats["disk"]["hits"], len(jpegs), stats)
+        self.assertEqual(stats["disk"]["damaged"], 0, stats)
+
+        # One file's bytes damaged on disk: found by its checksum, transcoded again.
+        seg = os.path.join(folder, names[1])
+        with open(os.path.join(folder, names[0]), "rb") as f:
+            key, offset, length = struct.unpack_from("<QQI", f.read(32))
+        with open(seg, "r+b") as f:
+            f.seek(offset + length // 2)
+            b = f.read(1)
+            f.seek(offset + length // 2)
+            f.write(bytes([b[0] ^ 0x08]))
+        for mnt in ("mnt3", "mnt4"):
+            with Mount(STORE, os.path.join(self.tmp, mnt), *opts) as m:
+                again_sizes, again = read_all(m.mnt)
+                stats = baseline_stats(m.mnt)
+            self.assertEqual(again_sizes, sizes)
+            self.assertEqual(again, first)
+            if mnt == "mnt3":
+                self.assertEqual(stats["transcoded"], 1, stats)
+                self.assertEqual(stats["disk"]["damaged"], 1, stats)
+                self.assertEqual(stats["disk"]["written"], 1, stats)
+            else:  # the copy made again was kept
+                self.assertEqual(stats["transcoded"], 0, stats)
+                self.assertEqual(stats["disk"]["damaged"], 0, stats)
+
+    def served_by_plain_mount(self, key):
+        """What a form=baseline mount without a disk cache serves (the memory-only path)."""
+        if not hasattr(BaselineFormTest, "_plain"):
+            with Mount(STORE, os.path.join(WORK, "mnt-plain"), "-o", "form=baseline") as m:
+                BaselineFormTest._plain = {}
+                for rel in FILES:
+                    for k in LEVELS:
+                        with open(os.path.join(m.mnt, f"scan{k}", rel), "rb") as f:
+                            BaselineFormTest._plain[(rel, k)] = f.read()
+        return BaselineFormTest._plain[key]
 
 
 if __name__ == "__main__":

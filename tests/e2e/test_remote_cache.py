@@ -123,6 +123,32 @@ class RemoteCacheCase(LoopbackServersCase):
                 self.assertTrue(self.record_requests(proxy))  # refetched from the origin
                 self.assertNotIn("damaged", m.log())  # neither data nor a record
 
+    def test_baseline_form_keeps_its_files_on_disk(self):
+        # -o form=baseline: the re-encoded files go to cache_dir/baseline (3/4 of disk_cache),
+        # so a remount serves sizes and bytes with no record request and no re-encode.
+        with FaultProxy(self.nginx.url) as proxy:
+            url = proxy.url + "/store"
+            opts = ("form=baseline", "disk_cache=64M")
+            with self.mount(url, "baseline", *opts) as m:
+                first = read_tree(os.path.join(m.mnt, "scan5"), seed=5)
+                stats = json.loads(os.getxattr(m.mnt, "user.pcrfs.baseline"))
+                cache = json.loads(os.getxattr(m.mnt, "user.pcrfs.remote"))["client"]["cache"]
+            self.assertEqual(stats["transcoded"], len(first), stats)
+            self.assertEqual(stats["disk"]["written"], len(first), stats)
+            self.assertEqual(stats["disk"]["budget"], 48 << 20, stats)
+            self.assertLessEqual(cache["disk_bytes"], 16 << 20, cache)
+            self.assertTrue(os.listdir(os.path.join(self.cache("baseline"), "baseline")))
+            proxy.reset()
+            with self.mount(url, "baseline", *opts) as m:
+                sizes = {rel: os.stat(os.path.join(m.mnt, "scan5", rel)).st_size for rel in first}
+                again = read_tree(os.path.join(m.mnt, "scan5"), seed=6)
+                stats = json.loads(os.getxattr(m.mnt, "user.pcrfs.baseline"))
+            self.assertEqual(again, first)
+            self.assertEqual(sizes, {rel: len(d) for rel, d in first.items()})
+            self.assertEqual(stats["transcoded"], 0, stats)
+            self.assertEqual(stats["disk"]["hits"], len(first), stats)
+            self.assertEqual(self.record_requests(proxy), [])
+
     def test_size_cap_holds(self):
         cap = 1 << 20
         level10 = sum(len(d) for d in self.local[10].values())
