@@ -46,6 +46,7 @@ import fcntl
 import json
 import os
 import random
+import re
 import shutil
 import subprocess
 import sys
@@ -186,6 +187,19 @@ def prepare_size(args, n, pcr):
 # ----------------------------------------------------------------------------- measuring
 
 
+def record_tables(store):
+    """Records and the bytes before their data (header + tables section: what a reader fetches
+    once per record for the piece CRCs, docs/format.md), summed over every record."""
+    d = os.path.join(store, "records")
+    n = total = 0
+    for name in os.listdir(d):
+        with open(os.path.join(d, name), "rb") as f:
+            head = f.read(64)
+        n += 1
+        total += int.from_bytes(head[24:32], "little")
+    return n, total
+
+
 def rss(pid):
     return {k: proc_status_kib(pid, k) * 1024 for k in ("VmRSS", "RssAnon", "RssFile", "VmHWM")}
 
@@ -214,7 +228,8 @@ def metrics(path):
                 name, _, value = line.rpartition(" ")
                 base = name.split("{")[0]
                 if any(w in base for w in ("cache", "memory", "resident", "bytes")):
-                    key = name.replace(',mount="' + MNT + '"', "").replace('mount="' + MNT + '"', "")
+                    key = re.sub(r'mount="[^"]*",?', "", name).replace(",}", "}")
+                    key = key.replace("{}", "")
                     try:
                         out[key] = out.get(key, 0) + float(value)
                     except ValueError:
@@ -302,8 +317,18 @@ def pcrfs_level(env, size, k, subset):
             rec["rss_find"] = rss(pid)
             proxy.reset(a.latency)
             cpu0 = proc_cpu_seconds(pid)
+            perf = None
+            if a.perf:
+                rec["perf_data"] = os.path.join(WORK, f"perf-{size['n']}-L{k}.data")
+                perf = subprocess.Popen(["perf", "record", "-F", "499", "-g", "-p", str(pid),
+                                         "-o", rec["perf_data"]], stdout=subprocess.DEVNULL,
+                                        stderr=subprocess.DEVNULL)
+                time.sleep(0.5)
             e = run_epoch(MNT, subset, a.readers, a.seed + 1, a.epoch_timeout)
             e["daemon_cpu_s"] = proc_cpu_seconds(pid) - cpu0
+            if perf:
+                perf.send_signal(2)
+                perf.wait()
             st = proxy.stats()
             e["origin_bytes"], e["origin_requests"] = st["bytes_to_client"], st["requests"]
             rec["epoch"] = e
@@ -402,8 +427,11 @@ def inner_main(args):
             if os.path.islink(lp):
                 os.unlink(lp)
             os.symlink(target, lp)
+        facts["records"], facts["table_bytes"] = record_tables(p["store"])
         files = source_files(p["data"])["files"]
-        m = min(args.epoch_files or len(files), len(files))
+        m = len(files)
+        if args.epoch_files and n > args.full_epoch_max:
+            m = min(args.epoch_files, m)
         subset = random.Random(args.seed).sample(files, m)
         sizes.append(dict(facts, **p, subset=subset))
     tmp = tempfile.mkdtemp(prefix="scale-remote-")
@@ -471,6 +499,8 @@ def analyse(data):
                    "rss_find": lv.get("rss_find", {}).get("VmRSS"),
                    "rss_epoch": lv.get("rss_epoch", {}).get("VmRSS"),
                    "anon_epoch": lv.get("rss_epoch", {}).get("RssAnon"),
+                   "range_memory": lv.get("metrics", {}).get(
+                       'pcrfs_range_cache_bytes{tier="memory"}'),
                    "hwm": lv.get("rss_epoch", {}).get("VmHWM"),
                    "cache_files": lv.get("disk_cache", {}).get("files"),
                    "cache_dirs": lv.get("disk_cache", {}).get("dirs"),
@@ -480,6 +510,10 @@ def analyse(data):
                    "build_s_per_file": f["build"]["wall"] / f["files"],
                    "build_rss": f["build"]["maxrss"], "error": lv.get("error")}
             row["amp"] = (row["origin"] / row["served"]) if row["served"] else None
+            row["rss_beyond"] = (row["rss_epoch"] - row["range_memory"]
+                                 if row["rss_epoch"] and row["range_memory"] is not None else None)
+            if row["served"] and f.get("table_bytes"):
+                row["amp_data"] = (row["origin"] - f["table_bytes"]) / row["served"]
             if rc and rc.get("files_per_s") and row["served"] and row["files_per_s"]:
                 row["rclone_fps"] = rc["files_per_s"]
                 row["byte_ratio"] = (rc["bytes"] / rc["files"]) / (row["served"] / e["files"])
@@ -488,6 +522,11 @@ def analyse(data):
             row["build_flat"] = row["build_s_per_file"] / base_per_file
             rows.append(row)
     return rows
+
+
+def chk(x, ok):
+    """PASS/FAIL of ok(x), or nothing when x was not measured."""
+    return "" if x is None else benchlib.verdict(ok(x))
 
 
 def finish(args, data):
@@ -502,28 +541,38 @@ def finish(args, data):
          f"({a['latency']} ms before each answer), answers capped at {a['cap']} Mbit/s by HTB in "
          f"a network namespace; photo crops (short side {SHORT_SIDE} px) with ImageNet-like "
          f"names in 1,000 class folders; each level a cold mount (page cache dropped, fresh "
-         f"cache folder, `-o disk_cache={a['disk_cache']}`); epoch = a seeded random subset of "
-         f"min(N, {a['epoch_files']:,}) files, shuffled, {a['readers']} readers; rclone "
+         f"cache folder, `-o disk_cache={a['disk_cache']}`); epoch = every file of stores "
+         f"of up to {a.get('full_epoch_max', 0):,} files, else a seeded random subset of "
+         f"{a['epoch_files']:,}, shuffled, {a['readers']} readers; rclone "
          f"`--vfs-cache-mode off` over the source JPEGs, the same files in the same order.", "",
          "| N | level | bytes before 1st read (/file) | mount s | 1st byte s | find s | "
          "epoch files/s | rclone x byte ratio | vs rclone (>= 0.9) | origin / served "
-         "(<= 1.05) | RSS after find, epoch MiB | disk cache files+dirs | reopen s |",
-         "|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|"]
+         "(<= 1.05) | without tables | RSS after find, epoch MiB | beyond the range cache (< 150) | disk cache files+dirs | reopen s |",
+         "|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|"]
     for r in rows:
         scaled = (r["rclone_fps"] * r["byte_ratio"]) if r.get("rclone_fps") else None
+        size_label = f"{r['n']:,}"
+        if r["epoch_files"] != r["n"]:
+            size_label += f" ({r['epoch_files']:,} read)"
         L.append(
-            f"| {r['n']:,} | {r['level']} | {fmt(r['bytes_before_read'])} "
+            f"| {size_label} | {r['level']} | {fmt(r['bytes_before_read'])} "
             f"({fmt(r['per_file_before_read'], '.1f')}) | {fmt(r['mount_s'], '.2f')} | "
             f"{fmt(r['first_byte_s'], '.2f')} | {fmt(r['find_s'], '.2f')} | "
             f"{fmt(r['files_per_s'])} | {fmt(scaled)} | "
-            f"{fmt(r.get('vs_rclone'), '.2f')} {V(r.get('vs_rclone', 0) >= 0.9)} | "
-            f"{fmt(r['amp'], '.3f')} {V(r['amp'] is not None and r['amp'] <= 1.05)} | "
+            f"{fmt(r.get('vs_rclone'), '.2f')} {chk(r.get('vs_rclone'), lambda x: x >= 0.9)} | "
+            f"{fmt(r['amp'], '.3f')} {chk(r['amp'], lambda x: x <= 1.05)} | "
+            f"{fmt(r.get('amp_data'), '.3f')} | "
             f"{fmt(r['rss_find'] and r['rss_find'] / MIB, '.1f')}, "
             f"{fmt(r['rss_epoch'] and r['rss_epoch'] / MIB, '.1f')} | "
+            f"{fmt(r['rss_beyond'] and r['rss_beyond'] / MIB, '.1f')} "
+            f"{chk(r['rss_beyond'], lambda x: x < 150 * MIB)} | "
             f"{fmt(r['cache_files'])}+{fmt(r['cache_dirs'])} | {fmt(r['reopen_s'], '.2f')} |")
-    L += ["", "| N | index bytes (/file) | pcr build s | per file (vs smallest) | CPU s | "
+    L += ["", "Without tables: (origin bytes - the header and tables section of every record) / "
+          "served. A reader fetches a record's tables section (136 bytes per image + its name) "
+          "once, for the piece CRCs; an epoch that touches every record moves all of them.",
+          "", "| N | index bytes (/file) | records, tables MB | pcr build s | per file (vs smallest) | CPU s | "
           "peak RSS MiB (< 512) | source MB | L1 / L5 / L10 MB | rclone listing s | "
-          "rclone epoch files/s |", "|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|"]
+          "rclone epoch files/s |", "|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|"]
     for r in data["results"]:
         f = facts[r["n"]]
         b = f["build"]
@@ -531,6 +580,7 @@ def finish(args, data):
         rc = r.get("rclone", {})
         lb = f["level_bytes"]
         L.append(f"| {r['n']:,} | {f['index_bytes']:,} ({f['index_bytes'] / f['files']:.1f}) | "
+                 f"{f.get('records', 0):,}, {f.get('table_bytes', 0) / 1e6:.2f} | "
                  f"{b['wall']:.1f} | {b['wall'] / f['files'] * 1e3:.3f} ms "
                  f"({b['wall'] / f['files'] / base:.2f}x) | {b['cpu']:.1f} | "
                  f"{b['maxrss'] / MIB:.0f} {V(b['maxrss'] < 512 * MIB)} | "
@@ -605,7 +655,9 @@ def main():
     ap.add_argument("--levels", default="1,5,10")
     ap.add_argument("--readers", type=int, default=16)
     ap.add_argument("--epoch-files", type=int, default=20000,
-                    help="files per epoch (a seeded random subset); 0: all")
+                    help="files per epoch (a seeded random subset) above --full-epoch-max; 0: all")
+    ap.add_argument("--full-epoch-max", type=int, default=100000,
+                    help="stores of up to this many files get a full epoch")
     ap.add_argument("--cap", type=int, default=1000, help="Mbit/s")
     ap.add_argument("--latency", type=int, default=20, help="ms before each answer")
     ap.add_argument("--disk-cache", default="2G")
@@ -613,6 +665,8 @@ def main():
                     help="extra -o for every pcrfs mount")
     ap.add_argument("--rclone-checkers", type=int, default=32)
     ap.add_argument("--no-rclone", action="store_true")
+    ap.add_argument("--perf", action="store_true",
+                    help="perf record -g of the daemon during each epoch (WORK/perf-N-Lk.data)")
     ap.add_argument("--rclone-max", type=int, default=200000,
                     help="larger sizes reuse the rclone epoch of the largest size measured")
     ap.add_argument("--epoch-timeout", type=float, default=900)
