@@ -437,6 +437,13 @@ def inner_main(args):
     tmp = tempfile.mkdtemp(prefix="scale-remote-")
     programs = benchlib.program_files(pcrfs) + benchlib.program_files(shutil.which("rclone"))
     results, last_rclone = [], None
+    if args.rclone_from:
+        with open(args.rclone_from) as f:
+            earlier = [r for r in json.load(f)["results"] if r.get("rclone", {}).get("epoch")]
+        if not earlier:
+            fail(f"--rclone-from {args.rclone_from}: no rclone epoch in it")
+        last = max(earlier, key=lambda r: r["n"])
+        last_rclone = dict(last["rclone"], measured_at=last["n"], source=args.rclone_from)
     set_cap(None, ())
     try:
         with AutoindexNginx(www, workers=2) as nginx, \
@@ -452,7 +459,8 @@ def inner_main(args):
                     rec["levels"][k] = pcrfs_level(env, size, k, size["subset"])
                 if args.no_rclone:
                     pass
-                elif size["n"] <= args.rclone_max or last_rclone is None:
+                elif (size["n"] <= args.rclone_max and not args.rclone_from) or \
+                        last_rclone is None:
                     rec["rclone"] = last_rclone = rclone_epoch(env, size, size["subset"])
                     last_rclone = dict(last_rclone, measured_at=size["n"])
                 else:
@@ -582,7 +590,8 @@ def finish(args, data):
         L.append(f"| {r['n']:,} | {f['index_bytes']:,} ({f['index_bytes'] / f['files']:.1f}) | "
                  f"{f.get('records', 0):,}, {f.get('table_bytes', 0) / 1e6:.2f} | "
                  f"{b['wall']:.1f} | {b['wall'] / f['files'] * 1e3:.3f} ms "
-                 f"({b['wall'] / f['files'] / base:.2f}x) | {b['cpu']:.1f} | "
+                 f"({b['wall'] / f['files'] / base:.2f}x) | {b['cpu']:.1f} "
+                 f"({b['cpu'] / f['files'] * 1e3:.3f} ms/file) | "
                  f"{b['maxrss'] / MIB:.0f} {V(b['maxrss'] < 512 * MIB)} | "
                  f"{f['src_bytes'] / 1e6:.1f} | {lb[0] / 1e6:.1f} / {lb[4] / 1e6:.1f} / "
                  f"{lb[9] / 1e6:.1f} | {fmt(rc.get('list_s'), '.1f')} | "
@@ -613,7 +622,10 @@ def plot(rows, data, path):
                                           for r in rs], "x--", color=c,
                    label=f"rclone x byte ratio L{k}")
         ax[2].plot([r["n"] for r in rs], [(r["rss_epoch"] or 0) / MIB for r in rs], "o-",
-                   color=c, label=f"L{k}")
+                   color=c, label=f"L{k} VmRSS")
+        ax[2].plot([r["n"] for r in rs], [r["rss_beyond"] and r["rss_beyond"] / MIB
+                                          for r in rs], "s--", color=c,
+                   label=f"L{k} less the range cache")
         ax[4].plot([r["n"] for r in rs], [r["cache_files"] or 0 for r in rs], "o-", color=c,
                    label=f"L{k} files")
         ax[1].plot([r["n"] for r in rs], [r["amp"] for r in rs], "^:", color=c,
@@ -628,7 +640,7 @@ def plot(rows, data, path):
     ax[1].legend(fontsize=7)
     ax[2].axhline(150, color="gray", ls=":")
     ax[2].set(xscale="log", xlabel="files in store", ylabel="MiB",
-              title="daemon RSS after find + epoch")
+              title="daemon RSS after find + epoch (target: dashed < 150)")
     ax[2].legend(fontsize=7)
     ax[3].plot(ns, [r["build_s_per_file"] * 1e3 for r in per], "o-", label="ms per file")
     ax3 = ax[3].twinx()
@@ -665,6 +677,8 @@ def main():
                     help="extra -o for every pcrfs mount")
     ap.add_argument("--rclone-checkers", type=int, default=32)
     ap.add_argument("--no-rclone", action="store_true")
+    ap.add_argument("--rclone-from", help="an earlier run's JSON: its largest size's rclone epoch "
+                    "stands for every size here (no rclone mount)")
     ap.add_argument("--perf", action="store_true",
                     help="perf record -g of the daemon during each epoch (WORK/perf-N-Lk.data)")
     ap.add_argument("--rclone-max", type=int, default=200000,
