@@ -594,7 +594,8 @@ def finish(args, data):
                  f"({b['cpu'] / f['files'] * 1e3:.3f} ms/file) | "
                  f"{b['maxrss'] / MIB:.0f} {V(b['maxrss'] < 512 * MIB)} | "
                  f"{f['src_bytes'] / 1e6:.1f} | {lb[0] / 1e6:.1f} / {lb[4] / 1e6:.1f} / "
-                 f"{lb[9] / 1e6:.1f} | {fmt(rc.get('list_s'), '.1f')} | "
+                 f"{lb[9] / 1e6:.1f} | "
+                 f"{'-' if 'measured_at' in rc else fmt(rc.get('list_s'), '.1f')} | "
                  f"{fmt(rc.get('epoch', {}).get('files_per_s'))}"
                  f"{' (the ' + format(rc['measured_at'], ',') + ' run)' if 'measured_at' in rc else ''} |")
     L.append("")
@@ -693,14 +694,24 @@ def main():
     ap.add_argument("--mtu", type=int, default=1500)
     ap.add_argument("--out", default=os.path.join(WORK, "scale_remote_results.md"))
     ap.add_argument("--plot", default=os.path.join(WORK, "scale_remote.png"))
-    ap.add_argument("--from-json", help="report and plot from an earlier run's JSON")
+    ap.add_argument("--from-json", help="report and plot from earlier runs' JSON (comma-separated)")
     ap.add_argument(INNER_FLAG, action="store_true", help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.from_json:
-        with open(args.from_json) as f:
-            data = json.load(f)
+        data = None
+        for path in args.from_json.split(","):  # several runs: one report, sizes in order
+            with open(path) as f:
+                d = json.load(f)
+            if data is None:
+                data = d
+                continue
+            data["facts"].update(d["facts"])
+            data["results"] += d["results"]
+            data["meta"]["date"] += ", " + d["meta"]["date"]
+            data["meta"]["commit"] += ", " + d["meta"]["commit"]
+        data["results"].sort(key=lambda r: r["n"])
         if args.out == ap.get_default("out"):
-            args.out = os.path.splitext(args.from_json)[0] + ".md"
+            args.out = os.path.splitext(args.from_json.split(",")[0])[0] + ".md"
         finish(args, data)
         return 0
     try:
