@@ -279,6 +279,16 @@ def read_file(path):
     return t, n
 
 
+def discard(path):
+    """Removes path in a detached, niced process: on this machine's ext4 (mounted with
+    `discard`) every unlink waits for its discard, ~300 files/s, and a 1.28M-file epoch leaves
+    a disk cache of 60,000-250,000 files."""
+    trash = path + ".trash"
+    os.rename(path, trash)
+    subprocess.Popen(["nice", "-n", "19", "ionice", "-c", "3", "rm", "-rf", trash],
+                     stdin=subprocess.DEVNULL, start_new_session=True)
+
+
 def pcrfs_level(env, size, k, subset):
     """A cold mount at level k: bytes before the first read, mount-to-first-byte, find, RSS, the
     epoch, the disk cache, and a reopen of that cache."""
@@ -349,6 +359,7 @@ def pcrfs_level(env, size, k, subset):
         drop_caches()
         benchlib.warm_programs(env["programs"])
         proxy.reset(a.latency)
+        argv = [x.replace(mfile, mfile + ".reopen") for x in argv]
         with open(log_path + ".reopen", "wb") as logf:
             t0 = time.monotonic()
             proc = subprocess.Popen(argv, stdout=logf, stderr=subprocess.STDOUT,
@@ -364,7 +375,7 @@ def pcrfs_level(env, size, k, subset):
                 rec["reopen_error"] = str(ex)
             finally:
                 unmount(proc, MNT)
-    shutil.rmtree(cache, ignore_errors=True)
+    discard(cache)
     e = rec.get("epoch", {})
     log(f"{size['n']:,} L{k}: mount {rec.get('mount_s', 0):.2f} s, "
         f"{rec.get('bytes_before_read', 0):,} B before the first read, first byte "
@@ -468,7 +479,7 @@ def inner_main(args):
                 results.append(rec)
     finally:
         set_cap(None, ())
-        shutil.rmtree(tmp, ignore_errors=True)
+        discard(tmp)
     meta["load1"] = loadavg()
     meta["elapsed_s"] = time.monotonic() - t_start
     facts = {s["n"]: {k: v for k, v in s.items() if k != "subset"} for s in sizes}
