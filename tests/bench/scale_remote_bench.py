@@ -654,10 +654,12 @@ def plot(rows, data, path):
     ax[2].set(xscale="log", xlabel="files in store", ylabel="MiB",
               title="daemon RSS after find + epoch (target: dashed < 150)")
     ax[2].legend(fontsize=7)
-    ax[3].plot(ns, [r["build_s_per_file"] * 1e3 for r in per], "o-", label="ms per file")
+    facts = {int(k): v for k, v in data["facts"].items()}
+    ax[3].plot(ns, [facts[n]["build"]["cpu"] / facts[n]["files"] * 1e3 for n in ns], "o-",
+               label="CPU ms per file")
     ax3 = ax[3].twinx()
     ax3.plot(ns, [r["build_rss"] / MIB for r in per], "s--", color="C1", label="peak RSS MiB")
-    ax[3].set(xscale="log", xlabel="files in store", ylabel="ms per file", ylim=(0, None),
+    ax[3].set(xscale="log", xlabel="files in store", ylabel="CPU ms per file", ylim=(0, None),
               title="pcr build")
     ax3.set(ylabel="peak RSS MiB", ylim=(0, None))
     ax[3].legend(fontsize=7, loc="lower left")
