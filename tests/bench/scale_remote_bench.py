@@ -43,6 +43,7 @@ size's).
 
 import argparse
 import fcntl
+import hashlib
 import json
 import os
 import random
@@ -426,6 +427,12 @@ def inner_main(args):
             "commit": git_commit(REPO), "args": {k: v for k, v in vars(args).items()}}
     pcrfs = find_tool("fs/pcrfs", "pcrfs", args.pcrfs)
     meta["pcrfs"] = pcrfs
+    # Which binary ran: a build folder may be rebuilt between runs (it was, 2026-11-27), so
+    # its time and hash are kept; pass a copy with --pcrfs to pin one.
+    meta["pcrfs_mtime"] = time.strftime("%Y-%m-%d %H:%M:%S UTC",
+                                        time.gmtime(os.path.getmtime(pcrfs)))
+    with open(pcrfs, "rb") as f:
+        meta["pcrfs_sha256"] = hashlib.sha256(f.read()).hexdigest()[:16]
     sizes = []
     www = os.path.join(WORK, "www")
     os.makedirs(www, exist_ok=True)
@@ -555,7 +562,8 @@ def finish(args, data):
     a = m["args"]
     V = benchlib.verdict
     L = [f"## Remote stores at scale: {', '.join(f'{n:,}' for n in sorted(facts))} files", "",
-         f"{m['date']}, commit {m['commit']}, load {m['load0']} at the start, {m.get('load1')} at "
+         f"{m['date']}, commit {m['commit']}, pcrfs {m.get('pcrfs_mtime', '?')} "
+         f"(sha256 {m.get('pcrfs_sha256', '?')}), load {m['load0']} at the start, {m.get('load1')} at "
          f"the end, {m.get('elapsed_s', 0) / 60:.1f} min. nginx behind the fault proxy "
          f"({a['latency']} ms before each answer), answers capped at {a['cap']} Mbit/s by HTB in "
          f"a network namespace; photo crops (short side {SHORT_SIDE} px) with ImageNet-like "
