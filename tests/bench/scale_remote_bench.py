@@ -1,0 +1,764 @@
+#!/usr/bin/python3
+"""Remote stores at ImageNet scale (issue 34, items 4-6): synthetic stores of 10k, 100k and
+(flag-gated) 1.28M real photo crops with ImageNet-like names, served by nginx in a capped
+network namespace (1 Gbit/s, 20 ms before each answer through the fault proxy), against
+`rclone mount` of the source JPEGs. Run as root with /usr/bin/python3:
+
+  /usr/bin/python3 tests/bench/scale_remote_bench.py                    # 10k and 100k
+  /usr/bin/python3 tests/bench/scale_remote_bench.py --sizes 10k,100k,1280k --epoch-files 20000
+  ... --from-json /var/tmp/pcrfs-bench/scale/scale_remote_results.json --plot docs/scale_remote_latest.png
+
+Data (outside the benchmark lock, niced; cached in /var/tmp/pcrfs-bench/scale/, keyed by size and
+seed): `tests/data/make_dataset.py --images N --classes 1000 --short-side 64:96 --seed S
+--splits train --split-fractions 1` (1,000 class folders `nXXXXXXXX`, files
+`nXXXXXXXX_INDEX.JPEG`; crops with a short side of 64-96 px, ~2.4 KiB, so that 1.28M files
+generate in about half an hour on 2 cores), then `pcr build SRC STORE --quiet` timed as a child
+of its own (`os.wait4`: wall, CPU, peak RSS). The stores are not rebuilt when pcr changes
+(`--rebuild` does); the facts file records the pcr commit that built them.
+
+Then the script takes the benchmark lock itself (unless an ancestor holds it) and re-executes
+in a new network namespace (`unshare -n`): one nginx (autoindex on, for rclone) serves every
+size's store and source folder, one fault proxy in front adds `--latency` ms before each
+answer and counts the body bytes it sends (origin bytes); its answers cross an HTB cap of
+`--cap` Mbit/s (remote_bench.set_cap). Per size and per level K (`--levels`), from a cold page
+cache and a fresh cache folder with `-o disk_cache=2G`:
+
+  mount     `pcrfs URL MNT -f -o scans=K,cache_dir=D,disk_cache=2G`, exec until mounted; the
+            proxy's bytes by then (what a node moves before its first read); then the first
+            byte of one file of the epoch (mount-to-first-byte, from exec).
+  find      `find MNT -type f | wc -l` (checked against N); daemon VmRSS/RssAnon after it.
+  epoch     --epoch-files files (a seeded random subset of the store, all of it when smaller),
+            shuffled, dealt round-robin to --readers (16) forked readers (open, readv to EOF,
+            close; remote_bench.run_epoch): files/s, bytes served, origin bytes, daemon CPU,
+            VmRSS/RssAnon/VmHWM after it.
+  disk cache after unmount: files, folders and bytes under D; then a remount with the same D,
+            timed until mounted and until the first file is read again (from the disk cache).
+rclone: `rclone mount :http: --http-url PROXY/src-N/ --read-only --vfs-cache-mode off
+--checkers 32`, the tree listed first (timed apart: rclone sends a HEAD per file), then the same
+epoch (same files, same order). Target per level: files/s >= 0.9 x rclone's x (rclone's bytes /
+the level's bytes), origin bytes <= 1.05 x bytes served; daemon RSS after find + epoch < 150 MiB
+beyond its caches; pcr build peak RSS < 512 MiB and time per file flat (<= 1.2x the smallest
+size's).
+"""
+
+import argparse
+import fcntl
+import hashlib
+import json
+import os
+import random
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+REPO = os.path.dirname(os.path.dirname(HERE))
+sys.path.insert(0, os.path.join(REPO, "tests", "remote"))
+sys.path.insert(0, HERE)
+import benchlib  # noqa: E402
+import netns  # noqa: E402
+from benchlib import (count_label, drop_caches, fail, find_tool, loadavg, log,  # noqa: E402
+                      parse_count, proc_cpu_seconds, proc_status_kib, write_results)
+from remote_bench import (AutoindexNginx, MountProc, ProxyProcess, list_tree,  # noqa: E402
+                          run_epoch, set_cap, url_port)
+from scale_bench import run_rusage  # noqa: E402
+
+benchlib.FAIL_CODE = 1
+BENCH = "/var/tmp/pcrfs-bench"
+WORK = os.path.join(BENCH, "scale")
+INNER_FLAG = "--inside-namespace"
+MNT = "/tmp/scale-remote-mnt"
+SHORT_SIDE = "64:96"
+MIB = 1 << 20
+
+
+def sh(*argv, **kw):
+    p = subprocess.run(argv, capture_output=True, text=True, **kw)
+    if p.returncode != 0:
+        fail(f"{' '.join(argv[:3])} ... failed: {(p.stderr or p.stdout).strip()[-400:]}")
+    return p.stdout
+
+
+def git_commit(path):
+    r = subprocess.run(["git", "-C", path, "rev-parse", "--short", "HEAD"], capture_output=True,
+                       text=True)
+    return r.stdout.strip() or "?"
+
+
+# ----------------------------------------------------------------------------- data
+
+
+def names(n, seed):
+    tag = f"{count_label(n)}-s{seed}"
+    return {"data": os.path.join(WORK, f"photos-{n}-s{seed}"),
+            "store": os.path.join(WORK, f"store-{tag}"),
+            "facts": os.path.join(WORK, f"store-{tag}.facts.json"),
+            "src_link": f"src-{tag}", "store_link": f"store-{tag}"}
+
+
+def source_files(data):
+    """Relative paths of the JPEGs under data (sorted walk) and their total size; cached."""
+    cache = data + ".files.json"
+    if os.path.exists(cache):
+        with open(cache) as f:
+            return json.load(f)
+    rel, total = benchlib.walk_files(data)
+    out = {"files": rel, "bytes": total}
+    with open(cache + ".tmp", "w") as f:
+        json.dump(out, f)
+    os.rename(cache + ".tmp", cache)
+    return out
+
+
+def link_tree(args, n, out):
+    """n files named like ImageNet's, hard links to the --generate-max generated crops in turn
+    (file i is crop i mod M, in that crop's class folder): a 1.28M-file tree without 1.28M
+    crops to generate (~1 hour on 2 cores); pcr build still transcodes every file."""
+    base = names(args.generate_max, args.seed)["data"]
+    if not os.path.isdir(base):
+        prepare_size(args, args.generate_max, None)
+    pool = source_files(base)["files"]
+    log(f"hard-link tree of {n:,} files into {out} (crops of {base} in turn)")
+    tmp = out + ".partial"
+    shutil.rmtree(tmp, ignore_errors=True)
+    made = set()
+    for i in range(n):
+        rel = pool[i % len(pool)]
+        cls = rel.split("/")[-2]
+        d = os.path.join(tmp, "train", cls)
+        if cls not in made:
+            os.makedirs(d, exist_ok=True)
+            made.add(cls)
+        os.link(os.path.join(base, rel), os.path.join(d, f"{cls}_{i}.JPEG"))
+    os.rename(tmp, out)
+
+
+def prepare_size(args, n, pcr):
+    """Generates the photos and builds the store of n files once; returns the facts."""
+    p = names(n, args.seed)
+    os.makedirs(WORK, exist_ok=True)
+    if n > args.generate_max and not os.path.isdir(p["data"]):
+        link_tree(args, n, p["data"])
+    if not os.path.isdir(p["data"]):
+        log(f"generating {n:,} photo crops into {p['data']} (niced)")
+        t0 = time.monotonic()
+        r = subprocess.run(["nice", "-n", "10", sys.executable,
+                            os.path.join(REPO, "tests", "data", "make_dataset.py"), p["data"],
+                            "--images", str(n), "--classes", "1000", "--seed", str(args.seed),
+                            "--short-side", SHORT_SIDE, "--splits", "train",
+                            "--split-fractions", "1"], stdout=subprocess.DEVNULL)
+        if r.returncode != 0:
+            fail(f"make_dataset.py --images {n} failed ({r.returncode})")
+        log(f"generated in {time.monotonic() - t0:.0f} s")
+    src = source_files(p["data"])
+    facts = None
+    if os.path.exists(p["facts"]) and not args.rebuild:
+        with open(p["facts"]) as f:
+            facts = json.load(f)
+    if pcr and (facts is None or not os.path.isdir(p["store"])):
+        shutil.rmtree(p["store"], ignore_errors=True)
+        log(f"pcr build {p['data']} -> {p['store']} (niced)")
+        r = run_rusage(["nice", "-n", "10", pcr, "build", p["data"], p["store"], "--quiet"],
+                       p["store"] + ".build.log", timeout=6 * 3600)
+        if r["rc"] != 0:
+            fail(f"pcr build of {n} files failed ({r['rc']}): see {p['store']}.build.log")
+        with open(os.path.join(p["store"], "manifest.json")) as f:
+            manifest = json.load(f)
+        facts = {"n": n, "seed": args.seed, "short_side": SHORT_SIDE, "pcr": pcr,
+                 "pcr_commit": git_commit(os.path.dirname(os.path.realpath(pcr))),
+                 "built": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
+                 "load_at_build": loadavg(),
+                 "build": r, "src_bytes": src["bytes"], "files": len(src["files"]),
+                 "level_bytes": manifest["level_bytes"],
+                 "index_bytes": os.path.getsize(benchlib.index_path(p["store"])),
+                 "manifest_bytes": os.path.getsize(os.path.join(p["store"], "manifest.json")),
+                 "store_bytes": sum(os.path.getsize(os.path.join(d, f))
+                                    for d, _, fs in os.walk(p["store"]) for f in fs)}
+        with open(p["facts"], "w") as f:
+            json.dump(facts, f, indent=1)
+        b = facts["build"]
+        log(f"built {n:,} files in {b['wall']:.1f} s ({b['cpu']:.1f} CPU s), peak RSS "
+            f"{b['maxrss'] / MIB:.0f} MiB; index {facts['index_bytes']:,} bytes")
+    return facts
+
+
+# ----------------------------------------------------------------------------- measuring
+
+
+def record_tables(store):
+    """Records and the bytes before their data (header + tables section: what a reader fetches
+    once per record for the piece CRCs, docs/format.md), summed over every record."""
+    d = os.path.join(store, "records")
+    n = total = 0
+    for name in os.listdir(d):
+        with open(os.path.join(d, name), "rb") as f:
+            head = f.read(64)
+        n += 1
+        total += int.from_bytes(head[24:32], "little")
+    return n, total
+
+
+def rss(pid):
+    return {k: proc_status_kib(pid, k) * 1024 for k in ("VmRSS", "RssAnon", "RssFile", "VmHWM")}
+
+
+def tree_count(path):
+    files = dirs = size = 0
+    for d, ds, fs in os.walk(path):
+        dirs += len(ds)
+        files += len(fs)
+        for f in fs:
+            try:
+                size += os.lstat(os.path.join(d, f)).st_size
+            except OSError:
+                pass
+    return {"files": files, "dirs": dirs, "bytes": size}
+
+
+def metrics(path):
+    """The gauges and counters of a metrics file whose names mention cache/bytes/rss."""
+    out = {}
+    try:
+        with open(path) as f:
+            for line in f:
+                if line.startswith("#") or not line.strip():
+                    continue
+                name, _, value = line.rpartition(" ")
+                base = name.split("{")[0]
+                if any(w in base for w in ("cache", "memory", "resident", "bytes")):
+                    key = re.sub(r'mount="[^"]*",?', "", name).replace(",}", "}")
+                    key = key.replace("{}", "")
+                    try:
+                        out[key] = out.get(key, 0) + float(value)
+                    except ValueError:
+                        pass
+    except OSError:
+        pass
+    return out
+
+
+def wait_mounted(proc, mnt, t0, timeout, log_path):
+    while not os.path.ismount(mnt):
+        if proc.poll() is not None:
+            with open(log_path, errors="replace") as f:
+                raise RuntimeError(f"exited {proc.returncode}: {f.read()[-600:]}")
+        if time.monotonic() - t0 > timeout:
+            raise RuntimeError(f"not mounted in {timeout} s")
+        time.sleep(0.002)
+    return time.monotonic() - t0
+
+
+def unmount(proc, mnt):
+    for _ in range(20):
+        if not os.path.ismount(mnt):
+            break
+        if subprocess.run(["fusermount3", "-u", mnt], capture_output=True).returncode == 0:
+            break
+        time.sleep(0.25)
+    else:
+        subprocess.run(["fusermount3", "-uz", mnt], stderr=subprocess.DEVNULL)
+    try:
+        proc.wait(timeout=60)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
+
+
+def read_file(path):
+    with open(path, "rb", buffering=0) as f:
+        first = f.read(1)
+        t = time.monotonic()
+        n = len(first)
+        while True:
+            b = f.read(1 << 20)
+            if not b:
+                break
+            n += len(b)
+    return t, n
+
+
+def discard(path):
+    """Removes path in a detached, niced process: on this machine's ext4 (mounted with
+    `discard`) every unlink waits for its discard, ~300 files/s, and a 1.28M-file epoch leaves
+    a disk cache of 60,000-250,000 files."""
+    trash = path + ".trash"
+    os.rename(path, trash)
+    subprocess.Popen(["nice", "-n", "19", "ionice", "-c", "3", "rm", "-rf", trash],
+                     stdin=subprocess.DEVNULL, start_new_session=True)
+
+
+def pcrfs_level(env, size, k, subset):
+    """A cold mount at level k: bytes before the first read, mount-to-first-byte, find, RSS, the
+    epoch, the disk cache, and a reopen of that cache."""
+    a, proxy = env["args"], env["proxy"]
+    url = f"{proxy.url}/{size['store_link']}"
+    cache = tempfile.mkdtemp(prefix=f"cache-L{k}-", dir=env["tmp"])
+    mfile = os.path.join(env["tmp"], f"metrics-{size['n']}-L{k}.prom")
+    opts = [f"scans={k}", f"cache_dir={cache}", f"disk_cache={a.disk_cache}",
+            f"metrics_file={mfile}", "metrics_interval=1"] + a.pcrfs_opt
+    argv = [env["pcrfs"], url, MNT, "-f", "-o", ",".join(opts)]
+    rec = {"level": k}
+    log_path = os.path.join(env["tmp"], f"pcrfs-{size['n']}-L{k}.log")
+    first = os.path.join(MNT, subset[0])
+    drop_caches()
+    benchlib.warm_programs(env["programs"])
+    proxy.reset(a.latency)
+    os.makedirs(MNT, exist_ok=True)
+    with open(log_path, "wb") as logf:
+        t0 = time.monotonic()
+        proc = subprocess.Popen(argv, stdout=logf, stderr=subprocess.STDOUT,
+                                stdin=subprocess.DEVNULL)
+        try:
+            rec["mount_s"] = wait_mounted(proc, MNT, t0, 600, log_path)
+            st = proxy.stats()
+            rec["bytes_before_read"] = st["bytes_to_client"]
+            rec["requests_before_read"] = st["requests"]
+            tb, _ = read_file(first)
+            rec["first_byte_s"] = tb - t0
+            pid = proc.pid
+            rec["rss_mounted"] = rss(pid)
+            t1 = time.monotonic()
+            out = subprocess.run(f"find {MNT} -type f | wc -l", shell=True, capture_output=True,
+                                 text=True).stdout.strip()
+            rec["find_s"] = time.monotonic() - t1
+            rec["find_count"] = int(out or 0)
+            rec["rss_find"] = rss(pid)
+            proxy.reset(a.latency)
+            cpu0 = proc_cpu_seconds(pid)
+            perf = None
+            if a.perf:
+                rec["perf_data"] = os.path.join(WORK, f"perf-{size['n']}-L{k}.data")
+                perf = subprocess.Popen(["perf", "record", "-F", "499", "-g", "-p", str(pid),
+                                         "-o", rec["perf_data"]], stdout=subprocess.DEVNULL,
+                                        stderr=subprocess.DEVNULL)
+                time.sleep(0.5)
+            e = run_epoch(MNT, subset, a.readers, a.seed + 1, a.epoch_timeout)
+            e["daemon_cpu_s"] = proc_cpu_seconds(pid) - cpu0
+            if perf:
+                perf.send_signal(2)
+                perf.wait()
+            st = proxy.stats()
+            e["origin_bytes"], e["origin_requests"] = st["bytes_to_client"], st["requests"]
+            rec["epoch"] = e
+            rec["rss_epoch"] = rss(pid)
+            time.sleep(1.2)  # one metrics_interval
+            rec["metrics"] = metrics(mfile)
+            try:
+                rec["xattr"] = json.loads(os.getxattr(MNT, "user.pcrfs.remote"))
+            except OSError:
+                pass
+        except RuntimeError as ex:
+            rec["error"] = str(ex)
+        finally:
+            unmount(proc, MNT)
+    rec["disk_cache"] = tree_count(cache)
+    if "error" not in rec:
+        # Reopen the disk cache: a fresh daemon on the same cache folder.
+        drop_caches()
+        benchlib.warm_programs(env["programs"])
+        proxy.reset(a.latency)
+        argv = [x.replace(mfile, mfile + ".reopen") for x in argv]
+        with open(log_path + ".reopen", "wb") as logf:
+            t0 = time.monotonic()
+            proc = subprocess.Popen(argv, stdout=logf, stderr=subprocess.STDOUT,
+                                    stdin=subprocess.DEVNULL)
+            try:
+                rec["reopen_mount_s"] = wait_mounted(proc, MNT, t0, 600, log_path + ".reopen")
+                tb, _ = read_file(first)
+                rec["reopen_first_byte_s"] = tb - t0
+                st = proxy.stats()
+                rec["reopen_origin_bytes"] = st["bytes_to_client"]
+                rec["reopen_statuses"] = st["statuses"]
+            except RuntimeError as ex:
+                rec["reopen_error"] = str(ex)
+            finally:
+                unmount(proc, MNT)
+    discard(cache)
+    e = rec.get("epoch", {})
+    log(f"{size['n']:,} L{k}: mount {rec.get('mount_s', 0):.2f} s, "
+        f"{rec.get('bytes_before_read', 0):,} B before the first read, first byte "
+        f"{rec.get('first_byte_s', 0):.2f} s, find {rec.get('find_s', 0):.2f} s; epoch "
+        f"{e.get('files_per_s', 0):.0f} files/s, {e.get('bytes', 0) / 1e6:.1f} MB served, origin "
+        f"{e.get('origin_bytes', 0) / 1e6:.1f} MB, errors {e.get('errors')}; RSS "
+        f"{rec.get('rss_epoch', {}).get('VmRSS', 0) / MIB:.1f} MiB; disk cache "
+        f"{rec['disk_cache']['files']} files; reopen {rec.get('reopen_mount_s', 0):.2f} s "
+        f"{rec.get('error', '')}")
+    return rec
+
+
+def rclone_epoch(env, size, subset):
+    a, proxy = env["args"], env["proxy"]
+    conf = os.path.join(env["tmp"], "rclone.conf")
+    open(conf, "a").close()
+    rc_cache = tempfile.mkdtemp(prefix="rclone-cache-", dir=env["tmp"])
+    argv = ["rclone", "mount", ":http:", MNT, "--http-url",
+            f"{proxy.url}/{size['src_link']}/", "--read-only", "--vfs-cache-mode", "off",
+            "--checkers", str(a.rclone_checkers), "--cache-dir", rc_cache, "--config", conf,
+            "--log-level", "NOTICE"]
+    rec = {}
+    drop_caches()
+    proxy.reset(a.latency)
+    try:
+        with MountProc(argv, MNT, os.path.join(env["tmp"], f"rclone-{size['n']}.log")) as m:
+            rec["mount_s"] = m.mount_seconds
+            rec["list_s"], rec["listed"] = list_tree(MNT)
+            rec["list_requests"] = proxy.stats()["requests"]
+            proxy.reset(a.latency)
+            e = run_epoch(MNT, subset, a.readers, a.seed + 1, a.epoch_timeout)
+            st = proxy.stats()
+            e["origin_bytes"], e["origin_requests"] = st["bytes_to_client"], st["requests"]
+            rec["epoch"] = e
+    except RuntimeError as ex:
+        rec["error"] = str(ex)
+    shutil.rmtree(rc_cache, ignore_errors=True)
+    e = rec.get("epoch", {})
+    log(f"{size['n']:,} rclone: listing {rec.get('list_s', 0):.1f} s ({rec.get('listed')} files), "
+        f"epoch {e.get('files_per_s', 0):.0f} files/s, {e.get('bytes', 0) / 1e6:.1f} MB, errors "
+        f"{e.get('errors')} {rec.get('error', '')}")
+    return rec
+
+
+def inner_main(args):
+    t_start = time.monotonic()
+    meta = {"date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), "load0": loadavg(),
+            "commit": git_commit(REPO), "args": {k: v for k, v in vars(args).items()}}
+    pcrfs = find_tool("fs/pcrfs", "pcrfs", args.pcrfs)
+    meta["pcrfs"] = pcrfs
+    # Which binary ran: a build folder may be rebuilt between runs (it was, 2026-11-27), so
+    # its time and hash are kept; pass a copy with --pcrfs to pin one.
+    meta["pcrfs_mtime"] = time.strftime("%Y-%m-%d %H:%M:%S UTC",
+                                        time.gmtime(os.path.getmtime(pcrfs)))
+    with open(pcrfs, "rb") as f:
+        meta["pcrfs_sha256"] = hashlib.sha256(f.read()).hexdigest()[:16]
+    sizes = []
+    www = os.path.join(WORK, "www")
+    os.makedirs(www, exist_ok=True)
+    for n in args.sizes:
+        p = names(n, args.seed)
+        with open(p["facts"]) as f:
+            facts = json.load(f)
+        for link, target in ((p["src_link"], p["data"]), (p["store_link"], p["store"])):
+            lp = os.path.join(www, link)
+            if os.path.islink(lp):
+                os.unlink(lp)
+            os.symlink(target, lp)
+        facts["records"], facts["table_bytes"] = record_tables(p["store"])
+        files = source_files(p["data"])["files"]
+        m = len(files)
+        if args.epoch_files and n > args.full_epoch_max:
+            m = min(args.epoch_files, m)
+        subset = random.Random(args.seed).sample(files, m)
+        sizes.append(dict(facts, **p, subset=subset))
+    tmp = tempfile.mkdtemp(prefix="scale-remote-")
+    programs = benchlib.program_files(pcrfs) + benchlib.program_files(shutil.which("rclone"))
+    results, last_rclone = [], None
+    if args.rclone_from:
+        with open(args.rclone_from) as f:
+            earlier = [r for r in json.load(f)["results"] if r.get("rclone", {}).get("epoch")]
+        if not earlier:
+            fail(f"--rclone-from {args.rclone_from}: no rclone epoch in it")
+        last = max(earlier, key=lambda r: r["n"])
+        last_rclone = dict(last["rclone"], measured_at=last["n"], source=args.rclone_from)
+    set_cap(None, ())
+    try:
+        with AutoindexNginx(www, workers=2) as nginx, \
+                ProxyProcess(nginx.url, tmp, "proxy") as proxy:
+            set_cap(args.cap, [url_port(proxy.url)])
+            env = {"args": args, "proxy": proxy, "pcrfs": pcrfs, "tmp": tmp,
+                   "programs": programs}
+            for size in sizes:
+                rec = {"n": size["n"], "epoch_files": len(size["subset"]), "levels": {}}
+                log(f"size {size['n']:,}: epoch of {len(size['subset']):,} files, "
+                    f"{args.readers} readers")
+                for k in args.levels:
+                    rec["levels"][k] = pcrfs_level(env, size, k, size["subset"])
+                if args.no_rclone:
+                    pass
+                elif (size["n"] <= args.rclone_max and not args.rclone_from) or \
+                        last_rclone is None:
+                    rec["rclone"] = last_rclone = rclone_epoch(env, size, size["subset"])
+                    last_rclone = dict(last_rclone, measured_at=size["n"])
+                else:
+                    rec["rclone"] = last_rclone  # its listing would take rclone too long
+                results.append(rec)
+    finally:
+        set_cap(None, ())
+        discard(tmp)
+    meta["load1"] = loadavg()
+    meta["elapsed_s"] = time.monotonic() - t_start
+    facts = {s["n"]: {k: v for k, v in s.items() if k != "subset"} for s in sizes}
+    data = {"meta": meta, "facts": facts, "results": results}
+    finish(args, data)
+    return 0
+
+
+# ----------------------------------------------------------------------------- report
+
+
+def fmt(x, spec=",.0f"):
+    return "-" if x is None else format(x, spec)
+
+
+def analyse(data):
+    """Per size and level: the numbers of the table and the verdicts."""
+    rows = []
+    facts = {int(k): v for k, v in data["facts"].items()}
+    smallest = min(facts)
+    base_per_file = facts[smallest]["build"]["wall"] / facts[smallest]["files"]
+    for r in data["results"]:
+        n = r["n"]
+        f = facts[n]
+        rc = r.get("rclone", {}).get("epoch")
+        for k, lv in sorted(r["levels"].items(), key=lambda kv: int(kv[0])):
+            e = lv.get("epoch", {})
+            row = {"n": n, "level": int(k), "epoch_files": r["epoch_files"],
+                   "bytes_before_read": lv.get("bytes_before_read"),
+                   "per_file_before_read": (lv["bytes_before_read"] / f["files"]
+                                            if lv.get("bytes_before_read") else None),
+                   "mount_s": lv.get("mount_s"), "first_byte_s": lv.get("first_byte_s"),
+                   "find_s": lv.get("find_s"), "files_per_s": e.get("files_per_s"),
+                   "served": e.get("bytes"), "origin": e.get("origin_bytes"),
+                   "errors": e.get("errors"), "daemon_cpu_s": e.get("daemon_cpu_s"),
+                   "rss_find": lv.get("rss_find", {}).get("VmRSS"),
+                   "rss_epoch": lv.get("rss_epoch", {}).get("VmRSS"),
+                   "anon_epoch": lv.get("rss_epoch", {}).get("RssAnon"),
+                   "range_memory": lv.get("metrics", {}).get(
+                       'pcrfs_range_cache_bytes{tier="memory"}'),
+                   "hwm": lv.get("rss_epoch", {}).get("VmHWM"),
+                   "cache_files": lv.get("disk_cache", {}).get("files"),
+                   "cache_dirs": lv.get("disk_cache", {}).get("dirs"),
+                   "cache_bytes": lv.get("disk_cache", {}).get("bytes"),
+                   "reopen_s": lv.get("reopen_mount_s"),
+                   "reopen_first_byte_s": lv.get("reopen_first_byte_s"),
+                   "build_s_per_file": f["build"]["wall"] / f["files"],
+                   "build_rss": f["build"]["maxrss"], "error": lv.get("error")}
+            row["amp"] = (row["origin"] / row["served"]) if row["served"] else None
+            row["rss_beyond"] = (row["rss_epoch"] - row["range_memory"]
+                                 if row["rss_epoch"] and row["range_memory"] is not None else None)
+            if row["served"] and f.get("table_bytes"):
+                row["amp_data"] = (row["origin"] - f["table_bytes"]) / row["served"]
+            if rc and rc.get("files_per_s") and row["served"] and row["files_per_s"]:
+                row["rclone_fps"] = rc["files_per_s"]
+                row["byte_ratio"] = (rc["bytes"] / rc["files"]) / (row["served"] / e["files"])
+                row["target_fps"] = 0.9 * rc["files_per_s"] * row["byte_ratio"]
+                row["vs_rclone"] = row["files_per_s"] / (rc["files_per_s"] * row["byte_ratio"])
+            row["build_flat"] = row["build_s_per_file"] / base_per_file
+            rows.append(row)
+    return rows
+
+
+def chk(x, ok):
+    """PASS/FAIL of ok(x), or nothing when x was not measured."""
+    return "" if x is None else benchlib.verdict(ok(x))
+
+
+def finish(args, data):
+    rows = analyse(data)
+    m = data["meta"]
+    facts = {int(k): v for k, v in data["facts"].items()}
+    a = m["args"]
+    V = benchlib.verdict
+    L = [f"## Remote stores at scale: {', '.join(f'{n:,}' for n in sorted(facts))} files", "",
+         f"{m['date']}, commit {m['commit']}, pcrfs {m.get('pcrfs_mtime', '?')} "
+         f"(sha256 {m.get('pcrfs_sha256', '?')}), load {m['load0']} at the start, {m.get('load1')} at "
+         f"the end, {m.get('elapsed_s', 0) / 60:.1f} min. nginx behind the fault proxy "
+         f"({a['latency']} ms before each answer), answers capped at {a['cap']} Mbit/s by HTB in "
+         f"a network namespace; photo crops (short side {SHORT_SIDE} px) with ImageNet-like "
+         f"names in 1,000 class folders; each level a cold mount (page cache dropped, fresh "
+         f"cache folder, `-o disk_cache={a['disk_cache']}`); epoch = every file of stores "
+         f"of up to {a.get('full_epoch_max', 0):,} files, else a seeded random subset of "
+         f"{a['epoch_files']:,}, shuffled, {a['readers']} readers; rclone "
+         f"`--vfs-cache-mode off` over the source JPEGs, the same files in the same order.", "",
+         "| N | level | bytes before 1st read (/file) | mount s | 1st byte s | find s | "
+         "epoch files/s | rclone x byte ratio | vs rclone (>= 0.9) | origin / served "
+         "(<= 1.05) | without tables | RSS after find, epoch MiB | beyond the range cache (< 150) | disk cache files+dirs | reopen s |",
+         "|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|"]
+    for r in rows:
+        scaled = (r["rclone_fps"] * r["byte_ratio"]) if r.get("rclone_fps") else None
+        size_label = f"{r['n']:,}"
+        if r["epoch_files"] != r["n"]:
+            size_label += f" ({r['epoch_files']:,} read)"
+        L.append(
+            f"| {size_label} | {r['level']} | {fmt(r['bytes_before_read'])} "
+            f"({fmt(r['per_file_before_read'], '.1f')}) | {fmt(r['mount_s'], '.2f')} | "
+            f"{fmt(r['first_byte_s'], '.2f')} | {fmt(r['find_s'], '.2f')} | "
+            f"{fmt(r['files_per_s'])} | {fmt(scaled)} | "
+            f"{fmt(r.get('vs_rclone'), '.2f')} {chk(r.get('vs_rclone'), lambda x: x >= 0.9)} | "
+            f"{fmt(r['amp'], '.3f')} {chk(r['amp'], lambda x: x <= 1.05)} | "
+            f"{fmt(r.get('amp_data'), '.3f')} | "
+            f"{fmt(r['rss_find'] and r['rss_find'] / MIB, '.1f')}, "
+            f"{fmt(r['rss_epoch'] and r['rss_epoch'] / MIB, '.1f')} | "
+            f"{fmt(r['rss_beyond'] and r['rss_beyond'] / MIB, '.1f')} "
+            f"{chk(r['rss_beyond'], lambda x: x < 150 * MIB)} | "
+            f"{fmt(r['cache_files'])}+{fmt(r['cache_dirs'])} | {fmt(r['reopen_s'], '.2f')} |")
+    L += ["", "Without tables: (origin bytes - the header and tables section of every record) / "
+          "served. A reader fetches a record's tables section (136 bytes per image + its name) "
+          "once, for the piece CRCs; an epoch that touches every record moves all of them.",
+          "", "| N | index bytes (/file) | records, tables MB | pcr build s | per file (vs smallest) | CPU s | "
+          "peak RSS MiB (< 512) | source MB | L1 / L5 / L10 MB | rclone listing s | "
+          "rclone epoch files/s |", "|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|"]
+    for r in data["results"]:
+        f = facts[r["n"]]
+        b = f["build"]
+        base = facts[min(facts)]["build"]["wall"] / facts[min(facts)]["files"]
+        rc = r.get("rclone", {})
+        lb = f["level_bytes"]
+        L.append(f"| {r['n']:,} | {f['index_bytes']:,} ({f['index_bytes'] / f['files']:.1f}) | "
+                 f"{f.get('records', 0):,}, {f.get('table_bytes', 0) / 1e6:.2f} | "
+                 f"{b['wall']:.1f} | {b['wall'] / f['files'] * 1e3:.3f} ms "
+                 f"({b['wall'] / f['files'] / base:.2f}x) | {b['cpu']:.1f} "
+                 f"({b['cpu'] / f['files'] * 1e3:.3f} ms/file) | "
+                 f"{b['maxrss'] / MIB:.0f} {V(b['maxrss'] < 512 * MIB)} | "
+                 f"{f['src_bytes'] / 1e6:.1f} | {lb[0] / 1e6:.1f} / {lb[4] / 1e6:.1f} / "
+                 f"{lb[9] / 1e6:.1f} | "
+                 f"{'-' if 'measured_at' in rc else fmt(rc.get('list_s'), '.1f')} | "
+                 f"{fmt(rc.get('epoch', {}).get('files_per_s'))}"
+                 f"{' (the ' + format(rc['measured_at'], ',') + ' run)' if 'measured_at' in rc else ''} |")
+    L.append("")
+    text = "\n".join(L) + "\n"
+    write_results(text, args.out, os.path.splitext(args.out)[0] + ".json", data,
+                  json_default=str)
+    if args.plot:
+        plot(rows, data, args.plot)
+        log(f"plot: {args.plot}")
+
+
+def plot(rows, data, path):
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    fig, ax = plt.subplots(1, 5, figsize=(20, 3.8))
+    levels = sorted({r["level"] for r in rows})
+    ns = sorted({r["n"] for r in rows})
+    for i, k in enumerate(levels):
+        rs = [r for r in rows if r["level"] == k]
+        c = f"C{i}"
+        ax[0].plot([r["n"] for r in rs], [r["files_per_s"] for r in rs], "o-", color=c,
+                   label=f"pcrfs L{k}")
+        ax[0].plot([r["n"] for r in rs], [r.get("target_fps") and r["target_fps"] / 0.9
+                                          for r in rs], "x--", color=c,
+                   label=f"rclone x byte ratio L{k}")
+        ax[2].plot([r["n"] for r in rs], [(r["rss_epoch"] or 0) / MIB for r in rs], "o-",
+                   color=c, label=f"L{k} VmRSS")
+        ax[2].plot([r["n"] for r in rs], [r["rss_beyond"] and r["rss_beyond"] / MIB
+                                          for r in rs], "s--", color=c,
+                   label=f"L{k} less the range cache")
+        ax[4].plot([r["n"] for r in rs], [r["cache_files"] or 0 for r in rs], "o-", color=c,
+                   label=f"L{k} files")
+        ax[1].plot([r["n"] for r in rs], [r["amp"] for r in rs], "^:", color=c,
+                   label=f"origin / served L{k}")
+    ax[0].set(xscale="log", yscale="log", xlabel="files in store", ylabel="epoch files/s",
+              title="cold epoch vs rclone (scaled)")
+    ax[0].legend(fontsize=6)
+    per = [next(r for r in rows if r["n"] == n) for n in ns]
+    ax[1].plot(ns, [r["bytes_before_read"] / 1e6 for r in per], "o-", label="before 1st read MB")
+    ax[1].plot(ns, [r["first_byte_s"] for r in per], "s-", label="mount to 1st byte s")
+    ax[1].set(xscale="log", yscale="log", xlabel="files in store", title="first bytes")
+    ax[1].legend(fontsize=7)
+    ax[2].axhline(150, color="gray", ls=":")
+    ax[2].set(xscale="log", xlabel="files in store", ylabel="MiB",
+              title="daemon RSS after find + epoch (target: dashed < 150)")
+    ax[2].legend(fontsize=7)
+    facts = {int(k): v for k, v in data["facts"].items()}
+    ax[3].plot(ns, [facts[n]["build"]["cpu"] / facts[n]["files"] * 1e3 for n in ns], "o-",
+               label="CPU ms per file")
+    ax3 = ax[3].twinx()
+    ax3.plot(ns, [r["build_rss"] / MIB for r in per], "s--", color="C1", label="peak RSS MiB")
+    ax[3].set(xscale="log", xlabel="files in store", ylabel="CPU ms per file", ylim=(0, None),
+              title="pcr build")
+    ax3.set(ylabel="peak RSS MiB", ylim=(0, None))
+    ax[3].legend(fontsize=7, loc="lower left")
+    ax[4].set(xscale="log", yscale="log", xlabel="files in store",
+              title="disk cache files after the epoch")
+    ax[4].legend(fontsize=7)
+    ax3.legend(fontsize=7, loc="lower right")
+    benchlib.save_figure(fig, path, dpi=90)
+
+
+# ----------------------------------------------------------------------------- main
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__,
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--sizes", default="10k,100k", help="e.g. 10k,100k,1280k")
+    ap.add_argument("--seed", type=int, default=1)
+    ap.add_argument("--levels", default="1,5,10")
+    ap.add_argument("--readers", type=int, default=16)
+    ap.add_argument("--epoch-files", type=int, default=20000,
+                    help="files per epoch (a seeded random subset) above --full-epoch-max; 0: all")
+    ap.add_argument("--full-epoch-max", type=int, default=100000,
+                    help="stores of up to this many files get a full epoch")
+    ap.add_argument("--cap", type=int, default=1000, help="Mbit/s")
+    ap.add_argument("--latency", type=int, default=20, help="ms before each answer")
+    ap.add_argument("--disk-cache", default="2G")
+    ap.add_argument("-o", dest="pcrfs_opt", action="append", default=[],
+                    help="extra -o for every pcrfs mount")
+    ap.add_argument("--rclone-checkers", type=int, default=32)
+    ap.add_argument("--no-rclone", action="store_true")
+    ap.add_argument("--rclone-from", help="an earlier run's JSON: its largest size's rclone epoch "
+                    "stands for every size here (no rclone mount)")
+    ap.add_argument("--perf", action="store_true",
+                    help="perf record -g of the daemon during each epoch (WORK/perf-N-Lk.data)")
+    ap.add_argument("--rclone-max", type=int, default=200000,
+                    help="larger sizes reuse the rclone epoch of the largest size measured")
+    ap.add_argument("--epoch-timeout", type=float, default=900)
+    ap.add_argument("--rebuild", action="store_true", help="rebuild the stores")
+    ap.add_argument("--generate-max", type=int, default=100000,
+                    help="larger sizes are hard links to this many generated crops")
+    ap.add_argument("--build-only", action="store_true", help="data and stores only")
+    ap.add_argument("--pcr")
+    ap.add_argument("--pcrfs")
+    ap.add_argument("--mtu", type=int, default=1500)
+    ap.add_argument("--out", default=os.path.join(WORK, "scale_remote_results.md"))
+    ap.add_argument("--plot", default=os.path.join(WORK, "scale_remote.png"))
+    ap.add_argument("--from-json", help="report and plot from earlier runs' JSON (comma-separated)")
+    ap.add_argument(INNER_FLAG, action="store_true", help=argparse.SUPPRESS)
+    args = ap.parse_args()
+    if args.from_json:
+        data = None
+        for path in args.from_json.split(","):  # several runs: one report, sizes in order
+            with open(path) as f:
+                d = json.load(f)
+            if data is None:
+                data = d
+                continue
+            data["facts"].update(d["facts"])
+            data["results"] += d["results"]
+            data["meta"]["date"] += ", " + d["meta"]["date"]
+            data["meta"]["commit"] += ", " + d["meta"]["commit"]
+        data["results"].sort(key=lambda r: r["n"])
+        if args.out == ap.get_default("out"):
+            args.out = os.path.splitext(args.from_json.split(",")[0])[0] + ".md"
+        finish(args, data)
+        return 0
+    try:
+        args.sizes = [parse_count(s) for s in args.sizes.split(",") if s]
+        args.levels = [int(k) for k in args.levels.split(",")]
+    except ValueError:
+        fail(f"--sizes {args.sizes} / --levels {args.levels}: comma-separated counts")
+    if os.geteuid() != 0:
+        fail("needs root (FUSE mounts, drop_caches, a network namespace, tc)")
+    if getattr(args, INNER_FLAG.lstrip("-").replace("-", "_")):
+        netns.shape_loopback(None, netns.MIN_BURST_KIB, args.mtu)
+        return inner_main(args)
+    pcr = find_tool("mount-tools/pcr", "pcr", args.pcr)
+    for n in args.sizes:
+        prepare_size(args, n, pcr)
+    if args.build_only:
+        return 0
+    mine = set(benchlib.ancestors())
+    if not (benchlib.bench_lock_holders() & mine):
+        log(f"waiting for {benchlib.BENCH_LOCK}")
+        lock = open(benchlib.BENCH_LOCK, "a")
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        os.set_inheritable(lock.fileno(), True)  # held until the namespaced child exits
+    os.execvp("unshare", ["unshare", "-n", sys.executable, os.path.abspath(__file__),
+                          INNER_FLAG, *sys.argv[1:]])
+
+
+if __name__ == "__main__":
+    sys.exit(main())
