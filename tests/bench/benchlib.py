@@ -40,6 +40,14 @@ def fail(msg):
     sys.exit(FAIL_CODE)
 
 
+def sh(*argv, **kw):
+    """Runs argv; its stdout, or fail() with the end of its stderr."""
+    p = subprocess.run(argv, capture_output=True, text=True, **kw)
+    if p.returncode != 0:
+        fail(f"{' '.join(argv[:3])} ... failed: {(p.stderr or p.stdout).strip()[-400:]}")
+    return p.stdout
+
+
 def loadavg():
     """The 1, 5 and 15 minute load averages, as the results headers print them."""
     with open("/proc/loadavg") as f:

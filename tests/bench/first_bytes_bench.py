@@ -39,7 +39,7 @@ sys.path.insert(0, HERE)
 from remote_servers import Nginx  # noqa: E402
 import benchlib  # noqa: E402
 import netns  # noqa: E402
-from benchlib import fail, find_tool, loadavg, log, warn_unless_bench_lock, write_results  # noqa: E402,E501
+from benchlib import fail, find_tool, loadavg, log, sh, warn_unless_bench_lock, write_results  # noqa: E402,E501
 from remote_bench import ProxyProcess, set_cap, url_port  # noqa: E402
 
 benchlib.FAIL_CODE = 1
@@ -47,13 +47,6 @@ BENCH = "/var/tmp/pcrfs-bench"
 WORK = os.path.join(BENCH, "first-bytes-work")
 INNER_FLAG = "--inside-namespace"
 MNT = "/tmp/first-bytes-bench-mnt"
-
-
-def sh(*argv, **kw):
-    p = subprocess.run(argv, capture_output=True, text=True, **kw)
-    if p.returncode != 0:
-        fail(f"{' '.join(argv[:3])} ... failed: {(p.stderr or p.stdout).strip()[-400:]}")
-    return p.stdout
 
 
 def build_driver(build_dir):

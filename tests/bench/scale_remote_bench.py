@@ -75,13 +75,6 @@ SHORT_SIDE = "64:96"
 MIB = 1 << 20
 
 
-def sh(*argv, **kw):
-    p = subprocess.run(argv, capture_output=True, text=True, **kw)
-    if p.returncode != 0:
-        fail(f"{' '.join(argv[:3])} ... failed: {(p.stderr or p.stdout).strip()[-400:]}")
-    return p.stdout
-
-
 def git_commit(path):
     r = subprocess.run(["git", "-C", path, "rev-parse", "--short", "HEAD"], capture_output=True,
                        text=True)
