@@ -169,6 +169,11 @@ Result<BaselineCache::Bytes> Filesystem::BaselineBytes(const index::Entry& e, in
     std::vector<uint8_t> stored(e.SizeAtLevel(level));
     auto n = ReadStored(e, level, 0, stored.size(), stored.data(), nullptr);
     if (!n) return Err(n.error());  // reported
+    reencode_slots_.acquire();
+    struct Release {
+      std::counting_semaphore<256>& slots;
+      ~Release() { slots.release(); }
+    } release{reencode_slots_};
     auto baseline = codec::ToBaseline(std::span<const uint8_t>(stored.data(), *n));
     if (!baseline) {
       // The bytes passed their checksums, so this is a bug or a file libjpeg cannot re-encode.

@@ -14,6 +14,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <semaphore>
 #include <set>
 #include <string>
 #include <string_view>
@@ -213,6 +214,11 @@ class Filesystem {
     return o.form == ServedForm::kBaseline ? o.cache_bytes - o.cache_bytes / 4 : o.cache_bytes;
   }
   std::unique_ptr<BaselineCache> baseline_;
+  // Re-encodings run at once, at most one per core: each may take up to 1 GiB of libjpeg's
+  // memory (codec/baseline.h), and lookups of many files (ls -l) would otherwise run as many as
+  // there are FUSE threads.
+  mutable std::counting_semaphore<256> reencode_slots_{
+      static_cast<std::ptrdiff_t>(std::clamp(std::thread::hardware_concurrency(), 1u, 256u))};
   index::Entry root_;
 
   // Read without the counters; on success *level is the file's level and *source_bytes what
