@@ -40,6 +40,24 @@ def fail(msg):
     sys.exit(FAIL_CODE)
 
 
+def stop_mount(mnt, proc, tries=20):
+    """Unmounts mnt (lazily if it stays busy) and waits for its foreground daemon `proc` (a
+    Popen), killing it after 60 s."""
+    for _ in range(tries):
+        if not os.path.ismount(mnt):
+            break
+        if subprocess.run(["fusermount3", "-u", mnt], capture_output=True).returncode == 0:
+            break
+        time.sleep(0.25)
+    else:
+        subprocess.run(["fusermount3", "-uz", mnt], stderr=subprocess.DEVNULL)
+    try:
+        proc.wait(timeout=60)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
+
+
 def sh(*argv, **kw):
     """Runs argv; its stdout, or fail() with the end of its stderr."""
     p = subprocess.run(argv, capture_output=True, text=True, **kw)

@@ -146,12 +146,7 @@ def one_mount(pcrfs, url, first, want, proxy, tmp, tag):
         rec["bytes_total"] = st["bytes_to_client"]
         rec["statuses"] = st["statuses"]
     finally:
-        subprocess.run(["fusermount3", "-u", MNT], stderr=subprocess.DEVNULL)
-        try:
-            proc.wait(timeout=60)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
+        benchlib.stop_mount(MNT, proc)
         logf.close()
         shutil.rmtree(cache, ignore_errors=True)
     with open(log_path, errors="replace") as f:

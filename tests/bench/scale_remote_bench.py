@@ -245,19 +245,7 @@ def wait_mounted(proc, mnt, t0, timeout, log_path):
 
 
 def unmount(proc, mnt):
-    for _ in range(20):
-        if not os.path.ismount(mnt):
-            break
-        if subprocess.run(["fusermount3", "-u", mnt], capture_output=True).returncode == 0:
-            break
-        time.sleep(0.25)
-    else:
-        subprocess.run(["fusermount3", "-uz", mnt], stderr=subprocess.DEVNULL)
-    try:
-        proc.wait(timeout=60)
-    except subprocess.TimeoutExpired:
-        proc.kill()
-        proc.wait()
+    benchlib.stop_mount(mnt, proc)
 
 
 def read_file(path):
