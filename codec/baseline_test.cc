@@ -134,12 +134,7 @@ TEST_P(BaselineVarietyTest, EveryLevelKeepsItsCoefficientsAndMarkers) {
 INSTANTIATE_TEST_SUITE_P(Factory, BaselineVarietyTest,
                          ::testing::ValuesIn(testdata::StandardTestJpegs()),
                          [](const ::testing::TestParamInfo<testdata::NamedJpegSpec>& info) {
-                           std::string name = info.param.name;
-                           name = name.substr(0, name.find('.'));
-                           for (char& c : name) {
-                             if (!std::isalnum(static_cast<unsigned char>(c))) c = '_';
-                           }
-                           return name;
+                           return info.param.TestName();
                          });
 
 std::vector<uint8_t> PhotoLevel(int k) {

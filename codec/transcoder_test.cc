@@ -139,12 +139,7 @@ TEST_P(VarietyTest, IsDeterministic) {
 
 INSTANTIATE_TEST_SUITE_P(Factory, VarietyTest, ::testing::ValuesIn(testdata::StandardTestJpegs()),
                          [](const ::testing::TestParamInfo<testdata::NamedJpegSpec>& info) {
-                           std::string name = info.param.name;
-                           name = name.substr(0, name.find('.'));
-                           for (char& c : name) {
-                             if (!std::isalnum(static_cast<unsigned char>(c))) c = '_';
-                           }
-                           return name;
+                           return info.param.TestName();
                          });
 
 // --- Sizes, metadata, golden output ------------------------------------------------------------

@@ -1,5 +1,6 @@
 #include "tests/testdata/jpeg_factory.h"
 
+#include <cctype>
 #include <csetjmp>
 #include <cstdio>
 #include <cstdlib>
@@ -211,6 +212,14 @@ Result<std::vector<uint8_t>> MakeTestJpeg(const JpegSpec& spec) {
   std::unique_ptr<unsigned char, FreeDeleter> buffer(job->dest.buffer);
   if (!ok) return Err(Status::InvalidArgument(std::string("test jpeg: ") + job->err.message));
   return std::vector<uint8_t>(buffer.get(), buffer.get() + job->dest.size);
+}
+
+std::string NamedJpegSpec::TestName() const {
+  std::string out = name.substr(0, name.find('.'));
+  for (char& c : out) {
+    if (!std::isalnum(static_cast<unsigned char>(c))) c = '_';
+  }
+  return out;
 }
 
 std::vector<NamedJpegSpec> StandardTestJpegs() {

@@ -48,6 +48,9 @@ std::vector<uint8_t> TestExifPayload();
 struct NamedJpegSpec {
   std::string name;  // file name, e.g. "ycc420_baseline.jpg"
   JpegSpec spec;
+  // The name without its extension, every other character than [A-Za-z0-9] as '_': a
+  // parameterized test's name ("ycc420_baseline").
+  std::string TestName() const;
 };
 
 // Every variety: sampling, colour spaces, progressive, arithmetic, restarts, extreme sizes and
