@@ -5,7 +5,9 @@
 //   - a refused index is Corruption or NotSupported, naming the file;
 //   - in an accepted index every entry decodes, every directory lists exactly its child range,
 //     each child's parent is the directory, and Lookup(parent, name) finds each child;
-//   - every file's record exists and its sizes are defined at every level.
+//   - every file's record exists and its sizes are defined at every level;
+//   - CompactIndexDeclaredSize (what a remote mount trusts of a first answer) refuses with
+//     Corruption naming the file, and for an accepted index declares exactly its size.
 
 #include <cstdint>
 #include <string>
@@ -19,6 +21,13 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   if (size < 1) return 0;
   std::string bytes(reinterpret_cast<const char*>(data + 1), size - 1);
   if (data[0] & 1) ResealCompactIndex(&bytes);
+  // What a remote mount reads of a server's first answer before it allocates the rest.
+  auto declared = CompactIndexDeclaredSize("fuzz.pcri", bytes);
+  if (!declared) {
+    FUZZ_CHECK(declared.error().code() == Status::Code::kCorruption &&
+                   declared.error().message().find("fuzz.pcri") != std::string::npos,
+               "%s", declared.error().ToString().c_str());
+  }
   auto idx = CompactIndex::Parse(
       "fuzz.pcri",
       std::span<const uint8_t>(reinterpret_cast<const uint8_t*>(bytes.data()), bytes.size()));
@@ -29,6 +38,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     FUZZ_CHECK(e.message().find("fuzz.pcri") != std::string::npos, "%s", e.ToString().c_str());
     return 0;
   }
+  FUZZ_CHECK(declared.has_value() && *declared == bytes.size(),
+             "parsed, but its header does not declare its size");
   const CompactIndex& x = **idx;
   FUZZ_CHECK(x.NumEntries() >= 1, "no root");
   for (uint64_t ino = 1; ino <= x.NumEntries(); ++ino) {
