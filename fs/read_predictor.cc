@@ -168,7 +168,7 @@ void ReadPredictor::Plan(uint64_t dir_ino, uint64_t first, uint64_t count, int l
     if (listed++ >= count) return false;
     if (listed_child.is_dir()) return true;
     index::Entry child = listed_child;
-    if (!store_.ResolvePieces(&child).ok()) return true;  // its demand read reports it
+    if (!store_.ResolvePieces(&child, level).ok()) return true;  // its demand read reports it
     // The level-k bytes, exactly as Filesystem::ReadUncounted reads them (index/level_plan.h).
     const index::LevelPlan plan(child.kind, child.pieces, level);
     auto& regions = pieces[child.record];
