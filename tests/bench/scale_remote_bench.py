@@ -333,6 +333,8 @@ def pcrfs_level(env, size, k, subset):
             rec["metrics"] = metrics(mfile)
             try:
                 rec["xattr"] = json.loads(os.getxattr(MNT, "user.pcrfs.remote"))
+                # The scheduler's model (chunk, rate, latency) and the pusher's counts.
+                rec["prefetch"] = os.getxattr(MNT, "user.pcrfs.prefetch").decode()
             except OSError:
                 pass
         except RuntimeError as ex:
