@@ -66,8 +66,8 @@ class SourceModel {
   static constexpr int kMaxInFlight = 2;  // on a latency-bound one-queue source
   // A source that orders its own requests gets up to min(its concurrency, kWorkers)
   // speculative reads at once, each of at least kMinConcurrentChunk (a request costs a round
-  // trip).
-  static constexpr int kWorkers = 4;
+  // trip). Also the scheduler's pool size (a one-queue source uses 1-2 of them).
+  static constexpr int kWorkers = 12;
   static constexpr uint64_t kMinConcurrentChunk = uint64_t{512} << 10;
   static constexpr auto kCongestedRead = std::chrono::milliseconds(1);
   static constexpr uint64_t kCongestedPauseBytes = uint64_t{1} << 20;

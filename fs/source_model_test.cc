@@ -232,10 +232,16 @@ TEST(SourceModelTest, AConcurrentSourceIsNeverCongestedAndSpeculatesBesideDemand
   EXPECT_TRUE(m.CanStart(t0, 4, 8));
   m.Start(4);
   EXPECT_FALSE(m.CanStart(t0, 4, 8)) << "at most 4 in flight";
-  EXPECT_FALSE(m.CanStart(t0, 16, 8)) << "at most kWorkers in flight";
   m.NoteFinished(t0);
   EXPECT_FALSE(m.CanStart(t0, 3, 0)) << "at most the source's concurrency";
   EXPECT_TRUE(m.CanStart(t0, 4, 0));
+  // A source that takes more than the pool: at most kWorkers in flight.
+  SourceModel wide;
+  for (int i = 0; i < SourceModel::kWorkers; ++i) {
+    EXPECT_TRUE(wide.CanStart(t0, 4 * SourceModel::kWorkers, 8)) << i;
+    wide.Start(4 * SourceModel::kWorkers);
+  }
+  EXPECT_FALSE(wide.CanStart(t0, 4 * SourceModel::kWorkers, 8)) << "at most kWorkers in flight";
 }
 
 TEST(SourceModelTest, ABusySourceIsAskedAgainLater) {
