@@ -10,7 +10,7 @@ as botocore from exactly the same environment and files, and fail where botocore
   sources tried, no secret anywhere).
 - NoCredentialsTest: a private bucket without credentials fails at mount; -o no_sign mounts a
   public one.
-- SoakTest: credentials that live 20 s, renewed in the background while 4 readers read 4 cold
+- SoakTest: credentials that live 12 s, renewed in the background while 4 readers read 4 cold
   epochs: 0 failed reads, every byte equal to pcr cat of the local store.
 - HeaderFileRotationTest: nginx's bearer token rotated while readers read (-o header_file).
 - SighupTest: a rewritten credentials file, the old key removed from the front, SIGHUP.
@@ -59,7 +59,11 @@ WEB_TOKEN = "eyJhbGciOiJSUzI1NiJ9.pcrfs-web-identity-1.c2lnbmF0dXJl"
 CONTAINER_TOKEN = "container-auth-token/pcrfs+1"
 BEARER_TOKENS = [f"bearer-{i}-{'x' * 8}{i}" for i in range(6)]
 CHAIN_LIFETIME = 600  # s: IMDS and the container hand out one key for 300 s, botocore and pcrfs
-SOAK_LIFETIME = 20  # s: issue 30's soak
+# s: issue 30's soak (20 s there). The daemon renews min(10 min, lifetime / 4) before expiry
+# (RenewalMargin), so epochs paced at 1.1 lifetimes see the same number of renewals at any
+# lifetime; above RenewingCredentials::kRefusedAfterRenewal (10 s), so that an ExpiredToken
+# refusal may still renew as it would with real (>= 15 min) credentials.
+SOAK_LIFETIME = 12
 N_FILES = 96
 LEVELS = (3, 10)
 SERVERS = contextlib.ExitStack()
@@ -111,7 +115,8 @@ def setUpModule():
                       os.path.join(src, f"class{i % 4}", f"img{i:03d}.jpg"), quality=92)
         Base.store = os.path.join(tmp, "www", "store")
         os.makedirs(os.path.dirname(Base.store))
-        run([PCR, "build", src, Base.store, "--quiet", "--images-per-record", "4"])
+        run([PCR, "build", src, Base.store, "--quiet", "--images-per-record", "4",
+             "--quality-sample", "0"])
         Base.want = {k: pcr_extract(Base.store, k) for k in LEVELS}
         Base.files = sorted(Base.want[LEVELS[0]])
         s3 = Base.s3 = SERVERS.enter_context(
@@ -523,7 +528,7 @@ class NoCredentialsTest(Base):
 
 SOAK_READERS = 4
 SOAK_EPOCHS = 4
-SOAK_EPOCH_SECONDS = 22.0  # paced: 4 epochs span > 4 lifetimes of 20 s
+SOAK_EPOCH_SECONDS = 1.1 * SOAK_LIFETIME  # paced: 4 epochs span > 4 lifetimes
 SOAK_LEVEL = 10  # whole files: every epoch needs every record's every byte
 
 
@@ -630,8 +635,11 @@ class SoakTest(Base):
         self.assertGreaterEqual(len(used), 5, summary)
         # Renewals went on after the token rotated (read from the file again).
         self.assertTrue(any(r["access_key"] in used for r in mine[-2:]), summary)
-        # No expired key was ever sent, or each refusal was retried to success (failed is 0).
-        self.assertLessEqual(refused.get("ExpiredToken", 0), client["retries"]["auth"], summary)
+        # No expired key was ever sent, or each refusal was retried to success (failed is 0):
+        # as an auth retry, or, when the front answered a request the daemon had already given
+        # up on (a front stalled > 5 s on a loaded machine: a timeout retry), as that.
+        self.assertLessEqual(refused.get("ExpiredToken", 0),
+                             client["retries"]["auth"] + client["retries"]["timeout"], summary)
         self.assertEqual(set(refused) - {"ExpiredToken"}, set(), summary)
         self.assertEqual(auth["source"], "web identity")
         self.extra_secrets.add(rotated_token)

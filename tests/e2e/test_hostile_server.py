@@ -129,7 +129,7 @@ class HostileServerTest(unittest.TestCase):
         cls.www = os.path.join(cls.tmp, "www")
         os.makedirs(cls.www)
         run([PCR, "build", src, os.path.join(cls.www, "store"), "--quiet",
-             "--images-per-record", "8"])
+             "--images-per-record", "8", "--quality-sample", "0"])
         cls.origin = Origin(cls.www)
         cls.addClassCleanup(cls.origin.shutdown)
 

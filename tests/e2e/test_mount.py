@@ -42,7 +42,7 @@ def setUpModule():
                           os.path.join(SRC, "imagefolder", split, f"class{c}", f"{i}.jpg"),
                           quality=80 + i)
     STORE = os.path.join(WORK, "store")
-    run([PCR, "build", SRC, STORE, "--quiet", "--images-per-record", "16"])
+    run([PCR, "build", SRC, STORE, "--quiet", "--images-per-record", "16", "--quality-sample", "0"])
 
 
 def tearDownModule():
@@ -444,7 +444,7 @@ class MountTest(unittest.TestCase):
             save_jpeg(photo(480 + 8 * i, 360, 700 + i),
                       os.path.join(work, "src", "photos", f"{i}.jpg"), quality=95)
         store = os.path.join(work, "store")
-        run([PCR, "build", os.path.join(work, "src"), store, "--quiet"])
+        run([PCR, "build", os.path.join(work, "src"), store, "--quiet", "--quality-sample", "0"])
         rel = "photos"
         with Mount(store, self.mnt, "-o", "scans=10,readdirplus=yes") as m:
             folder = os.path.join(self.mnt, rel)

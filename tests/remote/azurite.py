@@ -118,7 +118,9 @@ class Azurite:
             raise
 
     def __exit__(self, *exc):
-        stop_process(self.proc)
+        # azurite-blob's SIGTERM handler waits 10 s before it exits (a test paid that per
+        # class); its data is a temp folder removed right after, so it gets 1 s, then SIGKILL.
+        stop_process(self.proc, timeout=1)
         if self.tmp:
             shutil.rmtree(self.tmp, ignore_errors=True)
 
