@@ -139,6 +139,12 @@ except OSError as e:
 """
 
 
+def armed(watchdog):
+    """Whether the watchdog has the daemon's pid: run as root, it then holds its connection's abort
+    file open (descriptor 4). Before that, a killed daemon is one it cannot yet act for."""
+    return os.geteuid() != 0 or os.path.exists(f"/proc/{watchdog}/fd/4")
+
+
 class Daemon:
     """pcrfs STORE MNT -f in the test's hands: started, waited for, killed, and always cleaned up
     (a stuck mount is aborted through fusectl, then unmounted)."""
@@ -169,9 +175,11 @@ class Daemon:
             return f.read().decode(errors="replace")
 
     def watchdog(self):
-        """The watchdog's pid (a child of the daemon named pcrfs-watchdog)."""
-        return wait_for("the watchdog", lambda: (children_named(self.pid, "pcrfs-watchdog") or
-                                                 [None])[0], 10)
+        """The watchdog's pid (a child of the daemon named pcrfs-watchdog), once armed."""
+        pid = wait_for("the watchdog", lambda: (children_named(self.pid, "pcrfs-watchdog") or
+                                                [None])[0], 10)
+        wait_for("the watchdog armed", lambda: armed(pid), 10)
+        return pid
 
     def start_reader(self, rel):
         r = subprocess.Popen(["/usr/bin/python3", "-c", READER,
@@ -379,6 +387,7 @@ class WatchdogTest(unittest.TestCase):
         self.assertEqual(sorted(procs), ["pcrfs", "pcrfs-watchdog"], procs)
         self.assertEqual((len(procs["pcrfs"]), len(procs["pcrfs-watchdog"])), (1, 1), procs)
         daemon, watchdog = procs["pcrfs"][0], procs["pcrfs-watchdog"][0]
+        wait_for("the watchdog armed", lambda: armed(watchdog), 10)
         self.assertEqual(proc_stat(watchdog)[2], "pcrfs-watchdog")
         with open(os.path.join(mnt, "scan10", FILES[0]), "rb") as f:
             self.assertGreater(len(f.read()), 0)
