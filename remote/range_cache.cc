@@ -202,7 +202,7 @@ void RangeCache::AddDiskLocked(uint32_t id, uint64_t start, const SegmentStore::
   }
 }
 
-bool RangeCache::RemoveDiskLocked(uint32_t id, uint64_t start, const SegmentStore::Location& where,
+bool RangeCache::RemoveDiskLocked(uint32_t id, uint64_t start, SegmentStore::Location where,
                                   bool forget) {
   auto obj = disk_.find(id);
   if (obj == disk_.end()) return false;

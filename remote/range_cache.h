@@ -137,8 +137,8 @@ class RangeCache {
                      bool speculative) REQUIRES(mu_);
   // Removes a disk extent if it is still at `where`; forget: tell the store its bytes are dead
   // (not when its segment was evicted).
-  bool RemoveDiskLocked(uint32_t id, uint64_t start, const SegmentStore::Location& where,
-                        bool forget) REQUIRES(mu_);
+  bool RemoveDiskLocked(uint32_t id, uint64_t start, SegmentStore::Location where, bool forget)
+      REQUIRES(mu_);
   void ForgetEvictedLocked(const std::vector<SegmentStore::Entry>& evicted) REQUIRES(mu_);
   bool disk() const { return store_ != nullptr; }
   uint64_t PrimaryBudgetLocked() const REQUIRES(mu_) {
