@@ -321,7 +321,7 @@ Status SegmentStore::Read(const Location& where, uint64_t from, uint64_t n, uint
     }
     return s;
   }
-  if (buf != dst) std::memcpy(dst, buf + from, static_cast<size_t>(n));
+  if (buf != dst && n > 0) std::memcpy(dst, buf + from, static_cast<size_t>(n));
   return Status::OK();
 }
 
