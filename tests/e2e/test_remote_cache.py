@@ -84,7 +84,11 @@ class RemoteCacheCase(LoopbackServersCase):
                 stats = json.loads(os.getxattr(m.mnt, "user.pcrfs.remote"))
                 self.assertTrue(stats["client"]["cache"]["disk"], stats)
                 self.assertGreater(stats["client"]["cache"]["disk_bytes"], 0, stats)
-            self.assertTrue(chunk_files(self.cache("warm")))
+            # Packed: segments and their indexes, fewer files than extents.
+            files = chunk_files(self.cache("warm"))
+            self.assertTrue(files)
+            self.assertEqual({os.path.splitext(p)[1] for p in files}, {".seg", ".idx"}, files)
+            self.assertLess(len(files), stats["client"]["cache"]["disk_extents"], stats)
             proxy.reset()
             with self.mount(url, "warm", "disk_cache=64M") as m:
                 # Levels 1..5 are prefixes of what level 5 fetched: no request for any record.
