@@ -1,6 +1,7 @@
 // The bytes of a remote store's record files that were fetched, kept so that a later read needs
-// no request: in memory (bounded) and, with -o disk_cache=SIZE, in files on the local disk that
-// outlive the mount. Both tiers drop the least recently used bytes first.
+// no request: in memory (bounded; least recently used bytes dropped first) and, with
+// -o disk_cache=SIZE, in segment files on the local disk that outlive the mount (oldest segment
+// dropped first).
 //
 // What is kept is byte ranges ("extents") of objects named by record id, as they were fetched:
 // an exact piece for a demand read, a chunk of several files for a speculative one. Within a
@@ -8,9 +9,9 @@
 // Since the level-k bytes of a record are a prefix of its level-(k+1) bytes, bytes fetched for
 // level 5 serve levels 1 to 5 with no request.
 //
-// Nothing here checks what it returns: every piece is CRC-checked by the reader against the
-// index (index/record_reader.cc), which calls Drop() on a mismatch and reads once more, so a
-// damaged cache file costs one refetch, never wrong bytes.
+// What the disk returns is checked against its extent's CRC here; beyond that every piece is
+// CRC-checked by the reader against the index (index/record_reader.cc), which calls Drop() on a
+// mismatch and reads once more, so damaged cached bytes cost one refetch, never wrong bytes.
 //
 // The disk tier lives in one folder per index identity (location/store_location.cc names it from
 // the index file's trailer, so a store rebuilt at the same URL never meets the old bytes), as a
