@@ -232,8 +232,11 @@ std::optional<SegmentStore::Location> SegmentStore::Append(Key key, std::span<co
   {
     MutexLock l(&mu_);
     auto cur = segments_.find(current_);
+    // Full: its bytes and index together (tiny entries would make a large index otherwise).
     if (cur == segments_.end() ||
-        (cur->second.data_end > 0 && cur->second.data_end + bytes.size() > segment_bytes_)) {
+        (cur->second.data_end > 0 &&
+         cur->second.data_end + cur->second.idx_end + bytes.size() + kEntryBytes >
+             segment_bytes_)) {
       if (next_seq_ > UINT32_MAX) return std::nullopt;
       const uint32_t seq = static_cast<uint32_t>(next_seq_++);
       // Creating two files under the lock: once per segment_bytes_ of entries.

@@ -59,8 +59,9 @@ class SegmentStore {
     Location where;
   };
   static constexpr size_t kEntryBytes = 32;
-  // A segment holds about this much (less with a small budget: a sixteenth of it, at least
-  // 1 MiB or a quarter of the budget if that is less); a larger entry gets a segment of its own.
+  // A segment's bytes and index hold about this much together (less with a small budget: a
+  // sixteenth of it, at least 1 MiB or a quarter of the budget if that is less); a larger entry
+  // gets a segment of its own.
   static constexpr uint64_t kSegmentBytes = uint64_t{64} << 20;
 
   // The entry's 32 bytes.
