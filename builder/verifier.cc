@@ -278,8 +278,8 @@ class Verifier {
       if (img.path != f->path) {
         Add(Kind::kDamaged, f->path,
             name + ": slot " + std::to_string(e.slot) + " holds \"" + img.path + "\"");
-      } else if (img.kind != e.kind || (e.pieces_resolved ? img.pieces != e.pieces
-                                                          : !SameLengths(img.pieces, e.pieces))) {
+      } else if (img.kind != e.kind || (e.PiecesResolved() ? img.pieces != e.pieces
+                                                           : !SameLengths(img.pieces, e.pieces))) {
         Add(Kind::kDamaged, f->path, name + ": the index entry does not match the record");
       }
       if (auto d = damaged_slots.find(e.slot); d != damaged_slots.end()) {

@@ -26,6 +26,7 @@
 #include <vector>
 
 #include "common/file_util.h"
+#include "common/heap_trimmer.h"
 #include "common/log.h"
 #include "fs/filesystem.h"
 #include "fs/fuse_ops.h"
@@ -469,6 +470,8 @@ int OpenAndServe(fuse_session* se, Filesystem** fs_slot, const MountConfig& conf
     fs.FillLevel(config.fs.fixed_level != 0 ? config.fs.fixed_level : index::kNumGroups);
   }
   sighup->Start(HooksFor(client).reload);
+  // Free heap pages go back to the kernel every 10 s (common/heap_trimmer.h).
+  HeapTrimmer trimmer({});
   // Metrics (fs/metrics_server.h): the mount point, then -o metrics_label's, on every series.
   metrics::Labels labels = {{"mount", opts.mountpoint != nullptr ? opts.mountpoint : ""}};
   labels.insert(labels.end(), config.metrics_labels.begin(), config.metrics_labels.end());

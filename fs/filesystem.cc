@@ -459,7 +459,7 @@ Result<size_t> Filesystem::ReadStored(const index::Entry& entry, int level, uint
     return Err(Status::IOError(file.error().message(), EIO));
   }
   // A format 4 index holds piece lengths only: offsets and CRCs come from the record's table.
-  if (Status s = store_->ResolvePieces(&e); !s.ok()) {
+  if (Status s = store_->ResolvePieces(&e, level); !s.ok()) {
     if (IsDamage(s)) ReportDamage(e, level, s);
     return Err(Status::IOError(s.message(), EIO));
   }

@@ -141,12 +141,14 @@ void PagePusher::Run() {
       cv_.Wait(&mu_, [&]() REQUIRES(mu_) { return stop_ || !arrivals_.empty(); });
       if (stop_) return;
       busy_ = true;
-      while (!arrivals_.empty()) {
+      while (!arrivals_.empty() && ready.size() < kReadyBatch) {
         ApplyLocked(arrivals_.front(), &ready);
         arrivals_.pop_front();
       }
     }
     for (const Ready& r : ready) PushOne(r, &buffer);
+    // One arrival may have completed every pending file: do not keep room for as many.
+    if (ready.capacity() > 2 * kReadyBatch) std::vector<Ready>().swap(ready);
   }
 }
 

@@ -148,6 +148,32 @@ TEST(PagePusherTest, TheBudgetCapsWhatIsPushed) {
   EXPECT_EQ(pusher.stats().expected, 5u);
 }
 
+// The bookkeeping is bounded: beyond max_pending_files, files are not expected (read with
+// READs); once pushed, their room is free again. One arrival completing thousands of files
+// pushes them all.
+TEST(PagePusherTest, PendingFilesAreBoundedAndABigArrivalPushesThemAll) {
+  Recorder rec;
+  PagePusher pusher({.budget_bytes = uint64_t{1} << 30, .max_pending_files = 3}, rec.push());
+  MemoryFile record;
+  for (uint64_t i = 0; i < 5; ++i) pusher.Expect(&record, i, Pieces({{i * 100, 100}}));
+  EXPECT_EQ(pusher.stats().expected, 3u);
+  EXPECT_EQ(pusher.stats().refused, 2u);
+  pusher.Arrived(&record, 0, 500);
+  pusher.Drain();
+  EXPECT_EQ(rec.inos(), (std::set<uint64_t>{0, 1, 2}));
+  pusher.Expect(&record, 7, Pieces({{700, 100}}));
+  EXPECT_EQ(pusher.stats().expected, 4u);
+
+  Recorder many;
+  const uint64_t n = 3 * PagePusher::kReadyBatch + 5;
+  PagePusher big({.budget_bytes = uint64_t{1} << 30, .max_pending_files = n}, many.push());
+  for (uint64_t i = 0; i < n; ++i) big.Expect(&record, 100 + i, Pieces({{i * 10, 10}}));
+  big.Arrived(&record, 0, n * 10);
+  big.Drain();
+  EXPECT_EQ(many.inos().size(), n);
+  EXPECT_EQ(big.stats().pushed, n);
+}
+
 TEST(PagePusherTest, FilesTheKernelDoesNotHoldCostNoBudget) {
   Recorder rec;
   rec.answer = -ENOENT;

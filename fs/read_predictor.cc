@@ -122,18 +122,30 @@ void ReadPredictor::Expand(uint64_t parent, int level) {
     if (p.cursor >= p.num_children) return;
     from = p.cursor;
     count = std::min(kExpandPerRead, p.num_children - p.cursor);
-    p.cursor += count;
   }
   auto dir = store_.index().Get(parent);
   if (!dir) return;
+  // The next children, up to kExpandFilesPerRead files in their subdirectories (at least one).
   std::vector<index::Entry> subdirs;
-  uint64_t listed = 0;
+  uint64_t listed = 0, files = 0;
   Status s = store_.index().List(*dir, from, [&](const index::Entry& child) {
-    if (listed++ >= count) return false;
-    if (child.is_dir() && child.num_children > 0) subdirs.push_back(child);
+    if (listed >= count || (listed > 0 && files >= kExpandFilesPerRead)) return false;
+    ++listed;
+    if (child.is_dir() && child.num_children > 0) {
+      subdirs.push_back(child);
+      files += child.num_children;
+    }
     return true;
   });
   if (!s.ok()) return;
+  {
+    MutexLock l(&mu_);
+    auto it = parents_.find({parent, level});
+    // Another reader expanded from the same place meanwhile: it plans these.
+    if (it == parents_.end() || it->second.cursor != from) return;
+    it->second.cursor = from + listed;
+  }
+  Batch batch;
   for (const index::Entry& sub : subdirs) {
     {
       MutexLock l(&mu_);
@@ -146,29 +158,25 @@ void ReadPredictor::Expand(uint64_t parent, int level) {
       }
       d.planned_all = true;
     }
-    Plan(sub.ino, 0, sub.num_children, level);
+    PlanInto(sub.ino, 0, sub.num_children, level, &batch);
   }
+  Queue(batch);
 }
 
-void ReadPredictor::Plan(uint64_t dir_ino, uint64_t first, uint64_t count, int level) {
+void ReadPredictor::PlanInto(uint64_t dir_ino, uint64_t first, uint64_t count, int level,
+                             Batch* batch) {
   auto dir = store_.index().Get(dir_ino);
   if (!dir) return;
   count = std::min(count, kMaxPlanFiles);
   const bool push = pusher_ != nullptr && pusher_->enabled();
-  struct PushFile {
-    uint64_t ino;
-    std::vector<PagePusher::Piece> pieces;
-    std::string_view tail;
-  };
-  // record -> group -> the pieces of that group region, in slot order.
-  std::map<uint32_t, std::vector<std::vector<RecordScheduler::Range>>> pieces;
-  std::map<uint32_t, std::vector<PushFile>> push_files;  // by record
+  auto& pieces = batch->pieces;
+  auto& push_files = batch->push_files;
   uint64_t listed = 0;
   Status s = store_.index().List(*dir, first, [&](const index::Entry& listed_child) {
     if (listed++ >= count) return false;
     if (listed_child.is_dir()) return true;
     index::Entry child = listed_child;
-    if (!store_.ResolvePieces(&child).ok()) return true;  // its demand read reports it
+    if (!store_.ResolvePieces(&child, level).ok()) return true;  // its demand read reports it
     // The level-k bytes, exactly as Filesystem::ReadUncounted reads them (index/level_plan.h).
     const index::LevelPlan plan(child.kind, child.pieces, level);
     auto& regions = pieces[child.record];
@@ -189,12 +197,17 @@ void ReadPredictor::Plan(uint64_t dir_ino, uint64_t first, uint64_t count, int l
     }
     return true;
   });
-  if (!s.ok()) return;  // a demand read of those files will report the damage
-  for (auto& [record, regions] : pieces) {
+  // A damaged listing stops here; a demand read of those files will report the damage (the
+  // files listed before it stay planned).
+  (void)s;
+}
+
+void ReadPredictor::Queue(Batch& batch) {
+  for (auto& [record, regions] : batch.pieces) {
     auto file = store_.OpenRecord(record, nullptr);
     // A record without speculation hooks keeps nothing read ahead: nothing to plan.
     if (!file || file->speculation() == nullptr) continue;
-    for (const PushFile& pf : push_files[record]) {
+    for (const PushFile& pf : batch.push_files[record]) {
       pusher_->Expect(file->speculation(), pf.ino, pf.pieces, pf.tail);
     }
     std::vector<RecordScheduler::Range> ranges;

@@ -29,6 +29,7 @@
 
 #include <cstdint>
 #include <map>
+#include <string_view>
 #include <utility>
 #include <vector>
 
@@ -48,9 +49,14 @@ class ReadPredictor {
   // A plan lists at most this many children of a directory (a directory of a million files is
   // fetched in windows as it is read).
   static constexpr uint64_t kMaxPlanFiles = 65536;
-  // Children of a parent whose subdirectories are dense looked at per read (the planning runs
-  // on the reading thread before its read is sent: bounded work per read).
-  static constexpr uint64_t kExpandPerRead = 8;
+  // Children of a parent whose subdirectories are dense looked at per read, at most, and the
+  // files planned per read: subdirectories are taken until their files reach
+  // kExpandFilesPerRead (at least one). The planning runs on the reading thread before its read
+  // is sent: bounded work per read. The files planned by one expansion are queued together, so
+  // the pieces of neighbouring small folders merge into one range per group region (one GET,
+  // not one per folder and region).
+  static constexpr uint64_t kExpandPerRead = 64;
+  static constexpr uint64_t kExpandFilesPerRead = 2048;
 
   // `pusher` (may be null) is told every planned file small enough to push, before its
   // pieces are queued.
@@ -93,10 +99,29 @@ class ReadPredictor {
   // The first (reads == 1) or second (2) different file of a subdirectory of `parent` is being
   // read: counts it, and returns whether the parent's subdirectories are to be planned now.
   bool NoteSiblingRead(uint64_t parent, int level, uint64_t reads) EXCLUDES(mu_);
-  // Plans the subdirectories among the next kExpandPerRead children of an expanding parent.
+  // Plans the next subdirectories of an expanding parent (kExpandPerRead, kExpandFilesPerRead).
   void Expand(uint64_t parent, int level) EXCLUDES(mu_);
+  // What a plan queues: per record, per group region, the pieces in slot order; the files to
+  // push, by record.
+  struct PushFile {
+    uint64_t ino;
+    std::vector<PagePusher::Piece> pieces;
+    std::string_view tail;
+  };
+  struct Batch {
+    std::map<uint32_t, std::vector<std::vector<RecordScheduler::Range>>> pieces;
+    std::map<uint32_t, std::vector<PushFile>> push_files;
+  };
+  // Adds the level-k pieces of children [first, first + count) of `dir` to *batch.
+  void PlanInto(uint64_t dir, uint64_t first, uint64_t count, int level, Batch* batch);
+  // Tells the pusher the batch's files and queues its pieces, adjacent ones merged.
+  void Queue(Batch& batch);
   // Queues the level-k pieces of children [first, first + count) of `dir`.
-  void Plan(uint64_t dir, uint64_t first, uint64_t count, int level);
+  void Plan(uint64_t dir, uint64_t first, uint64_t count, int level) {
+    Batch batch;
+    PlanInto(dir, first, count, level, &batch);
+    Queue(batch);
+  }
 
   const index::Store& store_;
   RecordScheduler& scheduler_;

@@ -297,6 +297,47 @@ TEST(ReadPredictorTest, ReadsSpreadOverSiblingFoldersFetchTheirParentsOtherFolde
   stdfs::remove_all(dir);
 }
 
+// Many small sibling folders (ImageNet-like classes of few files): an expansion queues its
+// folders together, so their pieces of one group region, side by side in the record, are read
+// in one speculative read, not one per folder.
+TEST(ReadPredictorTest, AnExpansionReadsNeighbouringSmallFoldersTogether) {
+  const std::string dir =
+      stdfs::temp_directory_path() / ("pcrfs-predictor-batch-" + std::to_string(::getpid()));
+  std::vector<std::string> folders;
+  for (int i = 0; i < 20; ++i)
+    folders.push_back("train/c" + std::string(i < 10 ? "0" : "") + std::to_string(i));
+  BuildStore(dir, folders, 2);
+  auto store = OpenLogged(dir);
+  ASSERT_TRUE(store.has_value());
+  FsOptions fo;
+  fo.fixed_level = 1;
+  fo.prefetch_percent = 10;  // 3 sibling folders read, one of them twice: expand
+  fo.readahead_slots = 0;
+  Filesystem fs(std::move(*store), fo);
+  auto rec = fs.store().OpenRecord(FilesOf(fs, folders[0])[0].record, nullptr);
+  ASSERT_TRUE(rec.has_value());
+  const auto* log = dynamic_cast<const LoggingFile*>(&rec->file());
+  ASSERT_NE(log, nullptr);
+  ReadFiles(fs, "train/c00", {"0.jpg"});
+  ReadFiles(fs, "train/c01", {"0.jpg"});
+  ReadFiles(fs, "train/c02", {"0.jpg"});
+  ReadFiles(fs, "train/c01", {"1.jpg"});
+  std::vector<index::Entry> later;  // the folders no reader touched
+  for (size_t i = 3; i < folders.size(); ++i) {
+    for (const auto& e : FilesOf(fs, folders[i])) later.push_back(e);
+  }
+  ASSERT_TRUE(Eventually([&] { return Covered(*log, later, 1); }));
+  size_t reads = 0;
+  for (const auto& r : log->reads()) {
+    reads += std::any_of(later.begin(), later.end(), [&](const index::Entry& e) {
+      const index::PieceRef& p = e.pieces[0];
+      return r.offset < p.offset + p.length && p.offset < r.offset + r.length;
+    });
+  }
+  EXPECT_LE(reads, 2u) << "the level-1 pieces of 17 folders, side by side in the record";
+  stdfs::remove_all(dir);
+}
+
 // The next epoch reads a folder's files again: a file read again (another read between) starts
 // the folder's next pass, planned afresh; the same file's next request does not.
 TEST(ReadPredictorTest, AFolderReadAgainStartsItsNextPass) {

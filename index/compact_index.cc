@@ -108,7 +108,7 @@ void EncodeCompactEntry(const Entry& e, DeltaState* st, std::string* out) {
 bool DecodeCompactEntry(Decoder* d, DeltaState* st, uint64_t ino, Entry* e, std::string* what) {
   *e = Entry();
   e->ino = ino;
-  e->pieces_resolved = false;
+  e->resolved_groups = 0;
   uint8_t flags = 0;
   uint64_t v = 0;
   auto fail = [&](const char* w) {

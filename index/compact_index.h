@@ -90,7 +90,7 @@ class CompactIndex {
   static Result<std::unique_ptr<CompactIndex>> Open(const std::string& path);
   ~CompactIndex();
 
-  // Entries have pieces_resolved == false: lengths only.
+  // Entries have resolved_groups == 0: lengths only.
   Result<Entry> Get(uint64_t ino) const;
   Result<uint64_t> Lookup(uint64_t parent, std::string_view name) const;
   Status List(const Entry& dir, uint64_t start, const std::function<bool(const Entry&)>& fn) const;

@@ -164,7 +164,7 @@ void ExpectSameEntry(const Entry& want, const Entry& got) {
     for (size_t g = 0; g < kNumGroups; ++g) {
       EXPECT_EQ(got.pieces[g].length, want.pieces[g].length) << want.ino << " group " << g;
     }
-    EXPECT_FALSE(got.pieces_resolved);
+    EXPECT_FALSE(got.PiecesResolved(1));
   }
 }
 

@@ -36,9 +36,13 @@ struct Entry {
   uint32_t record = 0;
   uint32_t slot = 0;
   PieceRefs pieces;
-  // Whether pieces[].offset and masked_crc are filled. An index of format 4 stores only the
-  // lengths; Store::ResolvePieces fills the rest from the record's image table.
-  bool pieces_resolved = true;
+  // How many leading pieces (groups 1..resolved_groups) have their offset and masked_crc
+  // filled. An index of format 4 stores only the lengths (0 here); Store::ResolvePieces fills
+  // the groups a read needs from the record's image table.
+  int resolved_groups = kNumGroups;
+  bool PiecesResolved(int groups = kNumGroups) const {
+    return kind == EntryKind::kDirectory || resolved_groups >= groups;
+  }
 
   bool is_dir() const { return kind == EntryKind::kDirectory; }
   // The size of the level-k file (index/level_plan.h; 0 for a directory).

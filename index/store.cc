@@ -309,16 +309,18 @@ Result<SourceFile> Store::OpenRecord(uint32_t id, Status* header_problem) const 
 }
 
 Store::RecordTable::RecordTable(uint32_t num_images,
-                                const std::array<uint64_t, kNumGroups + 1>& group_offset) {
+                                const std::array<uint64_t, kNumGroups + 1>& group_offset,
+                                int groups)
+    : groups_(std::clamp(groups, 1, kNumGroups)) {
   bool wide = false;
-  for (size_t g = 0; g < kNumGroups; ++g) {
+  for (size_t g = 0; g < static_cast<size_t>(groups_); ++g) {
     base_[g] = group_offset[g];
     // The index checks that regions are in order; a reversed pair is an empty region here.
     region_[g] = group_offset[g + 1] >= group_offset[g] ? group_offset[g + 1] - group_offset[g] : 0;
     wide = wide || region_[g] >= kBad32;
   }
   kinds_.resize(num_images);
-  crcs_.resize(size_t{num_images} * kNumGroups);
+  crcs_.resize(size_t{num_images} * static_cast<size_t>(groups_));
   if (wide) {
     ends64_.resize(crcs_.size());
   } else {
@@ -330,13 +332,14 @@ void Store::RecordTable::Add(uint32_t slot, EntryKind kind,
                              const std::array<uint64_t, kNumGroups>& length,
                              const std::array<uint32_t, kNumGroups>& masked_crc) {
   kinds_[slot] = kind;
-  for (size_t g = 0; g < kNumGroups; ++g) {
-    const size_t i = size_t{slot} * kNumGroups + g;
+  const auto n = static_cast<size_t>(groups_);
+  for (size_t g = 0; g < n; ++g) {
+    const size_t i = size_t{slot} * n + g;
     crcs_[i] = masked_crc[g];
     // Derived offsets stay inside the region the index gives (docs/format.md, "Piece offsets
     // are not stored"); a slot that does not fit is marked, and so is every later slot of the
     // region, so only the files it touches fail.
-    const uint64_t start = slot == 0 ? 0 : End(i - kNumGroups);
+    const uint64_t start = slot == 0 ? 0 : End(i - n);
     const bool fits = start <= region_[g] && length[g] <= region_[g] - start;
     if (ends64_.empty()) {
       ends32_[i] = fits ? static_cast<uint32_t>(start + length[g]) : kBad32;
@@ -347,53 +350,65 @@ void Store::RecordTable::Add(uint32_t slot, EntryKind kind,
 }
 
 PieceRef Store::RecordTable::Piece(uint32_t slot, size_t g) const {
-  const size_t i = size_t{slot} * kNumGroups + g;
+  const auto n = static_cast<size_t>(groups_);
+  const size_t i = size_t{slot} * n + g;
   const uint64_t bad = ends64_.empty() ? kBad32 : UINT64_MAX;
-  const uint64_t start = slot == 0 ? 0 : End(i - kNumGroups);
+  const uint64_t start = slot == 0 ? 0 : End(i - n);
   const uint64_t end = End(i);
   if (start == bad || end == bad) return PieceRef{UINT64_MAX, 0, crcs_[i]};
   return PieceRef{base_[g] + start, end - start, crcs_[i]};
 }
 
-Result<std::shared_ptr<const Store::RecordTable>> Store::GetRecordTable(uint32_t id) const {
-  std::promise<TableResult> promise;
-  {
-    MutexLock lock(&mu_);
-    auto it = table_of_.find(id);
-    if (it != table_of_.end()) {
-      tables_.splice(tables_.end(), tables_, it->second);  // most recently used last
-      return it->second->second;
+Result<std::shared_ptr<const Store::RecordTable>> Store::GetRecordTable(uint32_t id,
+                                                                        int groups) const {
+  for (;;) {
+    std::promise<TableResult> promise;
+    {
+      MutexLock lock(&mu_);
+      auto it = table_of_.find(id);
+      if (it != table_of_.end()) {
+        tables_.splice(tables_.end(), tables_, it->second);  // most recently used last
+        if (it->second->second->groups() >= groups) return it->second->second;
+        // Parsed for lower levels only: parsed again below, with the groups this read needs.
+      }
+      // One reader parses a record's table; the others wait for it (16 readers of one cold
+      // record would otherwise each hold a copy of its tables section).
+      auto loading = table_loading_.find(id);
+      if (loading != table_loading_.end()) {
+        std::shared_future<TableResult> waiting = loading->second;
+        lock.Unlock();
+        TableResult r = waiting.get();
+        if (!r.has_value() || (*r)->groups() >= groups) return r;
+        continue;  // that parse kept fewer groups than this read needs
+      }
+      table_loading_.emplace(id, promise.get_future().share());
     }
-    // One reader parses a record's table; the others wait for it (16 readers of one cold
-    // record would otherwise each hold a copy of its tables section).
-    auto loading = table_loading_.find(id);
-    if (loading != table_loading_.end()) {
-      std::shared_future<TableResult> waiting = loading->second;
-      lock.Unlock();
-      return waiting.get();
-    }
-    table_loading_.emplace(id, promise.get_future().share());
-  }
-  TableResult result = LoadRecordTable(id);
-  {
-    MutexLock lock(&mu_);
-    table_loading_.erase(id);
-    if (result.has_value() && table_of_.count(id) == 0) {
-      tables_.emplace_back(id, *result);
-      table_of_[id] = std::prev(tables_.end());
-      table_bytes_ += (*result)->MemoryBytes();
-      while (tables_.size() > 1 && table_bytes_ > kMaxTableBytes) {
-        table_bytes_ -= tables_.front().second->MemoryBytes();
-        table_of_.erase(tables_.front().first);
-        tables_.pop_front();
+    TableResult result = LoadRecordTable(id, groups);
+    {
+      MutexLock lock(&mu_);
+      table_loading_.erase(id);
+      if (result.has_value()) {
+        if (auto old = table_of_.find(id); old != table_of_.end()) {  // fewer groups
+          table_bytes_ -= old->second->second->MemoryBytes();
+          tables_.erase(old->second);
+          table_of_.erase(old);
+        }
+        tables_.emplace_back(id, *result);
+        table_of_[id] = std::prev(tables_.end());
+        table_bytes_ += (*result)->MemoryBytes();
+        while (tables_.size() > 1 && table_bytes_ > kMaxTableBytes) {
+          table_bytes_ -= tables_.front().second->MemoryBytes();
+          table_of_.erase(tables_.front().first);
+          tables_.pop_front();
+        }
       }
     }
+    promise.set_value(result);
+    return result;
   }
-  promise.set_value(result);
-  return result;
 }
 
-Store::TableResult Store::LoadRecordTable(uint32_t id) const {
+Store::TableResult Store::LoadRecordTable(uint32_t id, int groups) const {
   auto rec = GetRecordFile(id);
   if (!rec) return Err(rec.error());
   const RandomAccessFile& f = rec->file.file();
@@ -424,7 +439,7 @@ Store::TableResult Store::LoadRecordTable(uint32_t id) const {
       crc32c::Value(tables.data(), tables.size() - 4)) {
     return bad("table checksum mismatch");
   }
-  auto table = std::make_shared<RecordTable>(h->num_images, info.group_offset);
+  auto table = std::make_shared<RecordTable>(h->num_images, info.group_offset, groups);
   for (uint32_t i = 0; i < h->num_images; ++i) {
     auto img = RecordImageEntry::DecodeFrom(tables.data() + kRecordGroupTableSize +
                                             uint64_t{i} * kRecordImageEntrySize);
@@ -434,9 +449,10 @@ Store::TableResult Store::LoadRecordTable(uint32_t id) const {
   return std::shared_ptr<const RecordTable>(std::move(table));
 }
 
-Status Store::ResolvePieces(Entry* e) const {
-  if (e->pieces_resolved || e->is_dir()) return Status::OK();
-  auto table = GetRecordTable(e->record);
+Status Store::ResolvePieces(Entry* e, int groups) const {
+  groups = std::clamp(groups, 1, kNumGroups);
+  if (e->PiecesResolved(groups)) return Status::OK();
+  auto table = GetRecordTable(e->record, groups);
   if (!table) return table.error();
   // Named only when something disagrees: this runs on every FUSE read.
   const auto file = [&] { return dir_ + "/" + RecordFileName(e->record); };
@@ -448,8 +464,8 @@ Status Store::ResolvePieces(Entry* e) const {
     return Status::Corruption(file() + ": slot " + U(e->slot) +
                               " is not of the kind the index says (\"" + e->name + "\")");
   }
-  PieceRefs p;
-  for (size_t g = 0; g < kNumGroups; ++g) {
+  PieceRefs p = e->pieces;
+  for (size_t g = 0; g < static_cast<size_t>(t.groups()); ++g) {
     p[g] = t.Piece(e->slot, g);
     if (p[g].length != e->pieces[g].length || p[g].offset == UINT64_MAX) {
       return Status::Corruption(file() + ": slot " + U(e->slot) + " (\"" + e->name +
@@ -458,7 +474,7 @@ Status Store::ResolvePieces(Entry* e) const {
     }
   }
   e->pieces = p;
-  e->pieces_resolved = true;
+  e->resolved_groups = t.groups();
   return Status::OK();
 }
 
@@ -477,9 +493,9 @@ Status Store::ReadFile(const Entry& e, int k, std::vector<uint8_t>* out) const {
 Status Store::ReadFileTo(const Entry& unresolved, int k, const ByteSink& sink) const {
   Entry resolved_copy;
   const Entry* ep = &unresolved;
-  if (!unresolved.pieces_resolved && !unresolved.is_dir()) {
+  if (!unresolved.PiecesResolved(k)) {
     resolved_copy = unresolved;
-    PCRFS_RETURN_IF_ERROR(ResolvePieces(&resolved_copy));
+    PCRFS_RETURN_IF_ERROR(ResolvePieces(&resolved_copy, k));
     ep = &resolved_copy;
   }
   const Entry& e = *ep;
@@ -527,9 +543,9 @@ Result<uint32_t> Store::BlockCrc(const Entry& e, int group, uint64_t block) cons
     return Err(Status::InvalidArgument(dir_ + ": no piece " + std::to_string(group) + " in inode " +
                                        U(e.ino)));
   }
-  if (!e.pieces_resolved) {
+  if (!e.PiecesResolved(group)) {
     Entry copy = e;
-    PCRFS_RETURN_ERR_IF_ERROR(ResolvePieces(&copy));
+    PCRFS_RETURN_ERR_IF_ERROR(ResolvePieces(&copy, group));
     return BlockCrc(copy, group, block);
   }
   const PieceRef& p = e.pieces[static_cast<size_t>(group - 1)];
@@ -566,9 +582,9 @@ Result<uint32_t> Store::BlockCrc(const Entry& e, int group, uint64_t block) cons
 
 Status Store::ReadBlock(const SourceFile& file, const Entry& e, int group, uint64_t block,
                         uint8_t* dst) const {
-  if (!e.pieces_resolved) {
+  if (!e.PiecesResolved(group)) {
     Entry copy = e;
-    PCRFS_RETURN_IF_ERROR(ResolvePieces(&copy));
+    PCRFS_RETURN_IF_ERROR(ResolvePieces(&copy, group));
     return ReadBlock(file, copy, group, block, dst);
   }
   auto crc = BlockCrc(e, group, block);

@@ -80,12 +80,15 @@ class Store {
   // speculation hooks when its source has them (SourceFile::speculation()).
   Result<SourceFile> OpenRecord(uint32_t id, Status* header_problem = nullptr) const;
 
-  // Fills e->pieces' offsets and masked CRCs when the index did not hold them (format 4,
-  // Entry::pieces_resolved false) from the record's image table, read once per record and kept
-  // in a bounded LRU. A record whose header or tables are damaged, or whose table disagrees
-  // with the index about this file (kind, piece lengths), is Corruption for the files it
-  // touches. A no-op for a resolved entry. Stat, readdir and lookup never need it.
-  Status ResolvePieces(Entry* e) const;
+  // Fills the offsets and masked CRCs of e's pieces of groups 1..groups when the index did not
+  // hold them (format 4: Entry::resolved_groups 0) from the record's image table, read once per
+  // record and kept in a bounded LRU. Only the groups asked for so far are kept of a record's
+  // table (a mount that reads level 1 keeps 9 bytes per file, not 81); a read of a higher
+  // group parses the table again. A record whose header or tables are damaged, or whose table
+  // disagrees with the index about this file (kind, piece lengths of those groups), is
+  // Corruption for the files it touches. A no-op for a resolved entry. Stat, readdir and lookup
+  // never need it. A read at level k needs groups 1..k.
+  Status ResolvePieces(Entry* e, int groups = kNumGroups) const;
 
   // The bytes of a file entry at level k (1..10), every piece checked against its CRC.
   Status ReadFile(const Entry& e, int k, std::vector<uint8_t>* out) const;
@@ -120,18 +123,23 @@ class Store {
   // Opens record `id` and checks its header: what GetRecordFile does for the first caller.
   Result<OpenRecordFile> OpenRecordFileNow(uint32_t id) const;
 
-  // A record's image table, parsed: each slot's kind, and per group each piece's CRC and where
-  // it ends, relative to the group's region (a piece starts where the slot before it ends:
-  // offsets are derived, docs/format.md). 32-bit ends when every region is under 4 GiB, so 81
-  // bytes per image: the tables of ImageNet's 1.28M files take ~104 MB.
+  // A record's image table, parsed for groups 1..groups(): each slot's kind, and per group each
+  // piece's CRC and where it ends, relative to the group's region (a piece starts where the
+  // slot before it ends: offsets are derived, docs/format.md). 32-bit ends when every region is
+  // under 4 GiB, so 1 + 8 per group bytes per image: the tables of ImageNet's 1.28M files take
+  // ~12 MB for level 1, ~104 MB for level 10.
   class RecordTable {
    public:
-    RecordTable(uint32_t num_images, const std::array<uint64_t, kNumGroups + 1>& group_offset);
+    RecordTable(uint32_t num_images, const std::array<uint64_t, kNumGroups + 1>& group_offset,
+                int groups);
     uint32_t size() const { return static_cast<uint32_t>(kinds_.size()); }
+    int groups() const { return groups_; }
     EntryKind kind(uint32_t slot) const { return kinds_[slot]; }
-    // Slot `slot`'s piece of group g (0-based); offset UINT64_MAX if it lies outside its region.
+    // Slot `slot`'s piece of group g (0-based, < groups()); offset UINT64_MAX if it lies
+    // outside its region.
     PieceRef Piece(uint32_t slot, size_t g) const;
-    // Sets slot `slot` (in slot order, from 0): the pieces' lengths, CRCs and its kind.
+    // Sets slot `slot` (in slot order, from 0): the pieces' lengths, CRCs (groups() of them are
+    // kept) and its kind.
     void Add(uint32_t slot, EntryKind kind, const std::array<uint64_t, kNumGroups>& length,
              const std::array<uint32_t, kNumGroups>& masked_crc);
     uint64_t MemoryBytes() const {
@@ -142,17 +150,19 @@ class Store {
    private:
     uint64_t End(size_t i) const { return ends64_.empty() ? ends32_[i] : ends64_[i]; }
     static constexpr uint32_t kBad32 = UINT32_MAX;
+    int groups_ = kNumGroups;
     std::array<uint64_t, kNumGroups> base_{};    // each region's offset in the record
     std::array<uint64_t, kNumGroups> region_{};  // and its length
     std::vector<EntryKind> kinds_;               // by slot
-    std::vector<uint32_t> crcs_;                 // slot * kNumGroups + g
+    std::vector<uint32_t> crcs_;                 // slot * groups_ + g
     std::vector<uint32_t> ends32_;               // the same index; kBad32: outside
     std::vector<uint64_t> ends64_;               // when a region is >= 4 GiB; UINT64_MAX
   };
   using TableResult = Result<std::shared_ptr<const RecordTable>>;
-  TableResult GetRecordTable(uint32_t id) const EXCLUDES(mu_);
-  // Reads, checks and parses record id's table (GetRecordTable's miss).
-  TableResult LoadRecordTable(uint32_t id) const EXCLUDES(mu_);
+  // Record id's table with at least `groups` groups.
+  TableResult GetRecordTable(uint32_t id, int groups) const EXCLUDES(mu_);
+  // Reads, checks and parses record id's table for groups 1..groups (GetRecordTable's miss).
+  TableResult LoadRecordTable(uint32_t id, int groups) const EXCLUDES(mu_);
   // The parsed tables kept take at most this many bytes (the newest is always kept; ImageNet's
   // whole store fits), and a record's tables section longer than kMaxTableSection is refused:
   // a hostile store's record may claim up to 2^24 images.

@@ -96,7 +96,7 @@ class IndexReader {
   IndexReader(const IndexReader&) = delete;
   IndexReader& operator=(const IndexReader&) = delete;
 
-  // Format 4 entries hold piece lengths only (Entry::pieces_resolved; Store::ResolvePieces).
+  // Format 4 entries hold piece lengths only (Entry::resolved_groups; Store::ResolvePieces).
   Result<Entry> Get(uint64_t ino) const;
   // NotFound if parent has no child called name.
   Result<uint64_t> Lookup(uint64_t parent, std::string_view name) const;

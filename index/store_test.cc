@@ -308,7 +308,7 @@ TEST(StoreTest, DamagedRecords) {
     auto c = *(*store)->index().LookupPath("sub/c.jpg");
     auto a = *(*store)->index().LookupPath("a.jpg");
     // Index format 4 holds lengths only: offsets and CRCs come from the record's table.
-    EXPECT_FALSE(c.pieces_resolved);
+    EXPECT_FALSE(c.PiecesResolved(1));
     ASSERT_TRUE((*store)->ResolvePieces(&c).ok());
     ASSERT_TRUE((*store)->ResolvePieces(&a).ok());
     ASSERT_GT(c.pieces[2].length, 0u);
@@ -451,6 +451,69 @@ TEST(StoreTest, OpeningARecordWithoutItsTables) {
       EXPECT_NE(s.message().find("table checksum"), std::string::npos) << s.ToString();
     }
   }
+}
+
+// A record's table is kept for the groups read so far: a level-1 read parses (and keeps) group
+// 1 only; a higher level parses the table once more, with the groups it needs; the pieces are
+// the same as those of a table parsed whole.
+TEST(StoreTest, ARecordTableKeepsTheGroupsReadSoFar) {
+  TempDir dir;
+  BuildStore(dir.path());
+  std::atomic<uint64_t> bytes{0};
+  StoreOptions options;
+  options.check_tables = false;
+  options.open_record = [&](const std::string& path, uint64_t) -> Result<SourceFile> {
+    auto f = OpenRecordFileNoFollow(path);
+    if (!f) return Err(f.error());
+    return SourceFile(std::make_shared<const CountingFile>(std::move(*f), &bytes));
+  };
+  auto store = Store::Open(dir.path(), std::move(options));
+  ASSERT_TRUE(store.has_value());
+  auto whole = Store::Open(dir.path());
+  ASSERT_TRUE(whole.has_value());
+  const std::vector<std::string> paths = {"a.jpg", "b.txt", "sub/c.jpg"};
+  std::vector<Entry> full;
+  for (const std::string& path : paths) {
+    Entry e = *(*whole)->index().LookupPath(path);
+    ASSERT_EQ(e.record, 0u) << path;
+    ASSERT_TRUE((*whole)->ResolvePieces(&e).ok());
+    full.push_back(e);
+  }
+  auto lookup = [&](size_t i) { return *(*store)->index().LookupPath(paths[i]); };
+  ASSERT_TRUE((*store)->OpenRecord(0).has_value());
+  const uint64_t opened = bytes.load();
+  Entry a = lookup(0);
+  ASSERT_TRUE((*store)->ResolvePieces(&a, 1).ok());
+  EXPECT_TRUE(a.PiecesResolved(1));
+  EXPECT_FALSE(a.PiecesResolved(2));
+  EXPECT_EQ(a.pieces[0], full[0].pieces[0]);
+  const uint64_t table = bytes.load() - opened;
+  EXPECT_GT(table, uint64_t{kRecordHeaderSize + kRecordGroupTableSize});
+  // Another file at level 1: the table kept serves it.
+  Entry b = lookup(1);
+  ASSERT_TRUE((*store)->ResolvePieces(&b, 1).ok());
+  EXPECT_EQ(b.pieces[0], full[1].pieces[0]);
+  EXPECT_EQ(bytes.load(), opened + table);
+  // Level 3: parsed once more, then kept for every level up to 3.
+  Entry c = lookup(2);
+  ASSERT_TRUE((*store)->ResolvePieces(&c, 3).ok());
+  EXPECT_EQ(bytes.load(), opened + 2 * table);
+  for (size_t g = 0; g < 3; ++g) EXPECT_EQ(c.pieces[g], full[2].pieces[g]) << g;
+  Entry a2 = lookup(0);
+  ASSERT_TRUE((*store)->ResolvePieces(&a2, 2).ok());
+  EXPECT_EQ(bytes.load(), opened + 2 * table);
+  // Every level of every file reads what the whole table gives, bytes included.
+  for (size_t i = 0; i < full.size(); ++i) {
+    for (int k = 1; k <= kNumGroups; ++k) {
+      Bytes got, want;
+      ASSERT_TRUE((*store)->ReadFile(lookup(i), k, &got).ok()) << i << " L" << k;
+      ASSERT_TRUE((*whole)->ReadFile(full[i], k, &want).ok()) << i << " L" << k;
+      EXPECT_EQ(got, want) << i << " L" << k;
+    }
+  }
+  Entry all = lookup(2);
+  ASSERT_TRUE((*store)->ResolvePieces(&all).ok());
+  EXPECT_EQ(all.pieces, full[2].pieces);
 }
 
 }  // namespace

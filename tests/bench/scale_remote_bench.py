@@ -12,7 +12,8 @@ Data (outside the benchmark lock, niced; cached in /var/tmp/pcrfs-bench/scale/, 
 seed): `tests/data/make_dataset.py --images N --classes 1000 --short-side 64:96 --seed S
 --splits train --split-fractions 1` (1,000 class folders `nXXXXXXXX`, files
 `nXXXXXXXX_INDEX.JPEG`; crops with a short side of 64-96 px, ~2.4 KiB, so that 1.28M files
-generate in about half an hour on 2 cores), then `pcr build SRC STORE --quiet` timed as a child
+generate in about half an hour on 2 cores; `--short-side 333:500` makes ImageNet-sized files of
+~110 KB, kept apart), then `pcr build SRC STORE --quiet` timed as a child
 of its own (`os.wait4`: wall, CPU, peak RSS). The stores are not rebuilt when pcr changes
 (`--rebuild` does); the facts file records the pcr commit that built them.
 
@@ -71,7 +72,8 @@ BENCH = "/var/tmp/pcrfs-bench"
 WORK = os.path.join(BENCH, "scale")
 INNER_FLAG = "--inside-namespace"
 MNT = "/tmp/scale-remote-mnt"
-SHORT_SIDE = "64:96"
+DEFAULT_SHORT_SIDE = "64:96"
+SHORT_SIDE = DEFAULT_SHORT_SIDE  # --short-side
 MIB = 1 << 20
 
 
@@ -85,8 +87,10 @@ def git_commit(path):
 
 
 def names(n, seed):
-    tag = f"{count_label(n)}-s{seed}"
-    return {"data": os.path.join(WORK, f"photos-{n}-s{seed}"),
+    # Stores of other crop sizes (--short-side) live beside the default ones.
+    side = "" if SHORT_SIDE == DEFAULT_SHORT_SIDE else "-ss" + SHORT_SIDE.replace(":", "-")
+    tag = f"{count_label(n)}-s{seed}{side}"
+    return {"data": os.path.join(WORK, f"photos-{n}-s{seed}{side}"),
             "store": os.path.join(WORK, f"store-{tag}"),
             "facts": os.path.join(WORK, f"store-{tag}.facts.json"),
             "src_link": f"src-{tag}", "store_link": f"store-{tag}"}
@@ -329,6 +333,8 @@ def pcrfs_level(env, size, k, subset):
             rec["metrics"] = metrics(mfile)
             try:
                 rec["xattr"] = json.loads(os.getxattr(MNT, "user.pcrfs.remote"))
+                # The scheduler's model (chunk, rate, latency) and the pusher's counts.
+                rec["prefetch"] = os.getxattr(MNT, "user.pcrfs.prefetch").decode()
             except OSError:
                 pass
         except RuntimeError as ex:
@@ -694,11 +700,15 @@ def main():
     ap.add_argument("--pcr")
     ap.add_argument("--pcrfs")
     ap.add_argument("--mtu", type=int, default=1500)
+    ap.add_argument("--short-side", default=DEFAULT_SHORT_SIDE, metavar="LO:HI",
+                    help="the crops' short side in px (make_dataset.py; ImageNet-like: 333:500)")
     ap.add_argument("--out", default=os.path.join(WORK, "scale_remote_results.md"))
     ap.add_argument("--plot", default=os.path.join(WORK, "scale_remote.png"))
     ap.add_argument("--from-json", help="report and plot from earlier runs' JSON (comma-separated)")
     ap.add_argument(INNER_FLAG, action="store_true", help=argparse.SUPPRESS)
     args = ap.parse_args()
+    global SHORT_SIDE
+    SHORT_SIDE = args.short_side
     if args.from_json:
         data = None
         for path in args.from_json.split(","):  # several runs: one report, sizes in order
