@@ -3,17 +3,13 @@
 // progressive bytes: the disk tier of BaselineCache (fs/baseline_cache.h).
 //
 // A file is kept by key (its fuse inode: store inode << 4 | level, the same in every mount of
-// one store; the folder is per store identity, location/store_location.h) in append-only
-// segments, so that a million small files are not a million disk files:
+// one store; the folder is per store identity, location/store_location.h) as an entry of a
+// SegmentStore (common/segment_store.h: append-only segments SEQ.seg + SEQ.idx, 32 bytes of
+// index per file with CRCs of the bytes and of the entry; key.a = key, key.b = 0), so that a
+// million small files are not a million disk files.
 //
-//   SEQ.seg   the files' bytes, one after another (SEQ: 16 hex digits, increasing)
-//   SEQ.idx   32 bytes per file: key u64, offset u64, length u32, masked CRC32C of the bytes
-//             u32, zero u32, masked CRC32C of the 28 bytes before it u32 (little-endian)
-//
-// Each mount writes new segments only (an earlier mount's are read, never appended to). Opening
-// the folder reads every .idx (32 bytes per file kept, not the bytes) and keeps entries whose
-// CRC matches and whose bytes lie within their segment; a later entry of a key wins. Every
-// Get() checks the bytes' CRC: a damaged file is dropped and reported as not kept (the caller
+// Opening the folder reads every .idx (not the bytes); a later entry of a key wins. Every Get()
+// checks the bytes' CRC: a damaged file is dropped and reported as not kept (the caller
 // re-encodes it and Puts it again, into a newer segment), so damage costs one re-encode, never
 // wrong bytes. Over the budget the oldest segment goes, with every file in it (first in, first
 // out by segment: a training epoch reads everything, so what was written first is what was
@@ -24,15 +20,14 @@
 #pragma once
 
 #include <cstdint>
-#include <map>
 #include <memory>
 #include <optional>
 #include <string>
 #include <unordered_map>
 #include <vector>
 
-#include "common/file_util.h"
 #include "common/mutex.h"
+#include "common/segment_store.h"
 #include "common/status.h"
 
 namespace pcrfs::fs {
@@ -67,43 +62,18 @@ class BaselineDiskCache {
   };
   Stats stats() const EXCLUDES(mu_);
 
-  static constexpr size_t kEntryBytes = 32;
-  // A segment holds about this much (less with a small budget: a sixteenth of it, at least
-  // 1 MiB); a larger file gets a segment of its own.
-  static constexpr uint64_t kSegmentBytes = uint64_t{64} << 20;
+  static constexpr size_t kEntryBytes = SegmentStore::kEntryBytes;
+  static constexpr uint64_t kSegmentBytes = SegmentStore::kSegmentBytes;
 
  private:
-  BaselineDiskCache(std::string dir, uint64_t budget, UniqueFd lock);
-  struct Where {
-    uint64_t seq;
-    uint64_t offset;
-    uint32_t length;
-    uint32_t crc;  // masked CRC32C of the bytes
-  };
-  struct Segment {
-    std::shared_ptr<const UniqueFd> data, idx;
-    uint64_t data_end = 0, idx_end = 0;  // written or reserved
-    std::vector<uint64_t> keys;          // of its entries (some may be superseded)
-  };
-  std::string SegmentPath(uint64_t seq, const char* ext) const;
-  void Adopt() EXCLUDES(mu_);
-  // Removes the oldest segments while over the budget (never `keep`); their paths go to
-  // *unlink.
-  void EvictLocked(uint64_t keep, std::vector<std::string>* unlink) REQUIRES(mu_);
-  void ForgetSegmentLocked(std::map<uint64_t, Segment>::iterator it,
-                           std::vector<std::string>* unlink) REQUIRES(mu_);
+  BaselineDiskCache() = default;
+  // Forgets the files of evicted segments. REQUIRES: mu_ held.
+  void ForgetEvictedLocked(const std::vector<SegmentStore::Entry>& evicted) REQUIRES(mu_);
 
-  const std::string dir_;
-  const uint64_t budget_;
-  const uint64_t segment_bytes_;
-  UniqueFd lock_;
+  std::unique_ptr<SegmentStore> store_;
   mutable Mutex mu_;
-  std::unordered_map<uint64_t, Where> files_ GUARDED_BY(mu_);
-  std::map<uint64_t, Segment> segments_ GUARDED_BY(mu_);  // by seq: oldest first
-  uint64_t current_ GUARDED_BY(mu_) = 0;                  // the segment Put appends to (0: none)
-  uint64_t next_seq_ GUARDED_BY(mu_) = 1;
-  uint64_t used_ GUARDED_BY(mu_) = 0;  // data_end + idx_end of every segment
-  mutable Stats stats_ GUARDED_BY(mu_);
+  std::unordered_map<uint64_t, SegmentStore::Location> files_ GUARDED_BY(mu_);
+  mutable Stats stats_ GUARDED_BY(mu_);  // counters of Get and Put
 };
 
 }  // namespace pcrfs::fs

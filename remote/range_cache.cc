@@ -1,36 +1,84 @@
 #include "remote/range_cache.h"
 
-#include <dirent.h>
-#include <fcntl.h>
-#include <sys/file.h>
-#include <sys/stat.h>
-#include <unistd.h>
-
 #include <algorithm>
-#include <atomic>
-#include <cinttypes>
-#include <cstdio>
 #include <cstring>
 #include <filesystem>
 #include <nlohmann/json.hpp>
 #include <tuple>
 
+#include "common/log.h"
+
 namespace pcrfs {
 namespace {
 
-constexpr char kLockFile[] = ".lock";
+uint64_t EndOf(uint64_t, const auto& e) requires requires { e.end; }
+{ return e.end; }
+uint64_t EndOf(uint64_t start, const SegmentStore::Location& w) { return start + w.length; }
 
-// "RECORD-OFFSET-LENGTH": true and the numbers if `name` is one.
-bool ParseName(const char* name, uint32_t* id, uint64_t* offset, uint64_t* length) {
-  unsigned int i = 0;
-  unsigned long long o = 0, l = 0;
-  int used = 0;
-  if (std::sscanf(name, "%8x-%llu-%llu%n", &i, &o, &l, &used) != 3) return false;
-  if (name[used] != '\0' || l == 0) return false;
-  *id = i;
-  *offset = o;
-  *length = l;
-  return true;
+// The gaps of [begin, end) in the extents of `id` (a map of id to a map by start offset).
+template <typename Objects>
+std::vector<RangeCache::Range> Gaps(const Objects& objects, uint32_t id, uint64_t begin,
+                                    uint64_t end) {
+  std::vector<RangeCache::Range> gaps;
+  auto obj = objects.find(id);
+  if (obj == objects.end()) {
+    if (begin < end) gaps.push_back({begin, end - begin});
+    return gaps;
+  }
+  const auto& ext = obj->second;
+  uint64_t pos = begin;
+  auto it = ext.upper_bound(pos);
+  if (it != ext.begin() && EndOf(std::prev(it)->first, std::prev(it)->second) > pos) --it;
+  for (; it != ext.end() && it->first < end && pos < end; ++it) {
+    if (it->first > pos) gaps.push_back({pos, it->first - pos});
+    pos = std::max(pos, EndOf(it->first, it->second));
+  }
+  if (pos < end) gaps.push_back({pos, end - pos});
+  return gaps;
+}
+
+// Whether [begin, end) is wholly a gap.
+template <typename Objects>
+bool IsGap(const Objects& objects, uint32_t id, uint64_t begin, uint64_t end) {
+  auto gaps = Gaps(objects, id, begin, end);
+  return gaps.size() == 1 && gaps[0].offset == begin && gaps[0].length == end - begin;
+}
+
+// The extent of `id` holding byte `pos`: an iterator into its map, or nullopt.
+template <typename Objects>
+auto Find(Objects& objects, uint32_t id, uint64_t pos)
+    -> std::optional<typename Objects::mapped_type::iterator> {
+  auto obj = objects.find(id);
+  if (obj == objects.end()) return std::nullopt;
+  auto it = obj->second.upper_bound(pos);
+  if (it == obj->second.begin()) return std::nullopt;
+  --it;
+  if (EndOf(it->first, it->second) <= pos) return std::nullopt;
+  return it;
+}
+
+// The start of the first extent of `id` after `pos`, or UINT64_MAX.
+template <typename Objects>
+uint64_t NextStart(const Objects& objects, uint32_t id, uint64_t pos) {
+  auto obj = objects.find(id);
+  if (obj == objects.end()) return UINT64_MAX;
+  auto it = obj->second.upper_bound(pos);
+  return it == obj->second.end() ? UINT64_MAX : it->first;
+}
+
+// The starts of the extents of `id` overlapping [begin, end).
+template <typename Objects>
+std::vector<uint64_t> Overlapping(const Objects& objects, uint32_t id, uint64_t begin,
+                                  uint64_t end) {
+  std::vector<uint64_t> starts;
+  auto obj = objects.find(id);
+  if (obj == objects.end()) return starts;
+  auto it = obj->second.upper_bound(begin);
+  if (it != obj->second.begin()) --it;
+  for (; it != obj->second.end() && it->first < end; ++it) {
+    if (EndOf(it->first, it->second) > begin) starts.push_back(it->first);
+  }
+  return starts;
 }
 
 }  // namespace
@@ -40,6 +88,10 @@ std::string RangeCacheStats::ToJson() const {
   j["memory_bytes"] = memory_bytes;
   j["disk"] = disk;
   j["disk_bytes"] = disk_bytes;
+  j["disk_extents"] = disk_extents;
+  j["disk_segments"] = disk_segments;
+  j["disk_file_bytes"] = disk_file_bytes;
+  j["disk_dead_bytes"] = disk_dead_bytes;
   j["memory_hit_bytes"] = memory_hit_bytes;
   j["disk_hit_bytes"] = disk_hit_bytes;
   j["miss_bytes"] = miss_bytes;
@@ -56,183 +108,136 @@ std::string RangeCacheStats::ToJson() const {
 
 Result<std::shared_ptr<RangeCache>> RangeCache::Open(RangeCacheOptions options, std::string* note) {
   std::shared_ptr<RangeCache> cache(new RangeCache(std::move(options)));
-  {
-    MutexLock l(&cache->mu_);  // nobody else has the cache yet; the lock costs nothing
-    cache->memory_.budget = cache->options_.memory_bytes;
-  }
-  if (!cache->options_.disk_dir.empty() && cache->options_.disk_bytes > 0) {
-    std::error_code ec;
-    std::filesystem::create_directories(cache->options_.disk_dir, ec);
-    if (ec) {
-      return Err(Status::IOError(cache->options_.disk_dir +
-                                 ": cannot create the disk cache folder: " + ec.message()));
+  RangeCache* c = cache.get();
+  MutexLock l(&c->mu_);  // nobody else has the cache yet; the lock costs nothing
+  c->memory_.budget = c->options_.memory_bytes;
+  if (c->options_.disk_dir.empty() || c->options_.disk_bytes == 0) return cache;
+  uint64_t removed = 0;
+  auto store = SegmentStore::Open(
+      c->options_.disk_dir, c->options_.disk_bytes,
+      [c](const SegmentStore::Entry& e) {
+        c->mu_.AssertHeld();
+        return c->AdoptLocked(e);
+      },
+      &removed);
+  if (!store) return Err(store.error());
+  if (*store == nullptr) {
+    if (note != nullptr) {
+      *note = c->options_.disk_dir +
+              ": the disk cache is in use by another pcrfs process; this mount runs without "
+              "one and fetches again from the store whatever its memory cache drops (give "
+              "each mount its own -o cache_dir)";
     }
-    auto fd = OpenFile(cache->options_.disk_dir + "/" + kLockFile, O_RDWR | O_CREAT | O_CLOEXEC);
-    if (!fd) return Err(fd.error());
-    if (::flock(fd->get(), LOCK_EX | LOCK_NB) != 0) {
-      if (note != nullptr) {
-        *note = cache->options_.disk_dir +
-                ": the disk cache is in use by another pcrfs process; this mount runs without "
-                "one and fetches again from the store whatever its memory cache drops (give "
-                "each mount its own -o cache_dir)";
-      }
-    } else {
-      cache->lock_fd_ = std::move(*fd);
-      {
-        MutexLock l(&cache->mu_);
-        cache->disk_.disk = true;
-        cache->disk_.budget = cache->options_.disk_bytes;
-        cache->stats_.disk = true;
-      }
-      cache->AdoptDiskFiles();
-    }
+    return cache;
   }
+  if (removed > 0) {
+    Log(LogLevel::kInfo, c->options_.disk_dir + ": removed " + std::to_string(removed) +
+                             " files that are not segments (an older disk cache layout: one "
+                             "file per extent, or temporary files)");
+  }
+  c->store_ = std::move(*store);
+  c->stats_.disk = true;
   return cache;
 }
 
 RangeCache::~RangeCache() = default;
 
-std::string RangeCache::FileName(uint32_t id, uint64_t offset, uint64_t length) const {
-  char name[64];
-  std::snprintf(name, sizeof(name), "%08x-%" PRIu64 "-%" PRIu64, id, offset, length);
-  return options_.disk_dir + "/" + name;
+bool RangeCache::AdoptLocked(const SegmentStore::Entry& e) {
+  const uint32_t id = e.key.b;
+  const uint64_t start = e.key.a;
+  if (e.where.length == 0 || start > UINT64_MAX - e.where.length) return false;
+  if (!IsGap(disk_, id, start, start + e.where.length)) return false;  // a newer one kept
+  AddDiskLocked(id, start, e.where, false);
+  return true;
 }
 
-void RangeCache::AdoptDiskFiles() {
-  struct Found {
-    int64_t mtime_ns;
-    uint32_t id;
-    uint64_t offset, length;
-  };
-  std::vector<Found> found;
-  DIR* d = ::opendir(options_.disk_dir.c_str());
-  if (d == nullptr) return;
-  while (dirent* de = ::readdir(d)) {
-    if (de->d_name[0] == '.') continue;
-    const std::string path = options_.disk_dir + "/" + de->d_name;
-    uint32_t id;
-    uint64_t offset, length;
-    struct stat st;
-    if (!ParseName(de->d_name, &id, &offset, &length) || ::lstat(path.c_str(), &st) != 0 ||
-        !S_ISREG(st.st_mode) || static_cast<uint64_t>(st.st_size) != length) {
-      ::unlink(path.c_str());  // a temporary file of a crashed mount, or damaged
-      continue;
-    }
-    found.push_back(
-        {int64_t{st.st_mtim.tv_sec} * 1000000000 + st.st_mtim.tv_nsec, id, offset, length});
-  }
-  ::closedir(d);
-  // Oldest first, so the most recently written end up at the LRU front.
-  std::sort(found.begin(), found.end(), [](const Found& a, const Found& b) {
-    return std::tie(a.mtime_ns, a.id, a.offset) < std::tie(b.mtime_ns, b.id, b.offset);
-  });
-  std::vector<std::string> unlink;
-  MutexLock l(&mu_);
-  for (const Found& f : found) {
-    auto gaps = GapsLocked(disk_, f.id, f.offset, f.offset + f.length);
-    if (gaps.size() != 1 || gaps[0].offset != f.offset || gaps[0].length != f.length) {
-      unlink.push_back(FileName(f.id, f.offset, f.length));  // overlaps one already adopted
-      continue;
-    }
-    Extent e;
-    e.end = f.offset + f.length;
-    AddLocked(disk_, f.id, f.offset, std::move(e));
-  }
-  EvictLocked(disk_, &unlink);
-  for (const auto& p : unlink) ::unlink(p.c_str());
-}
-
-std::vector<RangeCache::Range> RangeCache::GapsLocked(const Tier& tier, uint32_t id, uint64_t begin,
-                                                      uint64_t end) {
-  std::vector<Range> gaps;
-  auto obj = tier.objects.find(id);
-  if (obj == tier.objects.end()) {
-    if (begin < end) gaps.push_back({begin, end - begin});
-    return gaps;
-  }
-  const Extents& ext = obj->second;
-  uint64_t pos = begin;
-  auto it = ext.upper_bound(pos);
-  if (it != ext.begin() && std::prev(it)->second.end > pos) --it;
-  for (; it != ext.end() && it->first < end && pos < end; ++it) {
-    if (it->first > pos) gaps.push_back({pos, it->first - pos});
-    pos = std::max(pos, it->second.end);
-  }
-  if (pos < end) gaps.push_back({pos, end - pos});
-  return gaps;
-}
-
-RangeCache::Extent* RangeCache::FindLocked(Tier& tier, uint32_t id, uint64_t pos, uint64_t* start) {
-  auto obj = tier.objects.find(id);
-  if (obj == tier.objects.end()) return nullptr;
-  auto it = obj->second.upper_bound(pos);
-  if (it == obj->second.begin()) return nullptr;
-  --it;
-  if (it->second.end <= pos) return nullptr;
-  *start = it->first;
-  return &it->second;
-}
-
-uint64_t RangeCache::NextStartLocked(const Tier& tier, uint32_t id, uint64_t pos) {
-  auto obj = tier.objects.find(id);
-  if (obj == tier.objects.end()) return UINT64_MAX;
-  auto it = obj->second.upper_bound(pos);
-  return it == obj->second.end() ? UINT64_MAX : it->first;
-}
-
-void RangeCache::MarkReadLocked(uint64_t start, Extent& e, uint64_t begin, uint64_t end) {
-  const uint64_t length = e.end - start;
-  if (e.read_pages.empty()) e.read_pages.assign((length + kUnreadPage - 1) / kUnreadPage, false);
+void RangeCache::MarkReadLocked(uint64_t start, uint64_t length, Unread& u, uint64_t begin,
+                                uint64_t end) {
+  if (u.read_pages.empty()) u.read_pages.assign((length + kUnreadPage - 1) / kUnreadPage, false);
   for (uint64_t p = (begin - start) / kUnreadPage; p * kUnreadPage < end - start; ++p) {
-    if (e.read_pages[p]) continue;
-    e.read_pages[p] = true;
+    if (u.read_pages[p]) continue;
+    u.read_pages[p] = true;
     const uint64_t bytes = std::min(kUnreadPage, length - p * kUnreadPage);
-    const uint64_t done = std::min(bytes, e.unread);
-    e.unread -= done;
+    const uint64_t done = std::min(bytes, u.unread);
+    u.unread -= done;
     unread_ -= done;
   }
 }
 
-void RangeCache::AddLocked(Tier& tier, uint32_t id, uint64_t start, Extent e) {
-  tier.bytes += e.end - start;
-  tier.lru.emplace_front(id, start);
-  e.lru = tier.lru.begin();
-  if (&tier == &PrimaryLocked()) unread_ += e.unread;
-  tier.objects[id].emplace(start, std::move(e));
+void RangeCache::AddLocked(uint32_t id, uint64_t start, Extent e) {
+  memory_.bytes += e.end - start;
+  memory_.lru.emplace_front(id, start);
+  e.lru = memory_.lru.begin();
+  unread_ += e.unread.unread;
+  memory_.objects[id].emplace(start, std::move(e));
 }
 
-void RangeCache::RemoveLocked(Tier& tier, uint32_t id, Extents::iterator it,
-                              std::vector<std::string>* unlink) {
-  Extents& ext = tier.objects[id];
-  tier.bytes -= it->second.end - it->first;
-  if (&tier == &PrimaryLocked()) unread_ -= it->second.unread;
-  tier.lru.erase(it->second.lru);
-  if (tier.disk && unlink != nullptr) {
-    unlink->push_back(FileName(id, it->first, it->second.end - it->first));
-  }
+void RangeCache::RemoveLocked(uint32_t id, Extents::iterator it) {
+  Extents& ext = memory_.objects[id];
+  memory_.bytes -= it->second.end - it->first;
+  unread_ -= it->second.unread.unread;
+  memory_.lru.erase(it->second.lru);
   ext.erase(it);
-  if (ext.empty()) tier.objects.erase(id);
+  if (ext.empty()) memory_.objects.erase(id);
 }
 
-void RangeCache::EvictLocked(Tier& tier, std::vector<std::string>* unlink) {
-  while (tier.bytes > tier.budget && !tier.lru.empty()) {
-    auto [id, start] = tier.lru.back();
-    auto& ext = tier.objects[id];
+void RangeCache::EvictLocked() {
+  while (memory_.bytes > memory_.budget && !memory_.lru.empty()) {
+    auto [id, start] = memory_.lru.back();
+    auto& ext = memory_.objects[id];
     auto it = ext.find(start);
     stats_.evicted_bytes += it->second.end - it->first;
-    RemoveLocked(tier, id, it, unlink);
+    RemoveLocked(id, it);
+  }
+}
+
+void RangeCache::AddDiskLocked(uint32_t id, uint64_t start, const SegmentStore::Location& where,
+                               bool speculative) {
+  disk_[id].emplace(start, where);
+  disk_bytes_ += where.length;
+  ++disk_extents_;
+  if (speculative) {
+    disk_unread_[{id, start}].unread = where.length;
+    unread_ += where.length;
+  }
+}
+
+bool RangeCache::RemoveDiskLocked(uint32_t id, uint64_t start, SegmentStore::Location where,
+                                  bool forget) {
+  auto obj = disk_.find(id);
+  if (obj == disk_.end()) return false;
+  auto it = obj->second.find(start);
+  if (it == obj->second.end() || !(it->second == where)) return false;
+  obj->second.erase(it);
+  if (obj->second.empty()) disk_.erase(obj);
+  disk_bytes_ -= where.length;
+  --disk_extents_;
+  auto u = disk_unread_.find({id, start});
+  if (u != disk_unread_.end()) {
+    unread_ -= u->second.unread;
+    disk_unread_.erase(u);
+  }
+  if (forget) store_->Forget(where);
+  return true;
+}
+
+void RangeCache::ForgetEvictedLocked(const std::vector<SegmentStore::Entry>& evicted) {
+  for (const SegmentStore::Entry& e : evicted) {
+    if (RemoveDiskLocked(e.key.b, e.key.a, e.where, false)) {
+      stats_.evicted_bytes += e.where.length;
+    }
   }
 }
 
 std::vector<RangeCache::Range> RangeCache::Missing(uint32_t id, uint64_t offset, uint64_t n) const {
   MutexLock l(&mu_);
   std::vector<Range> out;
-  for (const Range& g : GapsLocked(memory_, id, offset, offset + n)) {
-    if (!disk_.disk) {
+  for (const Range& g : Gaps(memory_.objects, id, offset, offset + n)) {
+    if (!disk()) {
       out.push_back(g);
       continue;
     }
-    for (const Range& h : GapsLocked(disk_, id, g.offset, g.offset + g.length)) out.push_back(h);
+    for (const Range& h : Gaps(disk_, id, g.offset, g.offset + g.length)) out.push_back(h);
   }
   return out;
 }
@@ -240,11 +245,10 @@ std::vector<RangeCache::Range> RangeCache::Missing(uint32_t id, uint64_t offset,
 std::vector<RangeCache::Range> RangeCache::Copy(uint32_t id, uint64_t offset, uint64_t n,
                                                 uint8_t* dst) {
   struct DiskRead {
-    std::string path;
-    uint64_t file_offset, length;
-    uint8_t* dst;
-    uint32_t id;
+    SegmentStore::Location where;
     uint64_t start;  // the extent's
+    uint64_t from, length;
+    uint8_t* dst;
   };
   std::vector<Range> missing;
   std::vector<DiskRead> disk_reads;
@@ -253,8 +257,9 @@ std::vector<RangeCache::Range> RangeCache::Copy(uint32_t id, uint64_t offset, ui
     MutexLock l(&mu_);
     uint64_t pos = offset;
     while (pos < end) {
-      uint64_t start = 0;
-      if (Extent* e = FindLocked(memory_, id, pos, &start)) {
+      if (auto it = Find(memory_.objects, id, pos)) {
+        const uint64_t start = (*it)->first;
+        Extent* e = &(*it)->second;
         const uint64_t stop = std::min(end, e->end);
         std::memcpy(dst + (pos - offset), e->bytes->data() + e->bytes_offset + (pos - start),
                     stop - pos);
@@ -263,18 +268,19 @@ std::vector<RangeCache::Range> RangeCache::Copy(uint32_t id, uint64_t offset, ui
         pos = stop;
         continue;
       }
-      if (disk_.disk) {
-        if (Extent* e = FindLocked(disk_, id, pos, &start)) {
-          const uint64_t stop = std::min({end, e->end, NextStartLocked(memory_, id, pos)});
-          disk_reads.push_back({FileName(id, start, e->end - start), pos - start, stop - pos,
-                                dst + (pos - offset), id, start});
-          disk_.lru.splice(disk_.lru.begin(), disk_.lru, e->lru);
+      if (disk()) {
+        if (auto it = Find(disk_, id, pos)) {
+          const uint64_t start = (*it)->first;
+          const SegmentStore::Location where = (*it)->second;
+          const uint64_t stop =
+              std::min({end, start + where.length, NextStart(memory_.objects, id, pos)});
+          disk_reads.push_back({where, start, pos - start, stop - pos, dst + (pos - offset)});
           pos = stop;
           continue;
         }
       }
-      uint64_t stop = std::min(end, NextStartLocked(memory_, id, pos));
-      if (disk_.disk) stop = std::min(stop, NextStartLocked(disk_, id, pos));
+      uint64_t stop = std::min(end, NextStart(memory_.objects, id, pos));
+      if (disk()) stop = std::min(stop, NextStart(disk_, id, pos));
       if (!missing.empty() && missing.back().offset + missing.back().length == pos) {
         missing.back().length += stop - pos;
       } else {
@@ -284,35 +290,37 @@ std::vector<RangeCache::Range> RangeCache::Copy(uint32_t id, uint64_t offset, ui
       pos = stop;
     }
     // Speculative bytes now read: no longer unread.
-    Tier& primary = PrimaryLocked();
-    auto obj = primary.objects.find(id);
-    if (obj != primary.objects.end() && unread_ > 0) {
-      auto it = obj->second.upper_bound(offset);
-      if (it != obj->second.begin()) --it;
-      for (; it != obj->second.end() && it->first < end; ++it) {
-        if (it->second.unread == 0 || it->second.end <= offset) continue;
-        MarkReadLocked(it->first, it->second, std::max(offset, it->first),
-                       std::min(end, it->second.end));
+    if (unread_ > 0 && !disk()) {
+      auto obj = memory_.objects.find(id);
+      if (obj != memory_.objects.end()) {
+        for (uint64_t s : Overlapping(memory_.objects, id, offset, end)) {
+          Extent& e = obj->second.at(s);
+          if (e.unread.unread == 0) continue;
+          MarkReadLocked(s, e.end - s, e.unread, std::max(offset, s), std::min(end, e.end));
+        }
+      }
+    } else if (unread_ > 0) {
+      for (uint64_t s : Overlapping(disk_, id, offset, end)) {
+        auto u = disk_unread_.find({id, s});
+        if (u == disk_unread_.end()) continue;
+        const uint64_t length = disk_.at(id).at(s).length;
+        MarkReadLocked(s, length, u->second, std::max(offset, s), std::min(end, s + length));
+        if (u->second.unread == 0) disk_unread_.erase(u);
       }
     }
   }
   for (const DiskRead& r : disk_reads) {
-    auto fd = OpenFile(r.path, O_RDONLY | O_CLOEXEC);
-    Status s = fd ? PreadFull(fd->get(), r.dst, r.length, r.file_offset, r.path) : fd.error();
+    const Status s = store_->Read(r.where, r.from, r.length, r.dst);
     MutexLock l(&mu_);
     if (s.ok()) {
       stats_.disk_hit_bytes += r.length;
       continue;
     }
-    // Gone or unreadable: a miss, and the extent is forgotten.
-    const uint64_t pos = r.file_offset + r.start;
-    missing.push_back({pos, r.length});
+    // Damaged, evicted meanwhile or unreadable: a miss, and the extent is forgotten.
+    missing.push_back({r.start + r.from, r.length});
     stats_.miss_bytes += r.length;
-    auto obj = disk_.objects.find(r.id);
-    if (obj != disk_.objects.end()) {
-      auto it = obj->second.find(r.start);
-      std::vector<std::string> unlink;
-      if (it != obj->second.end()) RemoveLocked(disk_, r.id, it, &unlink);
+    if (RemoveDiskLocked(id, r.start, r.where, true) && s.code() == Status::Code::kCorruption) {
+      ++stats_.dropped;
     }
   }
   if (!disk_reads.empty()) {
@@ -326,106 +334,90 @@ void RangeCache::Insert(uint32_t id, uint64_t offset,
                         std::shared_ptr<const std::vector<uint8_t>> bytes, bool speculative) {
   const uint64_t end = offset + bytes->size();
   if (bytes->empty()) return;
-  std::vector<std::string> unlink;
   std::vector<Range> disk_gaps;
   {
     MutexLock l(&mu_);
     stats_.inserted_bytes += bytes->size();
-    for (const Range& g : GapsLocked(memory_, id, offset, end)) {
+    for (const Range& g : Gaps(memory_.objects, id, offset, end)) {
       Extent e;
       e.end = g.offset + g.length;
       e.bytes = bytes;
       e.bytes_offset = static_cast<size_t>(g.offset - offset);
-      e.unread = speculative && !disk_.disk ? g.length : 0;
-      AddLocked(memory_, id, g.offset, std::move(e));
+      e.unread.unread = speculative && !disk() ? g.length : 0;
+      AddLocked(id, g.offset, std::move(e));
     }
-    EvictLocked(memory_, nullptr);
-    if (disk_.disk) disk_gaps = GapsLocked(disk_, id, offset, end);
+    EvictLocked();
+    if (disk()) disk_gaps = Gaps(disk_, id, offset, end);
   }
   if (disk_gaps.empty()) return;
-  static std::atomic<uint64_t> counter{0};
-  std::vector<Range> written;
+  // Each gap as entries of at most kMaxDiskExtent bytes.
+  struct Written {
+    uint64_t start;
+    SegmentStore::Location where;
+  };
+  std::vector<Written> written;
+  std::vector<SegmentStore::Entry> evicted;
   for (const Range& g : disk_gaps) {
-    const std::string path = FileName(id, g.offset, g.length);
-    const std::string tmp = options_.disk_dir + "/.tmp-" + std::to_string(::getpid()) + "-" +
-                            std::to_string(counter.fetch_add(1, std::memory_order_relaxed));
-    auto fd = OpenFile(tmp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
-    Status s = fd ? WriteFull(fd->get(), bytes->data() + (g.offset - offset),
-                              static_cast<size_t>(g.length), tmp)
-                  : fd.error();
-    if (s.ok() && ::rename(tmp.c_str(), path.c_str()) != 0) s = Status::FromErrno(tmp, errno);
-    if (!s.ok()) {
-      ::unlink(tmp.c_str());  // a full disk: the bytes stay in memory only
-      continue;
+    for (uint64_t pos = g.offset; pos < g.offset + g.length; pos += kMaxDiskExtent) {
+      const uint64_t len = std::min(kMaxDiskExtent, g.offset + g.length - pos);
+      auto where = store_->Append(
+          {pos, id}, {bytes->data() + (pos - offset), static_cast<size_t>(len)}, &evicted);
+      if (where) written.push_back({pos, *where});  // else a full disk: in memory only
     }
-    written.push_back(g);
   }
   MutexLock l(&mu_);
-  for (const Range& g : written) {
-    auto gaps = GapsLocked(disk_, id, g.offset, g.offset + g.length);
-    if (gaps.size() != 1 || gaps[0].offset != g.offset || gaps[0].length != g.length) {
-      // Another thread kept (part of) it meanwhile. The same name is the same bytes: keep the
-      // file if an extent of that exact range is kept, else remove it.
-      uint64_t start = 0;
-      Extent* e = FindLocked(disk_, id, g.offset, &start);
-      if (e == nullptr || start != g.offset || e->end != g.offset + g.length) {
-        unlink.push_back(FileName(id, g.offset, g.length));
-      }
+  ForgetEvictedLocked(evicted);
+  for (const Written& w : written) {
+    // Kept only while its segment is (an eviction after this names it), and only if no other
+    // thread kept (part of) the range meanwhile.
+    if (!store_->Contains(w.where.seq)) continue;
+    if (!IsGap(disk_, id, w.start, w.start + w.where.length)) {
+      store_->Forget(w.where);
       continue;
     }
-    Extent e;
-    e.end = g.offset + g.length;
-    e.unread = speculative ? g.length : 0;
-    AddLocked(disk_, id, g.offset, std::move(e));
+    AddDiskLocked(id, w.start, w.where, speculative);
   }
-  EvictLocked(disk_, &unlink);
-  for (const auto& p : unlink) ::unlink(p.c_str());
 }
 
 bool RangeCache::Drop(uint32_t id, uint64_t offset, uint64_t n) {
-  std::vector<std::string> unlink;
   bool dropped = false;
-  {
-    MutexLock l(&mu_);
-    for (Tier* tier : {&memory_, &disk_}) {
-      auto obj = tier->objects.find(id);
-      if (obj == tier->objects.end()) continue;
-      std::vector<uint64_t> starts;
-      auto it = obj->second.upper_bound(offset);
-      if (it != obj->second.begin()) --it;
-      for (; it != obj->second.end() && it->first < offset + n; ++it) {
-        if (it->second.end > offset) starts.push_back(it->first);
-      }
-      for (uint64_t s : starts) {
-        auto o = tier->objects.find(id);
-        if (o == tier->objects.end()) break;
-        auto e = o->second.find(s);
-        if (e == o->second.end()) continue;
-        RemoveLocked(*tier, id, e, &unlink);
-        ++stats_.dropped;
-        dropped = true;
-      }
+  MutexLock l(&mu_);
+  for (uint64_t s : Overlapping(memory_.objects, id, offset, offset + n)) {
+    RemoveLocked(id, memory_.objects.at(id).find(s));
+    ++stats_.dropped;
+    dropped = true;
+  }
+  if (disk()) {
+    for (uint64_t s : Overlapping(disk_, id, offset, offset + n)) {
+      RemoveDiskLocked(id, s, disk_.at(id).at(s), true);
+      ++stats_.dropped;
+      dropped = true;
     }
   }
-  for (const auto& p : unlink) ::unlink(p.c_str());
   return dropped;
 }
 
 bool RangeCache::WantsSpeculation() const {
   MutexLock l(&mu_);
-  return unread_ < PrimaryLocked().budget / 4 * 3;
+  return unread_ < PrimaryBudgetLocked() / 4 * 3;
 }
 
 uint64_t RangeCache::capacity() const {
   MutexLock l(&mu_);
-  return PrimaryLocked().budget;
+  return PrimaryBudgetLocked();
 }
 
 RangeCacheStats RangeCache::stats() const {
+  SegmentStore::Stats st;
+  if (disk()) st = store_->stats();
   MutexLock l(&mu_);
   RangeCacheStats s = stats_;
   s.memory_bytes = memory_.bytes;
-  s.disk_bytes = disk_.bytes;
+  s.disk_bytes = disk_bytes_;
+  s.disk_extents = disk_extents_;
+  s.disk_segments = st.segments;
+  s.disk_file_bytes = st.bytes;
+  s.disk_dead_bytes = st.dead_bytes;
   s.unread_speculative_bytes = unread_;
   return s;
 }

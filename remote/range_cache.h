@@ -1,6 +1,7 @@
 // The bytes of a remote store's record files that were fetched, kept so that a later read needs
-// no request: in memory (bounded) and, with -o disk_cache=SIZE, in files on the local disk that
-// outlive the mount. Both tiers drop the least recently used bytes first.
+// no request: in memory (bounded; least recently used bytes dropped first) and, with
+// -o disk_cache=SIZE, in segment files on the local disk that outlive the mount (oldest segment
+// dropped first).
 //
 // What is kept is byte ranges ("extents") of objects named by record id, as they were fetched:
 // an exact piece for a demand read, a chunk of several files for a speculative one. Within a
@@ -8,16 +9,26 @@
 // Since the level-k bytes of a record are a prefix of its level-(k+1) bytes, bytes fetched for
 // level 5 serve levels 1 to 5 with no request.
 //
-// Nothing here checks what it returns: every piece is CRC-checked by the reader against the
-// index (index/record_reader.cc), which calls Drop() on a mismatch and reads once more, so a
-// damaged cache file costs one refetch, never wrong bytes.
+// What the disk returns is checked against its extent's CRC here; beyond that every piece is
+// CRC-checked by the reader against the index (index/record_reader.cc), which calls Drop() on a
+// mismatch and reads once more, so damaged cached bytes cost one refetch, never wrong bytes.
 //
 // The disk tier lives in one folder per index identity (location/store_location.cc names it from
-// the index file's trailer, so a store rebuilt at the same URL never meets the old bytes).
-// Files are "RECORD-OFFSET-LENGTH" (hex record id, decimal numbers), written to a temporary
-// name and renamed, so a crash leaves no partial extent; a file whose size does not match its
-// name is removed when the folder is opened. One daemon at a time uses a folder (flock on
-// ".lock"); a second one runs without the disk tier and says so.
+// the index file's trailer, so a store rebuilt at the same URL never meets the old bytes), as a
+// SegmentStore (common/segment_store.h): append-only segments SEQ.seg + SEQ.idx of at most
+// 64 MiB, an entry per extent with CRCs of its bytes and of the entry (key: record id, offset in
+// the record), so that the small exact pieces of an epoch's demand reads become a few files,
+// not one file each. An extent longer than kMaxDiskExtent is kept as several entries, so a disk
+// read reads (and checks) at most that much. In memory a disk extent is its segment, offset,
+// length and CRC (16 bytes, in a std::map node: about 64 bytes per extent). Every disk read
+// checks the extent's CRC: a mismatch drops the extent (counted as damaged) and reports its
+// bytes missing, so they are fetched again. Drop() forgets an extent; its bytes stay in its
+// segment as dead space until the segment goes. The disk tier evicts whole segments, oldest
+// first (first in, first out by segment: the order an epoch reads), not by recency of use.
+// Opening the folder reads the .idx files only (32 bytes per extent) and keeps, newest first,
+// the entries that do not overlap one kept already; the files of the older layout (one file
+// per extent) are removed then, with one line logged. One daemon at a time uses a folder (flock
+// on ".lock"); a second one runs without the disk tier and says so.
 //
 // Thread-safe. Disk files are written and read without the lock held.
 #pragma once
@@ -29,8 +40,8 @@
 #include <string>
 #include <vector>
 
-#include "common/file_util.h"
 #include "common/mutex.h"
+#include "common/segment_store.h"
 #include "common/status.h"
 
 namespace pcrfs {
@@ -42,10 +53,12 @@ struct RangeCacheOptions {
 };
 
 struct RangeCacheStats {
-  uint64_t memory_bytes = 0, disk_bytes = 0;                          // kept now
+  uint64_t memory_bytes = 0, disk_bytes = 0;          // kept now
+  uint64_t disk_extents = 0, disk_segments = 0;       // kept now
+  uint64_t disk_file_bytes = 0, disk_dead_bytes = 0;  // segment files; dropped bytes in them
   uint64_t memory_hit_bytes = 0, disk_hit_bytes = 0, miss_bytes = 0;  // of Copy()
   uint64_t inserted_bytes = 0, evicted_bytes = 0;
-  uint64_t dropped = 0;                   // extents dropped by Drop() (damaged)
+  uint64_t dropped = 0;  // extents dropped by Drop() or for a CRC mismatch on disk (damaged)
   uint64_t unread_speculative_bytes = 0;  // fetched ahead, not read yet
   bool disk = false;                      // the disk tier is on
   // {"memory_bytes":..., "disk_bytes":..., "hit_ratio":..., ...}
@@ -60,7 +73,7 @@ class RangeCache {
   };
 
   // Opens the disk folder (creating it), takes its lock and adopts the extents an earlier mount
-  // left there (most recently written kept first if over the budget). A folder locked by another
+  // left there (the oldest segments removed while over the budget). A folder locked by another
   // process: the disk tier is off and *note says so. Errors: the folder cannot be created.
   static Result<std::shared_ptr<RangeCache>> Open(RangeCacheOptions options, std::string* note);
   ~RangeCache();
@@ -84,52 +97,64 @@ class RangeCache {
   bool WantsSpeculation() const EXCLUDES(mu_);
   // Bytes the larger tier holds: what may be fetched ahead at most.
   uint64_t capacity() const EXCLUDES(mu_);
+  // The disk tier keeps an extent as entries of at most this many bytes.
+  static constexpr uint64_t kMaxDiskExtent = uint64_t{128} << 10;
 
   RangeCacheStats stats() const EXCLUDES(mu_);
 
  private:
-  struct Extent {
+  // Speculative bytes not copied yet, by kUnreadPage pages.
+  struct Unread {
+    uint64_t unread = 0;
+    std::vector<bool> read_pages;  // which pages were copied (empty: none yet)
+  };
+  struct Extent {  // of the memory tier
     uint64_t end = 0;
-    std::shared_ptr<const std::vector<uint8_t>> bytes;  // memory tier: the bytes are
+    std::shared_ptr<const std::vector<uint8_t>> bytes;  // the bytes are
     size_t bytes_offset = 0;                            //   bytes[bytes_offset, + length)
-    uint64_t unread = 0;                                // speculative bytes not copied yet
-    std::vector<bool> read_pages;  // speculative: which kUnreadPage pages were copied
+    Unread unread;  // without a disk tier (the disk tier's are in disk_unread_)
     std::list<std::pair<uint32_t, uint64_t>>::iterator lru;
   };
-  using Extents = std::map<uint64_t, Extent>;    // by start offset
+  using Extents = std::map<uint64_t, Extent>;  // by start offset
+  // A disk extent: where its bytes are (the extent's length is where.length).
+  using DiskExtents = std::map<uint64_t, SegmentStore::Location>;  // by start offset
   static constexpr uint64_t kUnreadPage = 4096;  // granularity of "read" for unread bytes
-  // Marks [begin, end) of the extent at `start` read. REQUIRES: mu_ held.
-  void MarkReadLocked(uint64_t start, Extent& e, uint64_t begin, uint64_t end) REQUIRES(mu_);
+  // Marks [begin, end) of an extent of `length` bytes at `start` read. REQUIRES: mu_ held.
+  void MarkReadLocked(uint64_t start, uint64_t length, Unread& u, uint64_t begin, uint64_t end)
+      REQUIRES(mu_);
   struct Tier {
-    bool disk = false;
     uint64_t budget = 0, bytes = 0;
     std::map<uint32_t, Extents> objects;
     std::list<std::pair<uint32_t, uint64_t>> lru;  // front: most recent
   };
 
   explicit RangeCache(RangeCacheOptions options) : options_(std::move(options)) {}
-  void AdoptDiskFiles() EXCLUDES(mu_);
-  std::string FileName(uint32_t id, uint64_t offset, uint64_t length) const;
-  // The gaps of [begin, end) in `tier`'s extents of `id`. REQUIRES: mu_ held.
-  static std::vector<Range> GapsLocked(const Tier& tier, uint32_t id, uint64_t begin, uint64_t end);
-  // The extent of `tier` holding byte `pos` of `id`, or nullptr. REQUIRES: mu_ held.
-  static Extent* FindLocked(Tier& tier, uint32_t id, uint64_t pos, uint64_t* start);
-  // The start of the first extent of `tier` after `pos`, or UINT64_MAX. REQUIRES: mu_ held.
-  static uint64_t NextStartLocked(const Tier& tier, uint32_t id, uint64_t pos);
-  void AddLocked(Tier& tier, uint32_t id, uint64_t start, Extent e) REQUIRES(mu_);
-  // Removes one extent; disk files to unlink are appended to *unlink. REQUIRES: mu_ held.
-  void RemoveLocked(Tier& tier, uint32_t id, Extents::iterator it, std::vector<std::string>* unlink)
+  // Adopts one entry found at open; false if it overlaps one adopted already.
+  bool AdoptLocked(const SegmentStore::Entry& e) REQUIRES(mu_);
+  void AddLocked(uint32_t id, uint64_t start, Extent e) REQUIRES(mu_);
+  void RemoveLocked(uint32_t id, Extents::iterator it) REQUIRES(mu_);
+  void EvictLocked() REQUIRES(mu_);
+  void AddDiskLocked(uint32_t id, uint64_t start, const SegmentStore::Location& where,
+                     bool speculative) REQUIRES(mu_);
+  // Removes a disk extent if it is still at `where`; forget: tell the store its bytes are dead
+  // (not when its segment was evicted).
+  bool RemoveDiskLocked(uint32_t id, uint64_t start, SegmentStore::Location where, bool forget)
       REQUIRES(mu_);
-  void EvictLocked(Tier& tier, std::vector<std::string>* unlink) REQUIRES(mu_);
-  Tier& PrimaryLocked() REQUIRES(mu_) { return disk_.disk ? disk_ : memory_; }
-  const Tier& PrimaryLocked() const REQUIRES(mu_) { return disk_.disk ? disk_ : memory_; }
+  void ForgetEvictedLocked(const std::vector<SegmentStore::Entry>& evicted) REQUIRES(mu_);
+  bool disk() const { return store_ != nullptr; }
+  uint64_t PrimaryBudgetLocked() const REQUIRES(mu_) {
+    return disk() ? options_.disk_bytes : memory_.budget;
+  }
 
   const RangeCacheOptions options_;
-  UniqueFd lock_fd_;
+  std::unique_ptr<SegmentStore> store_;  // the disk tier (set by Open only)
   mutable Mutex mu_;
   Tier memory_ GUARDED_BY(mu_);
-  Tier disk_ GUARDED_BY(mu_);
-  uint64_t unread_ GUARDED_BY(mu_) = 0;    // sum of the primary tier's Extent::unread
+  std::map<uint32_t, DiskExtents> disk_ GUARDED_BY(mu_);
+  uint64_t disk_bytes_ GUARDED_BY(mu_) = 0, disk_extents_ GUARDED_BY(mu_) = 0;
+  // The disk extents with speculative bytes not read yet, by (id, start).
+  std::map<std::pair<uint32_t, uint64_t>, Unread> disk_unread_ GUARDED_BY(mu_);
+  uint64_t unread_ GUARDED_BY(mu_) = 0;    // sum of the primary tier's unread bytes
   RangeCacheStats stats_ GUARDED_BY(mu_);  // counters only
 };
 

@@ -3,10 +3,12 @@
 #include <gtest/gtest.h>
 #include <sys/stat.h>
 
+#include <algorithm>
+#include <atomic>
 #include <filesystem>
-#include <fstream>
 #include <numeric>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "common/test_support.h"
@@ -91,37 +93,234 @@ TEST(RangeCacheTest, SpeculativeBytesCountUntilRead) {
   EXPECT_EQ(cache->stats().unread_speculative_bytes, 400 * kKiB);
 }
 
+std::vector<std::string> Files(const std::string& dir, const std::string& ext) {
+  std::vector<std::string> out;
+  for (const auto& e : std::filesystem::directory_iterator(dir)) {
+    if (e.path().extension() == ext) out.push_back(e.path().string());
+  }
+  std::sort(out.begin(), out.end());
+  return out;
+}
+
+uint64_t BytesOnDisk(const std::string& dir) {
+  uint64_t n = 0;
+  for (const auto& e : std::filesystem::directory_iterator(dir)) {
+    if (e.path().filename() != ".lock") n += e.file_size();
+  }
+  return n;
+}
+
+bool CopiesRight(RangeCache& cache, uint32_t id, uint64_t offset, uint64_t n) {
+  std::vector<uint8_t> dst(n);
+  if (!cache.Copy(id, offset, n, dst.data()).empty()) return false;
+  return dst == *Bytes(offset, n);
+}
+
+RangeCacheOptions DiskOptions(const test::TempDir& dir, uint64_t disk_bytes) {
+  RangeCacheOptions o;
+  o.memory_bytes = 1;  // keeps nothing: every hit comes from disk
+  o.disk_dir = dir.path() + "/chunks/id";
+  o.disk_bytes = disk_bytes;
+  return o;
+}
+
 TEST(RangeCacheTest, DiskTierOutlivesTheCacheAndHoldsItsCap) {
   test::TempDir dir;
-  RangeCacheOptions o;
-  o.memory_bytes = 1 << 20;
-  o.disk_dir = dir.path() + "/chunks/id";
-  o.disk_bytes = 1000;
+  RangeCacheOptions o = DiskOptions(dir, 1000);  // segments of 250 bytes
   {
     auto cache = Open(o);
     ASSERT_TRUE(cache->stats().disk);
     cache->Insert(3, 0, Bytes(0, 400), false);
     cache->Insert(3, 1000, Bytes(1000, 400), false);
-    cache->Insert(4, 0, Bytes(0, 400), false);  // over 1000: the oldest file goes
-    EXPECT_LE(cache->stats().disk_bytes, 1000u);
+    cache->Insert(4, 0, Bytes(0, 400), false);  // over 1000: the oldest segment goes
+    EXPECT_LE(cache->stats().disk_file_bytes, 1000u);
+    EXPECT_EQ(cache->stats().disk_bytes, 800u);
+    EXPECT_TRUE(Same(cache->Missing(3, 0, 400), {{0, 400}}));
   }
-  uint64_t on_disk = 0;
-  for (const auto& e : std::filesystem::directory_iterator(o.disk_dir)) {
-    if (e.path().filename().string()[0] != '.') on_disk += e.file_size();
-  }
-  EXPECT_EQ(on_disk, 800u);
-  // A new cache adopts the files: the bytes come from disk, not memory.
-  std::ofstream(o.disk_dir + "/00000009-0-100") << "short";  // size disagrees: removed
+  // Two segments (bytes and index each), 400 + 32 bytes per extent.
+  EXPECT_EQ(BytesOnDisk(o.disk_dir), 864u);
+  // A new cache adopts the extents: the bytes come from disk, not memory.
   auto cache = Open(o);
-  std::vector<uint8_t> dst(400);
-  EXPECT_TRUE(cache->Copy(4, 0, 400, dst.data()).empty());
-  for (uint64_t i = 0; i < 400; ++i) EXPECT_EQ(dst[i], static_cast<uint8_t>(i * 7));
-  EXPECT_EQ(cache->stats().disk_hit_bytes, 400u);
-  EXPECT_FALSE(std::filesystem::exists(o.disk_dir + "/00000009-0-100"));
-  // Drop forgets both tiers and removes the file.
+  EXPECT_EQ(cache->stats().disk_extents, 2u);
+  EXPECT_TRUE(CopiesRight(*cache, 4, 0, 400));
+  EXPECT_TRUE(CopiesRight(*cache, 3, 1100, 200));  // a part of an extent
+  EXPECT_EQ(cache->stats().disk_hit_bytes, 600u);
+  EXPECT_TRUE(Same(cache->Missing(3, 900, 600), {{900, 100}, {1400, 100}}));
+  // Drop forgets both tiers; the bytes stay as dead space in their segment.
   EXPECT_TRUE(cache->Drop(4, 10, 1));
   EXPECT_TRUE(Same(cache->Missing(4, 0, 400), {{0, 400}}));
   EXPECT_FALSE(cache->Drop(4, 10, 1));
+  EXPECT_EQ(cache->stats().disk_dead_bytes, 400u);
+  EXPECT_EQ(cache->stats().disk_bytes, 400u);
+}
+
+TEST(RangeCacheTest, TheOldOneFilePerExtentLayoutIsRemovedAtOpen) {
+  test::TempDir dir;
+  RangeCacheOptions o = DiskOptions(dir, 1 << 20);
+  std::filesystem::create_directories(o.disk_dir);
+  test::WriteAll(o.disk_dir + "/00000003-0-5", {1, 2, 3, 4, 5});
+  test::WriteAll(o.disk_dir + "/.tmp-12-3", {1});
+  auto cache = Open(o);
+  EXPECT_FALSE(std::filesystem::exists(o.disk_dir + "/00000003-0-5"));
+  EXPECT_FALSE(std::filesystem::exists(o.disk_dir + "/.tmp-12-3"));
+  EXPECT_TRUE(Same(cache->Missing(3, 0, 5), {{0, 5}}));
+  cache->Insert(3, 0, Bytes(0, 5), false);
+  EXPECT_TRUE(CopiesRight(*cache, 3, 0, 5));
+}
+
+TEST(RangeCacheTest, ADamagedSegmentByteIsDetectedAndTheExtentFetchedAgain) {
+  test::TempDir dir;
+  RangeCacheOptions o = DiskOptions(dir, 64 << 20);
+  {
+    auto cache = Open(o);
+    cache->Insert(7, 0, Bytes(0, 3000), false);
+    cache->Insert(7, 5000, Bytes(5000, 2000), false);
+  }
+  const std::string seg = Files(o.disk_dir, ".seg").at(0);
+  std::vector<uint8_t> bytes = test::ReadAll(seg);
+  ASSERT_EQ(bytes.size(), 5000u);
+  bytes[1234] ^= 0x10;  // in the first extent
+  test::WriteAll(seg, bytes);
+  auto cache = Open(o);
+  std::vector<uint8_t> dst(100, 0xAA);
+  // Even a read of bytes far from the damage checks the whole extent: never returned.
+  EXPECT_TRUE(Same(cache->Copy(7, 2900, 100, dst.data()), {{2900, 100}}));
+  EXPECT_EQ(cache->stats().dropped, 1u);
+  EXPECT_EQ(cache->stats().disk_hit_bytes, 0u);
+  EXPECT_TRUE(Same(cache->Missing(7, 0, 3000), {{0, 3000}}));  // forgotten: fetched again
+  EXPECT_TRUE(CopiesRight(*cache, 7, 5000, 2000));             // the other one is fine
+  cache->Insert(7, 0, Bytes(0, 3000), false);                  // the refetch
+  EXPECT_TRUE(CopiesRight(*cache, 7, 0, 3000));
+  EXPECT_EQ(cache->stats().disk_dead_bytes, 3000u);
+  cache.reset();
+  // The refetched copy (newer) wins at the next open over the damaged one.
+  cache = Open(o);
+  EXPECT_TRUE(CopiesRight(*cache, 7, 0, 3000));
+  EXPECT_EQ(cache->stats().dropped, 0u);
+}
+
+TEST(RangeCacheTest, TheDiskTierEvictsWholeSegmentsOldestFirst) {
+  test::TempDir dir;
+  RangeCacheOptions o = DiskOptions(dir, 1 << 20);  // segments of 256 KiB
+  auto cache = Open(o);
+  constexpr uint64_t kN = 100, kLen = 40 << 10;  // 4 MB into 1 MiB
+  for (uint64_t i = 0; i < kN; ++i) cache->Insert(1, i * kLen, Bytes(i * kLen, kLen), false);
+  const RangeCacheStats s = cache->stats();
+  EXPECT_LE(s.disk_file_bytes, uint64_t{1} << 20);
+  EXPECT_GT(s.disk_file_bytes, uint64_t{1} << 19);
+  EXPECT_EQ(s.disk_bytes, s.disk_extents * kLen);
+  EXPECT_LE(s.disk_segments, 5u);
+  // The memory tier (1 byte) evicts every extent too.
+  EXPECT_EQ(s.evicted_bytes, kN * kLen + (kN - s.disk_extents) * kLen);
+  // What is kept is the newest extents, in one run to the last: first in, first out.
+  const uint64_t first_kept = kN - s.disk_extents;
+  EXPECT_TRUE(Same(cache->Missing(1, 0, kN * kLen), {{0, first_kept * kLen}}));
+  EXPECT_TRUE(CopiesRight(*cache, 1, (kN - 1) * kLen, kLen));
+  EXPECT_TRUE(CopiesRight(*cache, 1, first_kept * kLen, kLen));
+  EXPECT_EQ(BytesOnDisk(o.disk_dir), s.disk_file_bytes);
+  // Reading does not keep a segment: the next ones still evict the oldest.
+  cache->Insert(2, 0, Bytes(0, 300 << 10), false);
+  EXPECT_TRUE(Same(cache->Missing(1, first_kept * kLen, kLen), {{first_kept * kLen, kLen}}));
+  EXPECT_TRUE(cache->Missing(2, 0, 300 << 10).empty());
+  // A long extent is kept as entries of at most kMaxDiskExtent bytes.
+  EXPECT_TRUE(CopiesRight(*cache, 2, 100, 200 << 10));
+}
+
+TEST(RangeCacheTest, ATornIndexTailIsIgnored) {
+  test::TempDir dir;
+  RangeCacheOptions o = DiskOptions(dir, 64 << 20);
+  {
+    auto cache = Open(o);
+    for (uint64_t i = 0; i < 3; ++i) cache->Insert(9, i * 100, Bytes(i * 100, 100), false);
+  }
+  const std::string idx = Files(o.disk_dir, ".idx").at(0);
+  std::vector<uint8_t> entries = test::ReadAll(idx);
+  ASSERT_EQ(entries.size(), 3 * SegmentStore::kEntryBytes);
+  entries.resize(entries.size() - 5);  // the third entry torn (a crash while writing it)
+  test::WriteAll(idx, entries);
+  auto cache = Open(o);
+  EXPECT_EQ(cache->stats().disk_extents, 2u);
+  EXPECT_TRUE(CopiesRight(*cache, 9, 0, 200));
+  EXPECT_TRUE(Same(cache->Missing(9, 0, 300), {{200, 100}}));
+  cache->Insert(9, 200, Bytes(200, 100), false);  // into a new segment
+  EXPECT_TRUE(CopiesRight(*cache, 9, 0, 300));
+  EXPECT_EQ(Files(o.disk_dir, ".seg").size(), 2u);
+  cache.reset();
+  cache = Open(o);
+  EXPECT_TRUE(CopiesRight(*cache, 9, 0, 300));
+}
+
+TEST(RangeCacheTest, ManySmallExtentsMakeAHandfulOfFiles) {
+  test::TempDir dir;
+  RangeCacheOptions o = DiskOptions(dir, uint64_t{1} << 30);
+  constexpr uint32_t kRecords = 100;
+  constexpr uint64_t kPerRecord = 1000, kLen = 100;  // 100k extents of 100 bytes
+  {
+    auto cache = Open(o);
+    for (uint64_t i = 0; i < kPerRecord; ++i) {
+      for (uint32_t r = 0; r < kRecords; ++r) {
+        cache->Insert(r, i * 2 * kLen, Bytes(i * 2 * kLen, kLen), false);
+      }
+    }
+    EXPECT_EQ(cache->stats().disk_extents, kRecords * kPerRecord);
+  }
+  size_t files = 0;
+  for ([[maybe_unused]] const auto& e : std::filesystem::directory_iterator(o.disk_dir)) ++files;
+  EXPECT_LE(files, 3u);  // a segment, its index and .lock
+  auto cache = Open(o);
+  EXPECT_EQ(cache->stats().disk_extents, kRecords * kPerRecord);
+  EXPECT_TRUE(CopiesRight(*cache, 42, 998 * kLen, kLen));
+  EXPECT_TRUE(Same(cache->Missing(42, 0, 4 * kLen), {{kLen, kLen}, {3 * kLen, kLen}}));
+}
+
+TEST(RangeCacheTest, SpeculativeDiskBytesCountUntilRead) {
+  test::TempDir dir;
+  RangeCacheOptions o = DiskOptions(dir, 1 << 20);
+  auto cache = Open(o);
+  EXPECT_EQ(cache->capacity(), uint64_t{1} << 20);
+  cache->Insert(1, 0, Bytes(0, 800 << 10), true);
+  EXPECT_EQ(cache->stats().unread_speculative_bytes, 800u << 10);
+  EXPECT_FALSE(cache->WantsSpeculation());
+  std::vector<uint8_t> dst(400 << 10);
+  EXPECT_TRUE(cache->Copy(1, 0, 400 << 10, dst.data()).empty());
+  EXPECT_EQ(cache->stats().unread_speculative_bytes, 400u << 10);
+  EXPECT_TRUE(cache->WantsSpeculation());
+  // One 128 KiB entry, [384, 512) KiB, of which 16 KiB were read.
+  EXPECT_TRUE(cache->Drop(1, 500 << 10, 1));
+  EXPECT_EQ(cache->stats().unread_speculative_bytes, 288u << 10);
+}
+
+TEST(RangeCacheTest, ThreadsShareTheDiskTier) {
+  test::TempDir dir;
+  RangeCacheOptions o = DiskOptions(dir, 2 << 20);  // small: segments come and go
+  auto cache = Open(o);
+  std::vector<std::thread> threads;
+  std::atomic<int> wrong{0};
+  for (uint32_t t = 0; t < 4; ++t) {
+    threads.emplace_back([&, t] {
+      for (uint64_t i = 0; i < 400; ++i) {
+        const uint64_t off = ((i * 7 + t) % 300) * 3000;
+        cache->Insert(i % 3, off, Bytes(off, 5000), i % 2 == 0);
+        std::vector<uint8_t> dst(5000);
+        auto missing = cache->Copy(i % 3, off, 5000, dst.data());
+        // What was copied is right; the rest is named missing.
+        std::vector<bool> gap(5000, false);
+        for (const Range& m : missing) {
+          for (uint64_t k = m.offset; k < m.offset + m.length; ++k) gap[k - off] = true;
+        }
+        auto want = Bytes(off, 5000);
+        for (size_t k = 0; k < 5000; ++k) {
+          if (!gap[k] && dst[k] != (*want)[k]) ++wrong;
+        }
+        if (i % 50 == 0) cache->Drop(i % 3, off, 10);
+      }
+    });
+  }
+  for (auto& th : threads) th.join();
+  EXPECT_EQ(wrong, 0);
+  const RangeCacheStats s = cache->stats();
+  EXPECT_LE(s.disk_file_bytes, uint64_t{2} << 20);
+  EXPECT_EQ(BytesOnDisk(o.disk_dir), s.disk_file_bytes);
 }
 
 TEST(RangeCacheTest, ASecondProcessOfTheFolderKeepsNoDiskTier) {

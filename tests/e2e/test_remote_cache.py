@@ -11,6 +11,7 @@ proxy, whose /__stats counts every request and byte. Needs tests/remote/install.
 import json
 import os
 import shutil
+import struct
 import sys
 import time
 import unittest
@@ -26,7 +27,7 @@ from remote_servers import FaultProxy, Nginx  # noqa: E402
 
 
 def chunk_files(cache_dir):
-    """Paths of the disk cache's extent files."""
+    """Paths of the disk cache's files (segments and their indexes)."""
     out = []
     root = os.path.join(cache_dir, "chunks")
     for dirpath, _, names in os.walk(root):
@@ -83,7 +84,11 @@ class RemoteCacheCase(LoopbackServersCase):
                 stats = json.loads(os.getxattr(m.mnt, "user.pcrfs.remote"))
                 self.assertTrue(stats["client"]["cache"]["disk"], stats)
                 self.assertGreater(stats["client"]["cache"]["disk_bytes"], 0, stats)
-            self.assertTrue(chunk_files(self.cache("warm")))
+            # Packed: segments and their indexes, fewer files than extents.
+            files = chunk_files(self.cache("warm"))
+            self.assertTrue(files)
+            self.assertEqual({os.path.splitext(p)[1] for p in files}, {".seg", ".idx"}, files)
+            self.assertLess(len(files), stats["client"]["cache"]["disk_extents"], stats)
             proxy.reset()
             with self.mount(url, "warm", "disk_cache=64M") as m:
                 # Levels 1..5 are prefixes of what level 5 fetched: no request for any record.
@@ -101,20 +106,30 @@ class RemoteCacheCase(LoopbackServersCase):
             url = proxy.url + "/store"
             with self.mount(url, "damage", "disk_cache=64M") as m:
                 self.assert_level(m.mnt, 10)
-            files = sorted(chunk_files(self.cache("damage")), key=os.path.getsize)
-            victim = files[-1]  # the largest extent: it holds pieces, not only a header
-            with open(victim, "r+b") as f:
-                f.seek(os.path.getsize(victim) // 2)
-                b = f.read(1)
-                f.seek(-1, os.SEEK_CUR)
-                f.write(bytes([b[0] ^ 0xFF]))
-            # And a record header's first bytes (the extent at offset 0 of every record).
-            heads = [p for p in files if os.path.basename(p).split("-")[1] == "0"]
+            # The extents in the segments (SEQ.seg, with SEQ.idx: 32 bytes per extent: record
+            # offset u64, segment offset u64, length u32, CRC u32, record id u32, CRC u32).
+            extents = []
+            for idx in [p for p in chunk_files(self.cache("damage")) if p.endswith(".idx")]:
+                with open(idx, "rb") as f:
+                    raw = f.read()
+                for i in range(0, len(raw) - 31, 32):
+                    start, where, length = struct.unpack_from("<QQI", raw, i)
+                    extents.append((length, start, idx[:-4] + ".seg", where))
+            self.assertTrue(extents)
+            extents.sort()
+            # The largest extent (it holds pieces, not only a header), in its middle, and a
+            # record header's first byte (the extent at offset 0 of a record).
+            length, _, seg, where = extents[-1]
+            victims = [(seg, where + length // 2)]
+            heads = [(seg, where) for length, start, seg, where in extents if start == 0]
             self.assertTrue(heads)
-            with open(heads[0], "r+b") as f:
-                b = f.read(1)
-                f.seek(0)
-                f.write(bytes([b[0] ^ 0xFF]))
+            victims.append(heads[0])
+            for seg, pos in victims:
+                with open(seg, "r+b") as f:
+                    f.seek(pos)
+                    b = f.read(1)
+                    f.seek(pos)
+                    f.write(bytes([b[0] ^ 0xFF]))
             proxy.reset()
             with self.mount(url, "damage", "disk_cache=64M") as m:
                 self.assert_level(m.mnt, 10, seed=3)  # every byte right
