@@ -29,6 +29,8 @@ class TempDir {
 
 std::vector<uint8_t> ReadAll(const std::string& path);
 void WriteAll(const std::string& path, const std::vector<uint8_t>& data);
+// The paths of the files in dir whose extension is ext (".seg"), sorted.
+std::vector<std::string> FilesWithExtension(const std::string& dir, const std::string& ext);
 
 // An in-memory file with the given contents. Reading past the end is Corruption, as for a
 // truncated file.

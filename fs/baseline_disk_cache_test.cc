@@ -32,15 +32,6 @@ std::unique_ptr<BaselineDiskCache> OpenOk(const std::string& dir, uint64_t budge
   return c ? std::move(*c) : nullptr;
 }
 
-std::vector<std::string> Files(const std::string& dir, const std::string& ext) {
-  std::vector<std::string> out;
-  for (const auto& e : std::filesystem::directory_iterator(dir)) {
-    if (e.path().extension() == ext) out.push_back(e.path().string());
-  }
-  std::sort(out.begin(), out.end());
-  return out;
-}
-
 TEST(BaselineDiskCacheTest, KeepsFilesAcrossOpens) {
   TempDir tmp;
   const std::string dir = tmp.Join("b");
@@ -57,8 +48,8 @@ TEST(BaselineDiskCacheTest, KeepsFilesAcrossOpens) {
     EXPECT_EQ(*c->Get(17), Pattern(1037, 1));
   }
   // Small files share one segment: two files on disk, not fifty.
-  EXPECT_EQ(Files(dir, ".seg").size(), 1u);
-  EXPECT_EQ(Files(dir, ".idx").size(), 1u);
+  EXPECT_EQ(test::FilesWithExtension(dir, ".seg").size(), 1u);
+  EXPECT_EQ(test::FilesWithExtension(dir, ".idx").size(), 1u);
   auto c = OpenOk(dir, 64 << 20);
   ASSERT_NE(c, nullptr);
   EXPECT_EQ(c->stats().adopted, 50u);
@@ -81,7 +72,7 @@ TEST(BaselineDiskCacheTest, DamagedBytesAreDroppedAndMadeAgain) {
     c->Put(49, Pattern(3000, 4));
   }
   // One byte of the first file's bytes flipped on disk.
-  const std::string seg = Files(dir, ".seg").at(0);
+  const std::string seg = test::FilesWithExtension(dir, ".seg").at(0);
   std::vector<uint8_t> bytes = ReadAll(seg);
   bytes[1234] ^= 0x40;
   WriteAll(seg, bytes);
@@ -110,7 +101,7 @@ TEST(BaselineDiskCacheTest, ATornOrDamagedIndexLosesOnlyItsEntries) {
     auto c = OpenOk(dir, 64 << 20);
     for (uint64_t k = 1; k <= 4; ++k) c->Put(k, Pattern(100 * k, static_cast<uint8_t>(k)));
   }
-  const std::string idx = Files(dir, ".idx").at(0);
+  const std::string idx = test::FilesWithExtension(dir, ".idx").at(0);
   std::vector<uint8_t> entries = ReadAll(idx);
   ASSERT_EQ(entries.size(), 4 * BaselineDiskCache::kEntryBytes);
   entries[BaselineDiskCache::kEntryBytes + 17] ^= 1;  // entry 2's length

@@ -93,15 +93,6 @@ TEST(RangeCacheTest, SpeculativeBytesCountUntilRead) {
   EXPECT_EQ(cache->stats().unread_speculative_bytes, 400 * kKiB);
 }
 
-std::vector<std::string> Files(const std::string& dir, const std::string& ext) {
-  std::vector<std::string> out;
-  for (const auto& e : std::filesystem::directory_iterator(dir)) {
-    if (e.path().extension() == ext) out.push_back(e.path().string());
-  }
-  std::sort(out.begin(), out.end());
-  return out;
-}
-
 uint64_t BytesOnDisk(const std::string& dir) {
   uint64_t n = 0;
   for (const auto& e : std::filesystem::directory_iterator(dir)) {
@@ -176,7 +167,7 @@ TEST(RangeCacheTest, ADamagedSegmentByteIsDetectedAndTheExtentFetchedAgain) {
     cache->Insert(7, 0, Bytes(0, 3000), false);
     cache->Insert(7, 5000, Bytes(5000, 2000), false);
   }
-  const std::string seg = Files(o.disk_dir, ".seg").at(0);
+  const std::string seg = test::FilesWithExtension(o.disk_dir, ".seg").at(0);
   std::vector<uint8_t> bytes = test::ReadAll(seg);
   ASSERT_EQ(bytes.size(), 5000u);
   bytes[1234] ^= 0x10;  // in the first extent
@@ -233,7 +224,7 @@ TEST(RangeCacheTest, ATornIndexTailIsIgnored) {
     auto cache = Open(o);
     for (uint64_t i = 0; i < 3; ++i) cache->Insert(9, i * 100, Bytes(i * 100, 100), false);
   }
-  const std::string idx = Files(o.disk_dir, ".idx").at(0);
+  const std::string idx = test::FilesWithExtension(o.disk_dir, ".idx").at(0);
   std::vector<uint8_t> entries = test::ReadAll(idx);
   ASSERT_EQ(entries.size(), 3 * SegmentStore::kEntryBytes);
   entries.resize(entries.size() - 5);  // the third entry torn (a crash while writing it)
@@ -244,7 +235,7 @@ TEST(RangeCacheTest, ATornIndexTailIsIgnored) {
   EXPECT_TRUE(Same(cache->Missing(9, 0, 300), {{200, 100}}));
   cache->Insert(9, 200, Bytes(200, 100), false);  // into a new segment
   EXPECT_TRUE(CopiesRight(*cache, 9, 0, 300));
-  EXPECT_EQ(Files(o.disk_dir, ".seg").size(), 2u);
+  EXPECT_EQ(test::FilesWithExtension(o.disk_dir, ".seg").size(), 2u);
   cache.reset();
   cache = Open(o);
   EXPECT_TRUE(CopiesRight(*cache, 9, 0, 300));
