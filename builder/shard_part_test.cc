@@ -78,7 +78,7 @@ TEST(ListingTest, RoundTripsAndRefusesDamage) {
   ASSERT_EQ(back->nodes.size(), tree->nodes.size());
   for (size_t i = 0; i < tree->nodes.size(); ++i) {
     EXPECT_EQ(back->RelPath(back->nodes[i]), tree->RelPath(tree->nodes[i]));
-    EXPECT_EQ(back->nodes[i].children, tree->nodes[i].children);
+    EXPECT_EQ(back->Children(back->nodes[i]), tree->Children(tree->nodes[i]));
     EXPECT_EQ(back->nodes[i].mtime_nsec, tree->nodes[i].mtime_nsec);
   }
   // Every truncation, and a node number out of range, is Corruption, never a crash.

@@ -417,22 +417,28 @@ Result<std::string> CompactIndexWriter::Finish(std::unique_ptr<CompactIndex>* pa
     uint64_t raw_length;
   };
   std::vector<Part> parts;
-  auto add = [&](CompactSection kind, const std::string& raw, bool compress) {
+  // The entry data (most of the index) is moved, not copied: held once before `out` and once
+  // in it, never three times.
+  auto add = [&](CompactSection kind, std::string&& raw, bool compress) {
     Part p{kind, CompactCodec::kNone, {}, raw.size()};
     if (compress) {
       Compress(raw, w.level, &p.codec, &p.stored);
     } else {
-      p.stored = raw;
+      p.stored = std::move(raw);
     }
+    raw = {};
     parts.push_back(std::move(p));
   };
-  add(CompactSection::kMeta, meta_raw, true);
-  add(CompactSection::kRecords, w.records, true);
-  add(CompactSection::kChunkDirectory, w.directory, false);
-  add(CompactSection::kEntryData, w.entry_data, false);
-  add(CompactSection::kBlockCrcs, blocks_raw, true);
+  add(CompactSection::kMeta, std::move(meta_raw), true);
+  add(CompactSection::kRecords, std::move(w.records), true);
+  add(CompactSection::kChunkDirectory, std::move(w.directory), false);
+  add(CompactSection::kEntryData, std::move(w.entry_data), false);
+  add(CompactSection::kBlockCrcs, std::move(blocks_raw), true);
 
   std::string out(kCompactHeaderSize + kCompactNumSections * kCompactSectionEntrySize, '\0');
+  size_t total = out.size();
+  for (const Part& p : parts) total += p.stored.size();
+  out.reserve(total);
   auto* table = reinterpret_cast<uint8_t*>(out.data()) + kCompactHeaderSize;
   for (size_t i = 0; i < parts.size(); ++i) {
     uint8_t* s = table + i * kCompactSectionEntrySize;
@@ -444,6 +450,7 @@ Result<std::string> CompactIndexWriter::Finish(std::unique_ptr<CompactIndex>* pa
     EncodeFixed32(s + 32,
                   crc32c::Mask(crc32c::Value(parts[i].stored.data(), parts[i].stored.size())));
     out += parts[i].stored;
+    parts[i].stored = {};
     table = reinterpret_cast<uint8_t*>(out.data()) + kCompactHeaderSize;
   }
   auto* h = reinterpret_cast<uint8_t*>(out.data());
