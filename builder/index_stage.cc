@@ -92,32 +92,32 @@ class IndexStage {
   // Inode numbers: breadth-first, so the children of every directory are consecutive and in
   // name order (readdir walks an inode range). Files that could not be stored get none.
   struct InodeLayout {
-    static constexpr uint32_t kDirectory = UINT32_MAX;
-    std::vector<uint32_t> file_pos;     // position in tree_.files by node, kDirectory for folders
-    std::vector<uint32_t> order;        // node index by inode - 1
-    std::vector<uint32_t> ino;          // inode by node index (0: not stored)
-    std::vector<uint32_t> first_child;  // of each directory, by node index
+    // By node index: a file's position in tree_.files, a directory's first child's inode.
+    std::vector<uint32_t> file_pos_or_first_child;
+    std::vector<uint32_t> order;  // node index by inode - 1
+    std::vector<uint32_t> ino;    // inode by node index (0: not stored)
+    uint32_t file_pos(uint32_t node) const { return file_pos_or_first_child[node]; }
+    uint32_t first_child(uint32_t node) const { return file_pos_or_first_child[node]; }
   };
 
   bool Included(const InodeLayout& layout, uint32_t node) const {
-    return tree_.nodes[node].is_dir || placement_.at(layout.file_pos[node]).stored;
+    return tree_.nodes[node].is_dir || placement_.at(layout.file_pos(node)).stored;
   }
 
-  // 16 bytes per node (inodes fit 32 bits: there is one per node at most).
+  // 12 bytes per node (inodes fit 32 bits: there is one per node at most).
   InodeLayout AssignInodes() const {
     InodeLayout l;
-    l.file_pos.assign(tree_.nodes.size(), InodeLayout::kDirectory);
+    l.file_pos_or_first_child.assign(tree_.nodes.size(), 0);
     for (size_t i = 0; i < tree_.files.size(); ++i)
-      l.file_pos[tree_.files[i]] = static_cast<uint32_t>(i);
+      l.file_pos_or_first_child[tree_.files[i]] = static_cast<uint32_t>(i);
     l.order.reserve(tree_.nodes.size());
     l.order.push_back(0);
     l.ino.assign(tree_.nodes.size(), 0);
     l.ino[0] = index::kRootIno;
-    l.first_child.assign(tree_.nodes.size(), 0);
     for (size_t q = 0; q < l.order.size(); ++q) {
       const uint32_t dir = l.order[q];
       if (!tree_.nodes[dir].is_dir) continue;
-      l.first_child[dir] = static_cast<uint32_t>(l.order.size() + 1);
+      l.file_pos_or_first_child[dir] = static_cast<uint32_t>(l.order.size() + 1);
       for (uint32_t c : tree_.Children(tree_.nodes[dir])) {
         if (!Included(l, c)) continue;
         l.ino[c] = static_cast<uint32_t>(l.order.size() + 1);
@@ -139,7 +139,7 @@ class IndexStage {
     e.mtime_nsec = n.mtime_nsec;
     if (n.is_dir) {
       e.kind = index::EntryKind::kDirectory;
-      e.first_child = l.first_child[node_index];
+      e.first_child = l.first_child(node_index);
       for (uint32_t c : tree_.Children(n)) {
         if (!Included(l, c)) continue;
         ++e.num_children;
@@ -147,7 +147,7 @@ class IndexStage {
       }
       ++m->num_directories;
     } else {
-      const Placement::Location loc = placement_.at(l.file_pos[node_index]);
+      const Placement::Location loc = placement_.at(l.file_pos(node_index));
       e.kind = loc.kind;
       e.passthrough_reason = loc.reason;
       e.source_size = n.size;
@@ -179,7 +179,7 @@ class IndexStage {
       const index::Entry e = EntryOf(layout, node_index, m);
       PCRFS_RETURN_IF_ERROR(writer->AddEntry(e));
       if (tree_.nodes[node_index].is_dir) continue;
-      const auto* blocks = placement_.BlockCrcs(layout.file_pos[node_index]);
+      const auto* blocks = placement_.BlockCrcs(layout.file_pos(node_index));
       if (blocks == nullptr) continue;
       for (const index::PieceBlockCrcs& b : *blocks) {
         PCRFS_RETURN_IF_ERROR(writer->AddBlockCrcs(e.ino, b.group, b.masked));
