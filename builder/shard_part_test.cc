@@ -90,6 +90,21 @@ TEST(ListingTest, RoundTripsAndRefusesDamage) {
   std::string bad = bytes;
   bad[8] = '\x7f';  // the node count: more nodes than bytes
   EXPECT_FALSE(DecodeListing(bad).has_value());
+  // A name longer than 255 bytes (a node's name is its length and 255 bytes at most).
+  SourceTree one;
+  one.nodes.emplace_back();
+  one.nodes[0].is_dir = true;
+  one.AddChild(0, std::string(200, 'n'), false);
+  one.files.push_back(1);
+  std::string named = EncodeListing(one);
+  const std::string old_name = std::string("\xc8\x01", 2) + std::string(200, 'n');
+  const size_t at = named.find(old_name);
+  ASSERT_NE(at, std::string::npos);
+  named.replace(at, old_name.size(), std::string("\x90\x02", 2) + std::string(272, 'n'));
+  auto refused = DecodeListing(named);
+  ASSERT_FALSE(refused.has_value());
+  EXPECT_NE(refused.error().message().find("longer than 255"), std::string::npos)
+      << refused.error().message();
 }
 
 TEST(ShardPartTest, JsonRoundTripsAndChecksItself) {
