@@ -310,6 +310,7 @@ struct CompactIndexWriter::Impl {
     e[20] = static_cast<uint8_t>(codec);
     directory.append(reinterpret_cast<const char*>(e), sizeof(e));
     entry_data_size += stored.size();
+    stored.shrink_to_fit();  // Compress leaves it at ZSTD_compressBound: the raw size, ~3-15x
     entry_chunks.push_back(std::move(stored));
     chunk.clear();
     chunk_entries = 0;
