@@ -192,7 +192,7 @@ struct ArchiveSource::Impl {
     auto [b, e] = names.equal_range(Key(parent, name));
     for (auto it = b; it != e; ++it) {
       const SourceNode& n = tree->nodes[it->second];
-      if (n.parent == parent && n.name == name) return it->second;
+      if (n.parent == parent && tree->Name(n) == name) return it->second;
     }
     return -1;
   }
@@ -371,7 +371,7 @@ struct ArchiveSource::Impl {
     Descend(a, node, depth, &not_archive);
     if (!not_archive) return kNested;
     if (made) {  // nothing was added under it: take it back
-      tree->nodes[parent].children.pop_back();
+      tree->MutableChildren(parent).pop_back();
       tree->nodes.pop_back();
       implied.pop_back();
       auto [b, en] = names.equal_range(Key(parent, folder));
@@ -415,7 +415,7 @@ struct ArchiveSource::Impl {
 
   static void SetAttributes(archive_entry* e, SourceNode* n) {
     const uint32_t perm = archive_entry_perm(e) & 07777;
-    if (perm != 0) n->mode = perm;
+    if (perm != 0) n->mode = static_cast<uint16_t>(perm);
     if (archive_entry_mtime_is_set(e)) {
       n->mtime_sec = archive_entry_mtime(e);
       n->mtime_nsec =
@@ -496,7 +496,7 @@ Result<std::unique_ptr<ArchiveSource>> ArchiveSource::Open(const std::string& pa
   SourceNode root;
   root.is_dir = true;
   root.mode = 0755;
-  tree.nodes.push_back(std::move(root));
+  tree.nodes.push_back(root);
   m.implied.push_back(true);
   m.tree = &tree;
   m.progress = &progress;
@@ -527,10 +527,7 @@ Result<std::unique_ptr<ArchiveSource>> ArchiveSource::Open(const std::string& pa
       p.mtime_nsec = n.mtime_nsec;
     }
   }
-  for (SourceNode& n : tree.nodes) {
-    std::sort(n.children.begin(), n.children.end(),
-              [&](uint32_t x, uint32_t y) { return tree.nodes[x].name < tree.nodes[y].name; });
-  }
+  tree.SortChildren();
   m.names = {};
   m.implied = {};
   m.tree = nullptr;

@@ -81,7 +81,7 @@ TEST(ArchiveSourceTest, NestedTreeInMemberOrderAndBytesInTurn) {
   EXPECT_EQ(files, (std::vector<std::string>{"b/one.txt", "cls/z.txt", "cls/a.txt", "a.txt"}));
   // Folders are name-sorted.
   std::vector<std::string> root;
-  for (uint32_t c : t.nodes[0].children) root.push_back(t.nodes[c].name);
+  for (uint32_t c : t.Children(t.nodes[0])) root.emplace_back(t.Name(t.nodes[c]));
   EXPECT_EQ(root, (std::vector<std::string>{"a.txt", "b", "cls"}));
   EXPECT_EQ(t.nodes[t.files[3]].mode, 0640u);
   EXPECT_EQ(t.nodes[t.files[3]].mtime_sec, 1700000000);

@@ -17,7 +17,7 @@ std::vector<uint8_t> Bytes(const std::string& s) { return {s.begin(), s.end()}; 
 // The node of the file named `name` directly under the root.
 uint32_t FileNode(const SourceTree& tree, const std::string& name) {
   for (uint32_t f : tree.files) {
-    if (tree.nodes[f].name == name) return f;
+    if (tree.Name(tree.nodes[f]) == name) return f;
   }
   ADD_FAILURE() << "no file " << name;
   return 0;

@@ -76,9 +76,10 @@ class StoreDraft {
   std::string dir_;
 };
 
-// Placement: where each file of the listing is stored, by position in SourceTree::files. Its
-// 10 piece references are kept varint-encoded in an arena (~90 bytes instead of 240), since the
-// builder holds one per file until the index is written: 150 MB less at a million files.
+// Placement: where each file of the listing is stored, by position in SourceTree::files: file
+// i is slot i % per of record i / per (per: images per record). What the index needs of it, its
+// kind, passthrough reason and 10 piece lengths (varints), is kept in an arena, ~20 bytes, and
+// 8 bytes more for its place there: the builder holds one per file until the index is written.
 class Placement {
  public:
   struct Location {
@@ -87,36 +88,42 @@ class Placement {
     index::PassthroughReason reason = index::PassthroughReason::kNone;
     uint32_t record = 0;
     uint32_t slot = 0;
-    uint64_t pieces_at = 0;  // offset in arena_
+    index::PieceRefs pieces;  // lengths only (the index omits offsets and CRCs)
   };
 
-  explicit Placement(size_t files) : locations_(files) {}
+  Placement(size_t files, uint32_t images_per_record)
+      : at_(files, kNotPlaced), per_(images_per_record) {}
 
-  // Records where the files of `layout` (the files from position `begin` on) are stored, in
-  // record `record` at `record_path`, and the block CRCs of their large pieces: `blocks` from
-  // the writer, or (blocks null: a record kept by --resume or copied by a merge) computed by
-  // reading those pieces again.
+  // Records where the files of `layout` (the files from position `begin` = record * per on)
+  // are stored, in record `record` at `record_path`, and the block CRCs of their large pieces:
+  // `blocks` from the writer, or (blocks null: a record kept by --resume or copied by a merge)
+  // computed by reading those pieces again.
   Status Place(uint32_t record, const index::RecordLayout& layout, size_t begin,
                const std::vector<index::PieceBlockCrcs>* blocks, const std::string& record_path);
 
-  const Location& at(size_t file) const { return locations_[file]; }
-  index::PieceRefs PiecesOf(const Location& loc) const;
+  // File `file`'s place (not stored if it was never placed).
+  Location at(size_t file) const;
   // The block CRCs of file `file`'s pieces longer than a checksum block; null if none.
   const std::vector<index::PieceBlockCrcs>* BlockCrcs(size_t file) const;
+  // Frees everything (once the index has it).
+  void Clear();
 
  private:
-  std::vector<Location> locations_;
-  std::string arena_;
+  static constexpr uint64_t kNotPlaced = UINT64_MAX;
+  std::vector<uint64_t> at_;  // by file: its item in arena_
+  uint32_t per_;
+  ByteArena arena_;
   std::unordered_map<size_t, std::vector<index::PieceBlockCrcs>> block_crcs_;
 };
 
 // Index: writes index.pcri and manifest.json into the draft from the listing, the placement
 // and the finished record files; then, if the options ask for a quality sample and the store
 // has JPEGs, measures it on the draft (on `threads` threads) and writes the manifest again
-// with it. *m: the manifest written.
-Status WriteIndexAndManifest(const StoreDraft& draft, const SourceTree& tree,
-                             const Placement& placement, uint32_t num_records,
-                             const BuildOptions& options, unsigned threads,
+// with it. *m: the manifest written. Once every entry is in the index writer, the placement
+// is cleared and the tree's nodes released (SourceTree::ReleaseNodes): they are not held
+// through the index's final check and the quality sample.
+Status WriteIndexAndManifest(const StoreDraft& draft, SourceTree* tree, Placement* placement,
+                             uint32_t num_records, const BuildOptions& options, unsigned threads,
                              const ProgressFn& progress, index::Manifest* m);
 
 // Records (a build): sets report->num_records, record_begin, record_end (a shard's range, else

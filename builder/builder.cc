@@ -94,7 +94,7 @@ class StoreBuilder {
       state.insert(state.size() - 1, " shard=" + std::to_string(config_.shard.index) + "/" +
                                          std::to_string(config_.shard.count));
     }
-    Placement placement(tree.files.size());
+    Placement placement(tree.files.size(), config_.images_per_record);
     std::vector<ChangedFile> changed;
     Status s = draft_.Prepare(state, config_.resume);
     if (s.ok()) {
@@ -105,7 +105,7 @@ class StoreBuilder {
       s = WritePart(draft_, config_, options_, tree, listing_bytes, report_.num_records, report_,
                     changed);
     } else if (s.ok()) {
-      s = WriteIndexAndManifest(draft_, tree, placement, report_.num_records, options_, threads_,
+      s = WriteIndexAndManifest(draft_, &tree, &placement, report_.num_records, options_, threads_,
                                 config_.progress, &report_.manifest);
       if (s.ok()) s = draft_.WriteProvenance(ProvenanceOf(started_ms), tree, report_);
     }

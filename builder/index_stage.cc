@@ -1,5 +1,7 @@
 // The placement and index stages (build_stages.h): where each file is stored, then index.pcri
 // and manifest.json from the listing and the placement.
+#include <malloc.h>
+
 #include <memory>
 
 #include "builder/build_stages.h"
@@ -15,21 +17,17 @@ namespace pcrfs::tools {
 Status Placement::Place(uint32_t record, const index::RecordLayout& layout, size_t begin,
                         const std::vector<index::PieceBlockCrcs>* blocks,
                         const std::string& record_path) {
+  std::string item;
   for (size_t s = 0; s < layout.images.size(); ++s) {
     const index::RecordImage& img = layout.images[s];
-    Location& loc = locations_[begin + s];
-    loc.record = record;
-    loc.slot = static_cast<uint32_t>(s);
-    loc.kind = img.kind;
-    loc.reason = img.passthrough_reason;
-    loc.pieces_at = arena_.size();
-    for (const index::PieceRef& p : img.pieces) {
-      PutVarint64(&arena_, p.offset);
-      PutVarint64(&arena_, p.length);
-      PutFixed32(&arena_, p.masked_crc);
-    }
-    loc.stored = img.passthrough_reason != index::PassthroughReason::kUnreadable;
+    // Only the lengths: the index omits the pieces' offsets and CRCs (the record has them).
+    item.clear();
+    item.push_back(static_cast<char>(img.kind));
+    item.push_back(static_cast<char>(img.passthrough_reason));
+    for (const index::PieceRef& p : img.pieces) PutVarint64(&item, p.length);
+    at_[begin + s] = arena_.Append(item);
   }
+  (void)record;  // record * per_ == begin: the place follows from the position
   if (blocks != nullptr) {
     for (const index::PieceBlockCrcs& b : *blocks) block_crcs_[begin + b.slot].push_back(b);
     return Status::OK();
@@ -52,14 +50,26 @@ Status Placement::Place(uint32_t record, const index::RecordLayout& layout, size
   return Status::OK();
 }
 
-index::PieceRefs Placement::PiecesOf(const Location& loc) const {
-  index::PieceRefs pieces;
-  Decoder d(std::string_view(arena_).substr(loc.pieces_at));
-  for (index::PieceRef& p : pieces) {
-    // Written by Place() above; cannot fail.
-    (void)(d.GetVarint64(&p.offset) && d.GetVarint64(&p.length) && d.GetFixed32(&p.masked_crc));
-  }
-  return pieces;
+Placement::Location Placement::at(size_t file) const {
+  Location loc;
+  if (at_[file] == kNotPlaced) return loc;
+  loc.record = static_cast<uint32_t>(file / per_);
+  loc.slot = static_cast<uint32_t>(file % per_);
+  Decoder d(arena_.From(at_[file]));
+  uint8_t kind = 0, reason = 0;
+  // Written by Place() above; cannot fail.
+  (void)(d.GetByte(&kind) && d.GetByte(&reason));
+  for (index::PieceRef& p : loc.pieces) (void)d.GetVarint64(&p.length);
+  loc.kind = static_cast<index::EntryKind>(kind);
+  loc.reason = static_cast<index::PassthroughReason>(reason);
+  loc.stored = loc.reason != index::PassthroughReason::kUnreadable;
+  return loc;
+}
+
+void Placement::Clear() {
+  at_ = {};
+  arena_.Clear();
+  block_crcs_ = {};
 }
 
 const std::vector<index::PieceBlockCrcs>* Placement::BlockCrcs(size_t file) const {
@@ -71,12 +81,11 @@ namespace {
 
 class IndexStage {
  public:
-  IndexStage(const StoreDraft& draft, const SourceTree& tree, const Placement& placement,
-             uint32_t num_records, const BuildOptions& options, unsigned threads,
-             const ProgressFn& progress)
+  IndexStage(const StoreDraft& draft, SourceTree* tree, Placement* placement, uint32_t num_records,
+             const BuildOptions& options, unsigned threads, const ProgressFn& progress)
       : draft_(draft),
-        tree_(tree),
-        placement_(placement),
+        tree_(*tree),
+        placement_(*placement),
         num_records_(num_records),
         options_(options),
         threads_(threads),
@@ -85,33 +94,35 @@ class IndexStage {
   // Inode numbers: breadth-first, so the children of every directory are consecutive and in
   // name order (readdir walks an inode range). Files that could not be stored get none.
   struct InodeLayout {
-    std::vector<int64_t> file_pos;      // position in tree_.files by node, -1 for directories
-    std::vector<uint32_t> order;        // node index by inode - 1
-    std::vector<uint64_t> ino;          // inode by node index (0: not stored)
-    std::vector<uint64_t> first_child;  // of each directory, by node index
+    // By node index: a file's position in tree_.files, a directory's first child's inode.
+    std::vector<uint32_t> file_pos_or_first_child;
+    std::vector<uint32_t> order;  // node index by inode - 1
+    std::vector<uint32_t> ino;    // inode by node index (0: not stored)
+    uint32_t file_pos(uint32_t node) const { return file_pos_or_first_child[node]; }
+    uint32_t first_child(uint32_t node) const { return file_pos_or_first_child[node]; }
   };
 
   bool Included(const InodeLayout& layout, uint32_t node) const {
-    return tree_.nodes[node].is_dir ||
-           placement_.at(static_cast<size_t>(layout.file_pos[node])).stored;
+    return tree_.nodes[node].is_dir || placement_.at(layout.file_pos(node)).stored;
   }
 
+  // 12 bytes per node (inodes fit 32 bits: there is one per node at most).
   InodeLayout AssignInodes() const {
     InodeLayout l;
-    l.file_pos.assign(tree_.nodes.size(), -1);
+    l.file_pos_or_first_child.assign(tree_.nodes.size(), 0);
     for (size_t i = 0; i < tree_.files.size(); ++i)
-      l.file_pos[tree_.files[i]] = static_cast<int64_t>(i);
-    l.order = {0};
+      l.file_pos_or_first_child[tree_.files[i]] = static_cast<uint32_t>(i);
+    l.order.reserve(tree_.nodes.size());
+    l.order.push_back(0);
     l.ino.assign(tree_.nodes.size(), 0);
     l.ino[0] = index::kRootIno;
-    l.first_child.assign(tree_.nodes.size(), 0);
     for (size_t q = 0; q < l.order.size(); ++q) {
       const uint32_t dir = l.order[q];
       if (!tree_.nodes[dir].is_dir) continue;
-      l.first_child[dir] = l.order.size() + 1;
-      for (uint32_t c : tree_.nodes[dir].children) {
+      l.file_pos_or_first_child[dir] = static_cast<uint32_t>(l.order.size() + 1);
+      for (uint32_t c : tree_.Children(tree_.nodes[dir])) {
         if (!Included(l, c)) continue;
-        l.ino[c] = l.order.size() + 1;
+        l.ino[c] = static_cast<uint32_t>(l.order.size() + 1);
         l.order.push_back(c);
       }
     }
@@ -124,27 +135,27 @@ class IndexStage {
     index::Entry e;
     e.ino = l.ino[node_index];
     e.parent = l.ino[n.parent];
-    e.name = n.name;
+    e.name = tree_.Name(n);
     e.mode = n.mode;
     e.mtime_sec = n.mtime_sec;
     e.mtime_nsec = n.mtime_nsec;
     if (n.is_dir) {
       e.kind = index::EntryKind::kDirectory;
-      e.first_child = l.first_child[node_index];
-      for (uint32_t c : n.children) {
+      e.first_child = l.first_child(node_index);
+      for (uint32_t c : tree_.Children(n)) {
         if (!Included(l, c)) continue;
         ++e.num_children;
         if (tree_.nodes[c].is_dir) ++e.num_subdirs;
       }
       ++m->num_directories;
     } else {
-      const Placement::Location& loc = placement_.at(static_cast<size_t>(l.file_pos[node_index]));
+      const Placement::Location loc = placement_.at(l.file_pos(node_index));
       e.kind = loc.kind;
       e.passthrough_reason = loc.reason;
       e.source_size = n.size;
       e.record = loc.record;
       e.slot = loc.slot;
-      e.pieces = placement_.PiecesOf(loc);
+      e.pieces = loc.pieces;
       m->source_bytes += n.size;
       if (loc.kind == index::EntryKind::kJpeg) {
         ++m->num_jpeg;
@@ -170,7 +181,7 @@ class IndexStage {
       const index::Entry e = EntryOf(layout, node_index, m);
       PCRFS_RETURN_IF_ERROR(writer->AddEntry(e));
       if (tree_.nodes[node_index].is_dir) continue;
-      const auto* blocks = placement_.BlockCrcs(static_cast<size_t>(layout.file_pos[node_index]));
+      const auto* blocks = placement_.BlockCrcs(layout.file_pos(node_index));
       if (blocks == nullptr) continue;
       for (const index::PieceBlockCrcs& b : *blocks) {
         PCRFS_RETURN_IF_ERROR(writer->AddBlockCrcs(e.ino, b.group, b.masked));
@@ -226,6 +237,13 @@ class IndexStage {
     m.num_records = num_records_;
 
     PCRFS_RETURN_IF_ERROR(AddEntries(writer.get(), &m));
+    // All in the writer now: not held through Finish's check and the quality sample.
+    placement_.Clear();
+    tree_.ReleaseNodes();
+    // Their many small blocks sit inside the heap, below what malloc returns by itself: give
+    // those pages back now, or they stay resident under the check's decompressed entries and
+    // the quality sample (1.28M files: ~100 MB).
+    malloc_trim(0);
     PCRFS_RETURN_IF_ERROR(AddRecords(writer.get()));
     PCRFS_RETURN_IF_ERROR(
         writer->PutMeta("format_version", std::to_string(index::kStoreFormatVersion)));
@@ -247,8 +265,8 @@ class IndexStage {
 
  private:
   const StoreDraft& draft_;
-  const SourceTree& tree_;
-  const Placement& placement_;
+  SourceTree& tree_;
+  Placement& placement_;
   const uint32_t num_records_;
   const BuildOptions& options_;
   const unsigned threads_;
@@ -257,9 +275,8 @@ class IndexStage {
 
 }  // namespace
 
-Status WriteIndexAndManifest(const StoreDraft& draft, const SourceTree& tree,
-                             const Placement& placement, uint32_t num_records,
-                             const BuildOptions& options, unsigned threads,
+Status WriteIndexAndManifest(const StoreDraft& draft, SourceTree* tree, Placement* placement,
+                             uint32_t num_records, const BuildOptions& options, unsigned threads,
                              const ProgressFn& progress, index::Manifest* m) {
   return IndexStage(draft, tree, placement, num_records, options, threads, progress).Write(m);
 }

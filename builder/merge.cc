@@ -87,7 +87,7 @@ class Merger {
       report_.problems.push_back({p.rel_path, p.reason, ""});
     }
     report_.files_total = tree_.files.size();
-    placement_ = std::make_unique<Placement>(tree_.files.size());
+    placement_ = std::make_unique<Placement>(tree_.files.size(), config_.images_per_record);
     num_records_ = parts[0].num_records;
     const size_t per = config_.images_per_record;
     if (tree_.files.size() != parts[0].num_files ||
@@ -105,8 +105,8 @@ class Merger {
     for (size_t p = 0; p < parts.size(); ++p) {
       if (Status s = MergePart(dirs[p], parts[p]); !s.ok()) return Err(std::move(s));
     }
-    Status s = WriteIndexAndManifest(draft_, tree_, *placement_, num_records_, options_, threads_,
-                                     config_.progress, &report_.manifest);
+    Status s = WriteIndexAndManifest(draft_, &tree_, placement_.get(), num_records_, options_,
+                                     threads_, config_.progress, &report_.manifest);
     if (s.ok()) s = draft_.WriteProvenance(ProvenanceOf(started_ms, parts.size()), tree_, report_);
     if (s.ok()) s = draft_.Publish();
     if (!s.ok()) return Err(std::move(s));

@@ -45,7 +45,7 @@ class TreeBuilder {
     SourceNode root;
     root.is_dir = true;
     root.mode = 0755;
-    tree_->nodes.push_back(std::move(root));
+    tree_->nodes.push_back(root);
   }
 
   // An object, or with a trailing '/' a folder marker (the folder, perhaps empty, whose mtime
@@ -113,17 +113,13 @@ class TreeBuilder {
         p.mtime_nsec = n.mtime_nsec;
       }
     }
-    for (SourceNode& n : tree_->nodes) {
-      std::sort(n.children.begin(), n.children.end(), [&](uint32_t a, uint32_t b) {
-        return tree_->nodes[a].name < tree_->nodes[b].name;
-      });
-    }
+    tree_->SortChildren();
     // Files in depth-first order over sorted names, as WalkSource lists a folder.
     std::vector<uint32_t> stack{0};
     while (!stack.empty()) {
       const uint32_t d = stack.back();
       stack.pop_back();
-      const auto& kids = tree_->nodes[d].children;
+      const auto& kids = tree_->Children(tree_->nodes[d]);
       // Children are visited in order: files and folders interleaved by name, so push in
       // reverse and handle files when popped.
       for (auto it = kids.rbegin(); it != kids.rend(); ++it) stack.push_back(*it);

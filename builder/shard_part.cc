@@ -102,15 +102,16 @@ std::string EncodeListing(const SourceTree& tree) {
   std::string out(kListingMagic);  // no root path: the same source may sit elsewhere
   PutVarint64(&out, tree.nodes.size());
   for (const SourceNode& n : tree.nodes) {
-    PutLengthPrefixed(&out, n.name);
+    PutLengthPrefixed(&out, tree.Name(n));
     PutVarint64(&out, n.parent);
     out.push_back(n.is_dir ? 1 : 0);
     PutVarint64(&out, n.mode);
     PutFixed64(&out, static_cast<uint64_t>(n.mtime_sec));
     PutVarint64(&out, n.mtime_nsec);
     PutVarint64(&out, n.size);
-    PutVarint64(&out, n.children.size());
-    for (uint32_t c : n.children) PutVarint64(&out, c);
+    const std::vector<uint32_t>& children = tree.Children(n);
+    PutVarint64(&out, children.size());
+    for (uint32_t c : children) PutVarint64(&out, c);
   }
   PutVarint64(&out, tree.files.size());
   for (uint32_t f : tree.files) PutVarint64(&out, f);
@@ -137,18 +138,24 @@ Result<SourceTree> DecodeListing(std::string_view bytes) {
   tree.nodes.resize(count);
   for (SourceNode& n : tree.nodes) {
     uint8_t is_dir = 0;
+    uint32_t mode = 0;
     uint64_t mtime = 0, children = 0;
     if (!d.GetLengthPrefixed(&sv) || !d.GetVarint32(&n.parent) || !d.GetByte(&is_dir) ||
-        !d.GetVarint32(&n.mode) || !d.GetFixed64(&mtime) || !d.GetVarint32(&n.mtime_nsec) ||
+        !d.GetVarint32(&mode) || !d.GetFixed64(&mtime) || !d.GetVarint32(&n.mtime_nsec) ||
         !d.GetVarint64(&n.size) || !d.GetVarint64(&children) || children > d.remaining()) {
       return bad("truncated node");
     }
-    n.name = std::string(sv);
+    if (sv.size() > 255) return bad("name longer than 255 bytes");
+    if (mode > 07777) return bad("mode out of range");
+    tree.SetName(&n, sv);
+    n.mode = static_cast<uint16_t>(mode);
     n.is_dir = is_dir != 0;
     n.mtime_sec = static_cast<int64_t>(mtime);
     if (n.parent >= count) return bad("node parent out of range");
-    n.children.resize(children);
-    for (uint32_t& c : n.children) {
+    if (children == 0) continue;
+    n.children = static_cast<uint32_t>(tree.child_lists.size());
+    std::vector<uint32_t>& kids = tree.child_lists.emplace_back(children);
+    for (uint32_t& c : kids) {
       if (!d.GetVarint32(&c) || c == 0 || c >= count) return bad("child out of range");
     }
   }

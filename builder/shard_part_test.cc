@@ -78,7 +78,7 @@ TEST(ListingTest, RoundTripsAndRefusesDamage) {
   ASSERT_EQ(back->nodes.size(), tree->nodes.size());
   for (size_t i = 0; i < tree->nodes.size(); ++i) {
     EXPECT_EQ(back->RelPath(back->nodes[i]), tree->RelPath(tree->nodes[i]));
-    EXPECT_EQ(back->nodes[i].children, tree->nodes[i].children);
+    EXPECT_EQ(back->Children(back->nodes[i]), tree->Children(tree->nodes[i]));
     EXPECT_EQ(back->nodes[i].mtime_nsec, tree->nodes[i].mtime_nsec);
   }
   // Every truncation, and a node number out of range, is Corruption, never a crash.
@@ -90,6 +90,21 @@ TEST(ListingTest, RoundTripsAndRefusesDamage) {
   std::string bad = bytes;
   bad[8] = '\x7f';  // the node count: more nodes than bytes
   EXPECT_FALSE(DecodeListing(bad).has_value());
+  // A name longer than 255 bytes (a node's name is its length and 255 bytes at most).
+  SourceTree one;
+  one.nodes.emplace_back();
+  one.nodes[0].is_dir = true;
+  one.AddChild(0, std::string(200, 'n'), false);
+  one.files.push_back(1);
+  std::string named = EncodeListing(one);
+  const std::string old_name = std::string("\xc8\x01", 2) + std::string(200, 'n');
+  const size_t at = named.find(old_name);
+  ASSERT_NE(at, std::string::npos);
+  named.replace(at, old_name.size(), std::string("\x90\x02", 2) + std::string(272, 'n'));
+  auto refused = DecodeListing(named);
+  ASSERT_FALSE(refused.has_value());
+  EXPECT_NE(refused.error().message().find("longer than 255"), std::string::npos)
+      << refused.error().message();
 }
 
 TEST(ShardPartTest, JsonRoundTripsAndChecksItself) {

@@ -78,11 +78,11 @@ class Walker {
       }
       const auto child = static_cast<uint32_t>(tree_->nodes.size());
       SourceNode node;
-      node.name = name;
+      tree_->SetName(&node, name);
       node.parent = dir_index;
       Fill(&node, st);
-      tree_->nodes.push_back(std::move(node));
-      tree_->nodes[dir_index].children.push_back(child);
+      tree_->nodes.push_back(node);
+      tree_->MutableChildren(dir_index).push_back(child);
 
       if (S_ISREG(st.st_mode)) {
         tree_->files.push_back(child);
@@ -94,7 +94,7 @@ class Walker {
       if (std::find(ancestors->begin(), ancestors->end(), id) != ancestors->end()) {
         // A symlink back to an ancestor: following it would never end.
         tree_->problems.push_back({rel, "symlink loop (links to its own ancestor)"});
-        tree_->nodes[dir_index].children.pop_back();
+        tree_->MutableChildren(dir_index).pop_back();
         tree_->nodes.pop_back();
         continue;
       }
@@ -112,7 +112,7 @@ class Walker {
 
   static void Fill(SourceNode* node, const struct stat& st) {
     node->is_dir = S_ISDIR(st.st_mode);
-    node->mode = st.st_mode & 07777;
+    node->mode = static_cast<uint16_t>(st.st_mode & 07777);
     node->mtime_sec = st.st_mtim.tv_sec;
     node->mtime_nsec = static_cast<uint32_t>(st.st_mtim.tv_nsec);
     node->size = node->is_dir ? 0 : static_cast<uint64_t>(st.st_size);
@@ -135,13 +135,13 @@ class Walker {
 }  // namespace
 
 Result<UniqueFd> SourceTree::OpenFile(uint32_t node) const {
-  std::vector<const std::string*> names;  // from the root down
-  for (uint32_t i = node; i != 0; i = nodes[i].parent) names.push_back(&nodes[i].name);
+  std::vector<std::string_view> names;  // from the root down
+  for (uint32_t i = node; i != 0; i = nodes[i].parent) names.push_back(Name(nodes[i]));
   std::reverse(names.begin(), names.end());
   UniqueFd dir;  // none yet: the first step starts at the root's own path
   std::string step = root;
-  for (const std::string* name : names) {
-    if (step.size() + 1 + name->size() >= PATH_MAX) {
+  for (std::string_view name : names) {
+    if (step.size() + 1 + name.size() >= PATH_MAX) {
       const int fd = ::openat(dir.valid() ? dir.get() : AT_FDCWD, step.c_str(),
                               O_PATH | O_DIRECTORY | O_CLOEXEC);
       if (fd < 0) return Err(Status::FromErrno(AbsPath(nodes[node]), errno));
@@ -149,7 +149,7 @@ Result<UniqueFd> SourceTree::OpenFile(uint32_t node) const {
       step.clear();
     }
     if (!step.empty() && step.back() != '/') step += '/';
-    step += *name;
+    step += name;
   }
   const int fd = ::openat(dir.valid() ? dir.get() : AT_FDCWD, step.c_str(), O_RDONLY | O_CLOEXEC);
   if (fd < 0) return Err(Status::FromErrno(AbsPath(nodes[node]), errno));
@@ -167,7 +167,7 @@ Result<SourceTree> WalkSource(const std::string& root, const ListingProgress& pr
   if (fd < 0) return Err(Status::FromErrno(root, errno));
   SourceNode node;
   Walker::Fill(&node, st);
-  tree.nodes.push_back(std::move(node));
+  tree.nodes.push_back(node);
   std::vector<DirId> ancestors{{st.st_dev, st.st_ino}};
   Walker walker(&tree, progress);
   walker.WalkDir(0, fd, &ancestors);

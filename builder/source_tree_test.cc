@@ -7,6 +7,8 @@
 
 #include <climits>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "common/file_util.h"
 #include "common/test_support.h"
@@ -44,6 +46,50 @@ std::string ReadFd(const UniqueFd& fd) {
   auto bytes = ReadWholeFd(fd.get(), 1 << 20, "test");
   EXPECT_TRUE(bytes.has_value());
   return bytes ? std::string(bytes->begin(), bytes->end()) : "";
+}
+
+// The arena hands back every item whole from its position alone, across many blocks, with items
+// of every size up to kMaxItem (none straddles two blocks).
+TEST(ByteArena, ItemsReadBackWholeAcrossBlocks) {
+  ByteArena arena;
+  std::vector<std::pair<uint64_t, std::string>> items;
+  uint64_t total = 0;
+  for (size_t i = 0; total < (uint64_t{5} << 20); ++i) {
+    std::string item((i * 7919) % (ByteArena::kMaxItem + 1), static_cast<char>('a' + i % 26));
+    if (!item.empty()) item[0] = static_cast<char>(i);
+    items.emplace_back(arena.Append(item), item);
+    total += item.size();
+  }
+  ASSERT_GT(items.size(), 1000u);
+  for (const auto& [at, item] : items) {
+    ASSERT_EQ(arena.At(at, item.size()), item);
+    ASSERT_GE(arena.From(at).size(), item.size());
+  }
+  arena.Clear();
+  EXPECT_EQ(arena.Append("x"), 0u);
+  EXPECT_EQ(arena.At(0, 1), "x");
+}
+
+TEST(SourceTree, NamesAndChildrenOfAWalk) {
+  test::TempDir dir;
+  ASSERT_EQ(::mkdir(dir.Join("src").c_str(), 0755), 0);
+  ASSERT_EQ(::mkdir(dir.Join("src/b").c_str(), 0755), 0);
+  ASSERT_EQ(::mkdir(dir.Join("src/empty").c_str(), 0755), 0);
+  for (const char* f : {"src/b/y.jpg", "src/b/x.jpg", "src/a.jpg"})
+    test::WriteAll(dir.Join(f), {1, 2});
+  auto tree = WalkSource(dir.Join("src"));
+  ASSERT_TRUE(tree.has_value());
+  std::vector<std::string> root;
+  for (uint32_t c : tree->Children(tree->nodes[0])) root.emplace_back(tree->Name(tree->nodes[c]));
+  EXPECT_EQ(root, (std::vector<std::string>{"a.jpg", "b", "empty"}));
+  std::vector<std::string> files;
+  for (uint32_t f : tree->files) files.push_back(tree->RelPath(tree->nodes[f]));
+  EXPECT_EQ(files, (std::vector<std::string>{"a.jpg", "b/x.jpg", "b/y.jpg"}));
+  for (const SourceNode& n : tree->nodes) {
+    if (!n.is_dir) {
+      EXPECT_TRUE(tree->Children(n).empty());
+    }
+  }
 }
 
 TEST(SourceTree, WalksAndOpensFilesBelowPathMax) {

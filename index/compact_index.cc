@@ -285,7 +285,10 @@ struct CompactIndexWriter::Impl {
   DeltaState state;
   std::string chunk;  // raw entries of the chunk being filled
   uint64_t chunk_entries = 0;
-  std::string entry_data;  // stored chunks
+  // The stored chunks, each its own string: no copy of them all when they grow (a string's
+  // doubling holds the old and the new buffer at once), none at Finish.
+  std::vector<std::string> entry_chunks;
+  uint64_t entry_data_size = 0;
   std::string directory;
   std::string records;
   uint64_t num_records = 0;
@@ -300,13 +303,15 @@ struct CompactIndexWriter::Impl {
     std::string stored;
     Compress(chunk, level, &codec, &stored);
     uint8_t e[kCompactChunkEntrySize] = {};
-    EncodeFixed64(e, entry_data.size());
+    EncodeFixed64(e, entry_data_size);
     EncodeFixed32(e + 8, static_cast<uint32_t>(stored.size()));
     EncodeFixed32(e + 12, static_cast<uint32_t>(chunk.size()));
     EncodeFixed32(e + 16, crc32c::Mask(crc32c::Value(stored.data(), stored.size())));
     e[20] = static_cast<uint8_t>(codec);
     directory.append(reinterpret_cast<const char*>(e), sizeof(e));
-    entry_data += stored;
+    entry_data_size += stored.size();
+    stored.shrink_to_fit();  // Compress leaves it at ZSTD_compressBound: the raw size, ~3-15x
+    entry_chunks.push_back(std::move(stored));
     chunk.clear();
     chunk_entries = 0;
   }
@@ -413,37 +418,56 @@ Result<std::string> CompactIndexWriter::Finish(std::unique_ptr<CompactIndex>* pa
   struct Part {
     CompactSection kind;
     CompactCodec codec;
-    std::string stored;
+    std::vector<std::string> stored;  // its bytes, in pieces (the entry chunks)
     uint64_t raw_length;
+    uint64_t size() const {
+      uint64_t n = 0;
+      for (const std::string& s : stored) n += s.size();
+      return n;
+    }
   };
   std::vector<Part> parts;
-  auto add = [&](CompactSection kind, const std::string& raw, bool compress) {
+  // The sections are moved, not copied: the entry data (most of the index) is held once
+  // before `out` and once in it.
+  auto add = [&](CompactSection kind, std::string&& raw, bool compress) {
     Part p{kind, CompactCodec::kNone, {}, raw.size()};
     if (compress) {
-      Compress(raw, w.level, &p.codec, &p.stored);
+      Compress(raw, w.level, &p.codec, &p.stored.emplace_back());
     } else {
-      p.stored = raw;
+      p.stored.push_back(std::move(raw));
     }
+    raw = {};
     parts.push_back(std::move(p));
   };
-  add(CompactSection::kMeta, meta_raw, true);
-  add(CompactSection::kRecords, w.records, true);
-  add(CompactSection::kChunkDirectory, w.directory, false);
-  add(CompactSection::kEntryData, w.entry_data, false);
-  add(CompactSection::kBlockCrcs, blocks_raw, true);
+  add(CompactSection::kMeta, std::move(meta_raw), true);
+  add(CompactSection::kRecords, std::move(w.records), true);
+  add(CompactSection::kChunkDirectory, std::move(w.directory), false);
+  parts.push_back({CompactSection::kEntryData, CompactCodec::kNone, std::move(w.entry_chunks),
+                   w.entry_data_size});
+  w.entry_chunks = {};
+  add(CompactSection::kBlockCrcs, std::move(blocks_raw), true);
 
   std::string out(kCompactHeaderSize + kCompactNumSections * kCompactSectionEntrySize, '\0');
+  uint64_t total = out.size();
+  for (const Part& p : parts) total += p.size();
+  out.reserve(static_cast<size_t>(total));
   auto* table = reinterpret_cast<uint8_t*>(out.data()) + kCompactHeaderSize;
   for (size_t i = 0; i < parts.size(); ++i) {
     uint8_t* s = table + i * kCompactSectionEntrySize;
+    uint32_t crc = 0;
+    for (const std::string& piece : parts[i].stored) {
+      crc = crc32c::Extend(crc, piece.data(), piece.size());
+    }
     EncodeFixed32(s, static_cast<uint32_t>(parts[i].kind));
     EncodeFixed32(s + 4, static_cast<uint32_t>(parts[i].codec));
     EncodeFixed64(s + 8, out.size());
-    EncodeFixed64(s + 16, parts[i].stored.size());
+    EncodeFixed64(s + 16, parts[i].size());
     EncodeFixed64(s + 24, parts[i].raw_length);
-    EncodeFixed32(s + 32,
-                  crc32c::Mask(crc32c::Value(parts[i].stored.data(), parts[i].stored.size())));
-    out += parts[i].stored;
+    EncodeFixed32(s + 32, crc32c::Mask(crc));
+    for (std::string& piece : parts[i].stored) {
+      out += piece;
+      piece = {};
+    }
     table = reinterpret_cast<uint8_t*>(out.data()) + kCompactHeaderSize;
   }
   auto* h = reinterpret_cast<uint8_t*>(out.data());
