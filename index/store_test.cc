@@ -403,6 +403,19 @@ class CountingFile final : public RandomAccessFile {
   std::atomic<uint64_t>* bytes_;
 };
 
+// Opens the store in dir with every record file counting the bytes read from it into *bytes.
+Result<std::unique_ptr<Store>> OpenCounting(const std::string& dir, bool check_tables,
+                                            std::atomic<uint64_t>* bytes) {
+  StoreOptions options;
+  options.check_tables = check_tables;
+  options.open_record = [bytes](const std::string& path, uint64_t) -> Result<SourceFile> {
+    auto f = OpenRecordFileNoFollow(path);
+    if (!f) return Err(f.error());
+    return SourceFile(std::make_shared<const CountingFile>(std::move(*f), bytes));
+  };
+  return Store::Open(dir, std::move(options));
+}
+
 // StoreOptions::check_tables = false (a remote store): opening a record reads its header and
 // footer only, so a damaged table goes unreported at open; with the default it is reported.
 TEST(StoreTest, OpeningARecordWithoutItsTables) {
@@ -411,16 +424,7 @@ TEST(StoreTest, OpeningARecordWithoutItsTables) {
   const std::string rec = dir.Join(RecordFileName(0));
   auto good = ReadAll(rec);
   std::atomic<uint64_t> bytes{0};
-  auto open = [&](bool check_tables) {
-    StoreOptions options;
-    options.check_tables = check_tables;
-    options.open_record = [&](const std::string& path, uint64_t) -> Result<SourceFile> {
-      auto f = OpenRecordFileNoFollow(path);
-      if (!f) return Err(f.error());
-      return SourceFile(std::make_shared<const CountingFile>(std::move(*f), &bytes));
-    };
-    return Store::Open(dir.path(), std::move(options));
-  };
+  auto open = [&](bool check_tables) { return OpenCounting(dir.path(), check_tables, &bytes); };
   // The image table's first entry damaged: a table CRC mismatch, no piece touched.
   good[kRecordHeaderSize + kRecordGroupTableSize + 10] ^= 0x40;
   WriteAll(rec, good);
@@ -460,14 +464,7 @@ TEST(StoreTest, ARecordTableKeepsTheGroupsReadSoFar) {
   TempDir dir;
   BuildStore(dir.path());
   std::atomic<uint64_t> bytes{0};
-  StoreOptions options;
-  options.check_tables = false;
-  options.open_record = [&](const std::string& path, uint64_t) -> Result<SourceFile> {
-    auto f = OpenRecordFileNoFollow(path);
-    if (!f) return Err(f.error());
-    return SourceFile(std::make_shared<const CountingFile>(std::move(*f), &bytes));
-  };
-  auto store = Store::Open(dir.path(), std::move(options));
+  auto store = OpenCounting(dir.path(), /*check_tables=*/false, &bytes);
   ASSERT_TRUE(store.has_value());
   auto whole = Store::Open(dir.path());
   ASSERT_TRUE(whole.has_value());
