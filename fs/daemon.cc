@@ -406,6 +406,7 @@ int OpenAndServe(fuse_session* se, Filesystem** fs_slot, const MountConfig& conf
   std::shared_ptr<ObjectClient> client;
   if (location.remote) {  // after the fork: curl's threads and handles do not survive one
     fs_options.speculation_memory = config.remote.memory_cache;
+    fs_options.cache_bytes = PieceCacheBytes(config, /*remote=*/true);
     if (Status s = StartCredentialRenewal(location); !s.ok()) {
       Log(LogLevel::kError, location.name + ": " + s.message());
       return 2;

@@ -98,8 +98,12 @@ constexpr Option kOptions[] = {
      .set = [](MountConfig& c, const Value& v) { c.threads = static_cast<unsigned>(v.n); },
      .help = "FUSE worker threads"},
     {.name = "cache_size", .kind = Kind::kSize, .meta = "SIZE", .lo = kMiB, .hi = kTiB,
-     .what = "256M", .def = "256M",
-     .set = [](MountConfig& c, const Value& v) { c.fs.cache_bytes = v.n; },
+     .what = "256M", .def = "256M; a remote store: 32M",
+     .set =
+         [](MountConfig& c, const Value& v) {
+           c.fs.cache_bytes = v.n;
+           c.cache_size_given = true;
+         },
      .help = "piece cache memory cap"},
     {.name = "readahead", .kind = Kind::kInt, .meta = "N", .hi = 1024, .zero = "off", .def = "64",
      .set = [](MountConfig& c, const Value& v) {
@@ -505,6 +509,13 @@ std::vector<std::string> MountOptionTemplates() {
                                                  : std::string(o.name) + "=%s");
   }
   return templates;
+}
+
+uint64_t PieceCacheBytes(const MountConfig& config, bool remote) {
+  if (remote && !config.cache_size_given && config.fs.form == ServedForm::kProgressive) {
+    return MountConfig::kRemotePieceCacheBytes;
+  }
+  return config.fs.cache_bytes;
 }
 
 Status ApplyMountOptions(const std::map<size_t, std::string>& given, MountConfig* c) {

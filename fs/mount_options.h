@@ -34,6 +34,10 @@ struct MountConfig {
   std::optional<uid_t> uid;  // unset: the mounting user's
   std::optional<gid_t> gid;
   unsigned threads = 0;  // FUSE workers; 0: 2 x cores, at least 4
+  // -o cache_size was given. Else a remote store in progressive form gets a piece cache of
+  // kRemotePieceCacheBytes: its range cache already holds the fetched bytes.
+  bool cache_size_given = false;
+  static constexpr uint64_t kRemotePieceCacheBytes = uint64_t{32} << 20;
   uint64_t index_rss = uint64_t{16} << 20;
   // The kernel's readahead window for this mount (the bdi's read_ahead_kb, which caps what
   // FUSE's max_readahead asks for: 128 KiB by default, so a large file was read in 128 KiB
@@ -93,5 +97,11 @@ std::vector<std::string> MountOptionTemplates();
 // with '\0' in `given`, in the order given. Otherwise the last one counts.
 bool MountOptionRepeats(size_t i);
 Status ApplyMountOptions(const std::map<size_t, std::string>& given, MountConfig* config);
+
+// The piece cache's budget: -o cache_size if given; else for a remote store in progressive form
+// MountConfig::kRemotePieceCacheBytes (its range cache holds the fetched bytes already: at level
+// 5 of 100k ImageNet-sized crops 291 -> 111 MiB beyond the range cache, files/s within 3%);
+// else config.fs.cache_bytes (256 MiB).
+uint64_t PieceCacheBytes(const MountConfig& config, bool remote);
 
 }  // namespace pcrfs::fs

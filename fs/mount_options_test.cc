@@ -44,6 +44,21 @@ TEST(MountOptionsTest, Defaults) {
   EXPECT_EQ(c->fuse_args, (std::vector<std::string>{"pcrfs", "mnt"}));
 }
 
+// The piece cache: 256 MiB; a remote store's 32 MiB unless -o cache_size says (its range cache
+// holds the fetched bytes), and not with form=baseline, whose transcoded files share it.
+TEST(MountOptionsTest, ARemoteStoresPieceCacheIsSmallUnlessGiven) {
+  auto plain = Parse({"st", "mnt"});
+  ASSERT_TRUE(plain.has_value());
+  EXPECT_EQ(PieceCacheBytes(*plain, false), uint64_t{256} << 20);
+  EXPECT_EQ(PieceCacheBytes(*plain, true), uint64_t{32} << 20);
+  auto given = Parse({"st", "mnt", "-o", "cache_size=256M"});
+  ASSERT_TRUE(given.has_value());
+  EXPECT_EQ(PieceCacheBytes(*given, true), uint64_t{256} << 20);
+  auto baseline = Parse({"st", "mnt", "-o", "form=baseline"});
+  ASSERT_TRUE(baseline.has_value());
+  EXPECT_EQ(PieceCacheBytes(*baseline, true), uint64_t{256} << 20);
+}
+
 TEST(MountOptionsTest, EveryOptionIsApplied) {
   auto c = Parse({"-f", "st", "mnt", "-o",
                   "scans=3,threads=8,cache_size=512M,uid=1000,gid=4294967294,readahead=0,"
