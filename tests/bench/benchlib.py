@@ -40,17 +40,22 @@ def fail(msg):
     sys.exit(FAIL_CODE)
 
 
+def unmount(mnt, tries=20):
+    """Unmounts mnt, every 0.25 s up to `tries` times, then lazily; True if it had to be lazy."""
+    for _ in range(tries):
+        if not os.path.ismount(mnt):
+            return False
+        if subprocess.run(["fusermount3", "-u", mnt], capture_output=True).returncode == 0:
+            return False
+        time.sleep(0.25)
+    subprocess.run(["fusermount3", "-uz", mnt], stderr=subprocess.DEVNULL)
+    return True
+
+
 def stop_mount(mnt, proc, tries=20):
     """Unmounts mnt (lazily if it stays busy) and waits for its foreground daemon `proc` (a
     Popen), killing it after 60 s."""
-    for _ in range(tries):
-        if not os.path.ismount(mnt):
-            break
-        if subprocess.run(["fusermount3", "-u", mnt], capture_output=True).returncode == 0:
-            break
-        time.sleep(0.25)
-    else:
-        subprocess.run(["fusermount3", "-uz", mnt], stderr=subprocess.DEVNULL)
+    unmount(mnt, tries)
     try:
         proc.wait(timeout=60)
     except subprocess.TimeoutExpired:

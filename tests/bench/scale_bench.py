@@ -393,15 +393,8 @@ def pid_alive(pid):
 
 def unmount_bg(mnt, pid, timeout=60):
     """Unmounts a background daemon's mount and waits for that daemon (pid) to exit."""
-    for _ in range(40):
-        if not os.path.ismount(mnt):
-            break
-        if subprocess.run(["fusermount3", "-u", mnt], capture_output=True).returncode == 0:
-            break
-        time.sleep(0.25)
-    else:
+    if benchlib.unmount(mnt, tries=40):
         log(f"{mnt} busy: lazy unmount")
-        subprocess.run(["fusermount3", "-uz", mnt], check=False)
     if pid is None:
         return
     deadline = time.monotonic() + timeout
