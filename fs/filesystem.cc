@@ -467,7 +467,11 @@ Result<size_t> Filesystem::ReadStored(const index::Entry& entry, int level, uint
   const index::LevelPlan plan(e.kind, e.pieces, level, offset, size);
   const bool whole_file = plan.offset() == 0 && plan.end() == plan.file_size();
   predictor_.OnRead(e, level);
-  if (plan.pieces_used() > 1) {
+  // Several pieces: fetched at once. One piece from a remote store (level 1): its fetch may
+  // take a window of a queued speculative range with it (RecordScheduler::WillRead).
+  const SpeculationSource* source = file->speculation();
+  if (plan.pieces_used() > 1 ||
+      (plan.pieces_used() == 1 && source != nullptr && source->ConcurrentSpeculativeReads() > 0)) {
     std::vector<RecordScheduler::Range> wanted;
     for (const index::LevelSpan& s : plan.spans()) {
       const uint64_t block = s.first_block();

@@ -108,8 +108,11 @@ void RecordScheduler::WillRead(const SourceFile& file, const std::vector<Range>&
   if (source->ConcurrentSpeculativeReads() > 0 &&
       demand_active_.load(std::memory_order_acquire) >= kPromoteAtDemandReads) {
     MutexLock l(&mu_);
+    // A window of what a speculative read of this source takes (SourceModel::Start): on a
+    // remote store at least kMinConcurrentChunk, one request like the piece's own.
+    const uint64_t window = std::max(model_.chunk(), kMinConcurrentChunk);
     for (const Range& r : ranges) {
-      const Range w = queue_.Promote(source, r, model_.chunk());
+      const Range w = queue_.Promote(source, r, window);
       if (w.length > 0) promoted.push_back(w);
     }
   }

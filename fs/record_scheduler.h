@@ -82,12 +82,13 @@ class RecordScheduler {
   // A demand read of these ranges is about to happen (the k pieces of one file): lets the
   // source start them all at once (SpeculationSource::Prefetch), so the read waits for the
   // slowest range instead of the sum. On a source that takes concurrent speculative reads (a
-  // remote store), a piece inside a range queued for speculation is fetched with one chunk of
-  // that range (from the piece on), taken out of the queue (SpeculationQueue::Promote): those
-  // bytes were predicted to be read soon anyway, one request of a chunk costs about one round
-  // trip like the piece alone, and leaving it queued would cut the later speculative read into
-  // one request per gap between pieces already fetched. Only while at least
-  // kPromoteAtDemandReads other demand reads are in progress: readers that outrun
+  // remote store), a piece inside a range queued for speculation is fetched with one
+  // speculative read's worth of that range (from the piece on; SourceModel::Start: at least
+  // kMinConcurrentChunk, whatever the model's per-read rate), taken out of the queue
+  // (SpeculationQueue::Promote): those bytes were predicted to be read soon anyway, one request of
+  // a chunk costs about one round trip like the piece alone, and leaving it queued would cut the
+  // later speculative read into one request per gap between pieces already fetched. Only while at
+  // least kPromoteAtDemandReads other demand reads are in progress: readers that outrun
   // single-piece fetches; a reader or two would only wait longer for its own file.
   void WillRead(const SourceFile& file, const std::vector<Range>& ranges) EXCLUDES(mu_);
   // Queues speculative reads of these ranges (in this order), minus every byte already read

@@ -400,6 +400,46 @@ TEST(RecordSchedulerTest, ADemandPieceInAQueuedRangeTakesAChunkOfIt) {
   EXPECT_EQ(pos, 4 * mib);
 }
 
+// A remote source's speculative reads are bound by round trips, not bytes: the model's rate per
+// read is low and its chunk falls towards kMinChunk, but a promoted window is what one
+// speculative read of such a source takes (kMinConcurrentChunk), or demand reads would cut the
+// queued ranges into one small request each (ImageNet-sized crops at level 5: 6,676 requests of
+// ~20 KB for an epoch that takes 1,069 with these windows).
+TEST(RecordSchedulerTest, APromotedWindowOfARemoteSourceIsAtLeastOneSpeculativeRead) {
+  auto src = std::make_shared<ConcurrentSource>(uint64_t{64} << 20);
+  const SourceFile file = SourceFile::Speculative(src);
+  RecordScheduler s;
+  const uint64_t mib = uint64_t{1} << 20;
+  s.Speculate(file, {{0, 8 * mib}});  // reads of 512 KiB, 20 ms each: ~26 MB/s per read
+  WaitIdle(s, 8 * mib);
+  ASSERT_LT(s.stats().chunk, RecordScheduler::kMinConcurrentChunk);
+  src->set_busy(true);  // keep the next range queued
+  s.Speculate(file, {{16 * mib, 4 * mib}});
+  std::atomic<int> reading{0};
+  std::atomic<bool> release{false};
+  std::vector<std::thread> readers;
+  for (int i = 0; i < RecordScheduler::kPromoteAtDemandReads; ++i) {
+    readers.emplace_back([&] {
+      (void)s.Demand(file, 1, [&] {
+        ++reading;
+        while (!release.load()) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+        return Status::OK();
+      });
+    });
+  }
+  while (reading.load() < RecordScheduler::kPromoteAtDemandReads) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  s.WillRead(file, {{16 * mib + 100, 5000}});
+  release = true;
+  for (auto& t : readers) t.join();
+  const auto prefetched = src->prefetched();
+  ASSERT_EQ(prefetched.size(), 2u);
+  EXPECT_EQ(prefetched[0],
+            (std::pair<uint64_t, uint64_t>{16 * mib + 100, RecordScheduler::kMinConcurrentChunk}));
+  EXPECT_EQ(s.stats().promoted_bytes, RecordScheduler::kMinConcurrentChunk);
+}
+
 // Ranges planned apart (folder by folder, group region by group region) that lie side by side
 // in the record are one queued range, so a speculative read is a chunk, not one folder's
 // region (40 class folders at level 1: ~50 KiB per request, each a round trip).
