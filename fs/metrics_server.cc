@@ -118,6 +118,16 @@ void AppendStore(const Filesystem& fs, metrics::Exposition* e) {
   e->Family("pcrfs_piece_cache_evictions_total", Type::kCounter, "Memory piece cache evictions.");
   e->Sample({{"cache", "small"}}, D(small.evictions));
   e->Sample({{"cache", "large"}}, D(large.evictions));
+  e->Family("pcrfs_piece_cache_bytes", Type::kGauge, "Bytes the memory piece caches hold.");
+  e->Sample({{"cache", "small"}}, D(fs.cache().used()));
+  e->Sample({{"cache", "large"}}, D(fs.large_file_cache().used()));
+  e->Gauge("pcrfs_record_table_bytes",
+           "Memory the parsed record tables take (piece offsets and CRCs of the groups read; "
+           "bounded, least recently used out).",
+           D(fs.store().TableMemoryBytes()));
+  e->Gauge("pcrfs_index_memory_bytes",
+           "Heap memory the store's index takes (a format 4 index; an LMDB one is mapped).",
+           D(fs.store().index().MemoryBytes()));
 }
 
 // The status of a failure reason ("403 AccessDenied" -> "403"); empty for none ("gave up: ...").

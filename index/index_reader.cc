@@ -572,6 +572,10 @@ uint64_t IndexReader::NumEntries() const { return impl_->num_entries; }
 
 uint64_t IndexReader::NumRecords() const { return impl_->num_records; }
 
+uint64_t IndexReader::MemoryBytes() const {
+  return impl_->compact ? impl_->compact->MemoryBytes() : 0;
+}
+
 const FileIdentity& IndexReader::identity() const { return impl_->identity; }
 
 void IndexReader::ReleaseMappedPages() const { impl_->Release(); }

@@ -449,6 +449,11 @@ Store::TableResult Store::LoadRecordTable(uint32_t id, int groups) const {
   return std::shared_ptr<const RecordTable>(std::move(table));
 }
 
+uint64_t Store::TableMemoryBytes() const {
+  MutexLock l(&mu_);
+  return table_bytes_;
+}
+
 Status Store::ResolvePieces(Entry* e, int groups) const {
   groups = std::clamp(groups, 1, kNumGroups);
   if (e->PiecesResolved(groups)) return Status::OK();

@@ -89,6 +89,9 @@ class Store {
   // Corruption for the files it touches. A no-op for a resolved entry. Stat, readdir and lookup
   // never need it. A read at level k needs groups 1..k.
   Status ResolvePieces(Entry* e, int groups = kNumGroups) const;
+  // Bytes the parsed record tables kept for ResolvePieces take (at most kMaxTableBytes, but
+  // for the newest table).
+  uint64_t TableMemoryBytes() const EXCLUDES(mu_);
 
   // The bytes of a file entry at level k (1..10), every piece checked against its CRC.
   Status ReadFile(const Entry& e, int k, std::vector<uint8_t>* out) const;

@@ -126,6 +126,9 @@ class IndexReader {
   uint64_t NumEntries() const;
   // The number of records the index describes (the records table's size).
   uint64_t NumRecords() const;
+  // Heap bytes a format 4 index holds (CompactIndex::MemoryBytes); 0 for an LMDB one (mapped:
+  // page cache, ReleaseMappedPages).
+  uint64_t MemoryBytes() const;
   // The identity of the file that was opened (and verified).
   const FileIdentity& identity() const;
   // The index is memory-mapped, so every page a lookup touched counts in the process's RSS

@@ -523,8 +523,19 @@ def analyse(data):
                    "build_s_per_file": f["build"]["wall"] / f["files"],
                    "build_rss": f["build"]["maxrss"], "error": lv.get("error")}
             row["amp"] = (row["origin"] / row["served"]) if row["served"] else None
+            m = lv.get("metrics", {})
+            # The daemon's own accounts (metrics; absent from runs before they existed).
+            row["piece_memory"] = (m.get('pcrfs_piece_cache_bytes{cache="small"}', 0) +
+                                   m.get('pcrfs_piece_cache_bytes{cache="large"}', 0)
+                                   if 'pcrfs_piece_cache_bytes{cache="small"}' in m else None)
+            row["table_memory"] = m.get("pcrfs_record_table_bytes")
+            row["index_memory"] = m.get("pcrfs_index_memory_bytes")
             row["rss_beyond"] = (row["rss_epoch"] - row["range_memory"]
                                  if row["rss_epoch"] and row["range_memory"] is not None else None)
+            # Beyond the two caches a user sizes (-o remote_cache, -o cache_size).
+            row["rss_beyond_caches"] = (row["rss_beyond"] - row["piece_memory"]
+                                        if row["rss_beyond"] is not None and
+                                        row["piece_memory"] is not None else None)
             if row["served"] and f.get("table_bytes"):
                 row["amp_data"] = (row["origin"] - f["table_bytes"]) / row["served"]
             if rc and rc.get("files_per_s") and row["served"] and row["files_per_s"]:
@@ -561,7 +572,7 @@ def finish(args, data):
          f"`--vfs-cache-mode off` over the source JPEGs, the same files in the same order.", "",
          "| N | level | bytes before 1st read (/file) | mount s | 1st byte s | find s | "
          "epoch files/s | rclone x byte ratio | vs rclone (>= 0.9) | origin / served "
-         "(<= 1.05) | without tables | RSS after find, epoch MiB | beyond the range cache (< 150) | disk cache files+dirs | reopen s |",
+         "(<= 1.05) | without tables | RSS after find, epoch MiB | beyond the range cache | disk cache files+dirs | reopen s |",
          "|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|"]
     for r in rows:
         scaled = (r["rclone_fps"] * r["byte_ratio"]) if r.get("rclone_fps") else None
@@ -578,9 +589,23 @@ def finish(args, data):
             f"{fmt(r.get('amp_data'), '.3f')} | "
             f"{fmt(r['rss_find'] and r['rss_find'] / MIB, '.1f')}, "
             f"{fmt(r['rss_epoch'] and r['rss_epoch'] / MIB, '.1f')} | "
-            f"{fmt(r['rss_beyond'] and r['rss_beyond'] / MIB, '.1f')} "
-            f"{chk(r['rss_beyond'], lambda x: x < 150 * MIB)} | "
+            f"{fmt(r['rss_beyond'] and r['rss_beyond'] / MIB, '.1f')} | "
             f"{fmt(r['cache_files'])}+{fmt(r['cache_dirs'])} | {fmt(r['reopen_s'], '.2f')} |")
+    mem = [r for r in rows if r.get("rss_beyond_caches") is not None]
+    if mem:
+        L += ["", "Daemon memory after the epoch (MiB): VmRSS, the range cache's memory tier "
+              "(`-o remote_cache`) and the piece cache (`-o cache_size`), then what is beyond "
+              "those two caches and, of it, the record tables (the piece offsets and CRCs of "
+              "the groups read: bounded at 128 MiB, least recently used out) and the index.", "",
+              "| N | level | VmRSS | range cache | piece cache | beyond both (< 150) | of it: record "
+              "tables | index |", "|--:|--:|--:|--:|--:|--:|--:|--:|"]
+        for r in mem:
+            L.append(f"| {r['n']:,} | {r['level']} | {r['rss_epoch'] / MIB:.1f} | "
+                     f"{r['range_memory'] / MIB:.1f} | {r['piece_memory'] / MIB:.1f} | "
+                     f"{r['rss_beyond_caches'] / MIB:.1f} "
+                     f"{chk(r['rss_beyond_caches'], lambda x: x < 150 * MIB)} | "
+                     f"{fmt(r['table_memory'] and r['table_memory'] / MIB, '.1f')} | "
+                     f"{fmt(r['index_memory'] and r['index_memory'] / MIB, '.1f')} |")
     L += ["", "Without tables: (origin bytes - the header and tables section of every record) / "
           "served. A reader fetches a record's tables section (136 bytes per image + its name) "
           "once, for the piece CRCs; an epoch that touches every record moves all of them.",
