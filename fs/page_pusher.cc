@@ -33,7 +33,7 @@ void PagePusher::Expect(const SpeculationSource* record, uint64_t ino,
   MutexLock l(&mu_);
   if (committed_bytes_ >= options_.budget_bytes) return;
   if (files_.count(ino) > 0 || recent_.count(ino) > 0) return;
-  if (files_.size() >= options_.max_pending_files) {
+  if (pending_pieces_ + pieces.size() > options_.max_pending_pieces) {
     ++stats_.refused;
     return;
   }
@@ -63,6 +63,7 @@ void PagePusher::Expect(const SpeculationSource* record, uint64_t ino,
     return;
   }
   ++stats_.expected;
+  pending_pieces_ += f.pieces.size();
   files_.emplace(ino, std::move(f));
 }
 
@@ -95,6 +96,7 @@ PagePusher::PendingFile PagePusher::EraseFileLocked(
     std::unordered_map<uint64_t, PendingFile>::iterator it) {
   PendingFile f = std::move(it->second);
   files_.erase(it);
+  pending_pieces_ -= f.pieces.size();
   auto rp = pieces_.find(f.record);
   if (rp != pieces_.end()) {
     for (const Piece& p : f.pieces) rp->second.erase(p.offset);

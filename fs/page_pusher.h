@@ -51,10 +51,12 @@ class PagePusher {
   struct Options {
     uint64_t budget_bytes = 0;                    // bytes pushed over the mount at most; 0: off
     uint64_t max_file_bytes = uint64_t{1} << 20;  // larger files are read with READs
-    // Files expected and not pushed yet, at most (more are not expected: read with READs). Each
-    // costs ~230 bytes of bookkeeping: 64Ki files ~15 MiB, whatever the store's size (a shuffled
-    // epoch over ImageNet's 1,000 folders plans all 1.28M files within its first reads).
-    size_t max_pending_files = size_t{1} << 16;
+    // Pieces of the files expected and not pushed yet, at most (a file that would pass it is not
+    // expected: read with READs). Each piece costs ~110 bytes of bookkeeping and each file ~130
+    // more: 64Ki pieces ~15 MiB at level 1 (64Ki files), ~8 MiB at level 10 (6.5Ki files),
+    // whatever the store's size (a shuffled epoch over ImageNet's 1,000 folders plans all 1.28M
+    // files within its first reads). A cap by files held ~1 KB per file at level 10: 68 MiB.
+    size_t max_pending_pieces = size_t{1} << 16;
   };
   // A piece of a file: `length` bytes at `offset` of the record, whose CRC32C, masked
   // (common/crc32c.h), is `masked_crc`.
@@ -150,6 +152,7 @@ class PagePusher {
   bool busy_ GUARDED_BY(mu_) = false;  // the thread is handling arrivals taken off the queue
   std::deque<Arrival> arrivals_ GUARDED_BY(mu_);
   std::unordered_map<uint64_t, PendingFile> files_ GUARDED_BY(mu_);
+  size_t pending_pieces_ GUARDED_BY(mu_) = 0;  // of files_, summed
   std::unordered_map<const SpeculationSource*, std::map<uint64_t, PendingPiece>> pieces_
       GUARDED_BY(mu_);
   // The files asked for last: a set, and the same in order (a ring) to drop the oldest.

@@ -148,12 +148,13 @@ TEST(PagePusherTest, TheBudgetCapsWhatIsPushed) {
   EXPECT_EQ(pusher.stats().expected, 5u);
 }
 
-// The bookkeeping is bounded: beyond max_pending_files, files are not expected (read with
-// READs); once pushed, their room is free again. One arrival completing thousands of files
+// The bookkeeping is bounded: beyond max_pending_pieces, files are not expected (read with
+// READs); once pushed, their room is free again. The bound counts pieces, not files: a file of
+// ten pieces (level 10) takes ten times the room. One arrival completing thousands of files
 // pushes them all.
 TEST(PagePusherTest, PendingFilesAreBoundedAndABigArrivalPushesThemAll) {
   Recorder rec;
-  PagePusher pusher({.budget_bytes = uint64_t{1} << 30, .max_pending_files = 3}, rec.push());
+  PagePusher pusher({.budget_bytes = uint64_t{1} << 30, .max_pending_pieces = 3}, rec.push());
   MemoryFile record;
   for (uint64_t i = 0; i < 5; ++i) pusher.Expect(&record, i, Pieces({{i * 100, 100}}));
   EXPECT_EQ(pusher.stats().expected, 3u);
@@ -163,10 +164,17 @@ TEST(PagePusherTest, PendingFilesAreBoundedAndABigArrivalPushesThemAll) {
   EXPECT_EQ(rec.inos(), (std::set<uint64_t>{0, 1, 2}));
   pusher.Expect(&record, 7, Pieces({{700, 100}}));
   EXPECT_EQ(pusher.stats().expected, 4u);
+  // Room for two more pieces: a file of three is refused, one of two is expected.
+  pusher.Expect(&record, 8, Pieces({{800, 10}, {900, 10}, {1000, 10}}));
+  EXPECT_EQ(pusher.stats().refused, 3u);
+  pusher.Expect(&record, 9, Pieces({{800, 10}, {900, 10}}));
+  EXPECT_EQ(pusher.stats().expected, 5u);
+  pusher.Expect(&record, 10, Pieces({{1100, 10}}));
+  EXPECT_EQ(pusher.stats().refused, 4u);
 
   Recorder many;
   const uint64_t n = 3 * PagePusher::kReadyBatch + 5;
-  PagePusher big({.budget_bytes = uint64_t{1} << 30, .max_pending_files = n}, many.push());
+  PagePusher big({.budget_bytes = uint64_t{1} << 30, .max_pending_pieces = n}, many.push());
   for (uint64_t i = 0; i < n; ++i) big.Expect(&record, 100 + i, Pieces({{i * 10, 10}}));
   big.Arrived(&record, 0, n * 10);
   big.Drain();

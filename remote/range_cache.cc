@@ -341,8 +341,15 @@ void RangeCache::Insert(uint32_t id, uint64_t offset,
     for (const Range& g : Gaps(memory_.objects, id, offset, end)) {
       Extent e;
       e.end = g.offset + g.length;
-      e.bytes = bytes;
-      e.bytes_offset = static_cast<size_t>(g.offset - offset);
+      if (g.length == bytes->size()) {
+        e.bytes = bytes;
+      } else {
+        // Only part of the buffer is new: the part is copied, so that what the cache holds is
+        // what it counts (an extent sharing the buffer would keep all of it alive).
+        const auto* from = bytes->data() + (g.offset - offset);
+        e.bytes = std::make_shared<const std::vector<uint8_t>>(from, from + g.length);
+      }
+      e.bytes_offset = 0;
       e.unread.unread = speculative && !disk() ? g.length : 0;
       AddLocked(id, g.offset, std::move(e));
     }

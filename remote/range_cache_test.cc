@@ -59,6 +59,24 @@ TEST(RangeCacheTest, CopiesWhatItKeepsAndNamesTheGaps) {
   EXPECT_EQ(cache->stats().memory_bytes, 150u);
 }
 
+// What the memory tier counts is what it holds: a buffer of which only a part was new is not
+// kept whole by the extents of that part (a 512 KiB GET whose gap was one piece held 512 KiB
+// for the piece's bytes, beyond the budget).
+TEST(RangeCacheTest, APartlyNewBufferIsNotKeptWhole) {
+  auto cache = Open({});
+  cache->Insert(1, 0, Bytes(0, 100), false);
+  auto whole = Bytes(0, 1000);
+  cache->Insert(1, 0, whole, false);
+  EXPECT_EQ(whole.use_count(), 1);  // only this test holds it
+  EXPECT_EQ(cache->stats().memory_bytes, 1000u);
+  std::vector<uint8_t> dst(1000);
+  EXPECT_TRUE(cache->Copy(1, 0, 1000, dst.data()).empty());
+  for (uint64_t i = 0; i < 1000; ++i) EXPECT_EQ(dst[i], static_cast<uint8_t>(i * 7));
+  auto fresh = Bytes(2000, 500);  // all new: kept as it is, not copied
+  cache->Insert(1, 2000, fresh, false);
+  EXPECT_EQ(fresh.use_count(), 2);
+}
+
 TEST(RangeCacheTest, MemoryBudgetEvictsLeastRecentlyUsed) {
   RangeCacheOptions o;
   o.memory_bytes = 300;
