@@ -19,6 +19,13 @@ int main(int argc, char** argv) {
   // still bounds how many are alive.
   mallopt(M_MMAP_THRESHOLD, 4 << 20);
   mallopt(M_TRIM_THRESHOLD, 64 << 20);
+  // Two arenas, not glibc's 8 per core: the daemon's 30-odd threads (FUSE, speculation, HTTP,
+  // pusher) allocate fetch buffers and blocks that another thread frees, and each arena kept
+  // its own free fragments resident. Level 10 of 100k ImageNet-sized crops, RSS beyond the
+  // range and piece caches: 129 -> 76 MiB, files/s unchanged (docs/notebook/
+  // 2026-11-28-fetch-windows-and-memory.md). Small allocations go through each thread's tcache
+  // without the arena's lock.
+  mallopt(M_ARENA_MAX, 2);
   // A local store keeps each record file open once read (index/store.h), and a store of a
   // million files has over a thousand records: past the usual soft limit of 1024 descriptors
   // its reads would fail. Raise the soft limit to the hard one (as systemd advises for

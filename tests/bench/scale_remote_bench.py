@@ -75,6 +75,7 @@ MNT = "/tmp/scale-remote-mnt"
 DEFAULT_SHORT_SIDE = "64:96"
 SHORT_SIDE = DEFAULT_SHORT_SIDE  # --short-side
 MIB = 1 << 20
+SETTLE_S = 11  # after an epoch, RSS is read again this much later (heap trimmer: 10 s)
 
 
 def git_commit(path):
@@ -329,6 +330,7 @@ def pcrfs_level(env, size, k, subset):
             e["origin_bytes"], e["origin_requests"] = st["bytes_to_client"], st["requests"]
             rec["epoch"] = e
             rec["rss_epoch"] = rss(pid)
+            epoch_end = time.monotonic()
             time.sleep(1.2)  # one metrics_interval
             rec["metrics"] = metrics(mfile)
             try:
@@ -337,6 +339,10 @@ def pcrfs_level(env, size, k, subset):
                 rec["prefetch"] = os.getxattr(MNT, "user.pcrfs.prefetch").decode()
             except OSError:
                 pass
+            # Once the daemon's heap trimmer has run (every 10 s: common/heap_trimmer.h), what
+            # the epoch freed is no longer resident.
+            time.sleep(max(0.0, SETTLE_S - (time.monotonic() - epoch_end)))
+            rec["rss_settled"] = rss(pid)
         except RuntimeError as ex:
             rec["error"] = str(ex)
         finally:
@@ -536,6 +542,10 @@ def analyse(data):
             row["rss_beyond_caches"] = (row["rss_beyond"] - row["piece_memory"]
                                         if row["rss_beyond"] is not None and
                                         row["piece_memory"] is not None else None)
+            settled = lv.get("rss_settled", {}).get("VmRSS")
+            row["rss_settled_beyond_caches"] = (
+                settled - row["range_memory"] - row["piece_memory"]
+                if settled and row["rss_beyond_caches"] is not None else None)
             if row["served"] and f.get("table_bytes"):
                 row["amp_data"] = (row["origin"] - f["table_bytes"]) / row["served"]
             if rc and rc.get("files_per_s") and row["served"] and row["files_per_s"]:
@@ -595,15 +605,20 @@ def finish(args, data):
     if mem:
         L += ["", "Daemon memory after the epoch (MiB): VmRSS, the range cache's memory tier "
               "(`-o remote_cache`) and the piece cache (`-o cache_size`), then what is beyond "
-              "those two caches and, of it, the record tables (the piece offsets and CRCs of "
-              "the groups read: bounded at 128 MiB, least recently used out) and the index.", "",
-              "| N | level | VmRSS | range cache | piece cache | beyond both (< 150) | of it: record "
-              "tables | index |", "|--:|--:|--:|--:|--:|--:|--:|--:|"]
+              "those two caches at the epoch's end and "
+              f"{SETTLE_S} s later (once the heap trimmer has returned what the epoch freed) and, "
+              "of it, the record tables (the piece offsets and CRCs of the groups read: bounded "
+              "at 128 MiB, least recently used out) and the index.", "",
+              "| N | level | VmRSS | range cache | piece cache | beyond both (< 150) | "
+              f"{SETTLE_S} s later | of it: record tables | index |",
+              "|--:|--:|--:|--:|--:|--:|--:|--:|--:|"]
         for r in mem:
             L.append(f"| {r['n']:,} | {r['level']} | {r['rss_epoch'] / MIB:.1f} | "
                      f"{r['range_memory'] / MIB:.1f} | {r['piece_memory'] / MIB:.1f} | "
                      f"{r['rss_beyond_caches'] / MIB:.1f} "
                      f"{chk(r['rss_beyond_caches'], lambda x: x < 150 * MIB)} | "
+                     f"{fmt(r['rss_settled_beyond_caches'] and r['rss_settled_beyond_caches'] / MIB, '.1f')} "
+                     f"{chk(r['rss_settled_beyond_caches'], lambda x: x < 150 * MIB)} | "
                      f"{fmt(r['table_memory'] and r['table_memory'] / MIB, '.1f')} | "
                      f"{fmt(r['index_memory'] and r['index_memory'] / MIB, '.1f')} |")
     L += ["", "Without tables: (origin bytes - the header and tables section of every record) / "
