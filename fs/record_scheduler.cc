@@ -105,8 +105,12 @@ void RecordScheduler::WillRead(const SourceFile& file, const std::vector<Range>&
   const SpeculationSource* source = file.speculation();
   if (source == nullptr) return;
   std::vector<Range> promoted;
+  // Only while the source keeps what is fetched ahead until it is read: a promoted window is
+  // speculation too. (A store many times the cache, read in a shuffled order, would otherwise
+  // fetch a window per file read and see it evicted before its other files are read.)
   if (source->ConcurrentSpeculativeReads() > 0 &&
-      demand_active_.load(std::memory_order_acquire) >= kPromoteAtDemandReads) {
+      demand_active_.load(std::memory_order_acquire) >= kPromoteAtDemandReads &&
+      source->WantsSpeculation()) {
     MutexLock l(&mu_);
     // A window of what a speculative read of this source takes (SourceModel::Start): on a
     // remote store at least kMinConcurrentChunk, one request like the piece's own.
@@ -117,7 +121,7 @@ void RecordScheduler::WillRead(const SourceFile& file, const std::vector<Range>&
     }
   }
   // The promoted windows first: the pieces inside them then join those fetches.
-  for (const Range& w : promoted) source->Prefetch(w.offset, w.length);
+  for (const Range& w : promoted) source->PrefetchAhead(w.offset, w.length);
   for (const Range& r : ranges) source->Prefetch(r.offset, r.length);
 }
 

@@ -7,6 +7,7 @@
 #include <chrono>
 #include <condition_variable>
 #include <cstring>
+#include <functional>
 #include <map>
 #include <mutex>
 #include <thread>
@@ -265,6 +266,14 @@ class ConcurrentSource final : public RandomAccessFile, public SpeculationSource
   uint64_t Size() const override { return size_; }
   const std::string& name() const override { return name_; }
   int ConcurrentSpeculativeReads() const override { return 4; }
+  bool WantsSpeculation() const override {
+    std::lock_guard<std::mutex> l(mu_);
+    return wants_;
+  }
+  void set_wants(bool w) {
+    std::lock_guard<std::mutex> l(mu_);
+    wants_ = w;
+  }
   std::vector<std::pair<uint64_t, uint64_t>> prefetched() const {
     std::lock_guard<std::mutex> l(mu_);
     return prefetched_;
@@ -292,6 +301,7 @@ class ConcurrentSource final : public RandomAccessFile, public SpeculationSource
   const std::string name_ = "concurrent";
   mutable std::mutex mu_;
   mutable bool busy_ = false;
+  bool wants_ = true;
   mutable int in_flight_ = 0, max_in_flight_ = 0, refused_ = 0;
   mutable std::vector<std::pair<uint64_t, uint64_t>> warmed_, prefetched_;
 };
@@ -348,18 +358,10 @@ TEST(RecordSchedulerTest, ABusySourceIsAskedAgainAndLosesNothing) {
 // A demand piece inside a range queued for speculation takes one chunk of that range with it
 // (from the piece on), and the rest of the range stays queued: every byte is still fetched
 // exactly once, by the promoted window or by speculation.
-TEST(RecordSchedulerTest, ADemandPieceInAQueuedRangeTakesAChunkOfIt) {
-  auto src = std::make_shared<ConcurrentSource>(uint64_t{8} << 20);
-  const SourceFile file = SourceFile::Speculative(src);
-  src->set_busy(true);  // keep the range queued
-  RecordScheduler s;
-  const uint64_t mib = uint64_t{1} << 20;
-  s.Speculate(file, {{0, 4 * mib}});
-  // A lone reader (a decoding DataLoader's worker): only its pieces.
-  s.WillRead(file, {{2 * mib, 5000}});
-  EXPECT_EQ(src->prefetched().size(), 1u);
-  EXPECT_EQ(s.stats().promoted_bytes, 0u);
-  // Readers that outrun single-piece fetches: demand reads in progress.
+// Runs `body` while kPromoteAtDemandReads demand reads of `file` are in progress (readers that
+// outrun single-piece fetches, the condition for promotions).
+void WhileDemandReadsRun(RecordScheduler& s, const SourceFile& file,
+                         const std::function<void()>& body) {
   std::atomic<int> reading{0};
   std::atomic<bool> release{false};
   std::vector<std::thread> readers;
@@ -375,9 +377,26 @@ TEST(RecordSchedulerTest, ADemandPieceInAQueuedRangeTakesAChunkOfIt) {
   while (reading.load() < RecordScheduler::kPromoteAtDemandReads) {
     std::this_thread::sleep_for(std::chrono::milliseconds(1));
   }
-  s.WillRead(file, {{mib + 100, 5000}, {6 * mib, 5000}});  // inside, and not queued
+  body();
   release = true;
   for (auto& t : readers) t.join();
+}
+
+TEST(RecordSchedulerTest, ADemandPieceInAQueuedRangeTakesAChunkOfIt) {
+  auto src = std::make_shared<ConcurrentSource>(uint64_t{8} << 20);
+  const SourceFile file = SourceFile::Speculative(src);
+  src->set_busy(true);  // keep the range queued
+  RecordScheduler s;
+  const uint64_t mib = uint64_t{1} << 20;
+  s.Speculate(file, {{0, 4 * mib}});
+  // A lone reader (a decoding DataLoader's worker): only its pieces.
+  s.WillRead(file, {{2 * mib, 5000}});
+  EXPECT_EQ(src->prefetched().size(), 1u);
+  EXPECT_EQ(s.stats().promoted_bytes, 0u);
+  // Readers that outrun single-piece fetches: demand reads in progress.
+  WhileDemandReadsRun(s, file, [&] {
+    s.WillRead(file, {{mib + 100, 5000}, {6 * mib, 5000}});  // inside, and not queued
+  });
   auto prefetched = src->prefetched();
   ASSERT_EQ(prefetched.size(), 4u);
   prefetched.erase(prefetched.begin());
@@ -415,28 +434,20 @@ TEST(RecordSchedulerTest, APromotedWindowOfARemoteSourceIsAtLeastOneSpeculativeR
   ASSERT_LT(s.stats().chunk, RecordScheduler::kMinConcurrentChunk);
   src->set_busy(true);  // keep the next range queued
   s.Speculate(file, {{16 * mib, 4 * mib}});
-  std::atomic<int> reading{0};
-  std::atomic<bool> release{false};
-  std::vector<std::thread> readers;
-  for (int i = 0; i < RecordScheduler::kPromoteAtDemandReads; ++i) {
-    readers.emplace_back([&] {
-      (void)s.Demand(file, 1, [&] {
-        ++reading;
-        while (!release.load()) std::this_thread::sleep_for(std::chrono::milliseconds(1));
-        return Status::OK();
-      });
-    });
-  }
-  while (reading.load() < RecordScheduler::kPromoteAtDemandReads) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(1));
-  }
-  s.WillRead(file, {{16 * mib + 100, 5000}});
-  release = true;
-  for (auto& t : readers) t.join();
+  WhileDemandReadsRun(s, file, [&] { s.WillRead(file, {{16 * mib + 100, 5000}}); });
   const auto prefetched = src->prefetched();
   ASSERT_EQ(prefetched.size(), 2u);
   EXPECT_EQ(prefetched[0],
             (std::pair<uint64_t, uint64_t>{16 * mib + 100, RecordScheduler::kMinConcurrentChunk}));
+  EXPECT_EQ(s.stats().promoted_bytes, RecordScheduler::kMinConcurrentChunk);
+
+  // A source that keeps enough unread bytes already (a store many times its cache, read in a
+  // shuffled order) gets only the pieces: a window would be evicted before it is read.
+  src->set_wants(false);
+  WhileDemandReadsRun(s, file, [&] { s.WillRead(file, {{17 * mib + 100, 5000}}); });
+  const auto after = src->prefetched();
+  ASSERT_EQ(after.size(), 3u);
+  EXPECT_EQ(after[2], (std::pair<uint64_t, uint64_t>{17 * mib + 100, 5000}));
   EXPECT_EQ(s.stats().promoted_bytes, RecordScheduler::kMinConcurrentChunk);
 }
 

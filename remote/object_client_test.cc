@@ -113,6 +113,35 @@ TEST(ObjectClientTest, RemoteFileOverAFakeStoreWithACache) {
             "1048576): remount");
 }
 
+// A window fetched ahead at a reader's request (a promotion) is speculation: its bytes count as
+// unread until read, so a cache full of unread bytes asks for no more; a demand prefetch's do
+// not count.
+TEST(ObjectClientTest, AWindowFetchedAheadCountsAsUnreadUntilRead) {
+  auto mem = std::make_shared<MemoryObjectClient>();
+  const std::string obj = Bytes(4 << 20);
+  mem->Put("records/00000001.pcr", obj);
+  RangeCacheOptions o;
+  o.memory_bytes = 1 << 20;  // wants speculation below 768 KiB unread
+  auto cache = RangeCache::Open(o, nullptr);
+  ASSERT_TRUE(cache.has_value());
+  RemoteFile f(mem, "records/00000001.pcr", obj.size(), *cache, 1);
+  EXPECT_TRUE(f.WantsSpeculation());
+  std::string buf(4096, '\0');
+  auto* dst = reinterpret_cast<uint8_t*>(buf.data());
+  f.Prefetch(2 << 20, 512 << 10);
+  ASSERT_TRUE(f.Read(2 << 20, buf.size(), dst).ok());  // waits for the fetch
+  EXPECT_EQ((*cache)->stats().unread_speculative_bytes, 0u);
+  f.PrefetchAhead(0, 900 << 10);
+  ASSERT_TRUE(f.Read(0, buf.size(), dst).ok());
+  EXPECT_EQ(buf, obj.substr(0, buf.size()));
+  EXPECT_EQ((*cache)->stats().unread_speculative_bytes, (900u << 10) - buf.size());
+  EXPECT_FALSE(f.WantsSpeculation());
+  std::string rest((900 << 10) - buf.size(), '\0');
+  ASSERT_TRUE(f.Read(buf.size(), rest.size(), reinterpret_cast<uint8_t*>(rest.data())).ok());
+  EXPECT_EQ((*cache)->stats().unread_speculative_bytes, 0u);
+  EXPECT_TRUE(f.WantsSpeculation());
+}
+
 TEST(ObjectClientTest, DownloadIsConditionalOnTheEtag) {
   MemoryObjectClient m;
   m.Put("index.lmdb", "v1 bytes");

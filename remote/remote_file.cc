@@ -91,7 +91,8 @@ std::vector<RangeCache::Range> RemoteFile::StillMissingLocked(
   return still;
 }
 
-void RemoteFile::Submit(const std::vector<std::shared_ptr<Fetch>>& started, bool background) const {
+void RemoteFile::Submit(const std::vector<std::shared_ptr<Fetch>>& started, bool background,
+                        bool ahead) const {
   for (const auto& f : started) {
     ObjectGet req = RangeGet(f->offset, f->end - f->offset, f->bytes->data());
     req.background = background;
@@ -104,9 +105,9 @@ void RemoteFile::Submit(const std::vector<std::shared_ptr<Fetch>>& started, bool
     };
     // Runs on the client's thread, maybe after this file is gone: only shared state.
     client_->Get(std::move(req), [f, shared = shared_, cache = cache_, id = cache_id_,
-                                  background](Result<ObjectData> r) {
+                                  ahead](Result<ObjectData> r) {
       Status s = r.has_value() ? Status::OK() : r.error();
-      if (s.ok() && cache) cache->Insert(id, f->offset, f->bytes, background);
+      if (s.ok() && cache) cache->Insert(id, f->offset, f->bytes, ahead);
       {
         MutexLock l(&shared->mu);
         auto it = shared->pending.find(f->offset);
@@ -155,7 +156,7 @@ Status RemoteFile::Read(uint64_t offset, size_t n, uint8_t* dst) const {
           ReadUncached(m.offset, static_cast<size_t>(m.length), dst + (m.offset - offset)));
     }
   }
-  Submit(started, /*background=*/false);
+  Submit(started, /*background=*/false, /*ahead=*/false);
   bool others_failed = false;
   for (const auto& f : fetches) {
     uint64_t until = f->offset;  // what this read needs of f
@@ -193,6 +194,14 @@ Status RemoteFile::Read(uint64_t offset, size_t n, uint8_t* dst) const {
 }
 
 void RemoteFile::Prefetch(uint64_t offset, uint64_t n) const {
+  PrefetchRange(offset, n, /*ahead=*/false);
+}
+
+void RemoteFile::PrefetchAhead(uint64_t offset, uint64_t n) const {
+  PrefetchRange(offset, n, /*ahead=*/true);
+}
+
+void RemoteFile::PrefetchRange(uint64_t offset, uint64_t n, bool ahead) const {
   if (!cache_ || n == 0 || offset >= size_) return;
   n = std::min(n, size_ - offset);
   std::vector<std::shared_ptr<Fetch>> fetches, started;
@@ -201,7 +210,7 @@ void RemoteFile::Prefetch(uint64_t offset, uint64_t n) const {
     MutexLock l(&shared_->mu);
     CoverLocked(cache_->Missing(cache_id_, offset, n), &fetches, &started);
   }
-  Submit(started, /*background=*/false);
+  Submit(started, /*background=*/false, ahead);
 }
 
 Result<uint64_t> RemoteFile::Warm(uint64_t offset, uint64_t n,
@@ -221,7 +230,7 @@ Result<uint64_t> RemoteFile::Warm(uint64_t offset, uint64_t n,
     MutexLock l(&shared_->mu);
     CoverLocked(cache_->Missing(cache_id_, offset, n), &fetches, &started);
   }
-  Submit(started, /*background=*/true);
+  Submit(started, /*background=*/true, /*ahead=*/true);
   uint64_t asked = 0;
   Status first;
   for (const auto& f : started) {

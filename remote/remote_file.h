@@ -55,6 +55,8 @@ class RemoteFile final : public RandomAccessFile, public SpeculationSource {
   // SpeculationSource: what it offers with a cache (without one: no-ops; Warm reads into
   // scratch).
   void Prefetch(uint64_t offset, uint64_t n) const override;
+  void PrefetchAhead(uint64_t offset, uint64_t n) const override;
+  bool WantsSpeculation() const override { return cache_ != nullptr && cache_->WantsSpeculation(); }
   // Returns the bytes it asked the origin for (0 when the cache or fetches in flight had all).
   Result<uint64_t> Warm(uint64_t offset, uint64_t n, std::vector<uint8_t>* scratch) const override;
   int ConcurrentSpeculativeReads() const override { return cache_ ? kSpeculativeRequests : 0; }
@@ -110,8 +112,12 @@ class RemoteFile final : public RandomAccessFile, public SpeculationSource {
                                      std::vector<std::shared_ptr<Fetch>>* started) const
       REQUIRES(shared_->mu);
   // Sends the GETs of new fetches, outside any lock (a request that fails at once completes
-  // on this thread); each keeps its bytes in the cache and completes its waiters.
-  void Submit(const std::vector<std::shared_ptr<Fetch>>& started, bool background) const;
+  // on this thread); each keeps its bytes in the cache (as fetched ahead if `ahead`) and
+  // completes its waiters. `background`: ObjectGet::background.
+  void Submit(const std::vector<std::shared_ptr<Fetch>>& started, bool background,
+              bool ahead) const;
+  // Prefetch and PrefetchAhead.
+  void PrefetchRange(uint64_t offset, uint64_t n, bool ahead) const;
 
   std::shared_ptr<ObjectClient> client_;
   std::string key_;
