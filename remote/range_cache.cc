@@ -406,7 +406,13 @@ bool RangeCache::Drop(uint32_t id, uint64_t offset, uint64_t n) {
 
 bool RangeCache::WantsSpeculation() const {
   MutexLock l(&mu_);
-  return unread_ < PrimaryBudgetLocked() / 4 * 3;
+  const uint64_t budget = PrimaryBudgetLocked();
+  const uint64_t held = disk() ? disk_bytes_ : memory_.bytes;
+  // Once the tier is (nearly) full, what is fetched now evicts the oldest bytes, and among them
+  // unread ones: read in a shuffled order, a level larger than the cache has unread bytes in
+  // every part of it. Then fetch ahead only while a quarter of it is unread.
+  const bool full = held + budget / 8 >= budget;
+  return unread_ < (full ? budget / 4 : budget / 4 * 3);
 }
 
 uint64_t RangeCache::capacity() const {

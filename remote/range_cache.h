@@ -93,7 +93,8 @@ class RangeCache {
   // there was one.
   bool Drop(uint32_t id, uint64_t offset, uint64_t n) EXCLUDES(mu_);
   // Whether fetching more bytes ahead of the readers is useful now: the unread speculative
-  // bytes are below 3/4 of the larger tier, so what is fetched ahead is not evicted unread.
+  // bytes are below 3/4 of the larger tier, so what is fetched ahead is not evicted unread;
+  // below 1/4 once that tier is within 1/8 of full (new bytes then evict old ones).
   bool WantsSpeculation() const EXCLUDES(mu_);
   // Bytes the larger tier holds: what may be fetched ahead at most.
   uint64_t capacity() const EXCLUDES(mu_);

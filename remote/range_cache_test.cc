@@ -111,6 +111,23 @@ TEST(RangeCacheTest, SpeculativeBytesCountUntilRead) {
   EXPECT_EQ(cache->stats().unread_speculative_bytes, 400 * kKiB);
 }
 
+// A full tier evicts to make room, and read in a shuffled order its oldest bytes include unread
+// ones: then fetching ahead stops at a quarter of it unread, not three quarters.
+TEST(RangeCacheTest, AFullCacheWantsLessFetchedAhead) {
+  constexpr uint64_t kKiB = 1024;
+  RangeCacheOptions o;
+  o.memory_bytes = 1024 * kKiB;
+  auto cache = Open(o);
+  cache->Insert(1, 0, Bytes(0, 300 * kKiB), true);
+  EXPECT_TRUE(cache->WantsSpeculation());  // room left: up to 768 KiB unread
+  cache->Insert(1, 300 * kKiB, Bytes(300 * kKiB, 600 * kKiB), false);  // 900 KiB held
+  EXPECT_FALSE(cache->WantsSpeculation());  // within 1/8 of full, 300 KiB unread
+  std::vector<uint8_t> dst(100 * kKiB);
+  cache->Copy(1, 0, 100 * kKiB, dst.data());
+  EXPECT_EQ(cache->stats().unread_speculative_bytes, 200 * kKiB);
+  EXPECT_TRUE(cache->WantsSpeculation());  // under a quarter unread
+}
+
 uint64_t BytesOnDisk(const std::string& dir) {
   uint64_t n = 0;
   for (const auto& e : std::filesystem::directory_iterator(dir)) {
