@@ -105,16 +105,17 @@ void RecordScheduler::WillRead(const SourceFile& file, const std::vector<Range>&
   const SpeculationSource* source = file.speculation();
   if (source == nullptr) return;
   std::vector<Range> promoted;
-  // Only while the source keeps what is fetched ahead until it is read: a promoted window is
-  // speculation too. (A store many times the cache, read in a shuffled order, would otherwise
-  // fetch a window per file read and see it evicted before its other files are read.)
   if (source->ConcurrentSpeculativeReads() > 0 &&
-      demand_active_.load(std::memory_order_acquire) >= kPromoteAtDemandReads &&
-      source->WantsSpeculation()) {
-    MutexLock l(&mu_);
+      demand_active_.load(std::memory_order_acquire) >= kPromoteAtDemandReads) {
     // A window of what a speculative read of this source takes (SourceModel::Start): on a
-    // remote store at least kMinConcurrentChunk, one request like the piece's own.
-    const uint64_t window = std::max(model_.chunk(), kMinConcurrentChunk);
+    // remote store at least kMinConcurrentChunk, one request like the piece's own. But a
+    // promoted window is speculation too: while the source keeps enough unread bytes already
+    // (a store many times the cache, read in a shuffled order, whose windows would be evicted
+    // before their other files are read), only the model's own chunk (16 KiB on a remote
+    // store: the piece and a few neighbours).
+    const bool room = source->WantsSpeculation();
+    MutexLock l(&mu_);
+    const uint64_t window = room ? std::max(model_.chunk(), kMinConcurrentChunk) : model_.chunk();
     for (const Range& r : ranges) {
       const Range w = queue_.Promote(source, r, window);
       if (w.length > 0) promoted.push_back(w);

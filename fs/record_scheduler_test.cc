@@ -442,13 +442,16 @@ TEST(RecordSchedulerTest, APromotedWindowOfARemoteSourceIsAtLeastOneSpeculativeR
   EXPECT_EQ(s.stats().promoted_bytes, RecordScheduler::kMinConcurrentChunk);
 
   // A source that keeps enough unread bytes already (a store many times its cache, read in a
-  // shuffled order) gets only the pieces: a window would be evicted before it is read.
+  // shuffled order) gets windows of the model's chunk only: a large one would be evicted
+  // before its other files are read.
   src->set_wants(false);
+  const uint64_t chunk = s.stats().chunk;
   WhileDemandReadsRun(s, file, [&] { s.WillRead(file, {{17 * mib + 100, 5000}}); });
   const auto after = src->prefetched();
-  ASSERT_EQ(after.size(), 3u);
-  EXPECT_EQ(after[2], (std::pair<uint64_t, uint64_t>{17 * mib + 100, 5000}));
-  EXPECT_EQ(s.stats().promoted_bytes, RecordScheduler::kMinConcurrentChunk);
+  ASSERT_EQ(after.size(), 4u);
+  EXPECT_EQ(after[2], (std::pair<uint64_t, uint64_t>{17 * mib + 100, chunk}));
+  EXPECT_EQ(after[3], (std::pair<uint64_t, uint64_t>{17 * mib + 100, 5000}));
+  EXPECT_EQ(s.stats().promoted_bytes, RecordScheduler::kMinConcurrentChunk + chunk);
 }
 
 // Ranges planned apart (folder by folder, group region by group region) that lie side by side
