@@ -89,7 +89,9 @@ class RecordScheduler {
   // a chunk costs about one round trip like the piece alone, and leaving it queued would cut the
   // later speculative read into one request per gap between pieces already fetched. Only while at
   // least kPromoteAtDemandReads other demand reads are in progress: readers that outrun
-  // single-piece fetches; a reader or two would only wait longer for its own file.
+  // single-piece fetches; a reader or two would only wait longer for its own file. The window
+  // is speculation (SpeculationSource::PrefetchAhead: unread until read), and while the source
+  // wants no more bytes fetched ahead (WantsSpeculation) it is only the model's chunk.
   void WillRead(const SourceFile& file, const std::vector<Range>& ranges) EXCLUDES(mu_);
   // Queues speculative reads of these ranges (in this order), minus every byte already read
   // or queued for `file`; nothing if the file has no speculation hooks. Never blocks on I/O.

@@ -261,8 +261,7 @@ std::vector<RangeCache::Range> RangeCache::Copy(uint32_t id, uint64_t offset, ui
         const uint64_t start = (*it)->first;
         Extent* e = &(*it)->second;
         const uint64_t stop = std::min(end, e->end);
-        std::memcpy(dst + (pos - offset), e->bytes->data() + e->bytes_offset + (pos - start),
-                    stop - pos);
+        std::memcpy(dst + (pos - offset), e->bytes->data() + (pos - start), stop - pos);
         memory_.lru.splice(memory_.lru.begin(), memory_.lru, e->lru);
         stats_.memory_hit_bytes += stop - pos;
         pos = stop;
@@ -349,7 +348,6 @@ void RangeCache::Insert(uint32_t id, uint64_t offset,
         const auto* from = bytes->data() + (g.offset - offset);
         e.bytes = std::make_shared<const std::vector<uint8_t>>(from, from + g.length);
       }
-      e.bytes_offset = 0;
       e.unread.unread = speculative && !disk() ? g.length : 0;
       AddLocked(id, g.offset, std::move(e));
     }

@@ -111,8 +111,8 @@ class RangeCache {
   };
   struct Extent {  // of the memory tier
     uint64_t end = 0;
-    std::shared_ptr<const std::vector<uint8_t>> bytes;  // the bytes are
-    size_t bytes_offset = 0;                            //   bytes[bytes_offset, + length)
+    // Its bytes, all of them (a buffer of which only a part was new is not shared: Insert).
+    std::shared_ptr<const std::vector<uint8_t>> bytes;
     Unread unread;  // without a disk tier (the disk tier's are in disk_unread_)
     std::list<std::pair<uint32_t, uint64_t>>::iterator lru;
   };

@@ -531,9 +531,9 @@ def analyse(data):
             row["amp"] = (row["origin"] / row["served"]) if row["served"] else None
             m = lv.get("metrics", {})
             # The daemon's own accounts (metrics; absent from runs before they existed).
-            row["piece_memory"] = (m.get('pcrfs_piece_cache_bytes{cache="small"}', 0) +
-                                   m.get('pcrfs_piece_cache_bytes{cache="large"}', 0)
-                                   if 'pcrfs_piece_cache_bytes{cache="small"}' in m else None)
+            small = m.get('pcrfs_piece_cache_bytes{cache="small"}')
+            row["piece_memory"] = (None if small is None else
+                                   small + m.get('pcrfs_piece_cache_bytes{cache="large"}', 0))
             row["table_memory"] = m.get("pcrfs_record_table_bytes")
             row["index_memory"] = m.get("pcrfs_index_memory_bytes")
             row["rss_beyond"] = (row["rss_epoch"] - row["range_memory"]
