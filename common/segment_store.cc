@@ -183,9 +183,27 @@ void SegmentStore::Adopt(const std::function<bool(const Entry&)>& adopt) {
 }
 
 void SegmentStore::EvictLocked(uint32_t keep, std::vector<Segment>* gone,
-                               std::vector<uint32_t>* seqs) {
-  while (used_ > budget_ && !segments_.empty() && segments_.begin()->first != keep) {
-    auto it = segments_.begin();
+                               std::vector<uint32_t>* seqs,
+                               const std::map<uint32_t, uint64_t>* spare) {
+  while (used_ > budget_ && !segments_.empty()) {
+    // The oldest segment, or with `spare`, the one the owner needs least (the fewest bytes it
+    // still wants: the oldest among equals); never `keep`, the segment being written.
+    auto it = segments_.end();
+    uint64_t least = UINT64_MAX;
+    for (auto s = segments_.begin(); s != segments_.end(); ++s) {
+      if (s->first == keep) continue;
+      uint64_t wanted = 0;
+      if (spare != nullptr) {
+        auto w = spare->find(s->first);
+        if (w != spare->end()) wanted = w->second;
+      }
+      if (wanted < least) {
+        least = wanted;
+        it = s;
+      }
+      if (wanted == 0) break;  // nothing older can be needed less
+    }
+    if (it == segments_.end()) break;
     used_ -= it->second.data_end + it->second.idx_end;
     ++stats_.evicted_segments;
     if (current_ == it->first) current_ = 0;
@@ -223,8 +241,9 @@ size_t SegmentStore::Dispose(std::vector<Segment>& gone, const std::vector<uint3
   return entries_found;
 }
 
-std::optional<SegmentStore::Location> SegmentStore::Append(Key key, std::span<const uint8_t> bytes,
-                                                           std::vector<Entry>* evicted) {
+std::optional<SegmentStore::Location> SegmentStore::Append(
+    Key key, std::span<const uint8_t> bytes, std::vector<Entry>* evicted,
+    const std::map<uint32_t, uint64_t>* spare) {
   if (bytes.size() > UINT32_MAX || bytes.size() + kEntryBytes > budget_) return std::nullopt;
   Location w{0, 0, static_cast<uint32_t>(bytes.size()), Crc(bytes.data(), bytes.size())};
   std::shared_ptr<const UniqueFd> data, idx;
@@ -285,7 +304,7 @@ std::optional<SegmentStore::Location> SegmentStore::Append(Key key, std::span<co
         seg->second.dead += bytes.size();
       }
     }
-    EvictLocked(current_, &gone, &seqs);
+    EvictLocked(current_, &gone, &seqs, spare);
   }
   if (!gone.empty()) {
     const size_t n = Dispose(gone, seqs, evicted);

@@ -16,7 +16,8 @@
 // whose entry CRC matches and whose bytes lie within their segment; what the owner declines
 // counts as dead space. Every Read checks the bytes' CRC, so damage on the disk is reported,
 // never returned. While over the budget the oldest segment goes with every entry in it (first in,
-// first out by segment), and the owner is told which entries went. Anything else in the folder
+// first out by segment; an owner may name segments to keep longer, Append), and the owner is
+// told which entries went. Anything else in the folder
 // (the files of an older layout, temporary files) is removed at Open. One process at a time uses
 // a folder (flock on ".lock").
 //
@@ -86,9 +87,12 @@ class SegmentStore {
   // Writes bytes as key's entry into the newest segment (a new one when it is full) and returns
   // where; nullopt if the disk refused (full) or the entry cannot fit the budget. Segments
   // evicted to stay within the budget append their entries to *evicted (the owner forgets those
-  // whose Location it holds).
+  // whose Location it holds). Without `spare` the oldest segments go; with it (segment -> bytes
+  // in it the owner still needs, e.g. fetched ahead and not read yet) the ones it needs least,
+  // the oldest among equals.
   std::optional<Location> Append(Key key, std::span<const uint8_t> bytes,
-                                 std::vector<Entry>* evicted) EXCLUDES(mu_);
+                                 std::vector<Entry>* evicted,
+                                 const std::map<uint32_t, uint64_t>* spare = nullptr) EXCLUDES(mu_);
   // Reads [from, from + n) of the entry at `where` into dst, checking the CRC of all its bytes
   // (read whole when n is less). NotFound: its segment was evicted; Corruption: the bytes do not
   // match their CRC (counted in stats().damaged); IOError: the disk failed.
@@ -120,9 +124,10 @@ class SegmentStore {
   };
   std::string SegmentPath(uint64_t seq, const char* ext) const;
   void Adopt(const std::function<bool(const Entry&)>& adopt) EXCLUDES(mu_);
-  // Takes the oldest segments (never `keep`) out while over the budget, into *gone.
-  void EvictLocked(uint32_t keep, std::vector<Segment>* gone, std::vector<uint32_t>* seqs)
-      REQUIRES(mu_);
+  // Takes segments out (the oldest, or by `spare` as Append says; never `keep`) while over the
+  // budget, into *gone.
+  void EvictLocked(uint32_t keep, std::vector<Segment>* gone, std::vector<uint32_t>* seqs,
+                   const std::map<uint32_t, uint64_t>* spare = nullptr) REQUIRES(mu_);
   // Reads the entries of evicted segments into *evicted (if not null) and removes their files;
   // returns how many entries they held.
   size_t Dispose(std::vector<Segment>& gone, const std::vector<uint32_t>& seqs,

@@ -24,11 +24,17 @@ class SpeculationSource {
   virtual void Prefetch(uint64_t /*offset*/, uint64_t /*n*/) const {}
   // The same for a window fetched ahead of need at a reader's request (the record scheduler's
   // promotion of a queued speculative range): fetched as promptly as Prefetch's, but its bytes
-  // count as fetched ahead, unread until read, like Warm's.
-  virtual void PrefetchAhead(uint64_t offset, uint64_t n) const { Prefetch(offset, n); }
-  // Whether bytes fetched ahead now would be kept until read: false once the source keeps
-  // enough unread bytes (when Warm would be refused with ResourceExhausted).
-  virtual bool WantsSpeculation() const { return true; }
+  // count as fetched ahead, unread until read, like Warm's. False, with nothing fetched, when
+  // the source has no room to keep the window until it is read (AheadRoom).
+  virtual bool PrefetchAhead(uint64_t offset, uint64_t n) const {
+    Prefetch(offset, n);
+    return true;
+  }
+  // How many bytes fetched ahead now would be kept until read (UINT64_MAX: no limit the
+  // source knows of, as the page cache); 0 once the source keeps enough unread bytes (when Warm
+  // would be refused with ResourceExhausted).
+  virtual uint64_t AheadRoom() const { return UINT64_MAX; }
+  bool WantsSpeculation() const { return AheadRoom() > 0; }
   // A speculative read of [offset, offset + n): fetch it so that a later Read finds it kept.
   // `scratch` is a buffer the caller reuses. Returns the bytes it really moved from the device
   // or the origin (0 when all were kept already): what the caller may time as a transfer.

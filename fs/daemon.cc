@@ -367,10 +367,11 @@ int ServeLoop(fuse_session* se, const MountConfig& config, const fuse_cmdline_op
   fuse_loop_config* loop = fuse_loop_cfg_create();
   const unsigned cores = std::max(1u, std::thread::hardware_concurrency());
   unsigned threads = config.threads ? config.threads : std::max(4u, 2 * cores);
-  // A remote read waits on the network, not a core: as many workers as connections, so the
-  // FUSE threads are not what limits the requests in flight.
+  // A remote read waits on the network, not a core: enough workers that the FUSE threads are
+  // not what limits the reads in flight (a reader's READ sends its file's k pieces at once, so
+  // 64 reads keep hundreds of requests busy).
   if (remote && config.threads == 0) {
-    threads = std::max(threads, static_cast<unsigned>(config.remote.connections));
+    threads = std::max(threads, std::min(64u, static_cast<unsigned>(config.remote.connections)));
   }
   fuse_loop_cfg_set_max_threads(loop, threads);
   fuse_loop_cfg_set_idle_threads(loop, threads);

@@ -218,6 +218,9 @@ void AppendRemote(const ObjectClient& client, const RangeCache* cache, metrics::
   e->Sample({{"tier", "disk"}}, D(c.disk_bytes));
   e->Gauge("pcrfs_range_cache_unread_speculative_bytes",
            "Bytes fetched ahead of the readers and not read yet.", D(c.unread_speculative_bytes));
+  e->Counter("pcrfs_range_cache_evicted_unread_bytes_total",
+             "Bytes fetched ahead and evicted before anybody read them (fetched for nothing).",
+             D(c.evicted_unread_bytes));
 }
 
 std::string Response(std::string_view status, std::string_view type, const std::string& body,

@@ -59,7 +59,16 @@ struct MountConfig {
   unsigned metrics_interval = 15;
   std::vector<std::pair<std::string, std::string>> metrics_labels;
   // A remote STORE's options (-o region, endpoint, cache_dir, ...); refused for a local STORE.
-  RemoteOptions remote;
+  // A mount's requests per host: a file at level k not cached is k ranged GETs sent at once
+  // (one round trip), so 16 readers at level 10 keep 160 in flight (HTTP/1.1: a connection
+  // each), beside the fetches ahead (RemoteFile::kSpeculativeRequests). Connections open as
+  // needed. pcr's own remote reads keep RemoteOptions' default.
+  static constexpr int kRemoteConnections = 192;
+  RemoteOptions remote = [] {
+    RemoteOptions o;
+    o.connections = kRemoteConnections;
+    return o;
+  }();
   // What libfuse parses itself (fuse_parse_cmdline, fuse_session_new): the program name, the
   // mount point, -f, -d, -s, and every -o option pcrfs does not define (allow_other, ro, ...).
   std::vector<std::string> fuse_args;

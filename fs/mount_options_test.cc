@@ -207,7 +207,7 @@ TEST(MountOptionsTest, RemoteOptionsAreApplied) {
   EXPECT_EQ(e->remote.s3.addressing, S3Options::Addressing::kAuto);
   const RemoteOptions defaults;
   EXPECT_EQ(e->remote.timeout, defaults.timeout);
-  EXPECT_EQ(e->remote.connections, defaults.connections);
+  EXPECT_EQ(e->remote.connections, MountConfig::kRemoteConnections);
 }
 
 TEST(MountOptionsTest, RemoteOptionsAreCheckedStrictly) {
@@ -220,8 +220,8 @@ TEST(MountOptionsTest, RemoteOptionsAreCheckedStrictly) {
             "-o remote_timeout=0: expected seconds, an integer in 1..3600");
   EXPECT_EQ(err("remote_timeout=5s"),
             "-o remote_timeout=5s: expected seconds, an integer in 1..3600");
-  EXPECT_EQ(err("remote_connections=257"),
-            "-o remote_connections=257: expected an integer in 1..256");
+  EXPECT_EQ(err("remote_connections=1025"),
+            "-o remote_connections=1025: expected an integer in 1..1024");
   EXPECT_EQ(err("region="), "-o region=: expected a value");
   EXPECT_EQ(err("cache_dir="), "-o cache_dir=: expected a folder name");
   // With a local store a remote option would be ignored: refused instead.

@@ -105,24 +105,31 @@ void RecordScheduler::WillRead(const SourceFile& file, const std::vector<Range>&
   const SpeculationSource* source = file.speculation();
   if (source == nullptr) return;
   std::vector<Range> promoted;
-  if (source->ConcurrentSpeculativeReads() > 0 &&
+  if (source->ConcurrentSpeculativeReads() > 0 && !ranges.empty() &&
       demand_active_.load(std::memory_order_acquire) >= kPromoteAtDemandReads) {
     // A window of what a speculative read of this source takes (SourceModel::Start): on a
     // remote store at least kMinConcurrentChunk, one request like the piece's own. But a
-    // promoted window is speculation too: while the source keeps enough unread bytes already
-    // (a store many times the cache, read in a shuffled order, whose windows would be evicted
-    // before their other files are read), only the model's own chunk (16 KiB on a remote
-    // store: the piece and a few neighbours).
-    const bool room = source->WantsSpeculation();
+    // promoted window is speculation too: only as much as the source can keep until it is read
+    // (AheadRoom, shared by the pieces), and none without room: a level many times the cache,
+    // read in a shuffled order, would evict the window before its other files are read, and a
+    // window of a few pieces fetched 1.5-2x the bytes of the pieces alone.
+    const uint64_t room = source->AheadRoom() / ranges.size();
     MutexLock l(&mu_);
-    const uint64_t window = room ? std::max(model_.chunk(), kMinConcurrentChunk) : model_.chunk();
+    const uint64_t window = std::min(std::max(model_.chunk(), kMinConcurrentChunk), room);
     for (const Range& r : ranges) {
+      if (window <= r.length) continue;  // no room beyond the piece itself
       const Range w = queue_.Promote(source, r, window);
       if (w.length > 0) promoted.push_back(w);
     }
   }
-  // The promoted windows first: the pieces inside them then join those fetches.
-  for (const Range& w : promoted) source->PrefetchAhead(w.offset, w.length);
+  // The promoted windows first: the pieces inside them then join those fetches. A window the
+  // source found no room for after all (other fetches took it meanwhile) goes back to the queue.
+  for (const Range& w : promoted) {
+    if (source->PrefetchAhead(w.offset, w.length)) continue;
+    std::shared_ptr<const SpeculationSource> shared = file.shared_speculation();
+    MutexLock l(&mu_);
+    if (shared && !stop_) queue_.PushFront(shared, w.offset, w.offset + w.length);
+  }
   for (const Range& r : ranges) source->Prefetch(r.offset, r.length);
 }
 
@@ -177,7 +184,14 @@ void RecordScheduler::Worker() {
       --idle_workers_;
       if (stop_) return;
       concurrent = queue_.front().file->ConcurrentSpeculativeReads();
-      taken = queue_.TakeFront(model_.Start(concurrent));
+      uint64_t n = model_.Start(concurrent);
+      // No more than the source can keep until read (with no room at all, Warm refuses and the
+      // range comes back).
+      if (concurrent > 0) {
+        const uint64_t room = queue_.front().file->AheadRoom();
+        if (room > 0) n = std::min(n, room);
+      }
+      taken = queue_.TakeFront(n);
       speculative_started_.fetch_add(1, std::memory_order_acq_rel);
       // A source that takes several at once: another worker may start too.
       if (idle_workers_ > 0 && CanStartLocked(Clock::now())) cv_.Signal();

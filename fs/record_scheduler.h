@@ -20,8 +20,8 @@
 // scheduler reads speculatively only from a file with speculation hooks
 // (SourceFile::speculation(), common/speculation_source.h), through them. It never reads a
 // range speculatively twice. A remote source (SpeculationSource::ConcurrentSpeculativeReads >
-// 0) pauses speculation while it says it keeps enough unread bytes (SpeculationSource::Warm:
-// ResourceExhausted).
+// 0) reads ahead only what it can keep until read (SpeculationSource::AheadRoom; Warm:
+// ResourceExhausted when it has no room), so nothing fetched ahead is evicted unread.
 //
 // Thread-safe. No lock is held during I/O.
 #pragma once
@@ -90,8 +90,9 @@ class RecordScheduler {
   // later speculative read into one request per gap between pieces already fetched. Only while at
   // least kPromoteAtDemandReads other demand reads are in progress: readers that outrun
   // single-piece fetches; a reader or two would only wait longer for its own file. The window
-  // is speculation (SpeculationSource::PrefetchAhead: unread until read), and while the source
-  // wants no more bytes fetched ahead (WantsSpeculation) it is only the model's chunk.
+  // is speculation (SpeculationSource::PrefetchAhead: unread until read, kept until read): at
+  // most the room the source has for such bytes (AheadRoom), shared by the read's pieces, and
+  // none without room (the pieces alone are fetched).
   void WillRead(const SourceFile& file, const std::vector<Range>& ranges) EXCLUDES(mu_);
   // Queues speculative reads of these ranges (in this order), minus every byte already read
   // or queued for `file`; nothing if the file has no speculation hooks. Never blocks on I/O.

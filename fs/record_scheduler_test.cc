@@ -266,13 +266,13 @@ class ConcurrentSource final : public RandomAccessFile, public SpeculationSource
   uint64_t Size() const override { return size_; }
   const std::string& name() const override { return name_; }
   int ConcurrentSpeculativeReads() const override { return 4; }
-  bool WantsSpeculation() const override {
+  uint64_t AheadRoom() const override {
     std::lock_guard<std::mutex> l(mu_);
-    return wants_;
+    return room_;
   }
-  void set_wants(bool w) {
+  void set_room(uint64_t room) {
     std::lock_guard<std::mutex> l(mu_);
-    wants_ = w;
+    room_ = room;
   }
   std::vector<std::pair<uint64_t, uint64_t>> prefetched() const {
     std::lock_guard<std::mutex> l(mu_);
@@ -301,7 +301,7 @@ class ConcurrentSource final : public RandomAccessFile, public SpeculationSource
   const std::string name_ = "concurrent";
   mutable std::mutex mu_;
   mutable bool busy_ = false;
-  bool wants_ = true;
+  uint64_t room_ = UINT64_MAX;  // AheadRoom
   mutable int in_flight_ = 0, max_in_flight_ = 0, refused_ = 0;
   mutable std::vector<std::pair<uint64_t, uint64_t>> warmed_, prefetched_;
 };
@@ -441,17 +441,27 @@ TEST(RecordSchedulerTest, APromotedWindowOfARemoteSourceIsAtLeastOneSpeculativeR
             (std::pair<uint64_t, uint64_t>{16 * mib + 100, RecordScheduler::kMinConcurrentChunk}));
   EXPECT_EQ(s.stats().promoted_bytes, RecordScheduler::kMinConcurrentChunk);
 
-  // A source that keeps enough unread bytes already (a store many times its cache, read in a
-  // shuffled order) gets windows of the model's chunk only: a large one would be evicted
-  // before its other files are read.
-  src->set_wants(false);
-  const uint64_t chunk = s.stats().chunk;
-  WhileDemandReadsRun(s, file, [&] { s.WillRead(file, {{17 * mib + 100, 5000}}); });
-  const auto after = src->prefetched();
-  ASSERT_EQ(after.size(), 4u);
-  EXPECT_EQ(after[2], (std::pair<uint64_t, uint64_t>{17 * mib + 100, chunk}));
-  EXPECT_EQ(after[3], (std::pair<uint64_t, uint64_t>{17 * mib + 100, 5000}));
-  EXPECT_EQ(s.stats().promoted_bytes, RecordScheduler::kMinConcurrentChunk + chunk);
+  // A source with less room to keep bytes fetched ahead until read gets a window of that room,
+  // shared by the pieces of the read.
+  src->set_room(2 * 64 * 1024);
+  WhileDemandReadsRun(s, file, [&] {
+    s.WillRead(file, {{17 * mib + 100, 5000}, {18 * mib + 100, 5000}});
+  });
+  auto after = src->prefetched();
+  ASSERT_EQ(after.size(), 6u);
+  EXPECT_EQ(after[2], (std::pair<uint64_t, uint64_t>{17 * mib + 100, 64 * 1024}));
+  EXPECT_EQ(after[3], (std::pair<uint64_t, uint64_t>{18 * mib + 100, 64 * 1024}));
+  EXPECT_EQ(s.stats().promoted_bytes, RecordScheduler::kMinConcurrentChunk + 2 * 64 * 1024);
+
+  // A source that keeps all the unread bytes it can already (a store many times its cache, read
+  // in a shuffled order) gets no window at all, only the pieces: a window would be evicted
+  // before its other files are read, or, smaller, fetch neighbours nobody reads.
+  src->set_room(0);
+  WhileDemandReadsRun(s, file, [&] { s.WillRead(file, {{19 * mib + 100, 5000}}); });
+  after = src->prefetched();
+  ASSERT_EQ(after.size(), 7u);
+  EXPECT_EQ(after[6], (std::pair<uint64_t, uint64_t>{19 * mib + 100, 5000}));
+  EXPECT_EQ(s.stats().promoted_bytes, RecordScheduler::kMinConcurrentChunk + 2 * 64 * 1024);
 }
 
 // Ranges planned apart (folder by folder, group region by group region) that lie side by side

@@ -151,4 +151,52 @@ void FaultyObjectClient::DoGet(ObjectGet request, GetCallback done) {
   });
 }
 
+void HeldObjectClient::set_holding(bool holding) {
+  {
+    MutexLock lock(&mu_);
+    holding_ = holding;
+  }
+  if (!holding) ReleaseAll();
+}
+
+std::vector<HeldObjectClient::Asked> HeldObjectClient::WaitHeld(size_t n,
+                                                                std::chrono::milliseconds timeout) {
+  const auto deadline = std::chrono::steady_clock::now() + timeout;
+  MutexLock lock(&mu_);
+  while (held_.size() < n && std::chrono::steady_clock::now() < deadline) {
+    held_cv_.WaitUntil(&mu_, deadline);
+  }
+  std::vector<Asked> out;
+  for (const Held& h : held_) {
+    Asked a{h.request.key, 0, 0, h.request.background};
+    if (h.request.range) {
+      a.offset = h.request.range->offset;
+      a.length = h.request.range->length;
+    }
+    out.push_back(std::move(a));
+  }
+  return out;
+}
+
+void HeldObjectClient::ReleaseAll() {
+  std::vector<Held> held;
+  {
+    MutexLock lock(&mu_);
+    held.swap(held_);
+  }
+  for (Held& h : held) base_->GetUnchecked(std::move(h.request), std::move(h.done));
+}
+
+void HeldObjectClient::DoGet(ObjectGet request, GetCallback done) {
+  {
+    MutexLock lock(&mu_);
+    if (holding_) {
+      held_.push_back({std::move(request), std::move(done)});
+      held_cv_.SignalAll();
+      return;
+    }
+  }
+  base_->GetUnchecked(std::move(request), std::move(done));
+}
+
 }  // namespace pcrfs

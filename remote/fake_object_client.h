@@ -1,8 +1,10 @@
 // ObjectClients for tests without sockets (the LevelDB Env / mountpoint-s3 mock-client habit):
 // MemoryObjectClient serves objects from memory; FaultyObjectClient wraps any client and makes
-// chosen requests fail, come back short, or report another size.
+// chosen requests fail, come back short, or report another size; HeldObjectClient holds
+// requests until the test lets them go, so what is in flight at once is seen without sleeps.
 #pragma once
 
+#include <chrono>
 #include <cstdint>
 #include <map>
 #include <memory>
@@ -79,6 +81,44 @@ class FaultyObjectClient final : public ObjectClient {
   mutable Mutex mu_;
   std::vector<Rule> rules_ GUARDED_BY(mu_);
   uint64_t fired_ GUARDED_BY(mu_) = 0;
+};
+
+// Passes requests to `base`, but while holding, keeps each one until Release: a test sees which
+// requests are in flight together (a read's pieces sent at once) without timing anything.
+// Thread-safe.
+class HeldObjectClient final : public ObjectClient {
+ public:
+  explicit HeldObjectClient(std::shared_ptr<ObjectClient> base) : base_(std::move(base)) {}
+  // What a held request asks for.
+  struct Asked {
+    std::string key;
+    uint64_t offset = 0, length = 0;  // the range (0, 0: the whole object)
+    bool background = false;
+  };
+  void set_holding(bool holding) EXCLUDES(mu_);
+  // Waits until at least n requests are held or `timeout` passes; returns the requests held.
+  std::vector<Asked> WaitHeld(size_t n, std::chrono::milliseconds timeout) EXCLUDES(mu_);
+  // Passes every held request on, in the order they came (their answers run on this thread).
+  void ReleaseAll() EXCLUDES(mu_);
+
+  Result<ObjectListing> List(std::string_view continuation_token, uint32_t max_keys) override {
+    return base_->List(continuation_token, max_keys);
+  }
+  std::string Name(std::string_view key) const override { return base_->Name(key); }
+
+ protected:
+  void DoGet(ObjectGet request, GetCallback done) override EXCLUDES(mu_);
+
+ private:
+  struct Held {
+    ObjectGet request;
+    GetCallback done;
+  };
+  std::shared_ptr<ObjectClient> base_;
+  Mutex mu_;
+  CondVar held_cv_;
+  bool holding_ GUARDED_BY(mu_) = false;
+  std::vector<Held> held_ GUARDED_BY(mu_);
 };
 
 }  // namespace pcrfs

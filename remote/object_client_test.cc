@@ -8,6 +8,7 @@
 #include <atomic>
 #include <filesystem>
 #include <fstream>
+#include <thread>
 
 #include "remote/aws_credential_source.h"
 #include "remote/azure.h"
@@ -113,33 +114,63 @@ TEST(ObjectClientTest, RemoteFileOverAFakeStoreWithACache) {
             "1048576): remount");
 }
 
-// A window fetched ahead at a reader's request (a promotion) is speculation: its bytes count as
-// unread until read, so a cache full of unread bytes asks for no more; a demand prefetch's do
-// not count.
+// A window fetched ahead at a reader's request (a promotion) is speculation: fetched only with
+// room for it in the cache (half of it, less what is unread), its bytes unread until read; a
+// demand prefetch's do not count.
 TEST(ObjectClientTest, AWindowFetchedAheadCountsAsUnreadUntilRead) {
   auto mem = std::make_shared<MemoryObjectClient>();
   const std::string obj = Bytes(4 << 20);
   mem->Put("records/00000001.pcr", obj);
   RangeCacheOptions o;
-  o.memory_bytes = 1 << 20;  // wants speculation below 768 KiB unread
+  o.memory_bytes = 1 << 20;  // room for 512 KiB fetched ahead
   auto cache = RangeCache::Open(o, nullptr);
   ASSERT_TRUE(cache.has_value());
   RemoteFile f(mem, "records/00000001.pcr", obj.size(), *cache, 1);
-  EXPECT_TRUE(f.WantsSpeculation());
+  EXPECT_EQ(f.AheadRoom(), 512u << 10);
   std::string buf(4096, '\0');
   auto* dst = reinterpret_cast<uint8_t*>(buf.data());
   f.Prefetch(2 << 20, 512 << 10);
   ASSERT_TRUE(f.Read(2 << 20, buf.size(), dst).ok());  // waits for the fetch
   EXPECT_EQ((*cache)->stats().unread_speculative_bytes, 0u);
-  f.PrefetchAhead(0, 900 << 10);
+  EXPECT_FALSE(f.PrefetchAhead(0, 900 << 10));  // no room for it: nothing is fetched
+  EXPECT_EQ(mem->gets(), 1u);
+  ASSERT_TRUE(f.PrefetchAhead(0, 400 << 10));
   ASSERT_TRUE(f.Read(0, buf.size(), dst).ok());
   EXPECT_EQ(buf, obj.substr(0, buf.size()));
-  EXPECT_EQ((*cache)->stats().unread_speculative_bytes, (900u << 10) - buf.size());
-  EXPECT_FALSE(f.WantsSpeculation());
-  std::string rest((900 << 10) - buf.size(), '\0');
+  EXPECT_EQ((*cache)->stats().unread_speculative_bytes, (400u << 10) - buf.size());
+  EXPECT_EQ(f.AheadRoom(), (112u << 10) + buf.size());
+  std::string rest((400 << 10) - buf.size(), '\0');
   ASSERT_TRUE(f.Read(buf.size(), rest.size(), reinterpret_cast<uint8_t*>(rest.data())).ok());
   EXPECT_EQ((*cache)->stats().unread_speculative_bytes, 0u);
-  EXPECT_TRUE(f.WantsSpeculation());
+  EXPECT_EQ(f.AheadRoom(), 512u << 10);
+}
+
+// A reader that takes its bytes straight from a fetch ahead still in flight (it waits for its
+// part, not for the cache) marks them read once they are in the cache: nothing stays unread.
+TEST(ObjectClientTest, BytesTakenFromAFetchAheadInFlightAreRead) {
+  auto mem = std::make_shared<MemoryObjectClient>();
+  const std::string obj = Bytes(1 << 20);
+  mem->Put("records/00000001.pcr", obj);
+  auto held = std::make_shared<HeldObjectClient>(mem);
+  RangeCacheOptions o;
+  o.memory_bytes = 1 << 20;
+  auto cache = RangeCache::Open(o, nullptr);
+  ASSERT_TRUE(cache.has_value());
+  RemoteFile f(held, "records/00000001.pcr", obj.size(), *cache, 1);
+  held->set_holding(true);
+  ASSERT_TRUE(f.PrefetchAhead(0, 256 << 10));
+  EXPECT_EQ((*cache)->stats().reserved_ahead_bytes, 256u << 10);
+  std::string buf(256 << 10, '\0');
+  Status read;
+  std::thread reader([&] { read = f.Read(0, buf.size(), reinterpret_cast<uint8_t*>(buf.data())); });
+  ASSERT_EQ(held->WaitHeld(1, std::chrono::seconds(10)).size(), 1u);  // one GET, the window
+  held->ReleaseAll();
+  reader.join();
+  ASSERT_TRUE(read.ok()) << read.ToString();
+  EXPECT_EQ(buf, obj.substr(0, buf.size()));
+  EXPECT_EQ((*cache)->stats().reserved_ahead_bytes, 0u);
+  EXPECT_EQ((*cache)->stats().unread_speculative_bytes, 0u);
+  EXPECT_EQ(mem->gets(), 1u);
 }
 
 TEST(ObjectClientTest, DownloadIsConditionalOnTheEtag) {

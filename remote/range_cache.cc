@@ -103,6 +103,8 @@ std::string RangeCacheStats::ToJson() const {
   j["evicted_bytes"] = evicted_bytes;
   j["dropped_damaged"] = dropped;
   j["unread_speculative_bytes"] = unread_speculative_bytes;
+  j["reserved_ahead_bytes"] = reserved_ahead_bytes;
+  j["evicted_unread_bytes"] = evicted_unread_bytes;
   return j.dump();
 }
 
@@ -151,23 +153,61 @@ bool RangeCache::AdoptLocked(const SegmentStore::Entry& e) {
   return true;
 }
 
-void RangeCache::MarkReadLocked(uint64_t start, uint64_t length, Unread& u, uint64_t begin,
-                                uint64_t end) {
-  if (u.read_pages.empty()) u.read_pages.assign((length + kUnreadPage - 1) / kUnreadPage, false);
-  for (uint64_t p = (begin - start) / kUnreadPage; p * kUnreadPage < end - start; ++p) {
-    if (u.read_pages[p]) continue;
-    u.read_pages[p] = true;
-    const uint64_t bytes = std::min(kUnreadPage, length - p * kUnreadPage);
-    const uint64_t done = std::min(bytes, u.unread);
-    u.unread -= done;
-    unread_ -= done;
+uint64_t RangeCache::MarkReadLocked(Unread& u, uint64_t begin, uint64_t end) {
+  if (u.unread == 0 || begin >= end) return 0;
+  // [begin, end) joins the read intervals; the bytes it adds to them were unread.
+  uint64_t added = end - begin;
+  auto it = u.read.upper_bound(begin);
+  if (it != u.read.begin() && std::prev(it)->second >= begin) --it;
+  while (it != u.read.end() && it->first <= end) {
+    const uint64_t a = std::max(begin, it->first), z = std::min(end, it->second);
+    if (a < z) added -= z - a;
+    begin = std::min(begin, it->first);
+    end = std::max(end, it->second);
+    it = u.read.erase(it);
+  }
+  u.read.emplace(begin, end);
+  added = std::min(added, u.unread);
+  u.unread -= added;
+  unread_ -= added;
+  if (u.unread == 0) u.read.clear();
+  return added;
+}
+
+void RangeCache::MarkRangeReadLocked(uint32_t id, uint64_t begin, uint64_t end) {
+  if (unread_ == 0) return;
+  if (!disk()) {
+    auto obj = memory_.objects.find(id);
+    if (obj == memory_.objects.end()) return;
+    for (uint64_t s : Overlapping(memory_.objects, id, begin, end)) {
+      Extent& e = obj->second.at(s);
+      if (e.unread.unread == 0) continue;
+      MarkReadLocked(e.unread, std::max(begin, s), std::min(end, e.end));
+      if (e.unread.unread == 0 && e.in_unread_lru) {
+        // Read through: evictable from now on, as recently used.
+        memory_.lru.splice(memory_.lru.begin(), memory_.unread_lru, e.lru);
+        e.in_unread_lru = false;
+      }
+    }
+    return;
+  }
+  for (uint64_t s : Overlapping(disk_, id, begin, end)) {
+    auto u = disk_unread_.find({id, s});
+    if (u == disk_unread_.end()) continue;
+    const SegmentStore::Location& where = disk_.at(id).at(s);
+    const uint64_t read =
+        MarkReadLocked(u->second, std::max(begin, s), std::min(end, s + where.length));
+    LessUnreadInSegmentLocked(where.seq, read);
+    if (u->second.unread == 0) disk_unread_.erase(u);
   }
 }
 
 void RangeCache::AddLocked(uint32_t id, uint64_t start, Extent e) {
   memory_.bytes += e.end - start;
-  memory_.lru.emplace_front(id, start);
-  e.lru = memory_.lru.begin();
+  e.in_unread_lru = e.unread.unread > 0;
+  Lru& lru = e.in_unread_lru ? memory_.unread_lru : memory_.lru;
+  lru.emplace_front(id, start);
+  e.lru = lru.begin();
   unread_ += e.unread.unread;
   memory_.objects[id].emplace(start, std::move(e));
 }
@@ -176,18 +216,62 @@ void RangeCache::RemoveLocked(uint32_t id, Extents::iterator it) {
   Extents& ext = memory_.objects[id];
   memory_.bytes -= it->second.end - it->first;
   unread_ -= it->second.unread.unread;
-  memory_.lru.erase(it->second.lru);
+  (it->second.in_unread_lru ? memory_.unread_lru : memory_.lru).erase(it->second.lru);
   ext.erase(it);
   if (ext.empty()) memory_.objects.erase(id);
 }
 
 void RangeCache::EvictLocked() {
-  while (memory_.bytes > memory_.budget && !memory_.lru.empty()) {
-    auto [id, start] = memory_.lru.back();
-    auto& ext = memory_.objects[id];
-    auto it = ext.find(start);
-    stats_.evicted_bytes += it->second.end - it->first;
+  while (memory_.bytes > memory_.budget) {
+    // Bytes already read go first: whole extents with nothing unread, least recently used
+    // first; then the read parts of extents partly read (a window of which some files were
+    // read), whose unread parts stay as extents of their own; an unread byte only when nothing
+    // else is left (AheadRoom keeps unread bytes to a share of the tier: that takes bytes
+    // inserted as fetched ahead without room reserved).
+    if (!memory_.lru.empty()) {
+      auto [id, start] = memory_.lru.back();
+      auto it = memory_.objects[id].find(start);
+      stats_.evicted_bytes += it->second.end - start;
+      RemoveLocked(id, it);
+      continue;
+    }
+    if (memory_.unread_lru.empty()) break;
+    auto partly = std::find_if(memory_.unread_lru.rbegin(), memory_.unread_lru.rend(),
+                               [&](const std::pair<uint32_t, uint64_t>& k) {
+                                 return !memory_.objects[k.first].at(k.second).unread.read.empty();
+                               });
+    if (partly == memory_.unread_lru.rend()) {
+      auto [id, start] = memory_.unread_lru.back();
+      auto it = memory_.objects[id].find(start);
+      stats_.evicted_bytes += it->second.end - start;
+      stats_.evicted_unread_bytes += it->second.unread.unread;
+      RemoveLocked(id, it);
+      continue;
+    }
+    const auto [id, start] = *partly;
+    auto it = memory_.objects[id].find(start);
+    const Extent& e = it->second;
+    std::vector<Range> unread_parts;
+    uint64_t pos = start;
+    for (const auto& [b, z] : e.unread.read) {
+      if (b > pos) unread_parts.push_back({pos, b - pos});
+      pos = std::max(pos, z);
+    }
+    if (pos < e.end) unread_parts.push_back({pos, e.end - pos});
+    const auto bytes = e.bytes;
+    stats_.evicted_bytes += e.end - start - e.unread.unread;
     RemoveLocked(id, it);
+    for (const Range& r : unread_parts) {
+      Extent part;
+      part.end = r.offset + r.length;
+      const auto* from = bytes->data() + (r.offset - start);
+      part.bytes = std::make_shared<const std::vector<uint8_t>>(from, from + r.length);
+      part.unread.unread = r.length;
+      AddLocked(id, r.offset, std::move(part));
+      // Among the least recently used, where the whole extent was.
+      memory_.unread_lru.splice(memory_.unread_lru.end(), memory_.unread_lru,
+                                memory_.objects[id].at(r.offset).lru);
+    }
   }
 }
 
@@ -199,6 +283,7 @@ void RangeCache::AddDiskLocked(uint32_t id, uint64_t start, const SegmentStore::
   if (speculative) {
     disk_unread_[{id, start}].unread = where.length;
     unread_ += where.length;
+    unread_by_segment_[where.seq] += where.length;
   }
 }
 
@@ -215,6 +300,8 @@ bool RangeCache::RemoveDiskLocked(uint32_t id, uint64_t start, SegmentStore::Loc
   auto u = disk_unread_.find({id, start});
   if (u != disk_unread_.end()) {
     unread_ -= u->second.unread;
+    LessUnreadInSegmentLocked(where.seq, u->second.unread);
+    if (!forget) stats_.evicted_unread_bytes += u->second.unread;
     disk_unread_.erase(u);
   }
   if (forget) store_->Forget(where);
@@ -227,6 +314,13 @@ void RangeCache::ForgetEvictedLocked(const std::vector<SegmentStore::Entry>& evi
       stats_.evicted_bytes += e.where.length;
     }
   }
+}
+
+void RangeCache::LessUnreadInSegmentLocked(uint32_t seq, uint64_t n) {
+  auto it = unread_by_segment_.find(seq);
+  if (it == unread_by_segment_.end()) return;
+  it->second -= std::min(it->second, n);
+  if (it->second == 0) unread_by_segment_.erase(it);
 }
 
 std::vector<RangeCache::Range> RangeCache::Missing(uint32_t id, uint64_t offset, uint64_t n) const {
@@ -262,7 +356,8 @@ std::vector<RangeCache::Range> RangeCache::Copy(uint32_t id, uint64_t offset, ui
         Extent* e = &(*it)->second;
         const uint64_t stop = std::min(end, e->end);
         std::memcpy(dst + (pos - offset), e->bytes->data() + (pos - start), stop - pos);
-        memory_.lru.splice(memory_.lru.begin(), memory_.lru, e->lru);
+        Lru& lru = e->in_unread_lru ? memory_.unread_lru : memory_.lru;
+        lru.splice(lru.begin(), lru, e->lru);
         stats_.memory_hit_bytes += stop - pos;
         pos = stop;
         continue;
@@ -289,24 +384,7 @@ std::vector<RangeCache::Range> RangeCache::Copy(uint32_t id, uint64_t offset, ui
       pos = stop;
     }
     // Speculative bytes now read: no longer unread.
-    if (unread_ > 0 && !disk()) {
-      auto obj = memory_.objects.find(id);
-      if (obj != memory_.objects.end()) {
-        for (uint64_t s : Overlapping(memory_.objects, id, offset, end)) {
-          Extent& e = obj->second.at(s);
-          if (e.unread.unread == 0) continue;
-          MarkReadLocked(s, e.end - s, e.unread, std::max(offset, s), std::min(end, e.end));
-        }
-      }
-    } else if (unread_ > 0) {
-      for (uint64_t s : Overlapping(disk_, id, offset, end)) {
-        auto u = disk_unread_.find({id, s});
-        if (u == disk_unread_.end()) continue;
-        const uint64_t length = disk_.at(id).at(s).length;
-        MarkReadLocked(s, length, u->second, std::max(offset, s), std::min(end, s + length));
-        if (u->second.unread == 0) disk_unread_.erase(u);
-      }
-    }
+    MarkRangeReadLocked(id, offset, end);
   }
   for (const DiskRead& r : disk_reads) {
     const Status s = store_->Read(r.where, r.from, r.length, r.dst);
@@ -332,10 +410,12 @@ std::vector<RangeCache::Range> RangeCache::Copy(uint32_t id, uint64_t offset, ui
 void RangeCache::Insert(uint32_t id, uint64_t offset,
                         std::shared_ptr<const std::vector<uint8_t>> bytes, bool speculative) {
   const uint64_t end = offset + bytes->size();
-  if (bytes->empty()) return;
   std::vector<Range> disk_gaps;
+  std::map<uint32_t, uint64_t> unread_by_segment;
   {
     MutexLock l(&mu_);
+    if (speculative) reserved_ -= std::min<uint64_t>(reserved_, bytes->size());
+    if (bytes->empty()) return;
     stats_.inserted_bytes += bytes->size();
     for (const Range& g : Gaps(memory_.objects, id, offset, end)) {
       Extent e;
@@ -352,7 +432,10 @@ void RangeCache::Insert(uint32_t id, uint64_t offset,
       AddLocked(id, g.offset, std::move(e));
     }
     EvictLocked();
-    if (disk()) disk_gaps = Gaps(disk_, id, offset, end);
+    if (disk()) {
+      disk_gaps = Gaps(disk_, id, offset, end);
+      if (!disk_gaps.empty()) unread_by_segment = unread_by_segment_;
+    }
   }
   if (disk_gaps.empty()) return;
   // Each gap as entries of at most kMaxDiskExtent bytes.
@@ -365,8 +448,9 @@ void RangeCache::Insert(uint32_t id, uint64_t offset,
   for (const Range& g : disk_gaps) {
     for (uint64_t pos = g.offset; pos < g.offset + g.length; pos += kMaxDiskExtent) {
       const uint64_t len = std::min(kMaxDiskExtent, g.offset + g.length - pos);
-      auto where = store_->Append(
-          {pos, id}, {bytes->data() + (pos - offset), static_cast<size_t>(len)}, &evicted);
+      auto where =
+          store_->Append({pos, id}, {bytes->data() + (pos - offset), static_cast<size_t>(len)},
+                         &evicted, &unread_by_segment);
       if (where) written.push_back({pos, *where});  // else a full disk: in memory only
     }
   }
@@ -402,15 +486,30 @@ bool RangeCache::Drop(uint32_t id, uint64_t offset, uint64_t n) {
   return dropped;
 }
 
-bool RangeCache::WantsSpeculation() const {
+void RangeCache::MarkRead(uint32_t id, uint64_t offset, uint64_t n) {
   MutexLock l(&mu_);
-  const uint64_t budget = PrimaryBudgetLocked();
-  const uint64_t held = disk() ? disk_bytes_ : memory_.bytes;
-  // Once the tier is (nearly) full, what is fetched now evicts the oldest bytes, and among them
-  // unread ones: read in a shuffled order, a level larger than the cache has unread bytes in
-  // every part of it. Then fetch ahead only while a quarter of it is unread.
-  const bool full = held + budget / 8 >= budget;
-  return unread_ < (full ? budget / 4 : budget / 4 * 3);
+  MarkRangeReadLocked(id, offset, offset + n);
+}
+
+uint64_t RangeCache::AheadRoom() const {
+  MutexLock l(&mu_);
+  const uint64_t share = PrimaryBudgetLocked() / kAheadShareDivisor;
+  const uint64_t used = unread_ + reserved_;
+  return used >= share ? 0 : share - used;
+}
+
+bool RangeCache::ReserveAhead(uint64_t n) {
+  MutexLock l(&mu_);
+  const uint64_t share = PrimaryBudgetLocked() / kAheadShareDivisor;
+  const uint64_t used = unread_ + reserved_;
+  if (used >= share || n > share - used) return false;
+  reserved_ += n;
+  return true;
+}
+
+void RangeCache::UnreserveAhead(uint64_t n) {
+  MutexLock l(&mu_);
+  reserved_ -= std::min(reserved_, n);
 }
 
 uint64_t RangeCache::capacity() const {
@@ -430,6 +529,7 @@ RangeCacheStats RangeCache::stats() const {
   s.disk_file_bytes = st.bytes;
   s.disk_dead_bytes = st.dead_bytes;
   s.unread_speculative_bytes = unread_;
+  s.reserved_ahead_bytes = reserved_;
   return s;
 }
 

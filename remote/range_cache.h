@@ -9,6 +9,14 @@
 // Since the level-k bytes of a record are a prefix of its level-(k+1) bytes, bytes fetched for
 // level 5 serve levels 1 to 5 with no request.
 //
+// Bytes fetched ahead of the readers (speculative: a RemoteFile's Warm and PrefetchAhead) are
+// kept until read. They may take at most half of the larger tier (AheadRoom), counting what is
+// being fetched ahead now (ReserveAhead, before the request is sent), and the memory tier evicts
+// bytes already read (least recently used first) before any unread one: a level many times the
+// cache, read in a shuffled order, otherwise lost what was fetched for it before anybody read it
+// and fetched it again (3.5-5x the bytes served). The disk tier evicts the segment with the
+// fewest unread bytes (the oldest among equals). Unread is counted exactly, by byte.
+//
 // What the disk returns is checked against its extent's CRC here; beyond that every piece is
 // CRC-checked by the reader against the index (index/record_reader.cc), which calls Drop() on a
 // mismatch and reads once more, so damaged cached bytes cost one refetch, never wrong bytes.
@@ -60,6 +68,8 @@ struct RangeCacheStats {
   uint64_t inserted_bytes = 0, evicted_bytes = 0;
   uint64_t dropped = 0;  // extents dropped by Drop() or for a CRC mismatch on disk (damaged)
   uint64_t unread_speculative_bytes = 0;  // fetched ahead, not read yet
+  uint64_t reserved_ahead_bytes = 0;      // being fetched ahead (ReserveAhead)
+  uint64_t evicted_unread_bytes = 0;      // fetched ahead and evicted before read (ever)
   bool disk = false;                      // the disk tier is on
   // {"memory_bytes":..., "disk_bytes":..., "hit_ratio":..., ...}
   std::string ToJson() const;
@@ -86,47 +96,63 @@ class RangeCache {
   // The ranges of [offset, offset + n) not kept, in order (copies nothing).
   std::vector<Range> Missing(uint32_t id, uint64_t offset, uint64_t n) const EXCLUDES(mu_);
   // Keeps bytes->size() bytes of object `id` from `offset` (the parts not kept yet).
-  // speculative: fetched before anybody asked; such bytes count as unread until copied.
+  // speculative: fetched ahead of need, with bytes->size() bytes reserved by ReserveAhead,
+  // which this gives back; its bytes count as unread until copied or marked read.
   void Insert(uint32_t id, uint64_t offset, std::shared_ptr<const std::vector<uint8_t>> bytes,
               bool speculative) EXCLUDES(mu_);
+  // Bytes [offset, offset + n) of `id` were read by other means than Copy (a reader took them
+  // straight from the fetch that brought them): no longer unread.
+  void MarkRead(uint32_t id, uint64_t offset, uint64_t n) EXCLUDES(mu_);
   // Drops every extent that overlaps the range, in both tiers (a piece failed its CRC); true if
   // there was one.
   bool Drop(uint32_t id, uint64_t offset, uint64_t n) EXCLUDES(mu_);
-  // Whether fetching more bytes ahead of the readers is useful now: the unread speculative
-  // bytes are below 3/4 of the larger tier, so what is fetched ahead is not evicted unread;
-  // below 1/4 once that tier is within 1/8 of full (new bytes then evict old ones).
-  bool WantsSpeculation() const EXCLUDES(mu_);
+  // Bytes that may be fetched ahead now and kept until read: half of the larger tier
+  // (kAheadShare), less what it keeps unread and what is being fetched ahead.
+  uint64_t AheadRoom() const EXCLUDES(mu_);
+  // Takes n bytes of AheadRoom for a fetch ahead about to be sent: false (nothing taken) if
+  // they do not fit. Insert(speculative) gives them back when the bytes arrive, UnreserveAhead
+  // when the fetch fails.
+  bool ReserveAhead(uint64_t n) EXCLUDES(mu_);
+  void UnreserveAhead(uint64_t n) EXCLUDES(mu_);
+  // Whether there is any room to fetch ahead (AheadRoom() > 0).
+  bool WantsSpeculation() const EXCLUDES(mu_) { return AheadRoom() > 0; }
   // Bytes the larger tier holds: what may be fetched ahead at most.
   uint64_t capacity() const EXCLUDES(mu_);
+  // The share of the larger tier that bytes fetched ahead and not read yet may take: the rest
+  // is for what the readers fetch themselves (read once, evicted first).
+  static constexpr uint64_t kAheadShareDivisor = 2;
   // The disk tier keeps an extent as entries of at most this many bytes.
   static constexpr uint64_t kMaxDiskExtent = uint64_t{128} << 10;
 
   RangeCacheStats stats() const EXCLUDES(mu_);
 
  private:
-  // Speculative bytes not copied yet, by kUnreadPage pages.
+  // Speculative bytes of an extent not read yet, exactly: which of its bytes were read.
   struct Unread {
     uint64_t unread = 0;
-    std::vector<bool> read_pages;  // which pages were copied (empty: none yet)
+    std::map<uint64_t, uint64_t> read;  // begin -> end, merged (empty once all are read)
   };
-  struct Extent {  // of the memory tier
+  using Lru = std::list<std::pair<uint32_t, uint64_t>>;  // (id, start); front: most recent
+  struct Extent {                                        // of the memory tier
     uint64_t end = 0;
     // Its bytes, all of them (a buffer of which only a part was new is not shared: Insert).
     std::shared_ptr<const std::vector<uint8_t>> bytes;
-    Unread unread;  // without a disk tier (the disk tier's are in disk_unread_)
-    std::list<std::pair<uint32_t, uint64_t>>::iterator lru;
+    Unread unread;               // without a disk tier (the disk tier's are in disk_unread_)
+    bool in_unread_lru = false;  // in Tier::unread_lru (else Tier::lru)
+    Lru::iterator lru;
   };
   using Extents = std::map<uint64_t, Extent>;  // by start offset
   // A disk extent: where its bytes are (the extent's length is where.length).
   using DiskExtents = std::map<uint64_t, SegmentStore::Location>;  // by start offset
-  static constexpr uint64_t kUnreadPage = 4096;  // granularity of "read" for unread bytes
-  // Marks [begin, end) of an extent of `length` bytes at `start` read. REQUIRES: mu_ held.
-  void MarkReadLocked(uint64_t start, uint64_t length, Unread& u, uint64_t begin, uint64_t end)
-      REQUIRES(mu_);
+  // Marks [begin, end) of an extent read; returns the bytes that were unread. REQUIRES: mu_.
+  uint64_t MarkReadLocked(Unread& u, uint64_t begin, uint64_t end) REQUIRES(mu_);
+  // Marks [begin, end) of `id` read in the primary tier's extents. REQUIRES: mu_ held.
+  void MarkRangeReadLocked(uint32_t id, uint64_t begin, uint64_t end) REQUIRES(mu_);
   struct Tier {
     uint64_t budget = 0, bytes = 0;
     std::map<uint32_t, Extents> objects;
-    std::list<std::pair<uint32_t, uint64_t>> lru;  // front: most recent
+    Lru lru;         // extents with nothing unread: evicted first
+    Lru unread_lru;  // extents with unread bytes: evicted only when no other is left
   };
 
   explicit RangeCache(RangeCacheOptions options) : options_(std::move(options)) {}
@@ -142,6 +168,8 @@ class RangeCache {
   bool RemoveDiskLocked(uint32_t id, uint64_t start, SegmentStore::Location where, bool forget)
       REQUIRES(mu_);
   void ForgetEvictedLocked(const std::vector<SegmentStore::Entry>& evicted) REQUIRES(mu_);
+  // n unread bytes of segment `seq` were read or went.
+  void LessUnreadInSegmentLocked(uint32_t seq, uint64_t n) REQUIRES(mu_);
   bool disk() const { return store_ != nullptr; }
   uint64_t PrimaryBudgetLocked() const REQUIRES(mu_) {
     return disk() ? options_.disk_bytes : memory_.budget;
@@ -155,7 +183,10 @@ class RangeCache {
   uint64_t disk_bytes_ GUARDED_BY(mu_) = 0, disk_extents_ GUARDED_BY(mu_) = 0;
   // The disk extents with speculative bytes not read yet, by (id, start).
   std::map<std::pair<uint32_t, uint64_t>, Unread> disk_unread_ GUARDED_BY(mu_);
+  // Their unread bytes by segment (SegmentStore::Append evicts the segments with fewest last).
+  std::map<uint32_t, uint64_t> unread_by_segment_ GUARDED_BY(mu_);
   uint64_t unread_ GUARDED_BY(mu_) = 0;    // sum of the primary tier's unread bytes
+  uint64_t reserved_ GUARDED_BY(mu_) = 0;  // being fetched ahead (ReserveAhead)
   RangeCacheStats stats_ GUARDED_BY(mu_);  // counters only
 };
 

@@ -92,40 +92,75 @@ TEST(RangeCacheTest, MemoryBudgetEvictsLeastRecentlyUsed) {
   EXPECT_EQ(cache->stats().evicted_bytes, 100u);
 }
 
+bool CopiesRight(RangeCache& cache, uint32_t id, uint64_t offset, uint64_t n) {
+  std::vector<uint8_t> dst(n);
+  if (!cache.Copy(id, offset, n, dst.data()).empty()) return false;
+  return dst == *Bytes(offset, n);
+}
+
+// Bytes fetched ahead take at most half of the tier (AheadRoom), counting what is being fetched
+// (ReserveAhead), and count as unread, byte by byte, until read.
 TEST(RangeCacheTest, SpeculativeBytesCountUntilRead) {
   constexpr uint64_t kKiB = 1024;
   RangeCacheOptions o;
   o.memory_bytes = 1024 * kKiB;
   auto cache = Open(o);
-  EXPECT_TRUE(cache->WantsSpeculation());
-  cache->Insert(1, 0, Bytes(0, 800 * kKiB), true);
-  EXPECT_EQ(cache->stats().unread_speculative_bytes, 800 * kKiB);
-  EXPECT_FALSE(cache->WantsSpeculation());  // over 3/4 of the budget unread
-  std::vector<uint8_t> dst(400 * kKiB);
-  cache->Copy(1, 0, 400 * kKiB, dst.data());
+  EXPECT_EQ(cache->AheadRoom(), 512 * kKiB);
+  ASSERT_TRUE(cache->ReserveAhead(400 * kKiB));
+  EXPECT_EQ(cache->AheadRoom(), 112 * kKiB);
+  EXPECT_FALSE(cache->ReserveAhead(200 * kKiB));  // does not fit: nothing taken
+  EXPECT_EQ(cache->AheadRoom(), 112 * kKiB);
+  cache->Insert(1, 0, Bytes(0, 400 * kKiB), true);  // the reservation becomes unread bytes
   EXPECT_EQ(cache->stats().unread_speculative_bytes, 400 * kKiB);
-  EXPECT_TRUE(cache->WantsSpeculation());
-  cache->Copy(1, 0, 400 * kKiB, dst.data());  // a second read of the same bytes counts once
-  EXPECT_EQ(cache->stats().unread_speculative_bytes, 400 * kKiB);
-  cache->Insert(1, 0, Bytes(0, 1), false);  // demand bytes are never unread
-  EXPECT_EQ(cache->stats().unread_speculative_bytes, 400 * kKiB);
+  EXPECT_EQ(cache->stats().reserved_ahead_bytes, 0u);
+  EXPECT_EQ(cache->AheadRoom(), 112 * kKiB);
+  std::vector<uint8_t> dst(100 * kKiB);
+  cache->Copy(1, 0, 100 * kKiB, dst.data());
+  EXPECT_EQ(cache->stats().unread_speculative_bytes, 300 * kKiB);
+  EXPECT_EQ(cache->AheadRoom(), 212 * kKiB);
+  cache->Copy(1, 0, 100 * kKiB, dst.data());  // a second read of the same bytes counts once
+  EXPECT_EQ(cache->stats().unread_speculative_bytes, 300 * kKiB);
+  cache->Copy(1, 200 * kKiB + 7, 10, dst.data());  // exactly the bytes read, not pages
+  EXPECT_EQ(cache->stats().unread_speculative_bytes, 300 * kKiB - 10);
+  cache->MarkRead(1, 200 * kKiB, 100 * kKiB);  // taken from the fetch itself
+  EXPECT_EQ(cache->stats().unread_speculative_bytes, 200 * kKiB);
+  cache->Insert(2, 0, Bytes(0, 1), false);  // demand bytes are never unread
+  EXPECT_EQ(cache->stats().unread_speculative_bytes, 200 * kKiB);
+  ASSERT_TRUE(cache->ReserveAhead(300 * kKiB));
+  cache->UnreserveAhead(300 * kKiB);  // a fetch ahead that failed gives its room back
+  EXPECT_EQ(cache->AheadRoom(), 312 * kKiB);
 }
 
-// A full tier evicts to make room, and read in a shuffled order its oldest bytes include unread
-// ones: then fetching ahead stops at a quarter of it unread, not three quarters.
-TEST(RangeCacheTest, AFullCacheWantsLessFetchedAhead) {
+// A full tier evicts bytes already read before any unread one, whatever their recency: a level
+// many times the cache, read in a shuffled order, otherwise lost what was fetched ahead for it
+// before it was read, and fetched it again.
+TEST(RangeCacheTest, UnreadBytesAreEvictedLast) {
   constexpr uint64_t kKiB = 1024;
   RangeCacheOptions o;
   o.memory_bytes = 1024 * kKiB;
   auto cache = Open(o);
-  cache->Insert(1, 0, Bytes(0, 300 * kKiB), true);
-  EXPECT_TRUE(cache->WantsSpeculation());  // room left: up to 768 KiB unread
-  cache->Insert(1, 300 * kKiB, Bytes(300 * kKiB, 600 * kKiB), false);  // 900 KiB held
-  EXPECT_FALSE(cache->WantsSpeculation());  // within 1/8 of full, 300 KiB unread
+  ASSERT_TRUE(cache->ReserveAhead(400 * kKiB));
+  cache->Insert(1, 0, Bytes(0, 400 * kKiB), true);   // the oldest, unread
+  cache->Insert(2, 0, Bytes(0, 500 * kKiB), false);  // read on demand
+  cache->Insert(3, 0, Bytes(0, 300 * kKiB), false);  // over the budget: 2 goes
+  EXPECT_TRUE(cache->Missing(1, 0, 400 * kKiB).empty());
+  EXPECT_TRUE(Same(cache->Missing(2, 0, 500 * kKiB), {{0, 500 * kKiB}}));
+  EXPECT_EQ(cache->stats().evicted_unread_bytes, 0u);
+  // Partly read: its read part goes before anything unread, the unread parts stay.
   std::vector<uint8_t> dst(100 * kKiB);
-  cache->Copy(1, 0, 100 * kKiB, dst.data());
-  EXPECT_EQ(cache->stats().unread_speculative_bytes, 200 * kKiB);
-  EXPECT_TRUE(cache->WantsSpeculation());  // under a quarter unread
+  cache->Copy(1, 100 * kKiB, 100 * kKiB, dst.data());
+  cache->Insert(4, 0, Bytes(0, 700 * kKiB), true);  // 3 goes, then 1's read part
+  EXPECT_TRUE(Same(cache->Missing(1, 0, 400 * kKiB), {{100 * kKiB, 100 * kKiB}}));
+  EXPECT_TRUE(Same(cache->Missing(3, 0, 300 * kKiB), {{0, 300 * kKiB}}));
+  EXPECT_TRUE(cache->Missing(4, 0, 700 * kKiB).empty());
+  EXPECT_EQ(cache->stats().evicted_unread_bytes, 0u);
+  EXPECT_LE(cache->stats().memory_bytes, 1024 * kKiB);
+  // Only unread bytes left (more inserted as fetched ahead than the tier holds, without room
+  // reserved): then the least recently used go, counted.
+  cache->Insert(5, 0, Bytes(0, 300 * kKiB), true);
+  EXPECT_EQ(cache->stats().evicted_unread_bytes, 300 * kKiB);  // what was left of 1
+  EXPECT_TRUE(Same(cache->Missing(1, 0, 400 * kKiB), {{0, 400 * kKiB}}));
+  EXPECT_LE(cache->stats().memory_bytes, 1024 * kKiB);
 }
 
 uint64_t BytesOnDisk(const std::string& dir) {
@@ -134,12 +169,6 @@ uint64_t BytesOnDisk(const std::string& dir) {
     if (e.path().filename() != ".lock") n += e.file_size();
   }
   return n;
-}
-
-bool CopiesRight(RangeCache& cache, uint32_t id, uint64_t offset, uint64_t n) {
-  std::vector<uint8_t> dst(n);
-  if (!cache.Copy(id, offset, n, dst.data()).empty()) return false;
-  return dst == *Bytes(offset, n);
 }
 
 RangeCacheOptions DiskOptions(const test::TempDir& dir, uint64_t disk_bytes) {
@@ -252,6 +281,25 @@ TEST(RangeCacheTest, TheDiskTierEvictsWholeSegmentsOldestFirst) {
   EXPECT_TRUE(CopiesRight(*cache, 2, 100, 200 << 10));
 }
 
+// Bytes fetched ahead and not read yet keep their segment: the disk tier evicts the segment with
+// the fewest unread bytes, so an unread extent outlives demand bytes written after it.
+TEST(RangeCacheTest, TheDiskTierEvictsSegmentsWithUnreadBytesLast) {
+  test::TempDir dir;
+  RangeCacheOptions o = DiskOptions(dir, 1 << 20);  // segments of 256 KiB
+  auto cache = Open(o);
+  ASSERT_TRUE(cache->ReserveAhead(200 << 10));
+  cache->Insert(1, 0, Bytes(0, 200 << 10), true);  // the oldest segment, unread
+  constexpr uint64_t kN = 60, kLen = 40 << 10;     // 2.4 MB of demand bytes after it
+  for (uint64_t i = 0; i < kN; ++i) cache->Insert(2, i * kLen, Bytes(i * kLen, kLen), false);
+  EXPECT_TRUE(cache->Missing(1, 0, 200 << 10).empty());
+  EXPECT_TRUE(CopiesRight(*cache, 1, 0, 200 << 10));  // and now it is read
+  EXPECT_EQ(cache->stats().evicted_unread_bytes, 0u);
+  EXPECT_LE(cache->stats().disk_file_bytes, uint64_t{1} << 20);
+  // Read, it is evicted like any other: the oldest first.
+  for (uint64_t i = kN; i < 2 * kN; ++i) cache->Insert(2, i * kLen, Bytes(i * kLen, kLen), false);
+  EXPECT_TRUE(Same(cache->Missing(1, 0, 200 << 10), {{0, 200 << 10}}));
+}
+
 TEST(RangeCacheTest, ATornIndexTailIsIgnored) {
   test::TempDir dir;
   RangeCacheOptions o = DiskOptions(dir, 64 << 20);
@@ -306,11 +354,11 @@ TEST(RangeCacheTest, SpeculativeDiskBytesCountUntilRead) {
   EXPECT_EQ(cache->capacity(), uint64_t{1} << 20);
   cache->Insert(1, 0, Bytes(0, 800 << 10), true);
   EXPECT_EQ(cache->stats().unread_speculative_bytes, 800u << 10);
-  EXPECT_FALSE(cache->WantsSpeculation());
+  EXPECT_FALSE(cache->WantsSpeculation());  // over half of the tier unread
   std::vector<uint8_t> dst(400 << 10);
   EXPECT_TRUE(cache->Copy(1, 0, 400 << 10, dst.data()).empty());
   EXPECT_EQ(cache->stats().unread_speculative_bytes, 400u << 10);
-  EXPECT_TRUE(cache->WantsSpeculation());
+  EXPECT_EQ(cache->AheadRoom(), 112u << 10);
   // One 128 KiB entry, [384, 512) KiB, of which 16 KiB were read.
   EXPECT_TRUE(cache->Drop(1, 500 << 10, 1));
   EXPECT_EQ(cache->stats().unread_speculative_bytes, 288u << 10);

@@ -91,6 +91,63 @@ std::vector<RangeCache::Range> RemoteFile::StillMissingLocked(
   return still;
 }
 
+bool RemoteFile::ReserveAheadLocked(std::vector<std::shared_ptr<Fetch>>* started) const {
+  uint64_t bytes = 0;
+  for (const auto& f : *started) bytes += f->end - f->offset;
+  if (bytes == 0 || cache_->ReserveAhead(bytes)) {
+    for (const auto& f : *started) f->ahead = true;
+    return true;
+  }
+  // No room: nobody could have joined them (that takes shared_->mu), so they simply go.
+  for (const auto& f : *started) shared_->pending.erase(f->offset);
+  started->clear();
+  return false;
+}
+
+void RemoteFile::NoteConsumed(Fetch& f, uint64_t offset, uint64_t n) const {
+  if (!f.ahead) return;
+  {
+    MutexLock l(&f.mu);
+    if (!f.inserted) {
+      f.consumed.push_back({offset, n});
+      return;
+    }
+  }
+  cache_->MarkRead(cache_id_, offset, n);
+}
+
+void RemoteFile::TakenLocked(Shared& shared, Fetch& f, uint64_t offset, uint64_t end) {
+  if (!f.landed || f.to_read == 0) return;
+  f.to_read -= std::min(f.to_read, end - offset);
+  if (f.to_read > 0) return;
+  auto it = shared.pending.find(f.offset);
+  if (it == shared.pending.end() || it->second.get() != &f) return;
+  // Still in flight: its completion sees to_read == 0 and lets it go.
+  if (!f.completed) return;
+  shared.pending.erase(it);
+  for (auto l = shared.landed.begin(); l != shared.landed.end(); ++l) {
+    if (l->get() != &f) continue;
+    shared.landed_bytes -= f.end - f.offset;
+    shared.landed.erase(l);
+    break;
+  }
+}
+
+void RemoteFile::TakeLanded(uint64_t offset, uint64_t end) const {
+  MutexLock l(&shared_->mu);
+  if (shared_->landed.empty()) return;
+  auto& pending = shared_->pending;
+  auto it = pending.upper_bound(offset);
+  if (it != pending.begin()) --it;
+  std::vector<std::shared_ptr<Fetch>> overlapping;
+  for (; it != pending.end() && it->first < end; ++it) {
+    if (it->second->end > offset && it->second->landed) overlapping.push_back(it->second);
+  }
+  for (const auto& f : overlapping) {
+    TakenLocked(*shared_, *f, std::max(offset, f->offset), std::min(end, f->end));
+  }
+}
+
 void RemoteFile::Submit(const std::vector<std::shared_ptr<Fetch>>& started, bool background,
                         bool ahead) const {
   for (const auto& f : started) {
@@ -107,11 +164,44 @@ void RemoteFile::Submit(const std::vector<std::shared_ptr<Fetch>>& started, bool
     client_->Get(std::move(req), [f, shared = shared_, cache = cache_, id = cache_id_,
                                   ahead](Result<ObjectData> r) {
       Status s = r.has_value() ? Status::OK() : r.error();
-      if (s.ok() && cache) cache->Insert(id, f->offset, f->bytes, ahead);
+      if (cache && ahead) {
+        // Its room was reserved: kept as unread, less what readers took meanwhile; or, failed,
+        // given back.
+        if (s.ok()) {
+          cache->Insert(id, f->offset, f->bytes, true);
+        } else {
+          cache->UnreserveAhead(f->end - f->offset);
+        }
+        std::vector<RangeCache::Range> consumed;
+        {
+          MutexLock l(&f->mu);
+          f->inserted = true;
+          consumed.swap(f->consumed);
+        }
+        for (const RangeCache::Range& c : consumed) cache->MarkRead(id, c.offset, c.length);
+      } else if (s.ok() && cache) {
+        cache->Insert(id, f->offset, f->bytes, false);
+      }
       {
         MutexLock l(&shared->mu);
+        f->completed = true;
         auto it = shared->pending.find(f->offset);
-        if (it != shared->pending.end() && it->second == f) shared->pending.erase(it);
+        if (it != shared->pending.end() && it->second == f) {
+          if (s.ok() && f->landed && f->to_read > 0) {
+            // Kept for its reader; the oldest kept go beyond the bound.
+            shared->landed.push_back(f);
+            shared->landed_bytes += f->end - f->offset;
+            while (shared->landed_bytes > kMaxLandedBytes) {
+              const std::shared_ptr<Fetch> old = shared->landed.front();
+              shared->landed.pop_front();
+              shared->landed_bytes -= old->end - old->offset;
+              auto o = shared->pending.find(old->offset);
+              if (o != shared->pending.end() && o->second == old) shared->pending.erase(o);
+            }
+          } else {
+            shared->pending.erase(it);
+          }
+        }
       }
       f->promise.set_value(std::move(s));
       {
@@ -138,7 +228,10 @@ Status RemoteFile::Read(uint64_t offset, size_t n, uint8_t* dst) const {
   }
   if (!cache_) return ReadUncached(offset, n, dst);
   auto missing = cache_->Copy(cache_id_, offset, n, dst);
-  if (missing.empty()) return Status::OK();
+  if (missing.empty()) {
+    TakeLanded(offset, offset + n);
+    return Status::OK();
+  }
   std::vector<std::shared_ptr<Fetch>> fetches, started;
   std::vector<RangeCache::Range> arrived;
   {
@@ -181,7 +274,10 @@ Status RemoteFile::Read(uint64_t offset, size_t n, uint8_t* dst) const {
     for (const RangeCache::Range& m : missing) {
       const uint64_t a = std::max(m.offset, f->offset);
       const uint64_t z = std::min(m.offset + m.length, f->end);
-      if (a < z) std::memcpy(dst + (a - offset), f->bytes->data() + (a - f->offset), z - a);
+      if (a < z) {
+        std::memcpy(dst + (a - offset), f->bytes->data() + (a - f->offset), z - a);
+        NoteConsumed(*f, a, z - a);
+      }
     }
   }
   if (others_failed) {
@@ -190,6 +286,7 @@ Status RemoteFile::Read(uint64_t offset, size_t n, uint8_t* dst) const {
           ReadUncached(m.offset, static_cast<size_t>(m.length), dst + (m.offset - offset)));
     }
   }
+  TakeLanded(offset, offset + n);
   return Status::OK();
 }
 
@@ -197,20 +294,30 @@ void RemoteFile::Prefetch(uint64_t offset, uint64_t n) const {
   PrefetchRange(offset, n, /*ahead=*/false);
 }
 
-void RemoteFile::PrefetchAhead(uint64_t offset, uint64_t n) const {
-  PrefetchRange(offset, n, /*ahead=*/true);
+bool RemoteFile::PrefetchAhead(uint64_t offset, uint64_t n) const {
+  return PrefetchRange(offset, n, /*ahead=*/true);
 }
 
-void RemoteFile::PrefetchRange(uint64_t offset, uint64_t n, bool ahead) const {
-  if (!cache_ || n == 0 || offset >= size_) return;
+bool RemoteFile::PrefetchRange(uint64_t offset, uint64_t n, bool ahead) const {
+  if (!cache_) return false;
+  if (n == 0 || offset >= size_) return true;
   n = std::min(n, size_ - offset);
   std::vector<std::shared_ptr<Fetch>> fetches, started;
   {
     // Looked up under the lock, so a fetch ending meanwhile is either cached or still pending.
     MutexLock l(&shared_->mu);
     CoverLocked(cache_->Missing(cache_id_, offset, n), &fetches, &started);
+    if (ahead && !ReserveAheadLocked(&started)) return false;
+    if (!ahead) {
+      // A demand read's pieces: kept for it once they arrive (Fetch::landed).
+      for (const auto& f : started) {
+        f->landed = true;
+        f->to_read = f->end - f->offset;
+      }
+    }
   }
   Submit(started, /*background=*/false, ahead);
+  return true;
 }
 
 Result<uint64_t> RemoteFile::Warm(uint64_t offset, uint64_t n,
@@ -222,13 +329,15 @@ Result<uint64_t> RemoteFile::Warm(uint64_t offset, uint64_t n,
   }
   if (n == 0 || offset >= size_) return uint64_t{0};
   n = std::min(n, size_ - offset);
-  if (!cache_->WantsSpeculation()) {
-    return Err(Status::ResourceExhausted(name_ + ": enough bytes fetched ahead"));
-  }
   std::vector<std::shared_ptr<Fetch>> fetches, started;
   {
     MutexLock l(&shared_->mu);
     CoverLocked(cache_->Missing(cache_id_, offset, n), &fetches, &started);
+    // Only what the cache can keep until it is read (a level many times the cache, read in a
+    // shuffled order, would otherwise lose it first and fetch it again).
+    if (!ReserveAheadLocked(&started)) {
+      return Err(Status::ResourceExhausted(name_ + ": no room to keep more bytes fetched ahead"));
+    }
   }
   Submit(started, /*background=*/true, /*ahead=*/true);
   uint64_t asked = 0;
@@ -248,7 +357,25 @@ bool RemoteFile::ReadCached(uint64_t offset, size_t n, uint8_t* dst) const {
 }
 
 bool RemoteFile::DropCached(uint64_t offset, uint64_t n) const {
-  return cache_ != nullptr && cache_->Drop(cache_id_, offset, n);
+  if (cache_ == nullptr) return false;
+  bool dropped = false;
+  {
+    // Damaged bytes kept for a reader are not handed out again either.
+    MutexLock l(&shared_->mu);
+    for (auto it = shared_->landed.begin(); it != shared_->landed.end();) {
+      const std::shared_ptr<Fetch> f = *it;
+      if (f->end <= offset || f->offset >= offset + n) {
+        ++it;
+        continue;
+      }
+      auto p = shared_->pending.find(f->offset);
+      if (p != shared_->pending.end() && p->second == f) shared_->pending.erase(p);
+      shared_->landed_bytes -= f->end - f->offset;
+      it = shared_->landed.erase(it);
+      dropped = true;
+    }
+  }
+  return cache_->Drop(cache_id_, offset, n) || dropped;
 }
 
 Result<DownloadResult> Download(ObjectClient& client, const std::string& key,

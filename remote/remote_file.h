@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <functional>
 #include <future>
+#include <list>
 #include <map>
 #include <memory>
 #include <string>
@@ -31,8 +32,10 @@ namespace pcrfs {
 //   range already being fetched (by Prefetch or Warm) is waited for, not fetched twice.
 // - Prefetch() starts the fetches of a demand read's ranges at once (the k pieces of a file).
 // - Warm() is a speculative read: background requests (ObjectGet::background, so demand
-//   requests always have connections), refused with ResourceExhausted while the cache holds
-//   enough unread bytes (RangeCache::WantsSpeculation).
+//   requests always have connections), refused with ResourceExhausted unless the cache has
+//   room to keep its bytes until they are read (RangeCache::ReserveAhead, taken before the
+//   request is sent). PrefetchAhead likewise fetches nothing without that room. A reader that
+//   takes bytes of such a fetch straight from it marks them read in the cache.
 // - DropCached() forgets a range whose CRC failed, so the reread goes to the origin.
 // Thread-safe; the client must outlive the file (it is shared).
 class RemoteFile final : public RandomAccessFile, public SpeculationSource {
@@ -55,8 +58,8 @@ class RemoteFile final : public RandomAccessFile, public SpeculationSource {
   // SpeculationSource: what it offers with a cache (without one: no-ops; Warm reads into
   // scratch).
   void Prefetch(uint64_t offset, uint64_t n) const override;
-  void PrefetchAhead(uint64_t offset, uint64_t n) const override;
-  bool WantsSpeculation() const override { return cache_ != nullptr && cache_->WantsSpeculation(); }
+  bool PrefetchAhead(uint64_t offset, uint64_t n) const override;
+  uint64_t AheadRoom() const override { return cache_ != nullptr ? cache_->AheadRoom() : 0; }
   // Returns the bytes it asked the origin for (0 when the cache or fetches in flight had all).
   Result<uint64_t> Warm(uint64_t offset, uint64_t n, std::vector<uint8_t>* scratch) const override;
   int ConcurrentSpeculativeReads() const override { return cache_ ? kSpeculativeRequests : 0; }
@@ -84,6 +87,18 @@ class RemoteFile final : public RandomAccessFile, public SpeculationSource {
     CondVar arrived_cv;
     uint64_t arrived GUARDED_BY(mu) = 0;   // bytes from offset that may be copied
     bool finished GUARDED_BY(mu) = false;  // the promise is set
+    // A fetch ahead (its bytes reserved, kept as unread): the parts readers copied from it
+    // before its bytes were in the cache, marked read there once they are (`inserted`).
+    bool ahead = false;
+    bool inserted GUARDED_BY(mu) = false;
+    std::vector<RangeCache::Range> consumed GUARDED_BY(mu);
+    // A demand read's piece fetched by Prefetch (the k pieces of a file, asked for at once):
+    // it stays in Shared::pending once finished, until its reader has taken its bytes
+    // (`to_read`, guarded by Shared::mu), so a cache smaller than what many readers fetch at
+    // once cannot evict a piece between its arrival and its read (it was then fetched again).
+    bool landed = false;
+    uint64_t to_read = 0;
+    bool completed = false;  // its answer came (guarded by Shared::mu)
   };
   // Waits until bytes [f->offset, until) of f may be copied (true), or f finished without
   // them (false: f->done has its status; OK when the answer was not a progressive one).
@@ -92,7 +107,17 @@ class RemoteFile final : public RandomAccessFile, public SpeculationSource {
   struct Shared {
     Mutex mu;
     std::map<uint64_t, std::shared_ptr<Fetch>> pending GUARDED_BY(mu);  // by offset
+    // Landed fetches finished and not read yet, oldest first, and their bytes: at most
+    // kMaxLandedBytes are kept (a reader that never came leaves its pieces to the cache).
+    std::list<std::shared_ptr<Fetch>> landed GUARDED_BY(mu);
+    uint64_t landed_bytes GUARDED_BY(mu) = 0;
   };
+  static constexpr uint64_t kMaxLandedBytes = uint64_t{32} << 20;
+  // A reader took [offset, end) of f: a landed fetch leaves `pending` once all of it was taken.
+  static void TakenLocked(Shared& shared, Fetch& f, uint64_t offset, uint64_t end)
+      REQUIRES(shared.mu);
+  // A read found [offset, end) in the cache: landed fetches of those bytes are taken too.
+  void TakeLanded(uint64_t offset, uint64_t end) const;
 
   Status ReadUncached(uint64_t offset, size_t n, uint8_t* dst) const;
   // A GET of [offset, offset + n) into dst, checked against the index's size.
@@ -111,13 +136,19 @@ class RemoteFile final : public RandomAccessFile, public SpeculationSource {
   std::shared_ptr<Fetch> StartLocked(uint64_t offset, uint64_t end,
                                      std::vector<std::shared_ptr<Fetch>>* started) const
       REQUIRES(shared_->mu);
+  // Reserves cache room for the new fetches ahead in `started` (all of them, or none: then they
+  // are unregistered and *started cleared). REQUIRES: shared_->mu held.
+  bool ReserveAheadLocked(std::vector<std::shared_ptr<Fetch>>* started) const REQUIRES(shared_->mu);
+  // A reader copied [offset, offset + n) of fetch f: marks it read in the cache (now, or when
+  // f's bytes are inserted).
+  void NoteConsumed(Fetch& f, uint64_t offset, uint64_t n) const;
   // Sends the GETs of new fetches, outside any lock (a request that fails at once completes
   // on this thread); each keeps its bytes in the cache (as fetched ahead if `ahead`) and
   // completes its waiters. `background`: ObjectGet::background.
   void Submit(const std::vector<std::shared_ptr<Fetch>>& started, bool background,
               bool ahead) const;
-  // Prefetch and PrefetchAhead.
-  void PrefetchRange(uint64_t offset, uint64_t n, bool ahead) const;
+  // Prefetch and PrefetchAhead (false: no room ahead, nothing fetched).
+  bool PrefetchRange(uint64_t offset, uint64_t n, bool ahead) const;
 
   std::shared_ptr<ObjectClient> client_;
   std::string key_;
