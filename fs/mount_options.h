@@ -60,6 +60,9 @@ struct MountConfig {
   std::vector<std::pair<std::string, std::string>> metrics_labels;
   // A remote STORE's options (-o region, endpoint, cache_dir, ...); refused for a local STORE.
   RemoteOptions remote;
+  // -o disk_cache=auto: remote.disk_cache is 0 here, and the daemon sizes it at mount for the
+  // mounted level, within the cache folder's free space (fs/cache_sizing.h).
+  bool disk_cache_auto = false;
   // What libfuse parses itself (fuse_parse_cmdline, fuse_session_new): the program name, the
   // mount point, -f, -d, -s, and every -o option pcrfs does not define (allow_other, ro, ...).
   std::vector<std::string> fuse_args;
