@@ -5,6 +5,7 @@
 #include <fcntl.h>
 #include <fuse3/fuse_lowlevel.h>
 #include <sys/stat.h>
+#include <sys/statvfs.h>
 #include <sys/vfs.h>
 #include <unistd.h>
 
@@ -28,6 +29,7 @@
 #include "common/file_util.h"
 #include "common/heap_trimmer.h"
 #include "common/log.h"
+#include "fs/cache_sizing.h"
 #include "fs/filesystem.h"
 #include "fs/fuse_ops.h"
 #include "fs/metrics_server.h"
@@ -204,6 +206,63 @@ Result<std::shared_ptr<const index::IndexReader>> CheckBeforeMount(MountConfig* 
   }
   PCRFS_RETURN_ERR_IF_ERROR(CheckMountPoint(config->mountpoint));
   return (*store)->shared_index();
+}
+
+// Bytes the files below `dir` take on its disk (allocated blocks: what removing them frees); 0
+// if it does not exist.
+uint64_t BytesOnDisk(const std::string& dir) {
+  uint64_t bytes = 0;
+  std::error_code ec;
+  for (auto it = std::filesystem::recursive_directory_iterator(dir, ec);
+       !ec && it != std::filesystem::recursive_directory_iterator(); it.increment(ec)) {
+    struct stat st;
+    if (::lstat(it->path().c_str(), &st) == 0 && S_ISREG(st.st_mode)) {
+      bytes += static_cast<uint64_t>(st.st_blocks) * 512;
+    }
+  }
+  return bytes;
+}
+
+// Bytes an unprivileged writer may still put on the filesystem of `dir`, or of its nearest
+// ancestor that exists (a local store's cache folder is made when first used); 0 if unknown.
+uint64_t FreeBytes(const std::string& dir) {
+  std::filesystem::path p = dir;
+  struct statvfs sv;
+  while (::statvfs(p.c_str(), &sv) != 0) {
+    if (!p.has_relative_path()) return 0;
+    p = p.parent_path();
+  }
+  return static_cast<uint64_t>(sv.f_bavail) * sv.f_frsize;
+}
+
+// The caches against the level the mount serves (fs/cache_sizing.h), before the fork, so that
+// the line it may print reaches the terminal. Resolves -o disk_cache=auto into
+// config->remote.disk_cache: the level's room, within half of what `cache_dir`'s filesystem has
+// free, counting what its disk tiers (chunks/, baseline/) hold already as free. Errors: a record
+// the index cannot return.
+Result<CacheSizing> SizeCaches(MountConfig* config, const StoreLocation& location,
+                               const index::IndexReader& index, const std::string& cache_dir) {
+  CacheSizing s;
+  s.store = location.name;
+  s.remote = location.remote;
+  s.form = config->fs.form;
+  s.ladder = config->fs.fixed_level == 0;
+  s.level.level = s.ladder ? index::kNumGroups : config->fs.fixed_level;
+  auto bytes = index::StoreBytesAtLevel(index, s.level.level);
+  if (!bytes) return Err(bytes.error());
+  s.level.bytes = *bytes;
+  s.level.files = index.NumEntries();
+  s.level.records = index.NumRecords();
+  s.memory_cache = config->remote.memory_cache;
+  s.cache_dir = cache_dir;
+  if (config->disk_cache_auto) {
+    s.automatic = ChooseAutoDiskCache(
+        DiskCacheForLevel(s.level, s.form, s.remote), FreeBytes(cache_dir),
+        BytesOnDisk(cache_dir + "/chunks") + BytesOnDisk(cache_dir + "/" + kBaselineCacheFolder));
+    config->remote.disk_cache = s.automatic->bytes;
+  }
+  s.disk_cache = config->remote.disk_cache;
+  return s;
 }
 
 // After libfuse failed to mount and said why in its own words ("fuse: failed to open
@@ -392,13 +451,15 @@ DaemonHooks HooksFor(const std::shared_ptr<ObjectClient>& client) {
 // After mounting and daemonizing: opens the store (with the index parsed and verified before
 // mounting: it is not read again) and serves,
 // running `sighup`'s thread while it does. `cache`: a remote store's cache of record bytes,
-// opened before the fork so that its note reached the terminal. Exit code 0 for a clean
+// opened before the fork so that its note reached the terminal; `sizing_json`: the caches
+// against the level (CacheSizingJson), for user.pcrfs.remote. Exit code 0 for a clean
 // unmount or SIGTERM/SIGINT, 2 otherwise.
 int OpenAndServe(fuse_session* se, Filesystem** fs_slot, const MountConfig& config,
                  const StoreLocation& location,
                  const std::shared_ptr<const index::IndexReader>& verified,
                  const fuse_cmdline_opts& opts, std::shared_ptr<RangeCache> cache,
-                 SighupReload* sighup, MetricsServer* metrics_server, Watchdog* watchdog) {
+                 const std::string& sizing_json, SighupReload* sighup,
+                 MetricsServer* metrics_server, Watchdog* watchdog) {
   // Everything that needs root's capabilities is done (the mount; the cache folder and the
   // metrics socket opened before the fork): give them up now, while this is the only thread,
   // since a capability set is per thread and every thread started below inherits this one's.
@@ -421,11 +482,12 @@ int OpenAndServe(fuse_session* se, Filesystem** fs_slot, const MountConfig& conf
       return 2;
     }
     client = std::move(*created);
-    // The client's counters, with the cache's as "cache" and the authority as "auth".
-    fs_options.remote_stats = [c = client.get(), k = cache.get()] {
+    // The client's counters, with the cache's as "cache", the authority as "auth" and the
+    // caches against the level (fs/cache_sizing.h) as "sizing".
+    fs_options.remote_stats = [c = client.get(), k = cache.get(), sizing_json] {
       std::string json = c->stats().ToJson();
-      json.insert(json.size() - 1,
-                  ",\"cache\":" + k->stats().ToJson() + ",\"auth\":" + c->DescribeAuthJson());
+      json.insert(json.size() - 1, ",\"cache\":" + k->stats().ToJson() + ",\"auth\":" +
+                                       c->DescribeAuthJson() + ",\"sizing\":" + sizing_json);
       return json;
     };
   }
@@ -498,7 +560,8 @@ int OpenAndServe(fuse_session* se, Filesystem** fs_slot, const MountConfig& conf
 // arguments (an unknown option), 2 if the session fails.
 int MountAndServe(const MountConfig& config, StoreLocation location,
                   const std::shared_ptr<const index::IndexReader>& verified,
-                  std::shared_ptr<RangeCache> cache, MetricsServer* metrics_server) {
+                  std::shared_ptr<RangeCache> cache, MetricsServer* metrics_server,
+                  const std::string& sizing_json) {
   FuseArgs args(config.fuse_args);
   FuseCmdline cmdline;
   if (fuse_parse_cmdline(&args.args, &cmdline.opts) != 0) return 1;
@@ -544,7 +607,7 @@ int MountAndServe(const MountConfig& config, StoreLocation location,
         InstallCrashAbort(AbortFileOf(device));
       }
       rc = OpenAndServe(se, &fs_ptr, config, location, verified, cmdline.opts, std::move(cache),
-                        &sighup, metrics_server, &watchdog);
+                        sizing_json, &sighup, metrics_server, &watchdog);
       if (watchdog.dropped()) watchdog.Unmount();  // root's unmount, by the watchdog
       fuse_session_unmount(se);
       watchdog.Finish();
@@ -647,15 +710,43 @@ int RunDaemon(int argc, char** argv) {
     Log(LogLevel::kError, verified.error().message());
     return 1;
   }
-  // -o form=baseline with -o disk_cache: its transcoded files get 3/4 of a remote store's disk
-  // budget (the record bytes are read once per file, to transcode it) and all of a local one's.
-  if (config->fs.form == ServedForm::kBaseline && config->remote.disk_cache > 0) {
+  // -o form=baseline with -o disk_cache: its transcoded files' folder.
+  const bool baseline_disk = config->fs.form == ServedForm::kBaseline &&
+                             (config->remote.disk_cache > 0 || config->disk_cache_auto);
+  std::string baseline_dir;
+  if (baseline_disk) {
     auto dir = BaselineCacheDir(*location, config->remote.cache_dir);
     if (!dir) {
       Log(LogLevel::kError, location->name + ": " + dir.error().message());
       return 1;
     }
-    config->fs.baseline_disk_dir = *dir;
+    baseline_dir = *dir;
+  }
+  // The caches against the mounted level: -o disk_cache=auto's size, and one line when the
+  // level does not fit them (fs/cache_sizing.h). The cache folder: a remote store's, or the one
+  // that holds a local store's baseline/ folder.
+  std::optional<CacheSizing> sizing;
+  if (location->remote || baseline_disk) {
+    const std::string cache_dir =
+        location->remote ? location->dir
+                         : std::filesystem::path(baseline_dir).parent_path().parent_path().string();
+    auto sized = SizeCaches(&*config, *location, **verified, cache_dir);
+    if (!sized) {
+      Log(LogLevel::kError, location->name + ": " + sized.error().message());
+      return 1;
+    }
+    sizing = std::move(*sized);
+    location->options.disk_cache = config->remote.disk_cache;
+    // auto found no room at all: nothing to fill (the line says why).
+    if (config->remote.disk_cache == 0) location->options.disk_cache_fill = false;
+    if (const std::string line = CacheSizingWarning(*sizing); !line.empty()) {
+      Log(LogLevel::kWarning, line);  // on the terminal, and in the log file
+    }
+  }
+  // Its transcoded files get 3/4 of a remote store's disk budget (the record bytes are read
+  // once per file, to transcode it) and all of a local one's.
+  if (baseline_disk && config->remote.disk_cache > 0) {
+    config->fs.baseline_disk_dir = baseline_dir;
     const uint64_t budget = config->remote.disk_cache;
     config->fs.baseline_disk_bytes = location->remote ? budget - budget / 4 : budget;
     if (location->remote) location->options.disk_cache = budget / 4;
@@ -687,7 +778,7 @@ int RunDaemon(int argc, char** argv) {
     Log(LogLevel::kInfo, "metrics at http://" + metrics_server->address() + "/metrics");
   }
   return MountAndServe(*config, std::move(*location), *verified, std::move(cache),
-                       metrics_server.get());
+                       metrics_server.get(), sizing ? CacheSizingJson(*sizing) : "");
 }
 
 }  // namespace pcrfs::fs

@@ -82,7 +82,8 @@ void Filesystem::FillLevel(int level) {
       if (!info) continue;
       auto file = OpenRecord(static_cast<uint32_t>(id));
       if (!file) continue;  // reported when a file of it is read
-      const uint64_t end = info->group_offset[static_cast<size_t>(level)];
+      // The level's prefix: RecordBytesAtLevel less the footer, which opening the record read.
+      const uint64_t end = index::RecordBytesAtLevel(*info, level) - index::kRecordFooterSize;
       scheduler_.Speculate(*file, {{0, end}});
       queued += end;
     }

@@ -24,7 +24,7 @@ namespace {
 enum class Kind {
   kFlag,      // no value: -o no_sign
   kInt,       // decimal digits only (no sign, no blanks) in lo..hi
-  kSize,      // ParseSize in lo..hi
+  kSize,      // ParseSize in lo..hi; or, with `values`, one of those words (v.n 0, v.text it)
   kFraction,  // a decimal number in (0, 1]
   kEnum,      // one of `values` ("yes|no|auto"), given to the setter as its index
   kText,      // non-empty; with hi: lo..hi characters, all from `values`
@@ -252,10 +252,16 @@ constexpr Option kOptions[] = {
      .what = "256M", .def = "256M", .stores = Stores::kRemote,
      .set = [](MountConfig& c, const Value& v) { c.remote.memory_cache = v.n; },
      .help = "memory for fetched record bytes"},
-    {.name = "disk_cache", .kind = Kind::kSize, .meta = "SIZE", .hi = 64 * kTiB, .what = "20G",
-     .zero = "none", .def = "0", .stores = Stores::kRemoteOrBaseline,
-     .set = [](MountConfig& c, const Value& v) { c.remote.disk_cache = v.n; },
-     .help = "keep fetched record bytes (and form=baseline's files) on disk under cache_dir"},
+    {.name = "disk_cache", .kind = Kind::kSize, .meta = "SIZE|auto", .hi = 64 * kTiB,
+     .values = "auto", .what = "20G", .zero = "none", .def = "0",
+     .stores = Stores::kRemoteOrBaseline,
+     .set =
+         [](MountConfig& c, const Value& v) {
+           c.remote.disk_cache = v.n;
+           c.disk_cache_auto = v.text == "auto";
+         },
+     .help = "keep fetched record bytes (and form=baseline's files) on disk under cache_dir "
+             "(auto: room for the mounted level, at most half the free space there)"},
     {.name = "disk_cache_fill", .kind = Kind::kFlag, .stores = Stores::kRemote,
      .set = [](MountConfig& c, const Value&) { c.remote.disk_cache_fill = true; },
      .help = "fetch the mounted level of every record into the disk cache in the background at "
@@ -296,7 +302,8 @@ std::string Expected(const Option& o, std::string_view text) {
       return (what.empty() ? "" : what + ", ") + "an integer in " + Range(o);
     case Kind::kSize:
       return "a size in " + Range(o) + ", e.g. " + what +
-             (o.zero.empty() ? "" : " (0: " + std::string(o.zero) + ")");
+             (o.zero.empty() ? "" : " (0: " + std::string(o.zero) + ")") +
+             (o.values.empty() ? "" : ", or " + std::string(o.values));
     case Kind::kFraction:
       return "a number in (0, 1], e.g. " + what;
     case Kind::kEnum: {
@@ -381,6 +388,11 @@ Status ApplyValue(const Option& o, std::string_view label, const std::string& te
   switch (o.kind) {
     case Kind::kInt:
     case Kind::kSize: {
+      if (o.kind == Kind::kSize && !o.values.empty()) {
+        const std::vector<std::string_view> words = Choices(o.values);
+        // A word (disk_cache=auto): v.n 0, the setter reads v.text.
+        if (std::find(words.begin(), words.end(), text) != words.end()) break;
+      }
       auto n = o.kind == Kind::kInt ? ParseDecimal(text) : ParseSize(text);
       ok = n && *n >= o.lo && *n <= o.hi;
       v.n = n.value_or(0);
@@ -566,8 +578,8 @@ Status ApplyMountOptions(const std::map<size_t, std::string>& given, MountConfig
       }
     }
   }
-  if (c->remote.disk_cache_fill && c->remote.disk_cache == 0) {
-    return Status::InvalidArgument("-o disk_cache_fill: needs -o disk_cache=SIZE");
+  if (c->remote.disk_cache_fill && c->remote.disk_cache == 0 && !c->disk_cache_auto) {
+    return Status::InvalidArgument("-o disk_cache_fill: needs -o disk_cache=SIZE (or auto)");
   }
   return Status::OK();
 }

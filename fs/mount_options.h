@@ -69,6 +69,9 @@ struct MountConfig {
     o.connections = kRemoteConnections;
     return o;
   }();
+  // -o disk_cache=auto: remote.disk_cache is 0 here, and the daemon sizes it at mount for the
+  // mounted level, within the cache folder's free space (fs/cache_sizing.h).
+  bool disk_cache_auto = false;
   // What libfuse parses itself (fuse_parse_cmdline, fuse_session_new): the program name, the
   // mount point, -f, -d, -s, and every -o option pcrfs does not define (allow_other, ro, ...).
   std::vector<std::string> fuse_args;

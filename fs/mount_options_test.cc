@@ -240,6 +240,40 @@ TEST(MountOptionsTest, RemoteOptionsAreCheckedStrictly) {
   EXPECT_NE(ErrorOf("form=baseline,disk_cache_fill,disk_cache=1G"), "");
 }
 
+// -o disk_cache=auto leaves the size to the daemon (fs/cache_sizing.h); a size after it, or
+// auto after a size, replaces it. It is checked as strictly as a size, and fits where a size
+// does: any remote store, or a local one with form=baseline.
+TEST(MountOptionsTest, DiskCacheAuto) {
+  auto c = Parse({"https://h/store", "mnt", "-o", "disk_cache=auto"});
+  ASSERT_TRUE(c) << c.error().ToString();
+  EXPECT_TRUE(c->disk_cache_auto);
+  EXPECT_EQ(c->remote.disk_cache, 0u);
+  auto sized = Parse({"https://h/store", "mnt", "-o", "disk_cache=auto,disk_cache=2G"});
+  ASSERT_TRUE(sized) << sized.error().ToString();
+  EXPECT_FALSE(sized->disk_cache_auto);
+  EXPECT_EQ(sized->remote.disk_cache, uint64_t{2} << 30);
+  auto again = Parse({"https://h/store", "mnt", "-o", "disk_cache=2G", "-o", "disk_cache=auto"});
+  ASSERT_TRUE(again) << again.error().ToString();
+  EXPECT_TRUE(again->disk_cache_auto);
+  EXPECT_EQ(again->remote.disk_cache, 0u);
+  EXPECT_FALSE(Parse({"https://h/store", "mnt"})->disk_cache_auto);
+
+  auto err = [](const char* store, const char* option) {
+    auto r = Parse({store, "mnt", "-o", option});
+    return r ? std::string() : r.error().message();
+  };
+  for (const char* bad : {"disk_cache=Auto", "disk_cache=auto1", "disk_cache=", "disk_cache=yes"}) {
+    EXPECT_EQ(err("s3://b/p", bad),
+              "-o " + std::string(bad) + ": expected a size in 0..64T, e.g. 20G (0: none), or auto")
+        << bad;
+  }
+  EXPECT_EQ(err("st", "form=baseline,disk_cache=auto"), "");
+  EXPECT_EQ(err("st", "disk_cache=auto"),
+            "-o disk_cache: only for a remote store, or with -o form=baseline (whose files it "
+            "keeps on disk), and st is a local path");
+  EXPECT_NE(MountOptionsHelp(true).find("-o disk_cache=SIZE|auto"), std::string::npos);
+}
+
 TEST(MountOptionsTest, CredentialFilesAndAccountAreApplied) {
   auto c = Parse({"s3://bucket/prefix", "mnt", "-o",
                   "credentials_file=/etc/pcrfs/aws-credentials,config_file=/etc/pcrfs/aws-config,"
@@ -295,8 +329,9 @@ TEST(MountOptionsTest, CredentialFilesAndAccountAreCheckedStrictly) {
     const std::string name = std::string(option).substr(0, std::string(option).find('='));
     EXPECT_EQ(err("https://h/store", option), "-o " + name + ": only for s3:// and gs:// stores");
   }
-  EXPECT_EQ(err(s3, "disk_cache_fill"), "-o disk_cache_fill: needs -o disk_cache=SIZE");
+  EXPECT_EQ(err(s3, "disk_cache_fill"), "-o disk_cache_fill: needs -o disk_cache=SIZE (or auto)");
   EXPECT_EQ(err(s3, "disk_cache_fill,disk_cache=1G"), "");
+  EXPECT_EQ(err(s3, "disk_cache_fill,disk_cache=auto"), "");
   // And, like every remote option, for a local store.
   EXPECT_EQ(ErrorOf("credentials_file=/c"),
             "-o credentials_file: only for a remote store (an http://, https:// or s3:// URL), "

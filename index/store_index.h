@@ -31,6 +31,13 @@ struct RecordInfo {
 // Record file name inside the store, relative: "records/00000042.pcr".
 std::string RecordFileName(uint32_t id);
 
+// The bytes of record `r` that reading level k (1..10; clamped) of all its files reads: the
+// prefix [0, group_offset[k]) (header, tables and group regions 1..k: a format 4 index holds no
+// piece CRCs, so the tables are read too) and the 16-byte footer, which opening the record reads.
+// What a remote store's range cache holds of the record once level k of every file in it was
+// read; level 10 is the whole file.
+uint64_t RecordBytesAtLevel(const RecordInfo& r, int k);
+
 // Builds a fresh index in one write transaction. Entries must be added in increasing inode
 // order. The output file is a compacted copy, so the same input gives the same bytes.
 // The index formats this pcrfs writes and reads: 3 (block CRCs) and 2 (none: a reader derives
@@ -144,5 +151,12 @@ class IndexReader {
   explicit IndexReader(std::unique_ptr<Impl> impl);
   std::unique_ptr<Impl> impl_;
 };
+
+// RecordBytesAtLevel summed over every record of the index: level k's bytes in a remote store's
+// caches (the daemon's cache sizing and -o disk_cache=auto, pcr inspect's "record bytes"). More
+// than the manifest's level_bytes (the bytes served) by the records' headers and tables, less by
+// the 2-byte EOI of each JPEG, which is stored nowhere. One index lookup per record. Errors: a
+// record the index cannot return.
+Result<uint64_t> StoreBytesAtLevel(const IndexReader& index, int k);
 
 }  // namespace pcrfs::index

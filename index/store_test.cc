@@ -155,6 +155,31 @@ TEST(StoreTest, ReadsEveryFileAtEveryLevel) {
             Status::Code::kInvalidArgument);
 }
 
+// A level's record bytes are the records' prefixes up to that level's region and their footers:
+// each level adds exactly its group's pieces, and level 10 is every record file whole.
+TEST(StoreTest, StoreBytesAtLevelAreTheRecordsPrefixes) {
+  TempDir dir;
+  BuildStore(dir.path());
+  auto store = Store::Open(dir.path());
+  ASSERT_TRUE(store.has_value()) << store.error().ToString();
+  const IndexReader& idx = (*store)->index();
+  const RecordInfo record = *idx.GetRecord(0);
+  EXPECT_EQ(*StoreBytesAtLevel(idx, 1), record.data_offset + Piece(2, 0).size() +
+                                            Piece(3, 0).size() + Piece(5, 0).size() +
+                                            kRecordFooterSize);
+  for (int k = 2; k <= kNumGroups; ++k) {
+    const auto g = k - 1;
+    EXPECT_EQ(*StoreBytesAtLevel(idx, k) - *StoreBytesAtLevel(idx, k - 1),
+              Piece(2, g).size() + Piece(5, g).size())
+        << "level " << k;  // b.txt, a passthrough file, lives in group 1 only
+  }
+  struct stat st;
+  ASSERT_EQ(::stat((dir.path() + "/" + RecordFileName(0)).c_str(), &st), 0);
+  EXPECT_EQ(*StoreBytesAtLevel(idx, kNumGroups), static_cast<uint64_t>(st.st_size));
+  EXPECT_EQ(RecordBytesAtLevel(record, 0), RecordBytesAtLevel(record, 1));  // clamped
+  EXPECT_EQ(RecordBytesAtLevel(record, 11), record.file_size);
+}
+
 // An index is decompressed and checked once per open (an older index.lmdb: by its conversion),
 // and not at all when a parse of this process is handed over (the daemon's open after its fork).
 TEST(StoreTest, ParsesTheIndexOnceAndReusesAParsedOne) {

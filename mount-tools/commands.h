@@ -6,6 +6,8 @@
 #include <string>
 #include <vector>
 
+#include "common/human_bytes.h"  // HumanBytes, for the reports
+
 namespace pcrfs::tools {
 
 int RunBuild(const std::vector<std::string>& args);
@@ -26,8 +28,5 @@ int RunLmdbIndexForTests(const std::vector<std::string>& args);
 // The report of `pcr build` and `pcr merge` (cmd_build.cc).
 struct BuildReport;
 void PrintReport(const BuildReport& r, const std::string& store, const char* command);
-
-// "1.5 MiB", "730 B"
-std::string HumanBytes(uint64_t bytes);
 
 }  // namespace pcrfs::tools

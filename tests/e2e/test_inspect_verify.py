@@ -64,8 +64,21 @@ class InspectTest(TempDirTest):
         source_total = sum(os.path.getsize(os.path.join(d, n))
                            for d, _, ns in os.walk(src) for n in ns)
         self.assertEqual(info["source_bytes"], source_total)
+        # Record bytes, what reading a level reads of the records: level 10 is every record
+        # file whole, and each level adds to them exactly the bytes it adds to the files.
+        levels = info["levels"]
+        records = os.path.join(store, "records")
+        self.assertEqual(levels[9]["record_bytes"],
+                         sum(os.path.getsize(os.path.join(records, n))
+                             for n in os.listdir(records)))
+        for below, above in zip(levels, levels[1:]):
+            self.assertEqual(above["record_bytes"] - below["record_bytes"],
+                             above["bytes"] - below["bytes"], f"level {above['level']}")
+        self.assertGreater(levels[0]["record_bytes"], 0)
+        self.assertAlmostEqual(levels[0]["record_percent_of_source"],
+                               100 * levels[0]["record_bytes"] / source_total)
         text = run([PCR, "inspect", store], text=True).stdout
-        for words in ("format version   2", "records", "not-jpeg", "% of source"):
+        for words in ("format version   2", "records", "not-jpeg", "% of source", "record bytes"):
             self.assertIn(words, text)
 
     def test_bad_store(self):
