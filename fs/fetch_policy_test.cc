@@ -10,6 +10,7 @@
 #include <atomic>
 #include <chrono>
 #include <cstdint>
+#include <cstdio>
 #include <filesystem>
 #include <fstream>
 #include <numeric>
@@ -202,6 +203,10 @@ TEST_F(FetchPolicyTest, ALevelLargerThanTheCacheIsFetchedOnce) {
                        " readers, " + (shuffled ? "shuffled" : "in order") + ": origin " +
                        std::to_string(e.origin) + ", served " + std::to_string(e.served) +
                        ", GETs " + std::to_string(e.gets) + ", " + e.cache.ToJson());
+          std::printf("level %d cache 1/%d readers %d %s: origin/served %.3f GETs %llu\n", level,
+                      static_cast<int>(divisor), readers, shuffled ? "shuffled" : "in order",
+                      static_cast<double>(e.origin) / static_cast<double>(e.served),
+                      static_cast<unsigned long long>(e.gets));
           EXPECT_EQ(e.served, level_bytes);
           EXPECT_LE(static_cast<double>(e.origin), 1.10 * static_cast<double>(e.served));
           EXPECT_EQ(e.cache.evicted_unread_bytes, 0u);

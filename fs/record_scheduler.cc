@@ -105,19 +105,24 @@ void RecordScheduler::WillRead(const SourceFile& file, const std::vector<Range>&
   const SpeculationSource* source = file.speculation();
   if (source == nullptr) return;
   std::vector<Range> promoted;
-  if (source->ConcurrentSpeculativeReads() > 0 && !ranges.empty() &&
-      demand_active_.load(std::memory_order_acquire) >= kPromoteAtDemandReads) {
+  if (source->ConcurrentSpeculativeReads() > 0 && !ranges.empty()) {
     // A window of what a speculative read of this source takes (SourceModel::Start): on a
     // remote store at least kMinConcurrentChunk, one request like the piece's own. But a
     // promoted window is speculation too: only as much as the source can keep until it is read
     // (AheadRoom, shared by the pieces), and none without room: a level many times the cache,
     // read in a shuffled order, would evict the window before its other files are read, and a
-    // window of a few pieces fetched 1.5-2x the bytes of the pieces alone.
-    const uint64_t room = source->AheadRoom() / ranges.size();
+    // window of a few pieces fetched 1.5-2x the bytes of the pieces alone. Only while at least
+    // kPromoteAtDemandReads other demand reads run. A piece not promoted leaves the queue all
+    // the same: it is being fetched now.
+    const bool busy = demand_active_.load(std::memory_order_acquire) >= kPromoteAtDemandReads;
+    const uint64_t room = busy ? source->AheadRoom() / ranges.size() : 0;
     MutexLock l(&mu_);
     const uint64_t window = std::min(std::max(model_.chunk(), kMinConcurrentChunk), room);
     for (const Range& r : ranges) {
-      if (window <= r.length) continue;  // no room beyond the piece itself
+      if (window <= r.length) {  // no room beyond the piece itself
+        queue_.Discard(source, r);
+        continue;
+      }
       const Range w = queue_.Promote(source, r, window);
       if (w.length > 0) promoted.push_back(w);
     }

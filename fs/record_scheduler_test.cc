@@ -389,27 +389,32 @@ TEST(RecordSchedulerTest, ADemandPieceInAQueuedRangeTakesAChunkOfIt) {
   RecordScheduler s;
   const uint64_t mib = uint64_t{1} << 20;
   s.Speculate(file, {{0, 4 * mib}});
-  // A lone reader (a decoding DataLoader's worker): only its pieces.
+  // A lone reader (a decoding DataLoader's worker): only its pieces, which leave the queue (a
+  // speculative read would fetch them again once the cache let them go).
   s.WillRead(file, {{2 * mib, 5000}});
   EXPECT_EQ(src->prefetched().size(), 1u);
   EXPECT_EQ(s.stats().promoted_bytes, 0u);
-  // Readers that outrun single-piece fetches: demand reads in progress.
+  EXPECT_EQ(s.stats().queued_bytes, 4 * mib - 5000);
+  // Readers that outrun single-piece fetches: demand reads in progress. The window ends where
+  // the queued range does (at the lone reader's piece).
   WhileDemandReadsRun(s, file, [&] {
     s.WillRead(file, {{mib + 100, 5000}, {6 * mib, 5000}});  // inside, and not queued
   });
   auto prefetched = src->prefetched();
   ASSERT_EQ(prefetched.size(), 4u);
+  const auto lone = prefetched[0];
   prefetched.erase(prefetched.begin());
-  EXPECT_EQ(prefetched[0],
-            (std::pair<uint64_t, uint64_t>{mib + 100, RecordScheduler::kFirstChunk}));
+  const uint64_t window = 2 * mib - (mib + 100);
+  EXPECT_EQ(prefetched[0], (std::pair<uint64_t, uint64_t>{mib + 100, window}));
   EXPECT_EQ(prefetched[1], (std::pair<uint64_t, uint64_t>{mib + 100, 5000}));  // joins it
   EXPECT_EQ(prefetched[2], (std::pair<uint64_t, uint64_t>{6 * mib, 5000}));
-  EXPECT_EQ(s.stats().promoted_bytes, RecordScheduler::kFirstChunk);
-  EXPECT_EQ(s.stats().queued_bytes, 4 * mib - RecordScheduler::kFirstChunk);
+  EXPECT_EQ(s.stats().promoted_bytes, window);
+  EXPECT_EQ(s.stats().queued_bytes, 4 * mib - 5000 - window);
   src->set_busy(false);
-  WaitIdle(s, 4 * mib - RecordScheduler::kFirstChunk);
+  WaitIdle(s, 4 * mib - 5000 - window);
   auto covered = src->warmed();
   covered.push_back(prefetched[0]);
+  covered.push_back(lone);
   std::sort(covered.begin(), covered.end());
   uint64_t pos = 0;
   for (const auto& [offset, n] : covered) {

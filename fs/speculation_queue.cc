@@ -127,6 +127,27 @@ SpeculationQueue::Pending SpeculationQueue::TakeFront(uint64_t n) {
 
 SpeculationQueue::Range SpeculationQueue::Promote(const SpeculationSource* file, const Range& r,
                                                   uint64_t chunk) {
+  return TakeOut(file, r, chunk, /*promoted=*/true);
+}
+
+void SpeculationQueue::Discard(const SpeculationSource* file, const Range& r) {
+  const uint64_t end = r.offset + r.length;
+  for (;;) {
+    // The first queued range overlapping [r.offset, end): a speculative read may have cut a
+    // piece, so a queued range can start inside r, not only hold its start.
+    auto f = queued_.find(file);
+    if (f == queued_.end()) return;
+    QueueIndex& index = f->second;
+    auto found = index.upper_bound(r.offset);
+    if (found != index.begin() && std::prev(found)->second->end > r.offset) --found;
+    if (found == index.end() || found->first >= end) return;
+    const uint64_t from = std::max(r.offset, found->first);
+    TakeOut(file, {from, std::min(end, found->second->end) - from}, 0, /*promoted=*/false);
+  }
+}
+
+SpeculationQueue::Range SpeculationQueue::TakeOut(const SpeculationSource* file, const Range& r,
+                                                  uint64_t chunk, bool promoted) {
   auto f = queued_.find(file);
   if (f == queued_.end()) return {r.offset, 0};
   QueueIndex& index = f->second;
@@ -140,8 +161,10 @@ SpeculationQueue::Range SpeculationQueue::Promote(const SpeculationSource* file,
   const uint64_t end = std::min(it->end, r.offset + std::max(r.length, chunk));
   queued_bytes_ -= end - r.offset;
   taken_since_forget_ += end - r.offset;
-  ++promoted_reads_;
-  promoted_bytes_ += end - r.offset;
+  if (promoted) {
+    ++promoted_reads_;
+    promoted_bytes_ += end - r.offset;
+  }
   const Pending right{it->file, end, it->end};
   if (r.offset > it->offset) {
     it->end = r.offset;

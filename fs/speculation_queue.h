@@ -70,6 +70,11 @@ class SpeculationQueue {
   // returns it; what is left of the queued range on either side stays queued, in place.
   // Otherwise returns a range of length 0.
   Range Promote(const SpeculationSource* file, const Range& r, uint64_t chunk);
+  // A demand read fetches r now: whatever of r is queued leaves the queue (what is left on
+  // either side stays), so no speculative read fetches it again later, when the cache
+  // may have let the demand read's bytes go (a level larger than the cache, read in order:
+  // those bytes were fetched twice, and then held as unread).
+  void Discard(const SpeculationSource* file, const Range& r);
   // Drops everything queued (what was queued before still counts as seen).
   void Clear();
   // n bytes were read on demand: they enter the caches too, pushing older bytes out.
@@ -100,6 +105,9 @@ class SpeculationQueue {
   void Enqueue(const std::shared_ptr<const SpeculationSource>& file, uint64_t offset, uint64_t end,
                bool front);
   void Unindex(const Pending& p);
+  // Promote: takes [r.offset, r.offset + max(r.length, chunk)) out, within the queued range
+  // r.offset lies in.
+  Range TakeOut(const SpeculationSource* file, const Range& r, uint64_t chunk, bool promoted);
 
   // Once more than forget_after_ bytes were taken since the last time: what the generation
   // before last saw is forgotten (so a range is queued again only after at least that many

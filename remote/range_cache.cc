@@ -232,6 +232,7 @@ void RangeCache::EvictLocked() {
       auto [id, start] = memory_.lru.back();
       auto it = memory_.objects[id].find(start);
       stats_.evicted_bytes += it->second.end - start;
+      NoteEvictedReadLocked(id, start, it->second.end);
       RemoveLocked(id, it);
       continue;
     }
@@ -260,6 +261,7 @@ void RangeCache::EvictLocked() {
     if (pos < e.end) unread_parts.push_back({pos, e.end - pos});
     const auto bytes = e.bytes;
     stats_.evicted_bytes += e.end - start - e.unread.unread;
+    for (const auto& [b, z] : e.unread.read) NoteEvictedReadLocked(id, b, z);
     RemoveLocked(id, it);
     for (const Range& r : unread_parts) {
       Extent part;
@@ -484,6 +486,70 @@ bool RangeCache::Drop(uint32_t id, uint64_t offset, uint64_t n) {
     }
   }
   return dropped;
+}
+
+void RangeCache::NoteEvictedReadLocked(uint32_t id, uint64_t begin, uint64_t end) {
+  if (begin >= end) return;
+  auto& set = evicted_read_[id];
+  // Merged with what touches it (a record read in order leaves one run).
+  auto it = set.upper_bound(begin);
+  if (it != set.begin() && std::prev(it)->second >= begin) --it;
+  uint64_t b = begin, z = end;
+  while (it != set.end() && it->first <= z) {
+    b = std::min(b, it->first);
+    z = std::max(z, it->second);
+    evicted_read_bytes_ -= it->second - it->first;
+    it = set.erase(it);
+  }
+  set.emplace(b, z);
+  evicted_read_bytes_ += z - b;
+  evicted_read_order_.push_back({id, begin, end});
+  // Kept for as many bytes as the tier holds: long enough for a fetch ahead decided just
+  // before the read, short enough that the next epoch's fetch ahead is not held back.
+  while (evicted_read_bytes_ > memory_.budget && !evicted_read_order_.empty()) {
+    const auto [oid, ob, oz] = evicted_read_order_.front();
+    evicted_read_order_.pop_front();
+    auto obj = evicted_read_.find(oid);
+    if (obj == evicted_read_.end()) continue;
+    // Forget [ob, oz) from whatever run holds it now.
+    auto r = obj->second.upper_bound(ob);
+    if (r == obj->second.begin()) continue;
+    --r;
+    if (r->second <= ob) continue;
+    const uint64_t rb = r->first, rz = r->second;
+    obj->second.erase(r);
+    evicted_read_bytes_ -= rz - rb;
+    if (rb < ob) {
+      obj->second.emplace(rb, ob);
+      evicted_read_bytes_ += ob - rb;
+    }
+    if (oz < rz) {
+      obj->second.emplace(oz, rz);
+      evicted_read_bytes_ += rz - oz;
+    }
+    if (obj->second.empty()) evicted_read_.erase(obj);
+  }
+}
+
+std::vector<RangeCache::Range> RangeCache::MissingUnread(uint32_t id, uint64_t offset,
+                                                         uint64_t n) const {
+  std::vector<Range> missing = Missing(id, offset, n);
+  MutexLock l(&mu_);
+  auto obj = evicted_read_.find(id);
+  if (obj == evicted_read_.end()) return missing;
+  std::vector<Range> out;
+  for (const Range& m : missing) {
+    uint64_t pos = m.offset;
+    const uint64_t end = m.offset + m.length;
+    auto it = obj->second.upper_bound(pos);
+    if (it != obj->second.begin() && std::prev(it)->second > pos) --it;
+    for (; it != obj->second.end() && it->first < end && pos < end; ++it) {
+      if (it->first > pos) out.push_back({pos, it->first - pos});
+      pos = std::max(pos, it->second);
+    }
+    if (pos < end) out.push_back({pos, end - pos});
+  }
+  return out;
 }
 
 void RangeCache::MarkRead(uint32_t id, uint64_t offset, uint64_t n) {

@@ -42,6 +42,7 @@
 #pragma once
 
 #include <cstdint>
+#include <deque>
 #include <list>
 #include <map>
 #include <memory>
@@ -95,6 +96,11 @@ class RangeCache {
   std::vector<Range> Copy(uint32_t id, uint64_t offset, uint64_t n, uint8_t* dst) EXCLUDES(mu_);
   // The ranges of [offset, offset + n) not kept, in order (copies nothing).
   std::vector<Range> Missing(uint32_t id, uint64_t offset, uint64_t n) const EXCLUDES(mu_);
+  // Missing, less the bytes read and evicted recently (within the last tier's worth of such
+  // bytes): what is worth fetching ahead. A level larger than the cache, read by many readers,
+  // has a fetch ahead decided just before a reader took some of its bytes; those were then
+  // fetched again and held as unread for good.
+  std::vector<Range> MissingUnread(uint32_t id, uint64_t offset, uint64_t n) const EXCLUDES(mu_);
   // Keeps bytes->size() bytes of object `id` from `offset` (the parts not kept yet).
   // speculative: fetched ahead of need, with bytes->size() bytes reserved by ReserveAhead,
   // which this gives back; its bytes count as unread until copied or marked read.
@@ -168,6 +174,8 @@ class RangeCache {
   bool RemoveDiskLocked(uint32_t id, uint64_t start, SegmentStore::Location where, bool forget)
       REQUIRES(mu_);
   void ForgetEvictedLocked(const std::vector<SegmentStore::Entry>& evicted) REQUIRES(mu_);
+  // The memory tier evicted [begin, end) of `id`, read: remembered (MissingUnread).
+  void NoteEvictedReadLocked(uint32_t id, uint64_t begin, uint64_t end) REQUIRES(mu_);
   // n unread bytes of segment `seq` were read or went.
   void LessUnreadInSegmentLocked(uint32_t seq, uint64_t n) REQUIRES(mu_);
   bool disk() const { return store_ != nullptr; }
@@ -187,6 +195,14 @@ class RangeCache {
   std::map<uint32_t, uint64_t> unread_by_segment_ GUARDED_BY(mu_);
   uint64_t unread_ GUARDED_BY(mu_) = 0;    // sum of the primary tier's unread bytes
   uint64_t reserved_ GUARDED_BY(mu_) = 0;  // being fetched ahead (ReserveAhead)
+  // Read bytes the memory tier evicted lately, merged per object, and the order they went in.
+  struct EvictedRead {
+    uint32_t id;
+    uint64_t begin, end;
+  };
+  std::map<uint32_t, std::map<uint64_t, uint64_t>> evicted_read_ GUARDED_BY(mu_);
+  std::deque<EvictedRead> evicted_read_order_ GUARDED_BY(mu_);
+  uint64_t evicted_read_bytes_ GUARDED_BY(mu_) = 0;
   RangeCacheStats stats_ GUARDED_BY(mu_);  // counters only
 };
 

@@ -306,7 +306,9 @@ bool RemoteFile::PrefetchRange(uint64_t offset, uint64_t n, bool ahead) const {
   {
     // Looked up under the lock, so a fetch ending meanwhile is either cached or still pending.
     MutexLock l(&shared_->mu);
-    CoverLocked(cache_->Missing(cache_id_, offset, n), &fetches, &started);
+    CoverLocked(
+        ahead ? cache_->MissingUnread(cache_id_, offset, n) : cache_->Missing(cache_id_, offset, n),
+        &fetches, &started);
     if (ahead && !ReserveAheadLocked(&started)) return false;
     if (!ahead) {
       // A demand read's pieces: kept for it once they arrive (Fetch::landed).
@@ -332,7 +334,7 @@ Result<uint64_t> RemoteFile::Warm(uint64_t offset, uint64_t n,
   std::vector<std::shared_ptr<Fetch>> fetches, started;
   {
     MutexLock l(&shared_->mu);
-    CoverLocked(cache_->Missing(cache_id_, offset, n), &fetches, &started);
+    CoverLocked(cache_->MissingUnread(cache_id_, offset, n), &fetches, &started);
     // Only what the cache can keep until it is read (a level many times the cache, read in a
     // shuffled order, would otherwise lose it first and fetch it again).
     if (!ReserveAheadLocked(&started)) {
