@@ -199,10 +199,11 @@ class AutoindexNginx(Nginx):
 
 
 # The latency proxies (--proxy): "node" is tests/remote/latency_proxy.js (one event loop,
-# ~70 µs of CPU per small ranged GET: it carries a level-10 epoch's ~6,000 GETs/s with 20 ms
-# added), "python" tests/remote/fault_proxy.py (a thread per connection under the GIL, ~200 µs
-# per GET: it tops out near 3,500 GETs/s on this machine, below pcrfs's rate at high levels).
-# tests/bench/README.md has the measurements. Both answer /__reset, a /__fault latency rule and
+# 70-95 µs of CPU per small ranged GET: 6,300-9,500 GETs/s with 20 ms added, more than a
+# level-10 epoch at rclone's files/s needs, ~6,000), "python" tests/remote/fault_proxy.py (a
+# thread per connection under the GIL, 300-450 µs per GET: it tops out at 2,500-3,500 GETs/s on
+# this machine, its 20 ms then 40-70). tests/bench/README.md has the measurements
+# (proxy_load_bench.py). Both answer /__reset, a /__fault latency rule and
 # /__stats with the same counters, so one run puts every setup behind the same kind.
 PROXY_KINDS = ("node", "python")
 DEFAULT_PROXY = "node"
@@ -214,7 +215,7 @@ def add_proxy_argument(ap):
     ap.add_argument("--proxy", choices=PROXY_KINDS, default=DEFAULT_PROXY,
                     help="the latency proxy in front of every server (default %(default)s: "
                          "tests/remote/latency_proxy.js; python: tests/remote/fault_proxy.py, "
-                         "which caps near 3,500 requests/s)")
+                         "which tops out at 2,500-3,500 GETs/s)")
 
 
 class ProxyProcess:

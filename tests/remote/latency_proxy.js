@@ -1,9 +1,10 @@
 #!/usr/bin/env node
 // A fast HTTP/1.1 latency proxy for the remote-store benchmarks (tests/bench/README.md).
 //
-// fault_proxy.py (a thread per connection under Python's GIL) carries about 3,500 small ranged
+// fault_proxy.py (a thread per connection under Python's GIL) carries 2,500-3,500 small ranged
 // GETs/s on this 2-core machine with 20 ms added; a level-10 epoch at rclone's files/s needs
-// ~6,000. This proxy does one thing, in one event loop: it waits --latency ms (plus any latency
+// ~6,000. This one carries 6,300-9,500 at 70-95 µs of CPU per GET (tests/bench/README.md,
+// proxy_load_bench.py). It does one thing, in one event loop: it waits --latency ms (plus any latency
 // rule added at runtime), then forwards the request unchanged (method, path, every header but
 // the hop-by-hop ones: Host, Authorization, Range, multi-range, x-amz-*, so signatures still
 // verify upstream) on a kept-alive upstream connection, and streams the answer back (status,
