@@ -12,15 +12,16 @@ Data (outside the benchmark lock, niced; cached in /var/tmp/pcrfs-bench/scale/, 
 seed): `tests/data/make_dataset.py --images N --classes 1000 --short-side 64:96 --seed S
 --splits train --split-fractions 1` (1,000 class folders `nXXXXXXXX`, files
 `nXXXXXXXX_INDEX.JPEG`; crops with a short side of 64-96 px, ~2.4 KiB, so that 1.28M files
-generate in about half an hour on 2 cores; `--short-side 333:500` makes ImageNet-sized files of
-~110 KB, kept apart), then `pcr build SRC STORE --quiet` timed as a child
+generate in about half an hour on 2 cores; `--short-side 333:500` makes ImageNet-sized crops
+of ~35 KiB (ImageNet's own average ~110 KiB: the photos are smoother), kept apart), then `pcr build SRC STORE --quiet` timed as a child
 of its own (`os.wait4`: wall, CPU, peak RSS). The stores are not rebuilt when pcr changes
 (`--rebuild` does); the facts file records the pcr commit that built them.
 
 Then the script takes the benchmark lock itself (unless an ancestor holds it) and re-executes
 in a new network namespace (`unshare -n`): one nginx (autoindex on, for rclone) serves every
-size's store and source folder, one fault proxy in front adds `--latency` ms before each
-answer and counts the body bytes it sends (origin bytes); its answers cross an HTB cap of
+size's store and source folder, one latency proxy in front (--proxy: node, the default, is
+tests/remote/latency_proxy.js; python the fault proxy, which tops out near 3,000 GETs/s) adds
+`--latency` ms before each answer and counts the body bytes it sends (origin bytes); its answers cross an HTB cap of
 `--cap` Mbit/s (remote_bench.set_cap). Per size and per level K (`--levels`), from a cold page
 cache and a fresh cache folder with `-o disk_cache=2G`:
 
@@ -40,6 +41,17 @@ epoch (same files, same order). Target per level: files/s >= 0.9 x rclone's x (r
 the level's bytes), origin bytes <= 1.05 x bytes served; daemon RSS after find + epoch < 150 MiB
 beyond its caches; pcr build peak RSS < 512 MiB and time per file flat (<= 1.2x the smallest
 size's).
+
+A level larger than the cache (issue 40, item 5), instead of the rows above:
+  --cache-fractions 0.1,0.01   per size, level (default 1,3,5,10; crops 333:500 by default) and
+            fraction F, a cold mount with -o disk_cache=0,remote_cache=F x the level's bytes
+            (pcr inspect --json),cache_size=1/8 of that (each at least 1 MiB) and the epoch:
+            files/s against rclone's (target >= 1) and the byte-ratio ideal (rclone's files/s x
+            source bytes / level bytes), origin / served (target <= 1.10), GETs, proxy CPU.
+  --quick   issue 40's table: 3,000 ImageNet-like files, rclone and L1/L5/L10 with
+            -o remote_cache=8M,cache_size=1M,disk_cache=0.
+  --hints [on|both]   start_hints() beside each epoch with the epoch's order (a no-op hook until
+            the hint channel exists).
 """
 
 import argparse
