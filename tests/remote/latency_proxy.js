@@ -182,12 +182,17 @@ function forward(req, res, headers, attempt) {
   const up = http.request({host: args.upHost, port: args.upPort, method: req.method,
     path: args.upPrefix + req.url, headers, agent, setHost: false});
   let answered = false;
+  let clientGone = false;  // the client closed its connection before its answer was complete
   up.on('socket', (s) => s.setNoDelay(true));
   up.on('response', (upRes) => {
     answered = true;
     stats.upstream_requests++;
     const status = upRes.statusCode;
     countStatus(status);
+    if (clientGone) {
+      upRes.resume();
+      return;
+    }
     res.writeHead(status, upRes.statusMessage, upstreamHeaders(upRes.rawHeaders));
     upRes.on('data', (chunk) => {
       stats.bytes_from_upstream += chunk.length;
@@ -201,7 +206,7 @@ function forward(req, res, headers, attempt) {
     upRes.on('error', () => res.destroy());
   });
   up.on('error', (err) => {
-    if (answered) {
+    if (answered || clientGone) {
       res.destroy();
       return;
     }
@@ -215,7 +220,10 @@ function forward(req, res, headers, attempt) {
     badGateway(req, res, err);
   });
   res.on('close', () => {
-    if (!res.writableFinished) up.destroy();
+    if (!res.writableFinished) {
+      clientGone = true;
+      up.destroy();
+    }
   });
   if (req.method === 'GET' || req.method === 'HEAD') {
     up.end();
@@ -250,6 +258,8 @@ function proxy(req, res) {
 }
 
 const server = http.createServer((req, res) => {
+  res.on('error', () => res.destroy());  // a client gone mid-answer: nothing more to send
+  req.on('error', () => res.destroy());
   if (req.url.startsWith(CONTROL_PREFIX)) control(req, res);
   else proxy(req, res);
 });
