@@ -13,17 +13,18 @@ seed): `tests/data/make_dataset.py --images N --classes 1000 --short-side 64:96 
 --splits train --split-fractions 1` (1,000 class folders `nXXXXXXXX`, files
 `nXXXXXXXX_INDEX.JPEG`; crops with a short side of 64-96 px, ~2.4 KiB, so that 1.28M files
 generate in about half an hour on 2 cores; `--short-side 333:500` makes ImageNet-sized crops
-of ~35 KiB (ImageNet's own average ~110 KiB: the photos are smoother), kept apart), then `pcr build SRC STORE --quiet` timed as a child
-of its own (`os.wait4`: wall, CPU, peak RSS). The stores are not rebuilt when pcr changes
-(`--rebuild` does); the facts file records the pcr commit that built them.
+of ~35 KiB (ImageNet's own average ~110 KiB: the photos are smoother), kept apart), then
+`pcr build SRC STORE --quiet` timed as a child of its own (`os.wait4`: wall, CPU, peak RSS).
+The stores are not rebuilt when pcr changes (`--rebuild` does); the facts file records the pcr
+commit that built them.
 
 Then the script takes the benchmark lock itself (unless an ancestor holds it) and re-executes
 in a new network namespace (`unshare -n`): one nginx (autoindex on, for rclone) serves every
 size's store and source folder, one latency proxy in front (--proxy: node, the default, is
 tests/remote/latency_proxy.js; python the fault proxy, which tops out near 3,000 GETs/s) adds
-`--latency` ms before each answer and counts the body bytes it sends (origin bytes); its answers cross an HTB cap of
-`--cap` Mbit/s (remote_bench.set_cap). Per size and per level K (`--levels`), from a cold page
-cache and a fresh cache folder with `-o disk_cache=2G`:
+`--latency` ms before each answer and counts the body bytes it sends (origin bytes); its
+answers cross an HTB cap of `--cap` Mbit/s (remote_bench.set_cap). Per size and per level K
+(`--levels`), from a cold page cache and a fresh cache folder with `-o disk_cache=2G`:
 
   mount     `pcrfs URL MNT -f -o scans=K,cache_dir=D,disk_cache=2G`, exec until mounted; the
             proxy's bytes by then (what a node moves before its first read); then the first
@@ -802,14 +803,14 @@ def finish_axis(args, data):
             f"{fmt(r['amp'], '.3f')} {chk(r['amp'], lambda x: x <= 1.10)} | "
             f"{fmt(r['gets'])} ({fmt(r['gets_per_file'], '.2f')}) | "
             f"{fmt(r['daemon_cpu_s'], '.1f')} | {fmt(r['proxy_cores'], '.2f')} | "
-            f"{hint_label(r['hints'])} | {fmt(r['errors'])}{' ' + r['error'] if r.get('error') else ''} |")
+            f"{hint_label(r['hints'])} | {fmt(r['errors'])}"
+            f"{' ' + r['error'] if r.get('error') else ''} |")
     if quick:
         L += ["", f"The issue's numbers (2026-11-28, the Python fault proxy): {ISSUE40}."]
-    L += ["", "| N | source MB (KB/file) | level MB: " + " / ".join(f"L{k}" for k in
-                                                                   sorted({r["level"] for r in rows}))
+    levels = sorted({r["level"] for r in rows})
+    L += ["", "| N | source MB (KB/file) | level MB: " + " / ".join(f"L{k}" for k in levels)
           + " | level bytes from | rclone listing s | rclone files/s | rclone GETs | "
           "rclone proxy CPU cores |", "|--:|--:|--:|--|--:|--:|--:|--:|"]
-    levels = sorted({r["level"] for r in rows})
     for r in data["results"]:
         f = facts[r["n"]]
         lb = f.get("level_bytes_now") or f["level_bytes"]
@@ -817,13 +818,14 @@ def finish_axis(args, data):
         e = rc.get("epoch", {})
         cores = (e["proxy_cpu_s"] / e["seconds"] if e.get("proxy_cpu_s") is not None and
                  e.get("seconds") else None)
-        L.append(f"| {r['n']:,} | {f['src_bytes'] / 1e6:.1f} ({f['src_bytes'] / f['files'] / 1e3:.1f}) | "
+        per_file = f["src_bytes"] / f["files"] / 1e3
+        L.append(f"| {r['n']:,} | {f['src_bytes'] / 1e6:.1f} ({per_file:.1f}) | "
                  + " / ".join(f"{lb[k - 1] / 1e6:.1f}" for k in levels)
                  + f" | {f.get('level_bytes_from', 'manifest.json')} | "
                  f"{'-' if 'measured_at' in rc else fmt(rc.get('list_s'), '.1f')} | "
                  f"{fmt(e.get('files_per_s'))}"
-                 f"{' (the ' + format(rc['measured_at'], ',') + ' run)' if 'measured_at' in rc else ''}"
-                 f" | {fmt(e.get('origin_requests'))} | {fmt(cores, '.2f')} |")
+                 + (f" (the {rc['measured_at']:,} run)" if "measured_at" in rc else "")
+                 + f" | {fmt(e.get('origin_requests'))} | {fmt(cores, '.2f')} |")
     L.append("")
     text = "\n".join(L) + "\n"
     write_results(text, args.out, os.path.splitext(args.out)[0] + ".json", data,
