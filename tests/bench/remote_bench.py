@@ -198,24 +198,55 @@ class AutoindexNginx(Nginx):
         return path
 
 
-class ProxyProcess:
-    """tests/remote/fault_proxy in its own process (not this one's GIL), in front of upstream."""
+# The latency proxies (--proxy): "node" is tests/remote/latency_proxy.js (one event loop,
+# 70-95 µs of CPU per small ranged GET: 6,300-9,500 GETs/s with 20 ms added, more than a
+# level-10 epoch at rclone's files/s needs, ~6,000), "python" tests/remote/fault_proxy.py (a
+# thread per connection under the GIL, 300-450 µs per GET: it tops out at 2,500-3,500 GETs/s on
+# this machine, its 20 ms then 40-70). tests/bench/README.md has the measurements
+# (proxy_load_bench.py). Both answer /__reset, a /__fault latency rule and
+# /__stats with the same counters, so one run puts every setup behind the same kind.
+PROXY_KINDS = ("node", "python")
+DEFAULT_PROXY = "node"
+PROXY_NAMES = {"node": "`tests/remote/latency_proxy.js`",
+               "python": "`tests/remote/fault_proxy.py`"}
 
-    def __init__(self, upstream, tmp, name):
-        self.upstream, self.tmp, self.name = upstream, tmp, name
+
+def add_proxy_argument(ap):
+    ap.add_argument("--proxy", choices=PROXY_KINDS, default=DEFAULT_PROXY,
+                    help="the latency proxy in front of every server (default %(default)s: "
+                         "tests/remote/latency_proxy.js; python: tests/remote/fault_proxy.py, "
+                         "which tops out at 2,500-3,500 GETs/s)")
+
+
+class ProxyProcess:
+    """A latency proxy in its own process (not this one's GIL), in front of upstream: kind
+    "python" is tests/remote/fault_proxy.py, "node" tests/remote/latency_proxy.js."""
+
+    def __init__(self, upstream, tmp, name, kind="python"):
+        if kind not in PROXY_KINDS:
+            raise ValueError(f"proxy kind {kind!r}: one of {PROXY_KINDS}")
+        self.upstream, self.tmp, self.name, self.kind = upstream, tmp, name, kind
         self.proc, self.url = None, None
+
+    def argv(self, ready):
+        if self.kind == "node":
+            node = shutil.which("node")
+            if not node:
+                raise RuntimeError("--proxy node: node is not installed (--proxy python)")
+            return [node, os.path.join(REPO, "tests", "remote", "latency_proxy.js"),
+                    "--upstream", self.upstream, "--ready-file", ready]
+        return [sys.executable, os.path.join(REPO, "tests", "remote", "remote_servers.py"),
+                "proxy", "--upstream", self.upstream, "--ready-file", ready]
 
     def __enter__(self):
         ready = os.path.join(self.tmp, self.name + ".ready")
         self.log = open(os.path.join(self.tmp, self.name + ".log"), "wb")
-        self.proc = subprocess.Popen(
-            [sys.executable, os.path.join(REPO, "tests", "remote", "remote_servers.py"), "proxy",
-             "--upstream", self.upstream, "--ready-file", ready], stdout=subprocess.DEVNULL,
-            stderr=self.log, preexec_fn=die_with_parent)
+        self.proc = subprocess.Popen(self.argv(ready), stdout=subprocess.DEVNULL,
+                                     stderr=self.log, preexec_fn=die_with_parent)
         deadline = time.monotonic() + 30
         while not os.path.exists(ready):
             if self.proc.poll() is not None or time.monotonic() > deadline:
-                raise RuntimeError(f"fault proxy did not start: {self.name}.log")
+                raise RuntimeError(f"{self.kind} proxy did not start: {self.name}.log")
             time.sleep(0.05)
         with open(ready) as f:
             self.url = json.load(f)["url"]
@@ -239,6 +270,10 @@ class ProxyProcess:
 
     def stats(self):
         return self.control("GET", "/__stats")
+
+    def cpu_seconds(self):
+        """The proxy process's CPU (user + system) so far."""
+        return benchlib.proc_cpu_seconds(self.proc.pid)
 
 
 class NginxDirect:
@@ -461,10 +496,16 @@ def reader_main(root, paths, wfd, start_r, timeline=False):
     os._exit(0)
 
 
-def run_epoch(root, rel, readers, seed, timeout, timeline=False):
-    """One epoch; with timeline, also when each file was done (seconds from the start)."""
+def epoch_order(rel, seed):
+    """The order run_epoch reads rel in (reader i takes order[i::readers])."""
     order = list(rel)
     random.Random(seed).shuffle(order)
+    return order
+
+
+def run_epoch(root, rel, readers, seed, timeout, timeline=False):
+    """One epoch; with timeline, also when each file was done (seconds from the start)."""
+    order = epoch_order(rel, seed)
     start_r, start_w = os.pipe()
     kids = []
     for i in range(readers):
@@ -828,7 +869,8 @@ def report(args, meta, ds, conds, summ, local, idx_res, loader_res, proxy_chk, c
              "proxy in front of them; requests and a proxy's own upstream traffic are not "
              "capped, so no byte crosses the cap twice); one nginx (autoindex "
              "on) serving the store and the folder, one S3 server (s3rver behind the SigV4 "
-             "front); a fault proxy process in front of each adds the latency per request and "
+             "front); a proxy process in front of each (" + PROXY_NAMES[args.proxy] + ") adds "
+             "the latency per request and "
              "counts origin bytes (response bodies it sends). Measured through the proxy with "
              "curl (from nginx / through the proxy): " + ", ".join(
                  f"cap {c} -> {v['direct']:.0f} / {v['proxy']:.0f} Mbit/s"
@@ -1082,7 +1124,7 @@ def inner_main(args):
     names = setup_names(args)
     try:
         with AutoindexNginx(ds["www"], workers=2) as nginx, \
-                ProxyProcess(nginx.url, tmp, "http-proxy") as hp:
+                ProxyProcess(nginx.url, tmp, "http-proxy", args.proxy) as hp:
             env.nginx, env.http_proxy = nginx, hp
             env.http_direct = NginxDirect(nginx)
             s3 = None
@@ -1095,7 +1137,8 @@ def inner_main(args):
                 log(f"uploaded in {time.monotonic() - t0:.0f} s")
             try:
                 if s3:
-                    env.s3_proxy = ProxyProcess(s3.endpoint, tmp, "s3-proxy").__enter__()
+                    env.s3_proxy = ProxyProcess(s3.endpoint, tmp, "s3-proxy",
+                                                args.proxy).__enter__()
                     env.s3_direct = S3Direct(s3)
                 if not args.no_proxy_check:
                     proxy_chk = proxy_check(env, ds["files"])
@@ -1185,6 +1228,7 @@ def main():
     ap.add_argument("--no-local", dest="local", action="store_false",
                     help="skip the local-store reference epochs")
     ap.add_argument("--no-proxy-check", action="store_true")
+    add_proxy_argument(ap)
     ap.add_argument("--always-proxy", action="store_true",
                     help="0 ms rows through the proxy too (default: straight to the servers)")
     ap.add_argument("--no-drop", action="store_true", help="no drop_caches before cold epochs")

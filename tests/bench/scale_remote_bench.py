@@ -12,17 +12,19 @@ Data (outside the benchmark lock, niced; cached in /var/tmp/pcrfs-bench/scale/, 
 seed): `tests/data/make_dataset.py --images N --classes 1000 --short-side 64:96 --seed S
 --splits train --split-fractions 1` (1,000 class folders `nXXXXXXXX`, files
 `nXXXXXXXX_INDEX.JPEG`; crops with a short side of 64-96 px, ~2.4 KiB, so that 1.28M files
-generate in about half an hour on 2 cores; `--short-side 333:500` makes ImageNet-sized files of
-~110 KB, kept apart), then `pcr build SRC STORE --quiet` timed as a child
-of its own (`os.wait4`: wall, CPU, peak RSS). The stores are not rebuilt when pcr changes
-(`--rebuild` does); the facts file records the pcr commit that built them.
+generate in about half an hour on 2 cores; `--short-side 333:500` makes ImageNet-sized crops
+of ~35 KiB (ImageNet's own average ~110 KiB: the photos are smoother), kept apart), then
+`pcr build SRC STORE --quiet` timed as a child of its own (`os.wait4`: wall, CPU, peak RSS).
+The stores are not rebuilt when pcr changes (`--rebuild` does); the facts file records the pcr
+commit that built them.
 
 Then the script takes the benchmark lock itself (unless an ancestor holds it) and re-executes
 in a new network namespace (`unshare -n`): one nginx (autoindex on, for rclone) serves every
-size's store and source folder, one fault proxy in front adds `--latency` ms before each
-answer and counts the body bytes it sends (origin bytes); its answers cross an HTB cap of
-`--cap` Mbit/s (remote_bench.set_cap). Per size and per level K (`--levels`), from a cold page
-cache and a fresh cache folder with `-o disk_cache=2G`:
+size's store and source folder, one latency proxy in front (--proxy: node, the default, is
+tests/remote/latency_proxy.js; python the fault proxy, which tops out near 3,000 GETs/s) adds
+`--latency` ms before each answer and counts the body bytes it sends (origin bytes); its
+answers cross an HTB cap of `--cap` Mbit/s (remote_bench.set_cap). Per size and per level K
+(`--levels`), from a cold page cache and a fresh cache folder with `-o disk_cache=2G`:
 
   mount     `pcrfs URL MNT -f -o scans=K,cache_dir=D,disk_cache=2G`, exec until mounted; the
             proxy's bytes by then (what a node moves before its first read); then the first
@@ -40,6 +42,17 @@ epoch (same files, same order). Target per level: files/s >= 0.9 x rclone's x (r
 the level's bytes), origin bytes <= 1.05 x bytes served; daemon RSS after find + epoch < 150 MiB
 beyond its caches; pcr build peak RSS < 512 MiB and time per file flat (<= 1.2x the smallest
 size's).
+
+A level larger than the cache (issue 40, item 5), instead of the rows above:
+  --cache-fractions 0.1,0.01   per size, level (default 1,3,5,10; crops 333:500 by default) and
+            fraction F, a cold mount with -o disk_cache=0,remote_cache=F x the level's bytes
+            (pcr inspect --json),cache_size=1/8 of that (each at least 1 MiB) and the epoch:
+            files/s against rclone's (target >= 1) and the byte-ratio ideal (rclone's files/s x
+            source bytes / level bytes), origin / served (target <= 1.10), GETs, proxy CPU.
+  --quick   issue 40's table: 3,000 ImageNet-like files, rclone and L1/L5/L10 with
+            -o remote_cache=8M,cache_size=1M,disk_cache=0.
+  --hints [on|both]   start_hints() beside each epoch with the epoch's order (a no-op hook until
+            the hint channel exists).
 """
 
 import argparse
@@ -63,8 +76,9 @@ import benchlib  # noqa: E402
 import netns  # noqa: E402
 from benchlib import (count_label, drop_caches, fail, find_tool, loadavg, log,  # noqa: E402
                       parse_count, proc_cpu_seconds, proc_status_kib, write_results)
-from remote_bench import (AutoindexNginx, MountProc, ProxyProcess, list_tree,  # noqa: E402
-                          run_epoch, set_cap, url_port)
+from remote_bench import (AutoindexNginx, MountProc, ProxyProcess,  # noqa: E402
+                          add_proxy_argument, epoch_order, list_tree, run_epoch, set_cap,
+                          url_port)
 from scale_bench import run_rusage  # noqa: E402
 
 benchlib.FAIL_CODE = 1
@@ -74,6 +88,16 @@ INNER_FLAG = "--inside-namespace"
 MNT = "/tmp/scale-remote-mnt"
 DEFAULT_SHORT_SIDE = "64:96"
 SHORT_SIDE = DEFAULT_SHORT_SIDE  # --short-side
+DEFAULT_CLASSES = 1000
+CLASSES = DEFAULT_CLASSES  # --classes
+# The cache-smaller-than-level axis (issue 40, item 5): --cache-fractions, --quick.
+AXIS_LEVELS = "1,3,5,10"
+AXIS_SHORT_SIDE = "333:500"
+QUICK_FILES, QUICK_CLASSES, QUICK_LEVELS = 3000, 30, "1,5,10"
+QUICK_CACHE = (8 * (1 << 20), 1 << 20)  # the issue's -o remote_cache=8M,cache_size=1M
+HINT_MODES = {"off": (False,), "on": (True,), "both": (False, True)}  # --hints
+# Issue 40's table (2026-11-28: 3,000 ImageNet-like files, 1 Gbit/s + 20 ms, 16 readers).
+ISSUE40 = "rclone 628 files/s; pcrfs L1 5,188, L5 182 (3.54x origin/served), L10 75 (5.15x)"
 MIB = 1 << 20
 SETTLE_S = 11  # after an epoch, RSS is read again this much later (heap trimmer: 10 s)
 
@@ -90,6 +114,7 @@ def git_commit(path):
 def names(n, seed):
     # Stores of other crop sizes (--short-side) live beside the default ones.
     side = "" if SHORT_SIDE == DEFAULT_SHORT_SIDE else "-ss" + SHORT_SIDE.replace(":", "-")
+    side += "" if CLASSES == DEFAULT_CLASSES else f"-c{CLASSES}"
     tag = f"{count_label(n)}-s{seed}{side}"
     return {"data": os.path.join(WORK, f"photos-{n}-s{seed}{side}"),
             "store": os.path.join(WORK, f"store-{tag}"),
@@ -145,7 +170,7 @@ def prepare_size(args, n, pcr):
         t0 = time.monotonic()
         r = subprocess.run(["nice", "-n", "10", sys.executable,
                             os.path.join(REPO, "tests", "data", "make_dataset.py"), p["data"],
-                            "--images", str(n), "--classes", "1000", "--seed", str(args.seed),
+                            "--images", str(n), "--classes", str(CLASSES), "--seed", str(args.seed),
                             "--short-side", SHORT_SIDE, "--splits", "train",
                             "--split-fractions", "1"], stdout=subprocess.DEVNULL)
         if r.returncode != 0:
@@ -276,18 +301,106 @@ def discard(path):
                      stdin=subprocess.DEVNULL, start_new_session=True)
 
 
-def pcrfs_level(env, size, k, subset):
+def start_hints(env, mnt, ordered_files, wanted):
+    """The hint channel's hook (issue 40: a reader that knows the epoch's order can tell the
+    daemon, so a file at level k is fetched before it is asked for). Called after the mount is
+    up and before the epoch's readers start, with the mount point and the epoch's files (paths
+    relative to mnt) in the order they are read: reader r of R takes ordered_files[r::R]
+    (remote_bench.run_epoch). It may start a process that sends the hints and return a handle
+    for stop_hints(), called when the epoch ends (also on errors). wanted: this epoch is one
+    with hints (--hints on, or the "on" half of --hints both). For now it starts nothing: the
+    channel is being built elsewhere; put its client here."""
+    if not wanted:
+        return None
+    if not env.get("hints_warned"):
+        log("--hints: no hint channel yet (start_hints is a no-op); epochs run without hints")
+        env["hints_warned"] = True
+    return None
+
+
+def stop_hints(handle):
+    """Ends what start_hints started (a Popen: terminated, then waited for)."""
+    if handle is None:
+        return
+    if isinstance(handle, subprocess.Popen):
+        if handle.poll() is None:
+            handle.terminate()
+        try:
+            handle.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            handle.kill()
+            handle.wait()
+
+
+def level_bytes(pcr, store, facts):
+    """Bytes of every level 1..10 (what the mounted level serves: the sum of its files'
+    st_size): `pcr inspect --json`'s levels[].bytes, else the store's manifest.json
+    level_bytes (the facts file's copy)."""
+    if pcr:
+        r = subprocess.run([pcr, "inspect", store, "--json"], capture_output=True, text=True)
+        if r.returncode == 0:
+            try:
+                levels = json.loads(r.stdout)["levels"]
+                out = [int(lv["bytes"]) for lv in sorted(levels, key=lambda lv: lv["level"])]
+                if len(out) == 10:
+                    return out, "pcr inspect --json"
+            except (ValueError, KeyError, TypeError):
+                pass
+    try:
+        with open(os.path.join(store, "manifest.json")) as f:
+            return [int(b) for b in json.load(f)["level_bytes"]], "manifest.json"
+    except (OSError, ValueError, KeyError):
+        return list(facts["level_bytes"]), "facts (manifest.json at build time)"
+
+
+def cache_configs(args, size, k):
+    """The cache axis's configurations for level k of a size: the fixed caches of --quick, or
+    one per --cache-fractions (remote_cache = that fraction of the level's bytes, at least 1
+    MiB; the piece cache --piece-cache-fraction of it, at least 1 MiB)."""
+    lb = size["level_bytes_now"][k - 1]
+    if args.fixed_cache:
+        rc, cs = args.fixed_cache
+        return [{"fraction": None, "remote_cache": rc, "cache_size": cs, "level_bytes": lb,
+                 "tag": f"rc{rc // MIB}M", "label": f"remote_cache={size_opt(rc)},"
+                 f"cache_size={size_opt(cs)}"}]
+    out = []
+    for frac in args.cache_fractions:
+        rc = max(MIB, int(lb * frac))
+        cs = max(MIB, int(rc * args.piece_cache_fraction))
+        out.append({"fraction": frac, "remote_cache": rc, "cache_size": cs, "level_bytes": lb,
+                    "tag": f"f{frac:g}", "label": f"cache {frac:g} of the level "
+                    f"(remote_cache={size_opt(rc)},cache_size={size_opt(cs)})"})
+    return out
+
+
+def size_opt(nbytes):
+    """A -o SIZE for pcrfs: whole KiB (ParseSize takes K/M/G/T suffixes)."""
+    return f"{max(1, nbytes // 1024)}K"
+
+
+def pcrfs_level(env, size, k, subset, cache_cfg=None, hints=False):
     """A cold mount at level k: bytes before the first read, mount-to-first-byte, find, RSS, the
-    epoch, the disk cache, and a reopen of that cache."""
+    epoch, the disk cache, and a reopen of that cache. With cache_cfg (the cache axis: a
+    "remote_cache" and a "cache_size" in bytes), no disk cache and those two caches instead;
+    then there is no disk cache to reopen and no settled RSS to wait for."""
     a, proxy = env["args"], env["proxy"]
     url = f"{proxy.url}/{size['store_link']}"
-    cache = tempfile.mkdtemp(prefix=f"cache-L{k}-", dir=env["tmp"])
-    mfile = os.path.join(env["tmp"], f"metrics-{size['n']}-L{k}.prom")
-    opts = [f"scans={k}", f"cache_dir={cache}", f"disk_cache={a.disk_cache}",
+    tag = (f"{size['n']}-L{k}" + (f"-{cache_cfg['tag']}" if cache_cfg else "")
+           + ("-hints" if hints else ""))
+    cache = tempfile.mkdtemp(prefix=f"cache-{tag}-", dir=env["tmp"])
+    mfile = os.path.join(env["tmp"], f"metrics-{tag}.prom")
+    if cache_cfg:
+        caches = ["disk_cache=0", f"remote_cache={size_opt(cache_cfg['remote_cache'])}",
+                  f"cache_size={size_opt(cache_cfg['cache_size'])}"]
+    else:
+        caches = [f"disk_cache={a.disk_cache}"]
+    opts = [f"scans={k}", f"cache_dir={cache}", *caches,
             f"metrics_file={mfile}", "metrics_interval=1"] + a.pcrfs_opt
     argv = [env["pcrfs"], url, MNT, "-f", "-o", ",".join(opts)]
-    rec = {"level": k}
-    log_path = os.path.join(env["tmp"], f"pcrfs-{size['n']}-L{k}.log")
+    rec = {"level": k, "hints": {"wanted": hints, "started": False}}
+    if cache_cfg:
+        rec["cache"] = dict(cache_cfg, options=",".join(caches))
+    log_path = os.path.join(env["tmp"], f"pcrfs-{tag}.log")
     first = os.path.join(MNT, subset[0])
     drop_caches()
     benchlib.warm_programs(env["programs"])
@@ -313,16 +426,23 @@ def pcrfs_level(env, size, k, subset):
             rec["find_count"] = int(out or 0)
             rec["rss_find"] = rss(pid)
             proxy.reset(a.latency)
+            hinter = start_hints(env, MNT, epoch_order(subset, a.seed + 1), hints)
+            rec["hints"]["started"] = hinter is not None
             cpu0 = proc_cpu_seconds(pid)
+            proxy_cpu0 = proxy.cpu_seconds()
             perf = None
             if a.perf:
-                rec["perf_data"] = os.path.join(WORK, f"perf-{size['n']}-L{k}.data")
+                rec["perf_data"] = os.path.join(WORK, f"perf-{tag}.data")
                 perf = subprocess.Popen(["perf", "record", "-F", "499", "-g", "-p", str(pid),
                                          "-o", rec["perf_data"]], stdout=subprocess.DEVNULL,
                                         stderr=subprocess.DEVNULL)
                 time.sleep(0.5)
-            e = run_epoch(MNT, subset, a.readers, a.seed + 1, a.epoch_timeout)
+            try:
+                e = run_epoch(MNT, subset, a.readers, a.seed + 1, a.epoch_timeout)
+            finally:
+                stop_hints(hinter)
             e["daemon_cpu_s"] = proc_cpu_seconds(pid) - cpu0
+            e["proxy_cpu_s"] = proxy.cpu_seconds() - proxy_cpu0
             if perf:
                 perf.send_signal(2)
                 perf.wait()
@@ -339,16 +459,17 @@ def pcrfs_level(env, size, k, subset):
                 rec["prefetch"] = os.getxattr(MNT, "user.pcrfs.prefetch").decode()
             except OSError:
                 pass
-            # Once the daemon's heap trimmer has run (every 10 s: common/heap_trimmer.h), what
-            # the epoch freed is no longer resident.
-            time.sleep(max(0.0, SETTLE_S - (time.monotonic() - epoch_end)))
-            rec["rss_settled"] = rss(pid)
+            if not cache_cfg:
+                # Once the daemon's heap trimmer has run (every 10 s: common/heap_trimmer.h),
+                # what the epoch freed is no longer resident.
+                time.sleep(max(0.0, SETTLE_S - (time.monotonic() - epoch_end)))
+                rec["rss_settled"] = rss(pid)
         except RuntimeError as ex:
             rec["error"] = str(ex)
         finally:
             unmount(proc, MNT)
     rec["disk_cache"] = tree_count(cache)
-    if "error" not in rec:
+    if "error" not in rec and not cache_cfg:
         # Reopen the disk cache: a fresh daemon on the same cache folder.
         drop_caches()
         benchlib.warm_programs(env["programs"])
@@ -371,11 +492,14 @@ def pcrfs_level(env, size, k, subset):
                 unmount(proc, MNT)
     discard(cache)
     e = rec.get("epoch", {})
-    log(f"{size['n']:,} L{k}: mount {rec.get('mount_s', 0):.2f} s, "
+    log(f"{size['n']:,} L{k}{' ' + cache_cfg['label'] if cache_cfg else ''}"
+        f"{' with hints' if hints else ''}: "
+        f"mount {rec.get('mount_s', 0):.2f} s, "
         f"{rec.get('bytes_before_read', 0):,} B before the first read, first byte "
         f"{rec.get('first_byte_s', 0):.2f} s, find {rec.get('find_s', 0):.2f} s; epoch "
         f"{e.get('files_per_s', 0):.0f} files/s, {e.get('bytes', 0) / 1e6:.1f} MB served, origin "
-        f"{e.get('origin_bytes', 0) / 1e6:.1f} MB, errors {e.get('errors')}; RSS "
+        f"{e.get('origin_bytes', 0) / 1e6:.1f} MB in {e.get('origin_requests', 0):,} GETs, "
+        f"errors {e.get('errors')}, proxy CPU {e.get('proxy_cpu_s', 0):.1f} s; RSS "
         f"{rec.get('rss_epoch', {}).get('VmRSS', 0) / MIB:.1f} MiB; disk cache "
         f"{rec['disk_cache']['files']} files; reopen {rec.get('reopen_mount_s', 0):.2f} s "
         f"{rec.get('error', '')}")
@@ -400,7 +524,9 @@ def rclone_epoch(env, size, subset):
             rec["list_s"], rec["listed"] = list_tree(MNT)
             rec["list_requests"] = proxy.stats()["requests"]
             proxy.reset(a.latency)
+            proxy_cpu0 = proxy.cpu_seconds()
             e = run_epoch(MNT, subset, a.readers, a.seed + 1, a.epoch_timeout)
+            e["proxy_cpu_s"] = proxy.cpu_seconds() - proxy_cpu0
             st = proxy.stats()
             e["origin_bytes"], e["origin_requests"] = st["bytes_to_client"], st["requests"]
             rec["epoch"] = e
@@ -420,6 +546,8 @@ def inner_main(args):
             "commit": git_commit(REPO), "args": {k: v for k, v in vars(args).items()}}
     pcrfs = find_tool("fs/pcrfs", "pcrfs", args.pcrfs)
     meta["pcrfs"] = pcrfs
+    meta["proxy"] = args.proxy
+    pcr = find_tool("mount-tools/pcr", "pcr", args.pcr) if axis_mode(args) else None
     # Which binary ran: a build folder may be rebuilt between runs (it was, 2026-11-27), so
     # its time and hash are kept; pass a copy with --pcrfs to pin one.
     meta["pcrfs_mtime"] = time.strftime("%Y-%m-%d %H:%M:%S UTC",
@@ -439,6 +567,9 @@ def inner_main(args):
                 os.unlink(lp)
             os.symlink(target, lp)
         facts["records"], facts["table_bytes"] = record_tables(p["store"])
+        if axis_mode(args):
+            facts["level_bytes_now"], facts["level_bytes_from"] = level_bytes(pcr, p["store"],
+                                                                              facts)
         files = source_files(p["data"])["files"]
         m = len(files)
         if args.epoch_files and n > args.full_epoch_max:
@@ -458,7 +589,7 @@ def inner_main(args):
     set_cap(None, ())
     try:
         with AutoindexNginx(www, workers=2) as nginx, \
-                ProxyProcess(nginx.url, tmp, "proxy") as proxy:
+                ProxyProcess(nginx.url, tmp, "proxy", args.proxy) as proxy:
             set_cap(args.cap, [url_port(proxy.url)])
             env = {"args": args, "proxy": proxy, "pcrfs": pcrfs, "tmp": tmp,
                    "programs": programs}
@@ -467,7 +598,13 @@ def inner_main(args):
                 log(f"size {size['n']:,}: epoch of {len(size['subset']):,} files, "
                     f"{args.readers} readers")
                 for k in args.levels:
-                    rec["levels"][k] = pcrfs_level(env, size, k, size["subset"])
+                    if not axis_mode(args):
+                        rec["levels"][k] = pcrfs_level(env, size, k, size["subset"])
+                        continue
+                    for cfg in cache_configs(args, size, k):
+                        for h in HINT_MODES[args.hints]:
+                            rec.setdefault("cache_axis", []).append(
+                                pcrfs_level(env, size, k, size["subset"], cfg, h))
                 if args.no_rclone:
                     pass
                 elif (size["n"] <= args.rclone_max and not args.rclone_from) or \
@@ -563,7 +700,184 @@ def chk(x, ok):
     return "" if x is None else benchlib.verdict(ok(x))
 
 
+def analyse_axis(data):
+    """The cache axis's rows: per size, level and cache, files/s against rclone's and against
+    the byte-ratio ideal (rclone's files/s x source bytes / level bytes), origin / served, GETs."""
+    rows = []
+    facts = {int(k): v for k, v in data["facts"].items()}
+    for r in data["results"]:
+        n = r["n"]
+        f = facts[n]
+        rc = r.get("rclone", {}).get("epoch") or {}
+        lb = f.get("level_bytes_now") or f["level_bytes"]
+        for lv in r.get("cache_axis", []):
+            k = int(lv["level"])
+            e = lv.get("epoch", {})
+            c = lv.get("cache", {})
+            row = {"n": n, "level": k, "epoch_files": r["epoch_files"],
+                   "fraction": c.get("fraction"), "remote_cache": c.get("remote_cache"),
+                   "cache_size": c.get("cache_size"), "level_bytes": lb[k - 1],
+                   "files_per_s": e.get("files_per_s"), "served": e.get("bytes"),
+                   "origin": e.get("origin_bytes"), "gets": e.get("origin_requests"),
+                   "errors": e.get("errors"), "seconds": e.get("seconds"),
+                   "daemon_cpu_s": e.get("daemon_cpu_s"), "proxy_cpu_s": e.get("proxy_cpu_s"),
+                   "rss_epoch": lv.get("rss_epoch", {}).get("VmRSS"),
+                   "error": lv.get("error"), "rclone_fps": rc.get("files_per_s"),
+                   "hints": lv.get("hints", {}),
+                   "rclone_gets": rc.get("origin_requests")}
+            row["amp"] = row["origin"] / row["served"] if row["served"] else None
+            row["gets_per_file"] = (row["gets"] / e["files"]
+                                    if row["gets"] is not None and e.get("files") else None)
+            row["proxy_cores"] = (row["proxy_cpu_s"] / row["seconds"]
+                                  if row["proxy_cpu_s"] is not None and row["seconds"] else None)
+            if row["rclone_fps"] and row["files_per_s"]:
+                row["vs_rclone"] = row["files_per_s"] / row["rclone_fps"]
+                row["ideal_fps"] = row["rclone_fps"] * f["src_bytes"] / lb[k - 1]
+                row["vs_ideal"] = row["files_per_s"] / row["ideal_fps"]
+            rows.append(row)
+    return rows
+
+
+def hint_label(h):
+    return "yes" if h.get("started") else "wanted" if h.get("wanted") else "no"
+
+
+def mib_label(nbytes):
+    return "-" if nbytes is None else (f"{nbytes / MIB:.0f}M" if nbytes >= 10 * MIB
+                                       else f"{nbytes / MIB:.1f}M")
+
+
+def finish_axis(args, data):
+    """The report of the cache axis (--cache-fractions) or of --quick."""
+    rows = analyse_axis(data)
+    m = data["meta"]
+    a = m["args"]
+    facts = {int(k): v for k, v in data["facts"].items()}
+    proxy = m.get("proxy", "python")
+    quick = a.get("quick")
+    title = ("Issue 40's table again: a level larger than the cache" if quick else
+             "A level larger than the cache (issue 40, item 5)")
+    any_facts = next(iter(facts.values()))
+    L = [f"## {title}: {', '.join(f'{n:,}' for n in sorted(facts))} files", "",
+         f"{m['date']}, commit {m['commit']}, pcrfs {m.get('pcrfs_mtime', '?')} "
+         f"(sha256 {m.get('pcrfs_sha256', '?')}), load {m['load0']} at the start, "
+         f"{m.get('load1')} at the end, {m.get('elapsed_s', 0) / 60:.1f} min. nginx behind "
+         f"{'tests/remote/latency_proxy.js' if proxy == 'node' else 'tests/remote/fault_proxy.py'}"
+         f" ({a['latency']} ms before each answer), answers capped at {a['cap']} Mbit/s by HTB "
+         f"in a network namespace; photo crops (short side {any_facts.get('short_side', '?')} "
+         f"px) with ImageNet-like names in {a.get('classes') or DEFAULT_CLASSES:,} class "
+         f"folders. Each row a cold mount (page cache dropped, fresh cache folder) with "
+         f"`-o disk_cache=0,remote_cache=R,cache_size=P`"
+         + (" (R = 8M, P = 1M, as in the issue)" if quick else
+            f" (R = the fraction of the mounted level's bytes, at least 1 MiB; P = "
+            f"{a.get('piece_cache_fraction', 0.125):g} R, at least 1 MiB)")
+         + (f", `-o {','.join(a['pcrfs_opt'])}`" if a.get("pcrfs_opt") else "")
+         + f"; an epoch of every file (or a seeded subset of {a['epoch_files']:,} above "
+         f"{a.get('full_epoch_max', 0):,}), shuffled, {a['readers']} readers; rclone "
+         f"`--vfs-cache-mode off` over the source JPEGs, the same files in the same order. "
+         f"Hints: {a.get('hints') or 'off'} (the hints column: yes = the hint process ran; "
+         f"'wanted' = asked for, but start_hints started nothing).", "",
+         "Ideal = rclone's files/s x source bytes / level bytes (the level's byte saving at "
+         "rclone's byte rate). Targets: files/s >= rclone's, origin / served <= 1.10. GETs = "
+         "requests through the proxy during the epoch; proxy CPU in cores over the epoch (the "
+         "proxy is the bottleneck when it nears 1).", "",
+         "| N | level | cache (of level) | remote_cache / cache_size | level MB | files/s | "
+         "rclone files/s | vs rclone (>= 1) | ideal files/s | vs ideal | origin / served "
+         "(<= 1.10) | GETs (/file) | daemon CPU s | proxy CPU cores | hints | errors |",
+         "|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--|--:|"]
+    for r in rows:
+        size_label = f"{r['n']:,}"
+        if r["epoch_files"] != r["n"]:
+            size_label += f" ({r['epoch_files']:,} read)"
+        actual = r["remote_cache"] / r["level_bytes"] if r["remote_cache"] else None
+        frac = f"{actual:.3g}" if actual is not None else "-"
+        if r["fraction"] is not None:  # as asked, and as it is once the 1 MiB floor applies
+            frac = (f"{r['fraction']:g}" if abs(actual / r["fraction"] - 1) < 0.01 else
+                    f"{r['fraction']:g} ({frac}: 1 MiB floor)")
+        L.append(
+            f"| {size_label} | {r['level']} | {frac} | {mib_label(r['remote_cache'])} / "
+            f"{mib_label(r['cache_size'])} | {r['level_bytes'] / 1e6:.1f} | "
+            f"{fmt(r['files_per_s'])} | {fmt(r['rclone_fps'])} | "
+            f"{fmt(r.get('vs_rclone'), '.2f')} {chk(r.get('vs_rclone'), lambda x: x >= 1.0)} | "
+            f"{fmt(r.get('ideal_fps'))} | {fmt(r.get('vs_ideal'), '.2f')} | "
+            f"{fmt(r['amp'], '.3f')} {chk(r['amp'], lambda x: x <= 1.10)} | "
+            f"{fmt(r['gets'])} ({fmt(r['gets_per_file'], '.2f')}) | "
+            f"{fmt(r['daemon_cpu_s'], '.1f')} | {fmt(r['proxy_cores'], '.2f')} | "
+            f"{hint_label(r['hints'])} | {fmt(r['errors'])}"
+            f"{' ' + r['error'] if r.get('error') else ''} |")
+    if quick:
+        L += ["", f"The issue's numbers (2026-11-28, the Python fault proxy): {ISSUE40}."]
+    levels = sorted({r["level"] for r in rows})
+    L += ["", "| N | source MB (KB/file) | level MB: " + " / ".join(f"L{k}" for k in levels)
+          + " | level bytes from | rclone listing s | rclone files/s | rclone GETs | "
+          "rclone proxy CPU cores |", "|--:|--:|--:|--|--:|--:|--:|--:|"]
+    for r in data["results"]:
+        f = facts[r["n"]]
+        lb = f.get("level_bytes_now") or f["level_bytes"]
+        rc = r.get("rclone", {})
+        e = rc.get("epoch", {})
+        cores = (e["proxy_cpu_s"] / e["seconds"] if e.get("proxy_cpu_s") is not None and
+                 e.get("seconds") else None)
+        per_file = f["src_bytes"] / f["files"] / 1e3
+        L.append(f"| {r['n']:,} | {f['src_bytes'] / 1e6:.1f} ({per_file:.1f}) | "
+                 + " / ".join(f"{lb[k - 1] / 1e6:.1f}" for k in levels)
+                 + f" | {f.get('level_bytes_from', 'manifest.json')} | "
+                 f"{'-' if 'measured_at' in rc else fmt(rc.get('list_s'), '.1f')} | "
+                 f"{fmt(e.get('files_per_s'))}"
+                 + (f" (the {rc['measured_at']:,} run)" if "measured_at" in rc else "")
+                 + f" | {fmt(e.get('origin_requests'))} | {fmt(cores, '.2f')} |")
+    L.append("")
+    text = "\n".join(L) + "\n"
+    write_results(text, args.out, os.path.splitext(args.out)[0] + ".json", data,
+                  json_default=str)
+    if args.plot:
+        plot_axis(rows, args.plot)
+        log(f"plot: {args.plot}")
+
+
+def plot_axis(rows, path):
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    ns = sorted({r["n"] for r in rows})
+    fig, ax = plt.subplots(len(ns), 2, figsize=(11, 3.6 * len(ns)), squeeze=False)
+
+    def key(r):  # one line per cache and hints
+        return (r["fraction"] if r["fraction"] is not None else -1.0,
+                bool(r["hints"].get("wanted")))
+
+    for i, n in enumerate(ns):
+        rs = [r for r in rows if r["n"] == n]
+        for j, kk in enumerate(sorted({key(r) for r in rs}, reverse=True)):
+            cr = sorted((r for r in rs if key(r) == kk), key=lambda r: r["level"])
+            lab = (f"cache {kk[0]:g} of level" if kk[0] >= 0 else
+                   f"remote_cache={mib_label(cr[0]['remote_cache'])}")
+            lab += ", hints" if kk[1] else ""
+            ls = "s--" if kk[1] else "o-"
+            ax[i][0].plot([r["level"] for r in cr], [r["files_per_s"] or 0 for r in cr], ls,
+                          color=f"C{j}", label=f"pcrfs, {lab}")
+            ax[i][1].plot([r["level"] for r in cr], [r["amp"] or 0 for r in cr], ls,
+                          color=f"C{j}", label=lab)
+        base = sorted({r["level"]: r for r in rs if r.get("ideal_fps")}.values(),
+                      key=lambda r: r["level"])
+        if base:
+            ax[i][0].plot([r["level"] for r in base], [r["ideal_fps"] for r in base], "x:",
+                          color="gray", label="ideal (rclone x source / level bytes)")
+            ax[i][0].axhline(base[0]["rclone_fps"], color="black", ls=":", label="rclone")
+        ax[i][0].set(yscale="log", xlabel="level", ylabel="epoch files/s",
+                     title=f"{n:,} files: cold shuffled epoch")
+        ax[i][0].legend(fontsize=7)
+        ax[i][1].axhline(1.10, color="gray", ls=":")
+        ax[i][1].set(xlabel="level", ylabel="origin / served", ylim=(0, None),
+                     title=f"{n:,} files: origin bytes / bytes served (target <= 1.10)")
+        ax[i][1].legend(fontsize=7)
+    benchlib.save_figure(fig, path, dpi=90)
+
+
 def finish(args, data):
+    if any(r.get("cache_axis") for r in data["results"]):
+        finish_axis(args, data)
+        return
     rows = analyse(data)
     m = data["meta"]
     facts = {int(k): v for k, v in data["facts"].items()}
@@ -572,7 +886,8 @@ def finish(args, data):
     L = [f"## Remote stores at scale: {', '.join(f'{n:,}' for n in sorted(facts))} files", "",
          f"{m['date']}, commit {m['commit']}, pcrfs {m.get('pcrfs_mtime', '?')} "
          f"(sha256 {m.get('pcrfs_sha256', '?')}), load {m['load0']} at the start, {m.get('load1')} at "
-         f"the end, {m.get('elapsed_s', 0) / 60:.1f} min. nginx behind the fault proxy "
+         f"the end, {m.get('elapsed_s', 0) / 60:.1f} min. nginx behind "
+         f"{'the latency proxy' if m.get('proxy') == 'node' else 'the fault proxy'} "
          f"({a['latency']} ms before each answer), answers capped at {a['cap']} Mbit/s by HTB in "
          f"a network namespace; photo crops (short side {SHORT_SIDE} px) with ImageNet-like "
          f"names in 1,000 class folders; each level a cold mount (page cache dropped, fresh "
@@ -708,12 +1023,56 @@ def plot(rows, data, path):
 # ----------------------------------------------------------------------------- main
 
 
+def axis_mode(args):
+    """True for the cache axis (--cache-fractions) and --quick: caches smaller than the level."""
+    return bool(args.cache_fractions or args.quick)
+
+
+def resolve_axis_args(ap, args):
+    """Defaults that depend on --cache-fractions / --quick; the script's own defaults otherwise
+    (so a run without them is the run it always was)."""
+    args.fixed_cache = None
+    if args.cache_fractions and args.quick:
+        ap.error("--quick has its own caches (remote_cache=8M,cache_size=1M): no --cache-fractions")
+    if args.cache_fractions:
+        try:
+            args.cache_fractions = [float(x) for x in args.cache_fractions.split(",") if x]
+        except ValueError:
+            ap.error(f"--cache-fractions {args.cache_fractions}: comma-separated fractions")
+        if not args.cache_fractions or any(not 0 < f < 1 for f in args.cache_fractions):
+            ap.error("--cache-fractions: fractions between 0 and 1 (exclusive)")
+    if not 0 < args.piece_cache_fraction <= 1:
+        ap.error("--piece-cache-fraction: in (0, 1]")
+    if args.quick:
+        args.fixed_cache = QUICK_CACHE
+        if args.sizes is None:
+            args.sizes = str(QUICK_FILES)
+        args.levels = args.levels or QUICK_LEVELS
+        args.classes = args.classes or QUICK_CLASSES
+    if axis_mode(args):
+        args.levels = args.levels or AXIS_LEVELS
+        args.short_side = args.short_side or AXIS_SHORT_SIDE
+        # Beside the default run's results, not over them.
+        stem = "scale_remote_issue40" if args.quick else "scale_remote_cache_axis"
+        if args.out == ap.get_default("out"):
+            args.out = os.path.join(WORK, stem + ".md")
+        if args.plot == ap.get_default("plot"):
+            args.plot = os.path.join(WORK, stem + ".png")
+    args.sizes = args.sizes or "10k,100k"
+    args.levels = args.levels or "1,5,10"
+    args.short_side = args.short_side or DEFAULT_SHORT_SIDE
+    args.classes = args.classes or DEFAULT_CLASSES
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--sizes", default="10k,100k", help="e.g. 10k,100k,1280k")
+    ap.add_argument("--sizes", default=None, help="e.g. 10k,100k,1280k (default 10k,100k; "
+                    f"{QUICK_FILES} with --quick)")
     ap.add_argument("--seed", type=int, default=1)
-    ap.add_argument("--levels", default="1,5,10")
+    ap.add_argument("--levels", default=None,
+                    help=f"default 1,5,10; {AXIS_LEVELS} with --cache-fractions, "
+                         f"{QUICK_LEVELS} with --quick")
     ap.add_argument("--readers", type=int, default=16)
     ap.add_argument("--epoch-files", type=int, default=20000,
                     help="files per epoch (a seeded random subset) above --full-epoch-max; 0: all")
@@ -740,15 +1099,40 @@ def main():
     ap.add_argument("--pcr")
     ap.add_argument("--pcrfs")
     ap.add_argument("--mtu", type=int, default=1500)
-    ap.add_argument("--short-side", default=DEFAULT_SHORT_SIDE, metavar="LO:HI",
-                    help="the crops' short side in px (make_dataset.py; ImageNet-like: 333:500)")
+    ap.add_argument("--short-side", default=None, metavar="LO:HI",
+                    help=f"the crops' short side in px (make_dataset.py; default "
+                         f"{DEFAULT_SHORT_SIDE}, ImageNet-like {AXIS_SHORT_SIDE} with "
+                         f"--cache-fractions and --quick)")
+    ap.add_argument("--classes", type=int, default=None,
+                    help=f"class folders of generated data (default {DEFAULT_CLASSES}; "
+                         f"{QUICK_CLASSES} with --quick)")
+    add_proxy_argument(ap)
+    ap.add_argument("--cache-fractions", metavar="F,...",
+                    help="the cache-smaller-than-level axis (issue 40, item 5): per level, one "
+                         "cold epoch per fraction F with -o disk_cache=0,remote_cache=F x the "
+                         "level's bytes (at least 1 MiB),cache_size=(see --piece-cache-fraction)"
+                         f"; e.g. 0.1,0.01 (levels default to {AXIS_LEVELS}, crops to "
+                         f"{AXIS_SHORT_SIDE})")
+    ap.add_argument("--piece-cache-fraction", type=float, default=0.125,
+                    help="with --cache-fractions: -o cache_size as a fraction of remote_cache "
+                         "(at least 1 MiB; default %(default)s)")
+    ap.add_argument("--quick", action="store_true",
+                    help=f"issue 40's table: {QUICK_FILES:,} ImageNet-like files "
+                         f"({QUICK_CLASSES} classes, crops {AXIS_SHORT_SIDE}), rclone and "
+                         f"pcrfs L1/L5/L10 with -o remote_cache=8M,cache_size=1M,disk_cache=0")
+    ap.add_argument("--hints", nargs="?", const="on", default="off", choices=sorted(HINT_MODES),
+                    help="the cache axis with the reader's order as hints (issue 40, item 4): "
+                         "on (--hints alone), both (each row with and without), off (default). "
+                         "start_hints() is the hook; a no-op until the hint channel exists")
     ap.add_argument("--out", default=os.path.join(WORK, "scale_remote_results.md"))
     ap.add_argument("--plot", default=os.path.join(WORK, "scale_remote.png"))
     ap.add_argument("--from-json", help="report and plot from earlier runs' JSON (comma-separated)")
     ap.add_argument(INNER_FLAG, action="store_true", help=argparse.SUPPRESS)
     args = ap.parse_args()
-    global SHORT_SIDE
+    resolve_axis_args(ap, args)
+    global SHORT_SIDE, CLASSES
     SHORT_SIDE = args.short_side
+    CLASSES = args.classes
     if args.from_json:
         data = None
         for path in args.from_json.split(","):  # several runs: one report, sizes in order
