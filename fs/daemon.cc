@@ -32,6 +32,7 @@
 #include "fs/cache_sizing.h"
 #include "fs/filesystem.h"
 #include "fs/fuse_ops.h"
+#include "fs/hint_server.h"
 #include "fs/metrics_server.h"
 #include "fs/mount_options.h"
 #include "fs/watchdog.h"
@@ -527,8 +528,30 @@ int OpenAndServe(fuse_session* se, Filesystem** fs_slot, const MountConfig& conf
   }
   fs_options.uid = config.uid.value_or(::getuid());
   fs_options.gid = config.gid.value_or(::getgid());
+  // The hint socket (fs/hint_server.h), made by the daemon itself, so that it is the daemon's
+  // user's and goes when the daemon does. A mount without one still serves: hints only fetch
+  // ahead.
+  std::unique_ptr<HintServer> hint_server;
+  if (config.hints) {
+    auto dir = HintServer::MakeSocketDir(config.allow_other);
+    auto listening = dir ? HintServer::Listen(*dir, config.allow_other)
+                         : Result<std::unique_ptr<HintServer>>(Err(dir.error()));
+    if (!listening) {
+      if (dir) ::rmdir(dir->c_str());
+      Log(LogLevel::kWarning, "no hint socket: " + listening.error().message());
+    } else {
+      hint_server = std::move(*listening);
+      fs_options.hints = true;
+      fs_options.hint_socket = hint_server->path();
+    }
+  }
   Filesystem fs(std::move(*store), fs_options);
   *fs_slot = &fs;
+  if (hint_server != nullptr) {
+    hint_server->Start(
+        &fs.hint_queue(), [&fs](std::string_view path) { return fs.LookupPath(path); },
+        opts.mountpoint != nullptr ? opts.mountpoint : "");
+  }
   fs.store().index().SetMappedBudget(config.index_rss);
   if (location.remote && location.options.disk_cache_fill) {
     fs.FillLevel(config.fs.fixed_level != 0 ? config.fs.fixed_level : index::kNumGroups);
@@ -550,6 +573,7 @@ int OpenAndServe(fuse_session* se, Filesystem** fs_slot, const MountConfig& conf
   }
   const int rc = ServeLoop(se, config, opts, location.remote);
   if (metrics_server != nullptr) metrics_server->Stop();  // before the filesystem goes
+  if (hint_server != nullptr) hint_server->Stop();        // likewise; removes the socket
   metrics_file.reset();
   sighup->Stop();  // before the client and the store go
   // A SIGTERM or SIGINT ends the loop with that signal's number: a clean exit.

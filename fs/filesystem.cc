@@ -11,6 +11,7 @@
 #include "common/crc32c.h"
 #include "common/log.h"
 #include "common/thread_name.h"
+#include "fs/planned_files.h"
 #include "index/level_plan.h"
 #include "index/record_reader.h"
 
@@ -69,6 +70,43 @@ Filesystem::Filesystem(std::unique_ptr<index::Store> store, FsOptions options)
   }
   auto root = store_->index().Get(index::kRootIno);
   if (root) root_ = std::move(*root);
+  if (options.hints) hint_consumer_ = std::thread([this] { ConsumeHints(); });
+}
+
+Filesystem::~Filesystem() {
+  hints_.Close();
+  {
+    MutexLock l(&hint_mu_);
+    hint_stop_ = true;
+  }
+  hint_room_.SignalAll();
+  if (hint_consumer_.joinable()) hint_consumer_.join();
+}
+
+void Filesystem::ConsumeHints() {
+  NameThisThread("pcrfs-hinted");
+  // How long the consumer waits for an arrival before it looks at the scheduler again: the
+  // queued bytes also shrink when a reader's read takes a queued range (promotion), which
+  // signals nothing.
+  constexpr auto kRecheck = std::chrono::milliseconds(20);
+  while (hints_.WaitNonEmpty()) {
+    // Taken only once the scheduler has room, so that a file read meanwhile is dropped from
+    // the hint queue (NoteRead) instead of being fetched after its read.
+    while (scheduler_.stats().queued_bytes >= HintAheadBytes()) {
+      MutexLock l(&hint_mu_);
+      if (hint_stop_) return;
+      hint_room_.WaitFor(&hint_mu_, kRecheck);
+    }
+    const std::optional<uint64_t> ino = hints_.TryPop();
+    if (!ino) continue;  // read, or reset, meanwhile
+    const NodeId id = FromFuseIno(*ino);
+    auto e = store_->index().Get(id.store_ino);
+    if (!e) continue;  // a damaged index: reads report it
+    // One file per Queue: its pieces go behind the previous hinted file's, in the readers'
+    // order (the scheduler's queue is first in first out).
+    PlannedFiles plan(*store_, &pusher_);
+    if (plan.Add(std::move(*e), id.level)) plan.Queue(scheduler_);
+  }
 }
 
 void Filesystem::FillLevel(int level) {
@@ -206,6 +244,35 @@ Status Filesystem::OpenDir(uint64_t ino) const {
   if (!st) return st.error();
   if (!S_ISDIR(st->st_mode)) return Errno(ENOTDIR, "opendir");
   return Status::OK();
+}
+
+Result<uint64_t> Filesystem::LookupPath(std::string_view path) const {
+  int level = options_.fixed_level;  // 0: the ladder, whose first component says it
+  uint64_t ino = index::kRootIno;
+  size_t pos = 0;
+  while (pos <= path.size()) {
+    size_t slash = path.find('/', pos);
+    if (slash == std::string_view::npos) slash = path.size();
+    const std::string_view name = path.substr(pos, slash - pos);
+    pos = slash + 1;
+    if (name.empty() || name == ".") continue;
+    if (name == "..") return Err(Errno(EINVAL, path));
+    if (level == 0) {
+      for (int k = 1; k <= index::kNumGroups && level == 0; ++k) {
+        if (name == "scan" + std::to_string(k)) level = k;
+      }
+      if (level == 0) return Err(Errno(ENOENT, path));
+      continue;
+    }
+    auto child = store_->index().Lookup(ino, name);
+    if (!child) return Err(child.error().IsNotFound() ? Errno(ENOENT, path) : child.error());
+    ino = *child;
+  }
+  if (level == 0 || ino == index::kRootIno) return Err(Errno(EISDIR, path));
+  auto e = store_->index().Get(ino);
+  if (!e) return Err(e.error().IsNotFound() ? Errno(ENOENT, path) : e.error());
+  if (e->is_dir()) return Err(Errno(EISDIR, path));
+  return ToFuseIno(ino, level);
 }
 
 Result<struct stat> Filesystem::Lookup(uint64_t parent, std::string_view name) const {
@@ -467,7 +534,9 @@ Result<size_t> Filesystem::ReadStored(const index::Entry& entry, int level, uint
   // Which pieces, which parts of them, and which bytes of the tail (index/level_plan.h).
   const index::LevelPlan plan(e.kind, e.pieces, level, offset, size);
   const bool whole_file = plan.offset() == 0 && plan.end() == plan.file_size();
-  predictor_.OnRead(e, level);
+  // A hinted file's read says nothing the hints did not: the predictor guesses only from the
+  // others (and the hint of a file read before its turn is dropped).
+  if (!hints_.NoteRead(ToFuseIno(e.ino, level))) predictor_.OnRead(e, level);
   // Several pieces: fetched at once. One piece from a remote store (level 1): its fetch may
   // take a window of a queued speculative range with it (RecordScheduler::WillRead).
   const SpeculationSource* source = file->speculation();
@@ -545,6 +614,15 @@ Result<std::string> Filesystem::GetXattr(uint64_t ino, std::string_view name) co
   if (key == "metrics" && ino == kFuseRootIno && options_.metrics_text) {
     return options_.metrics_text(*this);
   }
+  if (key == "hint_socket" && ino == kFuseRootIno && !options_.hint_socket.empty()) {
+    return options_.hint_socket;
+  }
+  if (key == "hints" && ino == kFuseRootIno && options_.hints) {
+    const HintQueue::Stats h = hints_.stats();
+    std::string json = h.ToJson();
+    json.insert(json.size() - 1, ",\"ahead_bytes\":" + std::to_string(HintAheadBytes()));
+    return json;
+  }
   if (key == "prefetch" && ino == kFuseRootIno) {
     if (!predictor_.enabled()) return std::string("off (-o prefetch=0,readahead=0)");
     return scheduler_.Describe() + "; " + pusher_.Describe();
@@ -577,6 +655,10 @@ Result<std::vector<std::string>> Filesystem::ListXattr(uint64_t ino) const {
   if (ino == kFuseRootIno && options_.metrics_text) {
     names.push_back(std::string(kXattrPrefix) + "metrics");
   }
+  if (ino == kFuseRootIno && !options_.hint_socket.empty()) {
+    names.push_back(std::string(kXattrPrefix) + "hint_socket");
+  }
+  if (ino == kFuseRootIno && options_.hints) names.push_back(std::string(kXattrPrefix) + "hints");
   if (r->ladder_root) return names;
   if (r->entry.is_dir()) {
     names.push_back(std::string(kXattrPrefix) + "level");

@@ -24,6 +24,7 @@
 #include "common/mutex.h"
 #include "common/status.h"
 #include "fs/baseline_cache.h"
+#include "fs/hint_queue.h"
 #include "fs/inode.h"
 #include "fs/page_pusher.h"
 #include "fs/piece_cache.h"
@@ -86,6 +87,11 @@ struct FsOptions {
   // The mount's metrics in Prometheus's text format (fs/metrics_server.h), shown in the root's
   // user.pcrfs.metrics (what `pcr top` reads). Empty: no such xattr.
   std::function<std::string(const Filesystem&)> metrics_text;
+  // Files readers said they will read next (hint_queue(), fed by fs/hint_server.h) are fetched
+  // ahead in that order by a thread of the filesystem. hint_socket: the socket's path, shown in
+  // the root's user.pcrfs.hint_socket (empty: no such xattr).
+  bool hints = false;
+  std::string hint_socket;
 };
 
 inline constexpr uint32_t kBlockSize = 128 * 1024;  // st_blksize: one FUSE read request
@@ -94,6 +100,7 @@ inline constexpr uint32_t kStatFsUnit = 4096;       // statfs's f_frsize, df's u
 class Filesystem {
  public:
   Filesystem(std::unique_ptr<index::Store> store, FsOptions options);
+  ~Filesystem();  // stops the hint consumer before anything it uses goes
   Filesystem(const Filesystem&) = delete;
   Filesystem& operator=(const Filesystem&) = delete;
 
@@ -106,6 +113,12 @@ class Filesystem {
   // opendir(3) of `ino`: OK for a folder, ENOTDIR for a file, ENOENT as GetAttr.
   Status OpenDir(uint64_t ino) const;
   Result<struct stat> Lookup(uint64_t parent, std::string_view name) const;
+  // The FUSE inode of the file at `path`, relative to the mount root ("scan5/train/a.JPEG",
+  // or "train/a.JPEG" with -o scans=K), as lookups from the root would find it: the hint
+  // server's resolver. Empty and "." components are skipped. Errors carry the errno: EISDIR
+  // for a folder (the root and scanK included), EINVAL for a ".." component, ENOENT (a
+  // scanK-less path on the ladder, a name that is not there), ENOTDIR, EIO.
+  Result<uint64_t> LookupPath(std::string_view path) const;
 
   // Lists a directory from `offset` (0: the start; "." and ".." come first). fn gets each
   // entry's name, attributes and the offset of the entry after it; it returns false to stop
@@ -135,8 +148,10 @@ class Filesystem {
   uint64_t damaged_files() const;
 
   // user.pcrfs.level, user.pcrfs.full_size, user.pcrfs.source_size, user.pcrfs.passthrough,
-  // user.pcrfs.passthrough_reason (passthrough files only). ENODATA for any other user.* name,
-  // ENOTSUP for a name in another namespace (security.*, system.*, trusted.*).
+  // user.pcrfs.passthrough_reason (passthrough files only); on the root also user.pcrfs.prefetch,
+  // and with their options user.pcrfs.remote, baseline, metrics, hint_socket and hints. ENODATA for
+  // any other user.* name, ENOTSUP for a name in another namespace (security.*, system.*,
+  // trusted.*).
   Result<std::string> GetXattr(uint64_t ino, std::string_view name) const;
   Result<std::vector<std::string>> ListXattr(uint64_t ino) const;
 
@@ -160,6 +175,21 @@ class Filesystem {
   PagePusher::Stats pusher_stats() const { return pusher_.stats(); }
   // Waits until the pusher has handled every speculative read finished so far (tests).
   void DrainPusher() { pusher_.Drain(); }
+  // The files readers said they will read next, in their order (fs/hint_queue.h). With
+  // FsOptions::hints a thread takes them one at a time, while the scheduler has less than
+  // HintAheadBytes() queued, and queues each file's level pieces as speculative reads
+  // (fs/planned_files.h, as the read predictor does), so the bytes come in the readers' order
+  // and the daemon never holds a whole epoch's worth queued. A file a reader reads before its
+  // turn is dropped; reads of hinted files do not feed the read predictor (the order is known,
+  // there is nothing to guess). Its server feeds it; tests may too.
+  HintQueue& hint_queue() const { return hints_; }
+  // 16 MiB, or half the memory that holds fetched bytes (FsOptions::speculation_memory: a
+  // remote store's -o remote_cache) if that is less: enough queued to keep a remote store's
+  // concurrent fetches busy, little enough that a reader's later reads are not crowded out.
+  static constexpr uint64_t kHintAheadBytes = uint64_t{16} << 20;
+  uint64_t HintAheadBytes() const {
+    return std::min(kHintAheadBytes, options_.speculation_memory / 2);
+  }
   const FsOptions& options() const { return options_; }
 
  private:
@@ -196,6 +226,8 @@ class Filesystem {
   // The path of an entry relative to the dataset root ("train/cat/img.jpg").
   std::string PathOf(const index::Entry& e) const;
   Result<SourceFile> OpenRecord(uint32_t record) const;
+  // The hint consumer's thread (FsOptions::hints).
+  void ConsumeHints() EXCLUDES(hint_mu_);
 
   std::unique_ptr<index::Store> store_;
   const FsOptions options_;
@@ -247,6 +279,13 @@ class Filesystem {
   mutable std::vector<ReaddirResume> resume_ GUARDED_BY(mu_){kResumeSlots};  // by dir % slots
   mutable std::set<std::pair<uint32_t, uint32_t>> damaged_logged_ GUARDED_BY(mu_);
   mutable std::set<uint32_t> record_problem_logged_ GUARDED_BY(mu_);
+  // Hinted files (hint_queue()), and what wakes their consumer while the scheduler has enough
+  // queued: a speculative read that finished (the scheduler's OnArrived) or the end. Declared
+  // before scheduler_, whose pool signals hint_room_ until it is joined.
+  mutable HintQueue hints_;
+  Mutex hint_mu_;
+  CondVar hint_room_;
+  bool hint_stop_ GUARDED_BY(hint_mu_) = false;
   // Pushes planned files once the scheduler has read their pieces. Its thread reads the
   // record files (store_ keeps them open): declared after store_, before scheduler_, whose
   // pool calls it.
@@ -259,13 +298,17 @@ class Filesystem {
   // Every read of a record goes through scheduler_ (demand reads in GetBlock, speculative
   // ones from predictor_). Declared after store_: destroyed first, its threads joined while
   // the record files are still open.
-  mutable RecordScheduler scheduler_{[this](const SpeculationSource& f, uint64_t offset,
-                                            uint64_t end) { pusher_.Arrived(&f, offset, end); },
-                                     options_.speculation_memory};
+  mutable RecordScheduler scheduler_{
+      [this](const SpeculationSource& f, uint64_t offset, uint64_t end) {
+        pusher_.Arrived(&f, offset, end);
+        hint_room_.SignalAll();
+      },
+      options_.speculation_memory};
   mutable ReadPredictor predictor_{
       *store_, scheduler_, {options_.prefetch_percent, options_.readahead_slots}, &pusher_};
   // FillLevel's thread; declared last, so it stops before anything it uses goes.
   std::jthread fill_;
+  std::thread hint_consumer_;  // joined by ~Filesystem()
 };
 
 }  // namespace pcrfs::fs

@@ -419,6 +419,66 @@ TEST_F(FilesystemTest, StatFsSizeIsTheSourceAndUsedIsTheMountedLevel) {
   }
 }
 
+TEST_F(FilesystemTest, LookupPathFindsWhatLookupsFromTheRootFind) {
+  auto fs = Make();
+  auto errno_of = [&](std::string_view path) {
+    auto ino = fs->LookupPath(path);
+    return ino ? 0 : ino.error().ToErrno();
+  };
+  EXPECT_EQ(fs->LookupPath("scan3/a/one.jpg").value(), Walk(*fs, "scan3/a/one.jpg"));
+  EXPECT_EQ(fs->LookupPath("scan10/a/b/three.jpg").value(), Walk(*fs, "scan10/a/b/three.jpg"));
+  EXPECT_EQ(fs->LookupPath(".//scan3/a/./one.jpg").value(), Walk(*fs, "scan3/a/one.jpg"));
+  EXPECT_EQ(fs->LookupPath("scan1/notes.txt").value(), Walk(*fs, "scan1/notes.txt"));
+  EXPECT_EQ(errno_of("scan3/a"), EISDIR);
+  EXPECT_EQ(errno_of("scan3/a/"), EISDIR);
+  EXPECT_EQ(errno_of("scan3"), EISDIR);
+  EXPECT_EQ(errno_of(""), EISDIR);
+  EXPECT_EQ(errno_of("a/one.jpg"), ENOENT);  // the ladder needs its scanK
+  EXPECT_EQ(errno_of("scan11/a/one.jpg"), ENOENT);
+  EXPECT_EQ(errno_of("scan3/a/nope.jpg"), ENOENT);
+  EXPECT_EQ(errno_of("scan3/a/one.jpg/x"), ENOENT);
+  EXPECT_EQ(errno_of("scan3/a/../top.jpg"), EINVAL);
+  EXPECT_EQ(errno_of(std::string_view("scan3/a/one.jpg\0", 16)), ENOENT);
+  FsOptions fixed;
+  fixed.fixed_level = 5;
+  auto five = Make(fixed);
+  EXPECT_EQ(five->LookupPath("a/one.jpg").value(), Walk(*five, "a/one.jpg"));
+  EXPECT_EQ(FromFuseIno(five->LookupPath("top.jpg").value()).level, 5);
+  EXPECT_EQ(five->LookupPath("scan5/a/one.jpg").error().ToErrno(), ENOENT);
+  EXPECT_EQ(five->LookupPath("/").error().ToErrno(), EISDIR);
+}
+
+TEST_F(FilesystemTest, TheRootNamesTheHintSocketAndCountsHints) {
+  FsOptions o;
+  o.hints = true;
+  o.hint_socket = "/run/pcrfs/mnt-abcdef/hints.sock";
+  auto fs = Make(o);
+  EXPECT_EQ(fs->GetXattr(kFuseRootIno, "user.pcrfs.hint_socket").value(), o.hint_socket);
+  EXPECT_EQ(*fs->ListXattr(kFuseRootIno),
+            (std::vector<std::string>{"user.pcrfs.prefetch", "user.pcrfs.hint_socket",
+                                      "user.pcrfs.hints"}));
+  const std::string json = fs->GetXattr(kFuseRootIno, "user.pcrfs.hints").value();
+  EXPECT_NE(json.find("\"taken\":0"), std::string::npos) << json;
+  EXPECT_NE(json.find("\"ahead_bytes\":16777216"), std::string::npos) << json;
+  EXPECT_EQ(fs->GetXattr(Walk(*fs, "scan3"), "user.pcrfs.hint_socket").error().ToErrno(), ENODATA);
+  // A hinted file is taken and fetched (its pieces fetched ahead: it reads the same after).
+  const uint64_t one = Walk(*fs, "scan4/a/one.jpg");
+  ASSERT_EQ(fs->hint_queue().Add(one, 1), HintQueue::Push::kQueued);
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(30);
+  while (fs->hint_queue().stats().taken < 1 && std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  EXPECT_EQ(fs->hint_queue().stats().taken, 1u);
+  auto entry = fs->store().index().LookupPath("a/one.jpg");
+  std::vector<uint8_t> want;
+  ASSERT_TRUE(fs->store().ReadFile(*entry, 4, &want).ok());
+  EXPECT_EQ(ReadAll(*fs, one), want);
+  // Without a socket, neither xattr.
+  auto plain = Make();
+  EXPECT_EQ(plain->GetXattr(kFuseRootIno, "user.pcrfs.hint_socket").error().ToErrno(), ENODATA);
+  EXPECT_EQ(plain->GetXattr(kFuseRootIno, "user.pcrfs.hints").error().ToErrno(), ENODATA);
+}
+
 TEST_F(FilesystemTest, XattrsDescribeTheFile) {
   auto fs = Make();
   const uint64_t jpg = Walk(*fs, "scan3/top.jpg");

@@ -131,6 +131,11 @@ constexpr Option kOptions[] = {
      .set = [](MountConfig& c, const Value& v) { c.fs.push_bytes = v.n; },
      .help = "with readdirplus: put up to SIZE bytes of the files the readers are predicted to "
              "read into the page cache before they ask (no request per file)"},
+    {.name = "hints", .kind = Kind::kEnum, .values = "yes|no",
+     .set = [](MountConfig& c, const Value& v) { c.hints = v.n == 0; },
+     .help = "yes (default): listen on a socket (named by the root's user.pcrfs.hint_socket) "
+             "for the paths a reader will read next, and fetch them ahead in that order; no: "
+             "no socket"},
     {.name = "index_rss", .kind = Kind::kSize, .meta = "SIZE", .hi = kTiB, .what = "16M",
      .zero = "never unmap", .def = "16M",
      .set = [](MountConfig& c, const Value& v) { c.index_rss = v.n; },

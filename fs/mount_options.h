@@ -58,6 +58,10 @@ struct MountConfig {
   std::string metrics_file;
   unsigned metrics_interval = 15;
   std::vector<std::pair<std::string, std::string>> metrics_labels;
+  // -o hints: the hint socket (fs/hint_server.h) and the filesystem's hint consumer.
+  bool hints = true;
+  // -o allow_other was given (libfuse's option): the hint socket is then for every user.
+  bool allow_other = false;
   // A remote STORE's options (-o region, endpoint, cache_dir, ...); refused for a local STORE.
   // A mount's requests per host: a file at level k not cached is k ranged GETs sent at once
   // (one round trip), so 16 readers at level 10 keep 160 in flight (HTTP/1.1: a connection

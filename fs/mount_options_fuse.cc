@@ -31,6 +31,7 @@ int OptProc(void* data, const char* arg, int key, fuse_args*) {
       if (st->nonopt_seen == 2) st->config->mountpoint = a;
       return 1;
     case FUSE_OPT_KEY_OPT:
+      if (a == "allow_other") st->config->allow_other = true;
       return 1;
     case kReadWrite:
       st->error = "-o rw: the store is read-only (pcrfs always mounts ro)";

@@ -420,6 +420,20 @@ TEST(MountOptionsTest, ReadmeTablesListEveryOption) {
   EXPECT_EQ(listed, options);
 }
 
+TEST(MountOptionsTest, HintsAreOnUnlessTurnedOffAndAllowOtherIsNoticed) {
+  auto c = Parse({"st", "mnt"});
+  ASSERT_TRUE(c) << c.error().ToString();
+  EXPECT_TRUE(c->hints);
+  EXPECT_FALSE(c->allow_other);
+  c = Parse({"st", "mnt", "-o", "hints=no,allow_other"});
+  ASSERT_TRUE(c) << c.error().ToString();
+  EXPECT_FALSE(c->hints);
+  EXPECT_TRUE(c->allow_other);  // and still left to libfuse
+  EXPECT_EQ(c->fuse_args, (std::vector<std::string>{"pcrfs", "-o", "allow_other", "mnt"}));
+  EXPECT_TRUE(Parse({"st", "mnt", "-o", "hints=yes"})->hints);
+  EXPECT_EQ(ErrorOf("hints=off"), "-o hints=off: expected yes or no");
+}
+
 TEST(MountOptionsTest, Metrics) {
   auto c = Parse({"st", "mnt"});
   ASSERT_TRUE(c) << c.error().ToString();

@@ -1,12 +1,7 @@
 #include "fs/read_predictor.h"
 
 #include <algorithm>
-#include <span>
-#include <string_view>
 #include <vector>
-
-#include "fs/inode.h"
-#include "index/level_plan.h"
 
 namespace pcrfs::fs {
 
@@ -145,7 +140,7 @@ void ReadPredictor::Expand(uint64_t parent, int level) {
     if (it == parents_.end() || it->second.cursor != from) return;
     it->second.cursor = from + listed;
   }
-  Batch batch;
+  PlannedFiles plan(store_, pusher_);
   for (const index::Entry& sub : subdirs) {
     {
       MutexLock l(&mu_);
@@ -158,72 +153,25 @@ void ReadPredictor::Expand(uint64_t parent, int level) {
       }
       d.planned_all = true;
     }
-    PlanInto(sub.ino, 0, sub.num_children, level, &batch);
+    PlanInto(sub.ino, 0, sub.num_children, level, &plan);
   }
-  Queue(batch);
+  plan.Queue(scheduler_);
 }
 
 void ReadPredictor::PlanInto(uint64_t dir_ino, uint64_t first, uint64_t count, int level,
-                             Batch* batch) {
+                             PlannedFiles* plan) {
   auto dir = store_.index().Get(dir_ino);
   if (!dir) return;
   count = std::min(count, kMaxPlanFiles);
-  const bool push = pusher_ != nullptr && pusher_->enabled();
-  auto& pieces = batch->pieces;
-  auto& push_files = batch->push_files;
   uint64_t listed = 0;
-  Status s = store_.index().List(*dir, first, [&](const index::Entry& listed_child) {
+  Status s = store_.index().List(*dir, first, [&](const index::Entry& child) {
     if (listed++ >= count) return false;
-    if (listed_child.is_dir()) return true;
-    index::Entry child = listed_child;
-    if (!store_.ResolvePieces(&child, level).ok()) return true;  // its demand read reports it
-    // The level-k bytes, exactly as Filesystem::ReadUncounted reads them (index/level_plan.h).
-    const index::LevelPlan plan(child.kind, child.pieces, level);
-    auto& regions = pieces[child.record];
-    const auto groups = static_cast<size_t>(plan.pieces_used());
-    if (regions.size() < groups) regions.resize(groups);
-    PushFile* pf = nullptr;
-    if (push && plan.file_size() <= pusher_->max_file_bytes()) {
-      const std::span<const uint8_t> tail = plan.tail();
-      pf = &push_files[child.record].emplace_back(
-          PushFile{ToFuseIno(child.ino, level),
-                   {},
-                   {reinterpret_cast<const char*>(tail.data()), tail.size()}});
-    }
-    for (const index::LevelSpan& span : plan.spans()) {  // whole pieces: the plan is the file
-      const index::PieceRef& p = span.piece;
-      regions[static_cast<size_t>(span.group - 1)].push_back({p.offset, p.length});
-      if (pf != nullptr) pf->pieces.push_back({p.offset, p.length, p.masked_crc});
-    }
+    plan->Add(child, level);  // a folder adds nothing; a damaged file's demand read reports it
     return true;
   });
   // A damaged listing stops here; a demand read of those files will report the damage (the
   // files listed before it stay planned).
   (void)s;
-}
-
-void ReadPredictor::Queue(Batch& batch) {
-  for (auto& [record, regions] : batch.pieces) {
-    auto file = store_.OpenRecord(record, nullptr);
-    // A record without speculation hooks keeps nothing read ahead: nothing to plan.
-    if (!file || file->speculation() == nullptr) continue;
-    for (const PushFile& pf : batch.push_files[record]) {
-      pusher_->Expect(file->speculation(), pf.ino, pf.pieces, pf.tail);
-    }
-    std::vector<RecordScheduler::Range> ranges;
-    for (auto& region : regions) {
-      std::sort(region.begin(), region.end(),
-                [](const auto& a, const auto& b) { return a.offset < b.offset; });
-      for (const auto& p : region) {
-        if (!ranges.empty() && ranges.back().offset + ranges.back().length == p.offset) {
-          ranges.back().length += p.length;
-        } else {
-          ranges.push_back(p);
-        }
-      }
-    }
-    scheduler_.Speculate(*file, ranges);
-  }
 }
 
 }  // namespace pcrfs::fs

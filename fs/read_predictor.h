@@ -21,20 +21,21 @@
 // as the next epoch of a training job does: its counts start again, and it is planned afresh
 // (the scheduler's queue skips what it took lately: fs/speculation_queue.h).
 // A planned file contributes its level-k pieces, one per group region; pieces of consecutive
-// files in a region are adjacent and merge into one range. Files of other directories in the
-// same records are never part of a plan, so a folder read cold reads the folder's bytes only.
+// files in a region are adjacent and merge into one range (fs/planned_files.h). Files of other
+// directories in the same records are never part of a plan, so a folder read cold reads the
+// folder's bytes only.
 //
 // Thread-safe.
 #pragma once
 
 #include <cstdint>
 #include <map>
-#include <string_view>
 #include <utility>
 #include <vector>
 
 #include "common/mutex.h"
 #include "fs/page_pusher.h"
+#include "fs/planned_files.h"
 #include "fs/record_scheduler.h"
 #include "index/store.h"
 
@@ -101,26 +102,13 @@ class ReadPredictor {
   bool NoteSiblingRead(uint64_t parent, int level, uint64_t reads) EXCLUDES(mu_);
   // Plans the next subdirectories of an expanding parent (kExpandPerRead, kExpandFilesPerRead).
   void Expand(uint64_t parent, int level) EXCLUDES(mu_);
-  // What a plan queues: per record, per group region, the pieces in slot order; the files to
-  // push, by record.
-  struct PushFile {
-    uint64_t ino;
-    std::vector<PagePusher::Piece> pieces;
-    std::string_view tail;
-  };
-  struct Batch {
-    std::map<uint32_t, std::vector<std::vector<RecordScheduler::Range>>> pieces;
-    std::map<uint32_t, std::vector<PushFile>> push_files;
-  };
-  // Adds the level-k pieces of children [first, first + count) of `dir` to *batch.
-  void PlanInto(uint64_t dir, uint64_t first, uint64_t count, int level, Batch* batch);
-  // Tells the pusher the batch's files and queues its pieces, adjacent ones merged.
-  void Queue(Batch& batch);
+  // Adds the level-k pieces of children [first, first + count) of `dir` to *plan.
+  void PlanInto(uint64_t dir, uint64_t first, uint64_t count, int level, PlannedFiles* plan);
   // Queues the level-k pieces of children [first, first + count) of `dir`.
   void Plan(uint64_t dir, uint64_t first, uint64_t count, int level) {
-    Batch batch;
-    PlanInto(dir, first, count, level, &batch);
-    Queue(batch);
+    PlannedFiles plan(store_, pusher_);
+    PlanInto(dir, first, count, level, &plan);
+    plan.Queue(scheduler_);
   }
 
   const index::Store& store_;

@@ -11,6 +11,7 @@
 #include <fstream>
 #include <functional>
 #include <mutex>
+#include <random>
 #include <thread>
 
 #include "builder/builder.h"
@@ -371,6 +372,89 @@ TEST(ReadPredictorTest, AFolderReadAgainStartsItsNextPass) {
   // Another level is another pass count, and its own first pass.
   predictor.OnRead(files[0], 3);
   EXPECT_EQ(predictor.passes(), 2u);
+  stdfs::remove_all(dir);
+}
+
+// The index of the first logged read that holds piece p; -1 if none does.
+int FirstReadOf(const LoggingFile& log, const index::PieceRef& p) {
+  const auto reads = log.reads();
+  for (size_t i = 0; i < reads.size(); ++i) {
+    if (reads[i].offset <= p.offset && p.offset + p.length <= reads[i].offset + reads[i].length) {
+      return static_cast<int>(i);
+    }
+  }
+  return -1;
+}
+
+TEST(HintConsumerTest, HintedFilesAreFetchedInTheHintsOrder) {
+  const std::string dir =
+      stdfs::temp_directory_path() / ("pcrfs-hint-order-test-" + std::to_string(::getpid()));
+  BuildStore(dir, {"train"}, 24);  // one record
+  auto store = OpenLogged(dir);
+  ASSERT_TRUE(store.has_value());
+  FsOptions fo;
+  fo.fixed_level = 3;
+  fo.hints = true;
+  // The consumer takes the next file only once nothing is queued (HintAheadBytes() is 1), so
+  // no two files' pieces meet in the scheduler's queue, where touching ranges merge.
+  fo.speculation_memory = 2;
+  Filesystem fs(std::move(*store), fo);
+  std::vector<index::Entry> files = FilesOf(fs, "train");
+  ASSERT_EQ(files.size(), 24u);
+  std::mt19937 rng(7);
+  std::shuffle(files.begin(), files.end(), rng);
+  for (const index::Entry& e : files) {
+    ASSERT_EQ(fs.hint_queue().Add(ToFuseIno(e.ino, 3), 1), HintQueue::Push::kQueued);
+  }
+  auto rec = fs.store().OpenRecord(files[0].record, nullptr);
+  ASSERT_TRUE(rec.has_value());
+  const auto* log = dynamic_cast<const LoggingFile*>(&rec->file());
+  ASSERT_NE(log, nullptr);
+  ASSERT_TRUE(Eventually([&] {
+    return std::all_of(files.begin(), files.end(),
+                       [&](const index::Entry& e) { return FirstReadOf(*log, e.pieces[2]) >= 0; });
+  })) << "not every hinted file was fetched";
+  EXPECT_EQ(fs.hint_queue().stats().taken, 24u);
+  // The group-1 pieces were read in the hints' order (a file's three pieces lie in three
+  // regions, so their reads are apart; the first piece of each says when its turn came).
+  int last = -1;
+  for (const index::Entry& e : files) {
+    const int at = FirstReadOf(*log, e.pieces[0]);
+    EXPECT_GT(at, last) << e.name;
+    last = at;
+  }
+  // Nothing above level 3 was read.
+  for (const index::Entry& e : files) EXPECT_EQ(FirstReadOf(*log, e.pieces[3]), -1) << e.name;
+  stdfs::remove_all(dir);
+}
+
+TEST(HintConsumerTest, ReadsOfHintedFilesFeedNoPredictionAndDropTheirHints) {
+  const std::string dir =
+      stdfs::temp_directory_path() / ("pcrfs-hint-predict-test-" + std::to_string(::getpid()));
+  BuildStore(dir, {"a", "b"}, 8);
+  for (const bool hinted : {false, true}) {
+    auto store = OpenLogged(dir);
+    ASSERT_TRUE(store.has_value());
+    FsOptions fo;
+    fo.fixed_level = 5;
+    fo.prefetch_percent = 25;  // after 2 of the 8 files: the rest of the folder
+    fo.readahead_slots = 0;
+    Filesystem fs(std::move(*store), fo);  // no consumer: the hints stay queued until read
+    const std::vector<index::Entry> files = FilesOf(fs, "a");
+    if (hinted) {
+      for (const index::Entry& e : files) fs.hint_queue().Add(ToFuseIno(e.ino, 5), 1);
+    }
+    ReadFiles(fs, "a", {"5.jpg", "2.jpg"});
+    if (!hinted) {  // the predictor planned the folder
+      EXPECT_TRUE(Eventually([&] { return fs.scheduler_stats().speculative_bytes > 0; }));
+      continue;
+    }
+    const RecordScheduler::Stats s = fs.scheduler_stats();
+    EXPECT_EQ(s.speculative_bytes + s.queued_bytes, 0u);
+    const HintQueue::Stats h = fs.hint_queue().stats();
+    EXPECT_EQ(h.count(HintFate::kReadBefore), 2u);
+    EXPECT_EQ(h.queued_now, 6u);
+  }
   stdfs::remove_all(dir);
 }
 
