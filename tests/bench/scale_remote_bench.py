@@ -51,8 +51,8 @@ A level larger than the cache (issue 40, item 5), instead of the rows above:
             source bytes / level bytes), origin / served (target <= 1.10), GETs, proxy CPU.
   --quick   issue 40's table: 3,000 ImageNet-like files, rclone and L1/L5/L10 with
             -o remote_cache=8M,cache_size=1M,disk_cache=0.
-  --hints [on|both]   start_hints() beside each epoch with the epoch's order (a no-op hook until
-            the hint channel exists).
+  --hints [on|both]   each epoch's order sent first through the mount's hint socket
+            (python/pcrfs/hint.py's Hinter in a process of its own: start_hints).
 """
 
 import argparse
@@ -62,6 +62,7 @@ import json
 import os
 import random
 import re
+import select
 import shutil
 import subprocess
 import sys
@@ -301,35 +302,90 @@ def discard(path):
                      stdin=subprocess.DEVNULL, start_new_session=True)
 
 
+# The hint client start_hints runs: python/pcrfs/hint.py's Hinter, in a process of its own (as a
+# training loop's main process would hold it), sending the epoch's order from a file of paths.
+HINT_CLIENT = r"""
+import sys, time, warnings
+from pcrfs.hint import Hinter
+mnt, listing = sys.argv[1], sys.argv[2]
+with open(listing, "rb") as f:
+    paths = [p for p in f.read().split(b"\n") if p]
+warnings.simplefilter("always")
+h = Hinter(mnt)
+print("active" if h.active else "inactive", h.socket_path or "-", flush=True)
+t0 = time.monotonic()
+h.hint(paths)
+h.flush()
+print("sent", len(paths), h.skipped, round(time.monotonic() - t0, 3), flush=True)
+h.close()
+"""
+
+
 def start_hints(env, mnt, ordered_files, wanted):
-    """The hint channel's hook (issue 40: a reader that knows the epoch's order can tell the
-    daemon, so a file at level k is fetched before it is asked for). Called after the mount is
-    up and before the epoch's readers start, with the mount point and the epoch's files (paths
-    relative to mnt) in the order they are read: reader r of R takes ordered_files[r::R]
-    (remote_bench.run_epoch). It may start a process that sends the hints and return a handle
-    for stop_hints(), called when the epoch ends (also on errors). wanted: this epoch is one
-    with hints (--hints on, or the "on" half of --hints both). For now it starts nothing: the
-    channel is being built elsewhere; put its client here."""
+    """The hint channel (issue 40: a reader that knows the epoch's order tells the daemon, so a
+    file at level k is fetched before it is asked for). Called after the mount is up and before
+    the epoch's readers start, with the mount point and the epoch's files (paths relative to
+    mnt, as the readers open them) in the order they are read: reader r of R takes
+    ordered_files[r::R] (remote_bench.run_epoch), so the order hinted is the readers' order of
+    first reads. wanted: this epoch is one with hints (--hints on, or the "on" half of --hints
+    both). Starts HINT_CLIENT (python/pcrfs/hint.py's Hinter, PYTHONPATH=REPO/python) and waits
+    until it has connected to the mount's hint socket; returns the Popen for stop_hints(), or
+    None if there is no socket (a binary without the hint channel, or -o hints=no)."""
     if not wanted:
         return None
-    if not env.get("hints_warned"):
-        log("--hints: no hint channel yet (start_hints is a no-op); epochs run without hints")
-        env["hints_warned"] = True
-    return None
+    listing = os.path.join(env["tmp"], "hints.txt")
+    with open(listing, "wb") as f:
+        f.write(b"".join(os.fsencode(p) + b"\n" for p in ordered_files))
+    penv = dict(os.environ, PYTHONPATH=os.path.join(REPO, "python"))
+    errf = open(os.path.join(env["tmp"], "hints.err"), "wb")
+    proc = subprocess.Popen([sys.executable, "-c", HINT_CLIENT, mnt, listing], env=penv,
+                            stdout=subprocess.PIPE, stderr=errf, stdin=subprocess.DEVNULL)
+    errf.close()
+    proc.hint_info = {"paths": len(ordered_files)}
+    ready, _, _ = select.select([proc.stdout], [], [], 30)
+    line = proc.stdout.readline().decode().split() if ready else []
+    if line[:1] != ["active"]:
+        stop_hints(proc)
+        if not env.get("hints_warned"):
+            log(f"--hints: no hint socket on {mnt} ({' '.join(line) or 'no answer'}; "
+                f"{read_tail(os.path.join(env['tmp'], 'hints.err'))}): epochs run without hints")
+            env["hints_warned"] = True
+        return None
+    proc.hint_info["socket"] = line[1]
+    return proc
+
+
+def read_tail(path, n=300):
+    try:
+        with open(path, "rb") as f:
+            return f.read().decode(errors="replace").strip()[-n:]
+    except OSError:
+        return ""
 
 
 def stop_hints(handle):
-    """Ends what start_hints started (a Popen: terminated, then waited for)."""
+    """Ends what start_hints started (a Popen: terminated if it has not sent every path yet,
+    then waited for); returns what it said: paths, socket, and once every path was written
+    to the socket, sent_s (seconds from connecting; the daemon stops reading the socket while
+    16,384 hinted files wait, so this is about when the last ones were taken)."""
     if handle is None:
-        return
+        return None
+    info = getattr(handle, "hint_info", {})
     if isinstance(handle, subprocess.Popen):
         if handle.poll() is None:
             handle.terminate()
+            info["terminated"] = True
         try:
-            handle.wait(timeout=10)
+            out, _ = handle.communicate(timeout=10)
         except subprocess.TimeoutExpired:
             handle.kill()
-            handle.wait()
+            out, _ = handle.communicate()
+        for line in (out or b"").decode().splitlines():
+            w = line.split()
+            if w[:1] == ["sent"] and len(w) == 4:
+                info["sent"], info["skipped"], info["sent_s"] = int(w[1]), int(w[2]), float(w[3])
+        info["returncode"] = handle.returncode
+    return info
 
 
 def level_bytes(pcr, store, facts):
@@ -440,7 +496,14 @@ def pcrfs_level(env, size, k, subset, cache_cfg=None, hints=False):
             try:
                 e = run_epoch(MNT, subset, a.readers, a.seed + 1, a.epoch_timeout)
             finally:
-                stop_hints(hinter)
+                info = stop_hints(hinter)
+                if info:
+                    rec["hints"]["client"] = info
+            if hinter is not None:
+                try:  # what the daemon did with them: lines, queued, taken, not_found, ...
+                    rec["hints"]["daemon"] = json.loads(os.getxattr(MNT, "user.pcrfs.hints"))
+                except (OSError, ValueError):
+                    pass
             e["daemon_cpu_s"] = proc_cpu_seconds(pid) - cpu0
             e["proxy_cpu_s"] = proxy.cpu_seconds() - proxy_cpu0
             if perf:
@@ -739,7 +802,12 @@ def analyse_axis(data):
 
 
 def hint_label(h):
-    return "yes" if h.get("started") else "wanted" if h.get("wanted") else "no"
+    if not h.get("started"):
+        return "wanted" if h.get("wanted") else "no"
+    d = h.get("daemon")
+    if not d:
+        return "yes"
+    return f"yes ({fmt(d.get('taken'))} taken, {fmt(d.get('read_before'))} read before)"
 
 
 def mib_label(nbytes):
@@ -775,8 +843,10 @@ def finish_axis(args, data):
          + f"; an epoch of every file (or a seeded subset of {a['epoch_files']:,} above "
          f"{a.get('full_epoch_max', 0):,}), shuffled, {a['readers']} readers; rclone "
          f"`--vfs-cache-mode off` over the source JPEGs, the same files in the same order. "
-         f"Hints: {a.get('hints') or 'off'} (the hints column: yes = the hint process ran; "
-         f"'wanted' = asked for, but start_hints started nothing).", "",
+         f"Hints: {a.get('hints') or 'off'} (the hints column: yes = the epoch's order was "
+         f"sent through the hint socket before the readers started, with the daemon's count of "
+         f"hinted files taken for fetching and of those read before their turn; 'wanted' = "
+         f"asked for, but the mount had no hint socket).", "",
          "Ideal = rclone's files/s x source bytes / level bytes (the level's byte saving at "
          "rclone's byte rate). Targets: files/s >= rclone's, origin / served <= 1.10. GETs = "
          "requests through the proxy during the epoch; proxy CPU in cores over the epoch (the "
@@ -1123,7 +1193,8 @@ def main():
     ap.add_argument("--hints", nargs="?", const="on", default="off", choices=sorted(HINT_MODES),
                     help="the cache axis with the reader's order as hints (issue 40, item 4): "
                          "on (--hints alone), both (each row with and without), off (default). "
-                         "start_hints() is the hook; a no-op until the hint channel exists")
+                         "start_hints() sends each epoch's order through the mount's hint "
+                         "socket (python/pcrfs/hint.py) before its readers start")
     ap.add_argument("--out", default=os.path.join(WORK, "scale_remote_results.md"))
     ap.add_argument("--plot", default=os.path.join(WORK, "scale_remote.png"))
     ap.add_argument("--from-json", help="report and plot from earlier runs' JSON (comma-separated)")
