@@ -337,7 +337,9 @@ def start_hints(env, mnt, ordered_files, wanted):
     with open(listing, "wb") as f:
         f.write(b"".join(os.fsencode(p) + b"\n" for p in ordered_files))
     penv = dict(os.environ, PYTHONPATH=os.path.join(REPO, "python"))
-    errf = open(os.path.join(env["tmp"], "hints.err"), "wb")
+    env["hint_runs"] = env.get("hint_runs", 0) + 1
+    err_path = os.path.join(env["tmp"], f"hints-{env['hint_runs']}.err")
+    errf = open(err_path, "wb")
     proc = subprocess.Popen([sys.executable, "-c", HINT_CLIENT, mnt, listing], env=penv,
                             stdout=subprocess.PIPE, stderr=errf, stdin=subprocess.DEVNULL)
     errf.close()
@@ -348,7 +350,7 @@ def start_hints(env, mnt, ordered_files, wanted):
         stop_hints(proc)
         if not env.get("hints_warned"):
             log(f"--hints: no hint socket on {mnt} ({' '.join(line) or 'no answer'}; "
-                f"{read_tail(os.path.join(env['tmp'], 'hints.err'))}): epochs run without hints")
+                f"{read_tail(err_path)}): epochs run without hints")
             env["hints_warned"] = True
         return None
     proc.hint_info["socket"] = line[1]
@@ -603,6 +605,19 @@ def rclone_epoch(env, size, subset):
     return rec
 
 
+def keep_logs(tmp, dest):
+    """Copies the daemons', rclone's and the hint client's logs (each up to 16 MiB) from the
+    scratch folder, which is then deleted, into dest (emptied first); returns dest."""
+    shutil.rmtree(dest, ignore_errors=True)
+    os.makedirs(dest, exist_ok=True)
+    for name in sorted(os.listdir(tmp)):
+        path = os.path.join(tmp, name)
+        if (os.path.isfile(path) and re.search(r"\.(log|err)(\.reopen)?$", name)
+                and os.path.getsize(path) <= 16 * MIB):
+            shutil.copyfile(path, os.path.join(dest, name))
+    return dest
+
+
 def inner_main(args):
     t_start = time.monotonic()
     meta = {"date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), "load0": loadavg(),
@@ -679,6 +694,7 @@ def inner_main(args):
                 results.append(rec)
     finally:
         set_cap(None, ())
+        meta["logs"] = keep_logs(tmp, os.path.splitext(args.out)[0] + ".logs")
         discard(tmp)
     meta["load1"] = loadavg()
     meta["elapsed_s"] = time.monotonic() - t_start
