@@ -216,6 +216,53 @@ TEST_F(FetchPolicyTest, ALevelLargerThanTheCacheIsFetchedOnce) {
   }
 }
 
+// A reader that says its order (the hint socket's queue) gets its files fetched ahead in that
+// order, each piece once: with a cache of a hundredth of the level, shuffled, eight readers, the
+// origin sends at most 1.10x the bytes served, nothing fetched ahead is evicted unread, and
+// most bytes are read from the cache.
+TEST_F(FetchPolicyTest, HintedFilesAreFetchedAheadWithinTheCachesRoom) {
+  for (int level : {1, 5}) {
+    const uint64_t level_bytes = LevelBytes(level);
+    const uint64_t cache = level_bytes / 100;
+    auto mem = Bucket();
+    uint64_t served = 0;
+    RangeCacheStats stats;
+    {
+      FsOptions options;
+      options.hints = true;
+      options.prefetch_percent = 0;  // the hints alone
+      options.readahead_slots = 0;
+      auto m = Open(mem, level, cache, options);
+      const std::vector<size_t> order = Shuffled(100 + level);
+      std::vector<uint64_t> inos;
+      for (size_t i : order) inos.push_back(Walk(*m.fs, (*names_)[i]));
+      for (uint64_t ino : inos) m.fs->hint_queue().Add(ino, 1);
+      std::atomic<size_t> next{0};
+      std::atomic<uint64_t> total{0};
+      std::vector<std::thread> readers;
+      for (int r = 0; r < 8; ++r) {
+        readers.emplace_back([&] {
+          std::vector<uint8_t> buf(128 << 10);
+          for (size_t i = next++; i < inos.size(); i = next++) {
+            auto n = m.fs->Read(inos[i], 0, buf.size(), buf.data());
+            ASSERT_TRUE(n.has_value());
+            total += *n;
+          }
+        });
+      }
+      for (auto& t : readers) t.join();
+      served = total.load();
+      stats = m.cache->stats();
+    }
+    const uint64_t origin = mem->bytes_served();
+    std::printf("hinted level %d cache 1/100: origin/served %.3f, hit ratio %s\n", level,
+                static_cast<double>(origin) / static_cast<double>(served), stats.ToJson().c_str());
+    EXPECT_EQ(served, level_bytes);
+    EXPECT_LE(static_cast<double>(origin), 1.10 * static_cast<double>(served));
+    EXPECT_EQ(stats.evicted_unread_bytes, 0u);
+  }
+}
+
 // Where the level fits, reading ahead still runs: a walk in order fetches most bytes ahead of
 // the reader, in fewer GETs than pieces.
 TEST_F(FetchPolicyTest, ALevelThatFitsIsFetchedAheadInFewRequests) {

@@ -228,6 +228,19 @@ class Filesystem {
   Result<SourceFile> OpenRecord(uint32_t record) const;
   // The hint consumer's thread (FsOptions::hints).
   void ConsumeHints() EXCLUDES(hint_mu_);
+  // A hinted file of a store whose records order their own requests (a remote store): its
+  // level pieces are fetched ahead at once, as room allows (true: done with it). False: a
+  // source the scheduler reads ahead (PlannedFiles). On the consumer's thread only.
+  bool FetchHinted(index::Entry e, int level) EXCLUDES(hint_mu_);
+  // The cache room the consumer waits for before it takes the next hinted file, and how often
+  // it looks (reads free room and signal nothing).
+  static constexpr uint64_t kHintMinRoom = uint64_t{64} << 10;
+  static constexpr std::chrono::milliseconds kRoomRecheck{2};
+  static constexpr int kMaxRoomWaits = 500;  // about a second
+  // The last hinted file's speculation hooks (a remote store's: its cache's room is the
+  // store's). The consumer's thread only.
+  std::shared_ptr<const SpeculationSource> hinted_remote_;
+  std::atomic<uint64_t> hinted_fetched_{0};
 
   std::unique_ptr<index::Store> store_;
   const FsOptions options_;
