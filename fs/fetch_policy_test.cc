@@ -8,6 +8,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <cerrno>
 #include <chrono>
 #include <cstdint>
 #include <cstdio>
@@ -261,6 +262,50 @@ TEST_F(FetchPolicyTest, HintedFilesAreFetchedAheadWithinTheCachesRoom) {
     EXPECT_LE(static_cast<double>(origin), 1.10 * static_cast<double>(served));
     EXPECT_EQ(stats.evicted_unread_bytes, 0u);
   }
+}
+
+// A record the origin refuses costs its own files only (EIO), whatever was being fetched ahead
+// of them: the other files read exactly as the local store's, and the room reserved for fetches
+// ahead that failed is given back.
+TEST_F(FetchPolicyTest, AFailingRecordCostsItsFilesAndGivesItsRoomBack) {
+  const int level = 5;
+  auto mem = Bucket();
+  auto faulty = std::make_shared<FaultyObjectClient>(mem);
+  faulty->Arm(FaultyObjectClient::Fault::kError, 1 << 30, "records/00000002.pcr",
+              Status::IOError("mem://store/records/00000002.pcr: 503 Service Unavailable"));
+  auto local = index::Store::Open(*dir_ + "/store");
+  ASSERT_TRUE(local.has_value());
+  FsOptions local_options;
+  local_options.fixed_level = level;
+  Filesystem reference(std::move(*local), local_options);
+  auto m = Open(faulty, level, LevelBytes(level) / 10);
+  const std::vector<size_t> order = Shuffled(5);
+  std::atomic<size_t> next{0};
+  std::atomic<int> failed{0}, same{0}, different{0};
+  std::vector<std::thread> readers;
+  for (int r = 0; r < 8; ++r) {
+    readers.emplace_back([&] {
+      std::vector<uint8_t> got(256 << 10), want(256 << 10);
+      for (size_t i = next++; i < order.size(); i = next++) {
+        const std::string& name = (*names_)[order[i]];
+        auto n = m.fs->Read(Walk(*m.fs, name), 0, got.size(), got.data());
+        if (!n) {
+          EXPECT_EQ(n.error().ToErrno(), EIO) << name;
+          ++failed;
+          continue;
+        }
+        auto w = reference.Read(Walk(reference, name), 0, want.size(), want.data());
+        const bool equal = w && *w == *n && std::equal(got.begin(), got.begin() + *n, want.begin());
+        ++(equal ? same : different);
+      }
+    });
+  }
+  for (auto& t : readers) t.join();
+  EXPECT_EQ(failed.load(), kFolders * kPerFolder / 5);  // one record of five
+  EXPECT_EQ(same.load(), kFolders * kPerFolder - failed.load());
+  EXPECT_EQ(different.load(), 0);
+  m.fs.reset();  // its fetches end with it
+  EXPECT_EQ(m.cache->stats().reserved_ahead_bytes, 0u);
 }
 
 // Where the level fits, reading ahead still runs: a walk in order fetches most bytes ahead of
