@@ -49,7 +49,7 @@ class FetchPolicyTest : public ::testing::Test {
     }
     test::WriteTestJpegs(
         *dir_ + "/src", names,
-        {.width = 400, .height = 300, .width_step = 1, .height_step = 1, .seed = 7});
+        {.width = 560, .height = 420, .width_step = 1, .height_step = 1, .seed = 7});
     tools::BuildConfig config;
     config.source = *dir_ + "/src";
     config.store = *dir_ + "/store";

@@ -132,6 +132,9 @@ SpeculationQueue::Range SpeculationQueue::Promote(const SpeculationSource* file,
 
 void SpeculationQueue::Discard(const SpeculationSource* file, const Range& r) {
   const uint64_t end = r.offset + r.length;
+  // Seen, too: a plan that comes after the read (a reader walking a folder plans the files
+  // after its own, which other readers may have read already) does not queue it again.
+  Insert(&seen_[file], r.offset, end, nullptr);
   for (;;) {
     // The first queued range overlapping [r.offset, end): a speculative read may have cut a
     // piece, so a queued range can start inside r, not only hold its start.

@@ -71,7 +71,8 @@ class SpeculationQueue {
   // Otherwise returns a range of length 0.
   Range Promote(const SpeculationSource* file, const Range& r, uint64_t chunk);
   // A demand read fetches r now: whatever of r is queued leaves the queue (what is left on
-  // either side stays), so no speculative read fetches it again later, when the cache
+  // either side stays), and r counts as seen (a later Add skips it, as a range taken), so no
+  // speculative read fetches it again later, when the cache
   // may have let the demand read's bytes go (a level larger than the cache, read in order:
   // those bytes were fetched twice, and then held as unread).
   void Discard(const SpeculationSource* file, const Range& r);
