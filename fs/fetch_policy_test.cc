@@ -101,17 +101,8 @@ class FetchPolicyTest : public ::testing::Test {
   }
 
   static uint64_t Walk(const Filesystem& fs, const std::string& path) {
-    uint64_t ino = kFuseRootIno;
-    size_t pos = 0;
-    while (pos < path.size()) {
-      size_t slash = path.find('/', pos);
-      if (slash == std::string::npos) slash = path.size();
-      auto st = fs.Lookup(ino, path.substr(pos, slash - pos));
-      if (!st) return 0;
-      ino = st->st_ino;
-      pos = slash + 1;
-    }
-    return ino;
+    auto ino = fs.LookupPath(path);
+    return ino ? *ino : 0;
   }
 
   // The bytes of every file at `level` (what an epoch serves).

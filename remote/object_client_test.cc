@@ -83,16 +83,23 @@ TEST(ObjectClientTest, FaultsAreCheckedTheSameWayWhoeverServes) {
   ASSERT_TRUE(ReadRange(f, "a", 0, 1000, &got, 4096).has_value());  // all spent
 }
 
+// A range cache of `memory_bytes` in memory, no disk tier.
+std::shared_ptr<RangeCache> MemoryCache(uint64_t memory_bytes) {
+  RangeCacheOptions o;
+  o.memory_bytes = memory_bytes;
+  auto cache = RangeCache::Open(o, nullptr);
+  EXPECT_TRUE(cache.has_value());
+  return cache ? *cache : nullptr;
+}
+
 TEST(ObjectClientTest, RemoteFileOverAFakeStoreWithACache) {
   auto mem = std::make_shared<MemoryObjectClient>();
   const std::string obj = Bytes(1 << 20);
   mem->Put("records/00000007.pcr", obj);
   auto faulty = std::make_shared<FaultyObjectClient>(mem);
-  RangeCacheOptions o;
-  o.memory_bytes = 8 << 20;
-  auto cache = RangeCache::Open(o, nullptr);
-  ASSERT_TRUE(cache.has_value());
-  RemoteFile f(faulty, "records/00000007.pcr", obj.size(), *cache, 7);
+  auto cache = MemoryCache(8 << 20);
+  ASSERT_NE(cache, nullptr);
+  RemoteFile f(faulty, "records/00000007.pcr", obj.size(), cache, 7);
   EXPECT_EQ(f.name(), "mem://store/records/00000007.pcr");
   std::string buf(70000, '\0');
   ASSERT_TRUE(f.Read(1000, buf.size(), reinterpret_cast<uint8_t*>(buf.data())).ok());
@@ -121,27 +128,25 @@ TEST(ObjectClientTest, AWindowFetchedAheadCountsAsUnreadUntilRead) {
   auto mem = std::make_shared<MemoryObjectClient>();
   const std::string obj = Bytes(4 << 20);
   mem->Put("records/00000001.pcr", obj);
-  RangeCacheOptions o;
-  o.memory_bytes = 1 << 20;  // room for 512 KiB fetched ahead
-  auto cache = RangeCache::Open(o, nullptr);
-  ASSERT_TRUE(cache.has_value());
-  RemoteFile f(mem, "records/00000001.pcr", obj.size(), *cache, 1);
+  auto cache = MemoryCache(1 << 20);  // room for 512 KiB fetched ahead
+  ASSERT_NE(cache, nullptr);
+  RemoteFile f(mem, "records/00000001.pcr", obj.size(), cache, 1);
   EXPECT_EQ(f.AheadRoom(), 512u << 10);
   std::string buf(4096, '\0');
   auto* dst = reinterpret_cast<uint8_t*>(buf.data());
   f.Prefetch(2 << 20, 512 << 10);
   ASSERT_TRUE(f.Read(2 << 20, buf.size(), dst).ok());  // waits for the fetch
-  EXPECT_EQ((*cache)->stats().unread_speculative_bytes, 0u);
+  EXPECT_EQ(cache->stats().unread_speculative_bytes, 0u);
   EXPECT_FALSE(f.PrefetchAhead(0, 900 << 10));  // no room for it: nothing is fetched
   EXPECT_EQ(mem->gets(), 1u);
   ASSERT_TRUE(f.PrefetchAhead(0, 400 << 10));
   ASSERT_TRUE(f.Read(0, buf.size(), dst).ok());
   EXPECT_EQ(buf, obj.substr(0, buf.size()));
-  EXPECT_EQ((*cache)->stats().unread_speculative_bytes, (400u << 10) - buf.size());
+  EXPECT_EQ(cache->stats().unread_speculative_bytes, (400u << 10) - buf.size());
   EXPECT_EQ(f.AheadRoom(), (112u << 10) + buf.size());
   std::string rest((400 << 10) - buf.size(), '\0');
   ASSERT_TRUE(f.Read(buf.size(), rest.size(), reinterpret_cast<uint8_t*>(rest.data())).ok());
-  EXPECT_EQ((*cache)->stats().unread_speculative_bytes, 0u);
+  EXPECT_EQ(cache->stats().unread_speculative_bytes, 0u);
   EXPECT_EQ(f.AheadRoom(), 512u << 10);
 }
 
@@ -152,14 +157,12 @@ TEST(ObjectClientTest, BytesTakenFromAFetchAheadInFlightAreRead) {
   const std::string obj = Bytes(1 << 20);
   mem->Put("records/00000001.pcr", obj);
   auto held = std::make_shared<HeldObjectClient>(mem);
-  RangeCacheOptions o;
-  o.memory_bytes = 1 << 20;
-  auto cache = RangeCache::Open(o, nullptr);
-  ASSERT_TRUE(cache.has_value());
-  RemoteFile f(held, "records/00000001.pcr", obj.size(), *cache, 1);
+  auto cache = MemoryCache(1 << 20);
+  ASSERT_NE(cache, nullptr);
+  RemoteFile f(held, "records/00000001.pcr", obj.size(), cache, 1);
   held->set_holding(true);
   ASSERT_TRUE(f.PrefetchAhead(0, 256 << 10));
-  EXPECT_EQ((*cache)->stats().reserved_ahead_bytes, 256u << 10);
+  EXPECT_EQ(cache->stats().reserved_ahead_bytes, 256u << 10);
   std::string buf(256 << 10, '\0');
   Status read;
   std::thread reader([&] { read = f.Read(0, buf.size(), reinterpret_cast<uint8_t*>(buf.data())); });
@@ -168,8 +171,8 @@ TEST(ObjectClientTest, BytesTakenFromAFetchAheadInFlightAreRead) {
   reader.join();
   ASSERT_TRUE(read.ok()) << read.ToString();
   EXPECT_EQ(buf, obj.substr(0, buf.size()));
-  EXPECT_EQ((*cache)->stats().reserved_ahead_bytes, 0u);
-  EXPECT_EQ((*cache)->stats().unread_speculative_bytes, 0u);
+  EXPECT_EQ(cache->stats().reserved_ahead_bytes, 0u);
+  EXPECT_EQ(cache->stats().unread_speculative_bytes, 0u);
   EXPECT_EQ(mem->gets(), 1u);
 }
 
