@@ -138,6 +138,12 @@ class Hinter:
         connection's hints it still holds. Hints given after it are sent after it."""
         if not self.active:
             return
+        self._drop_unsent()
+        self._put(_RESET)
+
+    def _drop_unsent(self):
+        """Drops the batches the writer has not taken yet (a batch it holds sees the new
+        generation and stops)."""
         with self._lock:
             self._generation += 1
         while True:
@@ -146,7 +152,6 @@ class Hinter:
             except queue.Empty:
                 break
             self._done()
-        self._put(_RESET)
 
     def flush(self, timeout=None):
         """Waits until every batch handed over so far is written to the socket (the daemon may
@@ -158,14 +163,7 @@ class Hinter:
 
     def close(self):
         if self._thread is not None:
-            with self._lock:
-                self._generation += 1
-            while True:
-                try:
-                    self._batches.get_nowait()
-                except queue.Empty:
-                    break
-                self._done()
+            self._drop_unsent()
             self._batches.put(_STOP)
             self._thread.join()
             self._thread = None
