@@ -7,6 +7,8 @@
 #include "fs/inode.h"
 #include "fs/mount_options.h"
 #include "index/manifest.h"
+#include "index/record_format.h"
+#include "index/store_index.h"
 #include "location/store_location.h"
 
 namespace pcrfs::fs {
@@ -26,6 +28,17 @@ Result<int> ChooseLevel(const index::Store& store, double x) {
   return level;
 }
 
+// A server that failed (timeouts, refused connections, 5xx after the retries: ETIMEDOUT,
+// ECONNREFUSED, ...) is EIO, as it is for a read; a refused credential keeps EACCES and a
+// missing folder ENOENT, which say what to fix.
+Status AsOpenError(const Status& s) {
+  if (s.code() != Status::Code::kIOError || s.sys_errno() == EACCES || s.sys_errno() == ENOENT ||
+      s.sys_errno() == EIO) {
+    return s;
+  }
+  return Status::IOError(s.message(), EIO);
+}
+
 }  // namespace
 
 Result<std::unique_ptr<StoreSession>> StoreSession::Open(const std::string& store,
@@ -43,7 +56,7 @@ Result<std::unique_ptr<StoreSession>> StoreSession::Open(const std::string& stor
     if (!ec) where = std::move(absolute);
   }
   auto location = FetchMetadata(where, config.remote);
-  if (!location) return Err(location.error());
+  if (!location) return Err(AsOpenError(location.error()));
   session->name_ = location->name;
   session->remote_ = location->remote;
   FsOptions fs_options = config.fs;
@@ -150,6 +163,34 @@ Result<std::vector<StoreSession::DirEntry>> StoreSession::ListDir(std::string_vi
       /*attrs=*/false);
   if (!s.ok()) return Err(s.ToErrno() == ENOTDIR ? Errno(ENOTDIR, path) : s);
   return names;
+}
+
+Result<StoreSession::Placement> StoreSession::PlacementOf(uint64_t ino) const {
+  PCRFS_RETURN_ERR_IF_ERROR(CheckProcess());
+  const NodeId id = FromFuseIno(ino);
+  auto e = fs_->store().index().Get(id.store_ino);
+  if (!e) return Err(e.error().IsNotFound() ? Errno(ENOENT, "inode") : e.error());
+  if (e->is_dir()) return Err(Errno(EISDIR, e->name));
+  return Placement{e->record, e->slot};
+}
+
+Status StoreSession::FetchRecord(uint32_t record) const {
+  PCRFS_RETURN_IF_ERROR(CheckProcess());
+  const index::Store& store = fs_->store();
+  auto info = store.index().GetRecord(record);
+  if (!info) return info.error();
+  auto file = store.OpenRecord(record);
+  if (!file) return Status::IOError(file.error().message(), EIO);
+  const SpeculationSource* source = file->speculation();
+  if (source == nullptr) return Status::OK();
+  // The footer was read when the record was opened.
+  const uint64_t end = index::RecordBytesAtLevel(*info, level_) - index::kRecordFooterSize;
+  std::vector<uint8_t> scratch;
+  auto warmed = source->Warm(0, end, &scratch);
+  if (!warmed && warmed.error().code() != Status::Code::kResourceExhausted) {
+    return Status::IOError(warmed.error().message(), EIO);
+  }
+  return Status::OK();
 }
 
 Result<size_t> StoreSession::Read(uint64_t ino, uint64_t offset, size_t size, uint8_t* dst) const {

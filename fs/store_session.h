@@ -40,7 +40,8 @@ class StoreSession {
   // (ParseStoreOptions: the mount's table, its checks and messages; flags take any value). The
   // level: scans=K, else the one msssim=X chooses, else 10. Errors, each one line: the options'
   // (InvalidArgument), FetchMetadata's and Store::Open's (a missing store NotFound, a refused
-  // credential IOError with EACCES, a damaged index Corruption), the caches' folders'.
+  // credential IOError with EACCES, a server that fails IOError with EIO whatever the client's
+  // errno, a damaged index Corruption), the caches' folders'.
   // Blocks for the remote metadata's download (conditional on its ETags: one request each when
   // unchanged).
   static Result<std::unique_ptr<StoreSession>> Open(const std::string& store,
@@ -68,6 +69,22 @@ class StoreSession {
   // or past the end. Errors carry the errno: EISDIR, ENOENT, EIO (damage: the daemon's one
   // line, "damaged data: RECORD: "PATH" (level K): ..."; a failing server: the client's line).
   Result<size_t> Read(uint64_t ino, uint64_t offset, size_t size, uint8_t* dst) const;
+
+  // Where the file `ino` is stored: its record and its slot there. Files of a record lie in
+  // slot order within each group region, so a record's files in slot order read its level-K
+  // prefix front to back. EISDIR for a folder.
+  struct Placement {
+    uint32_t record = 0;
+    uint32_t slot = 0;
+  };
+  Result<Placement> PlacementOf(uint64_t ino) const;
+  // Reads record `record`'s level-K prefix (its header, tables and group regions 1..K: every
+  // byte its files' level-K reads need) with one sequential read into what the source keeps
+  // (a local record's page cache; a remote store's range cache: one ranged GET), so that
+  // reading its files next waits for nothing: the paper's reader. Best effort: OK without a
+  // read when the source keeps nothing or has no room for bytes fetched ahead (the files are
+  // then read as any read is). Errors: the record cannot be opened or read (EIO).
+  Status FetchRecord(uint32_t record) const;
 
   int level() const { return level_; }
   // What errors and logs name: the local path, or the redacted URL.

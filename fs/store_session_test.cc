@@ -168,6 +168,21 @@ TEST_F(StoreSessionTest, DamageIsTheDaemonsLine) {
   EXPECT_GT(damaged, 0);
 }
 
+// The paper's reader: a record's level-K prefix in one read, then its files from what that read
+// left in the page cache, with the mount's bytes.
+TEST_F(StoreSessionTest, FetchesARecordsPrefixThenReadsItsFiles) {
+  auto s = Open({{"scans", "4"}});
+  ASSERT_NE(s, nullptr);
+  auto one = s->PlacementOf(*s->Resolve("a/one.jpg"));
+  auto two = s->PlacementOf(*s->Resolve("a/two.jpg"));
+  ASSERT_TRUE(one.has_value() && two.has_value());
+  EXPECT_TRUE(one->record != two->record || one->slot != two->slot);
+  EXPECT_EQ(s->PlacementOf(*s->Resolve("a")).error().ToErrno(), EISDIR);
+  ASSERT_TRUE(s->FetchRecord(one->record).ok());
+  EXPECT_EQ(ReadAll(*s, "a/one.jpg"), MountBytes(4, "a/one.jpg"));
+  EXPECT_FALSE(s->FetchRecord(100000).ok());
+}
+
 // A child of the opener must not touch the parent's threads or locks: every call is refused,
 // destroying the session there neither joins nor hangs, and a session of its own reads.
 TEST_F(StoreSessionTest, AChildOpensItsOwnSession) {

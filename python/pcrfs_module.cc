@@ -154,6 +154,35 @@ class Session {
     return Check(std::move(n), "");
   }
 
+  // [(record, slot)] of the files `inos`, in that order.
+  std::vector<std::pair<uint32_t, uint32_t>> Placements(const std::vector<uint64_t>& inos) const {
+    std::vector<std::pair<uint32_t, uint32_t>> out;
+    out.reserve(inos.size());
+    Status failed;
+    {
+      py::gil_scoped_release unlocked;
+      for (uint64_t ino : inos) {
+        auto p = session_->PlacementOf(ino);
+        if (!p) {
+          failed = p.error();
+          break;
+        }
+        out.emplace_back(p->record, p->slot);
+      }
+    }
+    if (!failed.ok()) Raise(failed, "");
+    return out;
+  }
+
+  void FetchRecord(uint32_t record) const {
+    Status s;
+    {
+      py::gil_scoped_release unlocked;
+      s = session_->FetchRecord(record);
+    }
+    if (!s.ok()) Raise(s, "");
+  }
+
   int level() const { return session_->level(); }
   const std::string& name() const { return session_->name(); }
   bool remote() const { return session_->remote(); }
@@ -179,6 +208,8 @@ PYBIND11_MODULE(_pcrfs, m) {
       .def("listdir", &Session::ListDir, py::arg("path"))
       .def("read", &Session::Read, py::arg("ino"), py::arg("offset"), py::arg("size"))
       .def("readinto", &Session::ReadInto, py::arg("ino"), py::arg("offset"), py::arg("buffer"))
+      .def("placements", &Session::Placements, py::arg("inos"))
+      .def("fetch_record", &Session::FetchRecord, py::arg("record"))
       .def_property_readonly("level", &Session::level)
       .def_property_readonly("name", &Session::name)
       .def_property_readonly("remote", &Session::remote)
