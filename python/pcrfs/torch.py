@@ -32,13 +32,14 @@ itself (pcrfs.Store), and pickling a dataset carries its store's URL and options
 """
 
 import os
+import random
 
 import torch.utils.data
 
 from .hint import HintedSampler
 from .store import Store
 
-__all__ = ["ImageFolder", "HintedSampler", "default_loader"]
+__all__ = ["ImageFolder", "RecordDataset", "HintedSampler", "default_loader"]
 
 
 def default_loader(f):
@@ -130,3 +131,140 @@ class ImageFolder(torch.utils.data.Dataset):
     def __repr__(self):
         return (f"pcrfs.torch.ImageFolder({self.store!r}, root={self.root!r}): "
                 f"{len(self.samples)} samples, {len(self.classes)} classes")
+
+
+class RecordDataset(torch.utils.data.IterableDataset):
+    """The files of `root` read as the PCR paper's reader reads them: records in a seeded
+    shuffled order, each record's level-K prefix fetched with one sequential read (one ranged
+    GET from a remote store; Store's fetch_record), its files then read from what that read
+    left in the cache and mixed through a shuffle buffer of `shuffle_buffer` files. Yields
+    (transform(loader(file)), target_transform(target)) with ImageFolder's targets (its
+    classes, class_to_idx, samples and targets are here too).
+
+    Work is split by record between ranks (`rank`/`world_size`, else torch.distributed's, else
+    the RANK and WORLD_SIZE variables, else one) and DataLoader workers, so that every file of
+    `root` is yielded exactly once per epoch across all of them. `set_epoch(e)` reshuffles
+    (records and buffer, from `seed` and e). `state_dict()` / `load_state_dict()` resume an
+    epoch after what was consumed: without workers, the samples this object yielded; with W
+    workers, pass ``state_dict(batches=N, batch_size=B)`` (N batches taken from the DataLoader,
+    which takes them from its workers in turn), which holds until a worker's share ends."""
+
+    def __init__(self, store, root="train", scans=None, shuffle=True, seed=0, shuffle_buffer=1024,
+                 rank=None, world_size=None, loader=None, transform=None, target_transform=None,
+                 **options):
+        super().__init__()
+        self.store = _store_of(store, scans, options)
+        self._folder = ImageFolder(self.store, root=root, transform=transform,
+                                   target_transform=target_transform, loader=loader)
+        self.root = self._folder.root
+        self.classes = self._folder.classes
+        self.class_to_idx = self._folder.class_to_idx
+        self.samples = self._folder.samples
+        self.targets = self._folder.targets
+        self.shuffle = bool(shuffle)
+        self.seed = seed
+        self.shuffle_buffer = max(1, int(shuffle_buffer))
+        self.rank, self.world_size = rank, world_size
+        session = self.store._live()
+        placements = session.placements([session.resolve(p) for p, _ in self.samples])
+        by_record = {}
+        for i, (record, slot) in enumerate(placements):
+            by_record.setdefault(record, []).append((slot, i))
+        # [(record, its samples in slot order)]: in that order a record's prefix is read front
+        # to back.
+        self.records = [(record, [i for _, i in sorted(files)])
+                        for record, files in sorted(by_record.items())]
+        self.epoch = 0
+        self._resume = {}
+        self._yielded = 0
+
+    def __len__(self):
+        return len(self.samples)
+
+    def set_epoch(self, epoch):
+        self.epoch = int(epoch)
+        self._resume = {}
+
+    def state_dict(self, batches=None, batch_size=None):
+        state = {"epoch": self.epoch, "seed": self.seed}
+        if batches is None:
+            state["samples"] = self._yielded
+        else:
+            state.update(batches=int(batches), batch_size=int(batch_size))
+        return state
+
+    def load_state_dict(self, state):
+        if state["seed"] != self.seed:
+            raise ValueError(f"state of seed {state['seed']}, dataset of seed {self.seed}")
+        self.epoch = state["epoch"]
+        self._resume = dict(state)
+
+    def _partition(self):
+        """(shard, shards, worker, workers): this iterator's share of the epoch's records."""
+        rank, world = self.rank, self.world_size
+        if rank is None or world is None:
+            import torch.distributed as dist
+            if dist.is_available() and dist.is_initialized():
+                rank, world = dist.get_rank(), dist.get_world_size()
+            else:
+                rank = int(os.environ.get("RANK", 0))
+                world = int(os.environ.get("WORLD_SIZE", 1))
+        if not 0 <= rank < world:
+            raise ValueError(f"rank {rank} of world_size {world}")
+        info = torch.utils.data.get_worker_info()
+        worker, workers = (info.id, info.num_workers) if info is not None else (0, 1)
+        return rank * workers + worker, world * workers, worker, workers
+
+    def _skip(self, worker, workers):
+        """Samples of this worker's stream consumed before the state it resumes from."""
+        state = self._resume
+        if "batches" in state:
+            return state["batch_size"] * len(range(worker, state["batches"], workers))
+        if workers > 1 and state.get("samples"):
+            raise ValueError("with DataLoader workers, resume from state_dict(batches=N, "
+                             "batch_size=B)")
+        return state.get("samples", 0)
+
+    def _events(self, shard, shards):
+        """This shard's epoch: ("record", id) when a record's files enter the buffer, ("sample",
+        index) when a file leaves it, in order. It depends on the seed, the epoch and the shard
+        only, so a resumed iterator replays it without reading anything."""
+        order = list(range(len(self.records)))
+        if self.shuffle:
+            random.Random(f"pcrfs:{self.seed}:{self.epoch}").shuffle(order)
+        rng = random.Random(f"pcrfs:{self.seed}:{self.epoch}:{shard}")
+        buffer = []
+        for r in order[shard::shards]:
+            record, indices = self.records[r]
+            yield "record", record
+            for i in indices:
+                if not self.shuffle:
+                    yield "sample", i
+                    continue
+                buffer.append(i)
+                if len(buffer) >= self.shuffle_buffer:
+                    yield "sample", _pop_random(buffer, rng)
+        while buffer:
+            yield "sample", _pop_random(buffer, rng)
+
+    def __iter__(self):
+        shard, shards, worker, workers = self._partition()
+        skip = self._skip(worker, workers)
+        session = self.store._live()
+        n = 0
+        for kind, x in self._events(shard, shards):
+            if kind == "record":
+                if n >= skip:  # while skipping, nothing is read
+                    session.fetch_record(x)
+                continue
+            n += 1
+            if n <= skip:
+                continue
+            self._yielded = n
+            yield self._folder[x]
+
+
+def _pop_random(buffer, rng):
+    j = rng.randrange(len(buffer))
+    buffer[j], buffer[-1] = buffer[-1], buffer[j]
+    return buffer.pop()
