@@ -14,8 +14,8 @@ import hashlib
 import json
 import os
 import shutil
-import subprocess
 import sys
+import time
 import unittest
 import warnings
 
@@ -235,6 +235,9 @@ class PythonStoreTest(LoopbackServersCase):
     def test_dataloader_spawn(self):
         self.dataloader_reads_each_once("spawn")
 
+    def test_dataloader_forkserver(self):
+        self.dataloader_reads_each_once("forkserver")
+
     def record_dataset(self, **kw):
         from pcrfs.torch import RecordDataset
         return RecordDataset(self.store, root="train", scans=5, loader=sha_loader,
@@ -259,6 +262,21 @@ class PythonStoreTest(LoopbackServersCase):
 
     def test_record_dataset_2_ranks_3_workers_spawn(self):
         self.record_dataset_once("spawn")
+
+    def test_record_dataset_over_http(self):
+        """Each record's prefix is one ranged GET; the files then come from the range cache."""
+        from pcrfs.torch import RecordDataset
+        nginx = self.serve(Nginx(self.www))
+        data = RecordDataset(nginx.url + "/store", root="train", scans=5, loader=sha_loader,
+                             cache_dir=self.cache("records"))
+        self.assertEqual(sorted(data), self.want_hashes(data))
+        time.sleep(1.5)  # nginx writes its access log every second
+        with open(nginx.access_log) as f:
+            record_gets = [line for line in f if "/records/" in line]
+        # Opening a record reads its header and footer (ranges of one GET or two); its prefix is
+        # one more GET, and no file needs another.
+        self.assertLessEqual(len(record_gets), 3 * len(data.records), "".join(record_gets))
+        self.assertGreaterEqual(len(record_gets), len(data.records))
 
     def test_record_dataset_epochs_and_resume(self):
         data = self.record_dataset(seed=3)
