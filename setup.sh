@@ -23,6 +23,8 @@ deps=(
   libjpeg62-turbo-dev liblmdb-dev libfuse3-dev libboost-dev libboost-program-options-dev
   libexpected-dev nlohmann-json3-dev libgtest-dev libgmock-dev libpng-dev
   libcurl4-openssl-dev libssl-dev libarchive-dev libzstd-dev
+  # the Python package's extension (pcrfs.Store: python/CMakeLists.txt)
+  pybind11-dev python3-dev
   # run
   fuse3 lmdb-utils attr
   # tests, sample data and benchmarks

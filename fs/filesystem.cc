@@ -255,8 +255,7 @@ Result<BaselineCache::Bytes> Filesystem::BaselineBytes(const index::Entry& e, in
     if (!baseline) {
       // The bytes passed their checksums, so this is a bug or a file libjpeg cannot re-encode.
       Status s = Status::IOError("baseline form: " + baseline.error().message(), EIO);
-      ReportDamage(e, level, s);
-      return Err(s);
+      return Err(ReportDamage(e, level, s));
     }
     return std::make_shared<const std::vector<uint8_t>>(std::move(*baseline));
   });
@@ -415,16 +414,19 @@ std::string Filesystem::PathOf(const index::Entry& e) const {
   return path;
 }
 
-void Filesystem::ReportDamage(const index::Entry& e, int level, const Status& s) const {
+Status Filesystem::ReportDamage(const index::Entry& e, int level, const Status& s) const {
   damaged_reads_.fetch_add(1, std::memory_order_relaxed);
+  const std::string record = store_->dir() + "/" + index::RecordFileName(e.record);
+  std::string line = "damaged data: " + record + ": \"" + PathOf(e) + "\" (level " +
+                     std::to_string(level) + "): " + s.message();
+  bool first;
   {
     MutexLock l(&mu_);
-    if (!damaged_logged_.insert({e.record, e.slot}).second) return;
+    first = damaged_logged_.insert({e.record, e.slot}).second;
   }
-  const std::string record = store_->dir() + "/" + index::RecordFileName(e.record);
-  const std::string path = PathOf(e);
-  Log(LogLevel::kError, "damaged data: " + record + ": \"" + path + "\" (level " +
-                            std::to_string(level) + "): " + s.message());
+  if (first) Log(LogLevel::kError, line);
+  return s.IsCorruption() ? Status::Corruption(std::move(line))
+                          : Status::IOError(std::move(line), s.sys_errno());
 }
 
 void Filesystem::ReportRecordProblem(uint32_t record, const Status& s) const {
@@ -561,12 +563,12 @@ Result<size_t> Filesystem::ReadStored(const index::Entry& entry, int level, uint
   // cold read waits for the slowest piece instead of the sum of all.
   auto file = OpenRecord(e.record);
   if (!file) {
-    if (IsDamage(file.error())) ReportDamage(e, level, file.error());
+    if (IsDamage(file.error())) return Err(ReportDamage(e, level, file.error()));
     return Err(Status::IOError(file.error().message(), EIO));
   }
   // A format 4 index holds piece lengths only: offsets and CRCs come from the record's table.
   if (Status s = store_->ResolvePieces(&e, level); !s.ok()) {
-    if (IsDamage(s)) ReportDamage(e, level, s);
+    if (IsDamage(s)) return Err(ReportDamage(e, level, s));
     return Err(Status::IOError(s.message(), EIO));
   }
   // Which pieces, which parts of them, and which bytes of the tail (index/level_plan.h).
@@ -599,7 +601,7 @@ Result<size_t> Filesystem::ReadStored(const index::Entry& entry, int level, uint
     for (uint64_t b = s.first_block(); b < s.end_block(); ++b) {
       auto block = GetBlock(*file, e, s.group, b, !whole_file);
       if (!block) {
-        if (IsDamage(block.error())) ReportDamage(e, level, block.error());
+        if (IsDamage(block.error())) return Err(ReportDamage(e, level, block.error()));
         return Err(block.error());
       }
       const uint64_t block_begin = b * index::kChecksumBlockSize;

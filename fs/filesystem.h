@@ -219,8 +219,10 @@ class Filesystem {
   // How many checksum blocks to ask for ahead of a large file read in order.
   static constexpr uint64_t kSequentialBlocksAhead = 4;
   // Logs a damaged file once (common/log.h: stderr in the foreground, syslog once
-  // daemonized), naming the record file and the file's path in the dataset.
-  void ReportDamage(const index::Entry& e, int level, const Status& s) const;
+  // daemonized), naming the record file and the file's path in the dataset, and returns the
+  // error its reads give: s's code and errno, that line as its message (a reader without the
+  // log, the Python binding, shows the same line).
+  Status ReportDamage(const index::Entry& e, int level, const Status& s) const;
   // Logs once per record that its header, footer or size disagree with the index.
   void ReportRecordProblem(uint32_t record, const Status& s) const;
   // The path of an entry relative to the dataset root ("train/cat/img.jpg").

@@ -67,6 +67,9 @@ struct Option {
   std::string_view def = "";   // the default, for --help
   Stores stores = Stores::kAny;
   const char* env = nullptr;  // pcr's environment variable (RemoteOptionsFromEnv)
+  // Only a mount uses it (its FUSE session, kernel, sockets, log, owner): refused by
+  // ParseStoreOptions, for a store read without a mount (the Python binding).
+  bool mount_only = false;
   void (*set)(MountConfig&, const Value&) = nullptr;
   std::string_view help = "";
 };
@@ -95,6 +98,7 @@ constexpr Option kOptions[] = {
              "build) is at least X, in (0, 1]"},
     {.name = "threads", .kind = Kind::kInt, .meta = "N", .lo = 1, .hi = 256,
      .def = "2 x cores, at least 4; a remote store: at least 64",
+     .mount_only = true,
      .set = [](MountConfig& c, const Value& v) { c.threads = static_cast<unsigned>(v.n); },
      .help = "FUSE worker threads"},
     {.name = "cache_size", .kind = Kind::kSize, .meta = "SIZE", .lo = kMiB, .hi = kTiB,
@@ -118,6 +122,7 @@ constexpr Option kOptions[] = {
      .help = "once P% of a folder's files have been read, fetch the rest of the folder while the "
              "device is idle"},
     {.name = "readdirplus", .kind = Kind::kEnum, .meta = "MODE", .values = "yes|no|auto",
+     .mount_only = true,
      .set = [](MountConfig& c, const Value& v) {
        using enum ReaddirPlus;
        c.fs.readdirplus = std::array{kAlways, kNever, kAuto}[v.n];
@@ -128,54 +133,67 @@ constexpr Option kOptions[] = {
              "nothing; auto: the kernel decides"},
     {.name = "push", .kind = Kind::kSize, .meta = "SIZE", .hi = kTiB, .what = "4G", .zero = "off",
      .def = "a quarter of memory",
+     .mount_only = true,
      .set = [](MountConfig& c, const Value& v) { c.fs.push_bytes = v.n; },
      .help = "with readdirplus: put up to SIZE bytes of the files the readers are predicted to "
              "read into the page cache before they ask (no request per file)"},
     {.name = "hints", .kind = Kind::kEnum, .values = "yes|no",
+     .mount_only = true,
      .set = [](MountConfig& c, const Value& v) { c.hints = v.n == 0; },
      .help = "yes (default): listen on a socket (named by the root's user.pcrfs.hint_socket) "
              "for the paths a reader will read next, and fetch them ahead in that order; no: "
              "no socket"},
     {.name = "index_rss", .kind = Kind::kSize, .meta = "SIZE", .hi = kTiB, .what = "16M",
      .zero = "never unmap", .def = "16M",
+     .mount_only = true,
      .set = [](MountConfig& c, const Value& v) { c.index_rss = v.n; },
      .help = "no effect since index format 4, which the daemon holds in its own memory (it "
              "unmapped an LMDB index's pages past SIZE); accepted so older mount lines work"},
     {.name = "kernel_readahead", .kind = Kind::kSize, .meta = "SIZE", .hi = 16 * kMiB,
      .what = "1M", .zero = "the kernel's default", .def = "1M",
+     .mount_only = true,
      .set = [](MountConfig& c, const Value& v) { c.kernel_readahead = v.n; },
      .help = "the kernel's readahead window for files read in order (root only; the kernel's "
              "own: 128K)"},
     {.name = "uid", .kind = Kind::kInt, .meta = "N", .hi = kMaxId, .def = "the mounting user",
+     .mount_only = true,
      .set = [](MountConfig& c, const Value& v) { c.uid = static_cast<uid_t>(v.n); },
      .help = "owner of every file"},
     {.name = "gid", .kind = Kind::kInt, .meta = "N", .hi = kMaxId,
      .def = "the mounting user's group",
+     .mount_only = true,
      .set = [](MountConfig& c, const Value& v) { c.gid = static_cast<gid_t>(v.n); },
      .help = "group of every file"},
     {.name = "allow_other", .kind = Kind::kLibfuse,
+     .mount_only = true,
      .help = "let other users read (implies default_permissions)"},
     {.name = "ro", .kind = Kind::kLibfuse,
+     .mount_only = true,
      .help = "accepted (pcrfs always mounts read-only; rw is refused)"},
     {.name = "log_file", .kind = Kind::kPath, .meta = "PATH", .def = "stderr with -f, else syslog",
+     .mount_only = true,
      .set = [](MountConfig& c, const Value& v) { c.log_file = v.text; },
      .help = "append the daemon's messages to PATH (its folder must exist), one line each with "
              "its UTC time and level; SIGHUP reopens it"},
     {.name = "metrics", .kind = Kind::kListen, .meta = "[ADDR:]PORT",
+     .mount_only = true,
      .set = [](MountConfig& c, const Value& v) { c.metrics_address = v.text; },
      .help = "serve Prometheus metrics at http://ADDR:PORT/metrics (ADDR: 127.0.0.1 if only a "
              "port is given; 0.0.0.0 or [::] for every interface)"},
     {.name = "metrics_file", .kind = Kind::kPath, .meta = "PATH",
+     .mount_only = true,
      .set = [](MountConfig& c, const Value& v) { c.metrics_file = v.text; },
      .help = "rewrite PATH (atomically) with the Prometheus metrics every metrics_interval "
              "seconds, for node_exporter's textfile collector (a name ending in .prom)"},
     {.name = "metrics_interval", .kind = Kind::kInt, .meta = "S", .lo = 1, .hi = 3600,
      .what = "seconds", .def = "15",
+     .mount_only = true,
      .set = [](MountConfig& c, const Value& v) {
        c.metrics_interval = static_cast<unsigned>(v.n);
      },
      .help = "seconds between rewrites of metrics_file"},
     {.name = "metrics_label", .kind = Kind::kLabel, .meta = "NAME=VALUE",
+     .mount_only = true,
      .set = [](MountConfig& c, const Value& v) {
        const size_t eq = v.text.find('=');
        c.metrics_labels.emplace_back(v.text.substr(0, eq), v.text.substr(eq + 1));
@@ -587,6 +605,35 @@ Status ApplyMountOptions(const std::map<size_t, std::string>& given, MountConfig
     return Status::InvalidArgument("-o disk_cache_fill: needs -o disk_cache=SIZE (or auto)");
   }
   return Status::OK();
+}
+
+Result<MountConfig> ParseStoreOptions(
+    const std::string& store, const std::vector<std::pair<std::string, std::string>>& options) {
+  MountConfig config;
+  config.store = store;
+  std::map<size_t, std::string> given;
+  for (const auto& [name, value] : options) {
+    const auto* o = std::find_if(std::begin(kOptions), std::end(kOptions),
+                                 [&](const Option& x) { return x.name == name; });
+    if (o == std::end(kOptions) || o->kind == Kind::kRetired) {
+      return Err(Status::InvalidArgument("-o " + name + ": no such option"));
+    }
+    if (o->mount_only) {
+      return Err(Status::InvalidArgument("-o " + name + ": only for a mount"));
+    }
+    const size_t i = static_cast<size_t>(o - std::begin(kOptions));
+    auto [it, first] = given.try_emplace(i, value);
+    if (!first) it->second = value;
+  }
+  PCRFS_RETURN_ERR_IF_ERROR(ApplyMountOptions(given, &config));
+  // auto sizes the disk tier for the mounted level from the daemon's view of the cache folder
+  // (fs/daemon.cc's SizeCaches), which a reader without a daemon does not take.
+  if (config.disk_cache_auto) {
+    return Err(Status::InvalidArgument("-o disk_cache=auto: only for a mount (give a size)"));
+  }
+  config.fs.push_bytes = 0;  // nothing to push into: no kernel page cache of a mount
+  config.hints = false;
+  return config;
 }
 
 std::string MountOptionsHelp(bool remote_stores) {

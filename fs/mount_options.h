@@ -89,6 +89,15 @@ struct MountConfig {
 // to it, and an option neither knows is refused by libfuse when the session is created.
 Result<MountConfig> ParseMountOptions(int argc, const char* const argv[]);
 
+// The options of STORE read without a mount (the Python binding, python/pcrfs): NAME=VALUE
+// pairs of the same table, checked by ApplyMountOptions with its errors ("-o scans=11: expected
+// an integer in 1..10"; a flag's value is ignored). Refused with InvalidArgument: a name that is
+// no option ("-o NAME: no such option"), an option only a mount uses ("-o threads: only for a
+// mount": the FUSE session's, the kernel's, the sockets', the log's, the owner's), and
+// disk_cache=auto. The config has no push and no hint socket; its mountpoint is empty.
+Result<MountConfig> ParseStoreOptions(
+    const std::string& store, const std::vector<std::pair<std::string, std::string>>& options);
+
 // "256M", "1G", "4096", "64KiB" -> bytes; nullopt for anything else or an overflow.
 std::optional<uint64_t> ParseSize(std::string_view text);
 
