@@ -15,6 +15,19 @@
 #include "remote/url.h"
 
 namespace pcrfs {
+namespace {
+
+// Bytes of landed fetches (RemoteFile::Fetch::landed) kept by every file of this process: a
+// reader that never comes for its pieces (its read failed on another piece, or found it in the
+// piece cache meanwhile) leaves them until a bound pushes them out.
+std::atomic<uint64_t> g_landed_bytes{0};
+
+}  // namespace
+
+RemoteFile::Shared::~Shared() {
+  MutexLock l(&mu);
+  g_landed_bytes.fetch_sub(landed_bytes, std::memory_order_relaxed);
+}
 
 RemoteFile::RemoteFile(std::shared_ptr<ObjectClient> client, std::string key, uint64_t size,
                        std::shared_ptr<RangeCache> cache, uint32_t cache_id)
@@ -128,6 +141,7 @@ void RemoteFile::TakenLocked(Shared& shared, Fetch& f, uint64_t offset, uint64_t
   for (auto l = shared.landed.begin(); l != shared.landed.end(); ++l) {
     if (l->get() != &f) continue;
     shared.landed_bytes -= f.end - f.offset;
+    g_landed_bytes.fetch_sub(f.end - f.offset, std::memory_order_relaxed);
     shared.landed.erase(l);
     break;
   }
@@ -187,14 +201,18 @@ void RemoteFile::Submit(const std::vector<std::shared_ptr<Fetch>>& started, bool
         f->completed = true;
         auto it = shared->pending.find(f->offset);
         if (it != shared->pending.end() && it->second == f) {
-          if (s.ok() && f->landed && f->to_read > 0) {
-            // Kept for its reader; the oldest kept go beyond the bound.
+          const uint64_t size = f->end - f->offset;
+          if (s.ok() && f->landed && f->to_read > 0 &&
+              g_landed_bytes.load(std::memory_order_relaxed) + size <= kMaxLandedTotal) {
+            // Kept for its reader; the oldest kept go beyond the file's bound.
             shared->landed.push_back(f);
-            shared->landed_bytes += f->end - f->offset;
+            shared->landed_bytes += size;
+            g_landed_bytes.fetch_add(size, std::memory_order_relaxed);
             while (shared->landed_bytes > kMaxLandedBytes) {
               const std::shared_ptr<Fetch> old = shared->landed.front();
               shared->landed.pop_front();
               shared->landed_bytes -= old->end - old->offset;
+              g_landed_bytes.fetch_sub(old->end - old->offset, std::memory_order_relaxed);
               auto o = shared->pending.find(old->offset);
               if (o != shared->pending.end() && o->second == old) shared->pending.erase(o);
             }
@@ -373,6 +391,7 @@ bool RemoteFile::DropCached(uint64_t offset, uint64_t n) const {
       auto p = shared_->pending.find(f->offset);
       if (p != shared_->pending.end() && p->second == f) shared_->pending.erase(p);
       shared_->landed_bytes -= f->end - f->offset;
+      g_landed_bytes.fetch_sub(f->end - f->offset, std::memory_order_relaxed);
       it = shared_->landed.erase(it);
       dropped = true;
     }

@@ -105,14 +105,17 @@ class RemoteFile final : public RandomAccessFile, public SpeculationSource {
   static bool WaitArrived(Fetch& f, uint64_t until);
   // What the I/O thread's callbacks share with the file (they may outlive it).
   struct Shared {
+    ~Shared();  // gives its landed bytes back to the process's bound
     Mutex mu;
     std::map<uint64_t, std::shared_ptr<Fetch>> pending GUARDED_BY(mu);  // by offset
     // Landed fetches finished and not read yet, oldest first, and their bytes: at most
-    // kMaxLandedBytes are kept (a reader that never came leaves its pieces to the cache).
+    // kMaxLandedBytes per file and kMaxLandedTotal in the process are kept (a reader that never
+    // came leaves its pieces to the cache).
     std::list<std::shared_ptr<Fetch>> landed GUARDED_BY(mu);
     uint64_t landed_bytes GUARDED_BY(mu) = 0;
   };
-  static constexpr uint64_t kMaxLandedBytes = uint64_t{32} << 20;
+  static constexpr uint64_t kMaxLandedBytes = uint64_t{16} << 20;
+  static constexpr uint64_t kMaxLandedTotal = uint64_t{64} << 20;
   // A reader took [offset, end) of f: a landed fetch leaves `pending` once all of it was taken.
   static void TakenLocked(Shared& shared, Fetch& f, uint64_t offset, uint64_t end)
       REQUIRES(shared.mu);
