@@ -612,9 +612,11 @@ Result<MountConfig> ParseStoreOptions(
   MountConfig config;
   config.store = store;
   std::map<size_t, std::string> given;
-  for (const auto& [name, value] : options) {
+  for (const auto& option : options) {
+    const std::string& name = option.first;
+    const std::string& value = option.second;
     const auto* o = std::find_if(std::begin(kOptions), std::end(kOptions),
-                                 [&](const Option& x) { return x.name == name; });
+                                 [&name](const Option& x) { return x.name == name; });
     if (o == std::end(kOptions) || o->kind == Kind::kRetired) {
       return Err(Status::InvalidArgument("-o " + name + ": no such option"));
     }
