@@ -124,6 +124,7 @@ void RecordScheduler::WillRead(const SourceFile& file, const std::vector<Range>&
         continue;
       }
       const Range w = queue_.Promote(source, r, window);
+      queue_.NoteDemanded(source, r);
       if (w.length > 0) promoted.push_back(w);
     }
   }

@@ -61,6 +61,8 @@ void SpeculationQueue::MaybeForget() {
   if (taken_since_forget_ <= forget_after_) return;
   seen_before_ = std::move(seen_);
   seen_.clear();
+  demanded_before_ = std::move(demanded_);
+  demanded_.clear();
   for (const Pending& p : queue_) Insert(&seen_[p.file.get()], p.offset, p.end, nullptr);
   taken_since_forget_ = 0;
   ++forgotten_;
@@ -130,11 +132,34 @@ SpeculationQueue::Range SpeculationQueue::Promote(const SpeculationSource* file,
   return TakeOut(file, r, chunk, /*promoted=*/true);
 }
 
-void SpeculationQueue::Discard(const SpeculationSource* file, const Range& r) {
-  const uint64_t end = r.offset + r.length;
+void SpeculationQueue::NoteDemanded(const SpeculationSource* file, const Range& r) {
   // Seen, too: a plan that comes after the read (a reader walking a folder plans the files
   // after its own, which other readers may have read already) does not queue it again.
-  Insert(&seen_[file], r.offset, end, nullptr);
+  Insert(&seen_[file], r.offset, r.offset + r.length, nullptr);
+  Insert(&demanded_[file], r.offset, r.offset + r.length, nullptr);
+}
+
+void SpeculationQueue::PushFront(const std::shared_ptr<const SpeculationSource>& file,
+                                 uint64_t offset, uint64_t end) {
+  Insert(&seen_[file.get()], offset, end, nullptr);  // seen, even if forgotten since taken
+  taken_since_forget_ -= std::min(taken_since_forget_, end - offset);
+  std::vector<Range> parts{{offset, end - offset}}, rest;
+  for (const auto* demanded : {&demanded_, &demanded_before_}) {
+    auto d = demanded->find(file.get());
+    if (d == demanded->end()) continue;
+    rest.clear();
+    for (const Range& p : parts) Subtract(d->second, p.offset, p.offset + p.length, &rest);
+    parts.swap(rest);
+  }
+  // Back to front, so that the parts keep their order at the front.
+  for (auto p = parts.rbegin(); p != parts.rend(); ++p) {
+    Enqueue(file, p->offset, p->offset + p->length, /*front=*/true);
+  }
+}
+
+void SpeculationQueue::Discard(const SpeculationSource* file, const Range& r) {
+  const uint64_t end = r.offset + r.length;
+  NoteDemanded(file, r);
   for (;;) {
     // The first queued range overlapping [r.offset, end): a speculative read may have cut a
     // piece, so a queued range can start inside r, not only hold its start.

@@ -53,13 +53,12 @@ class SpeculationQueue {
   // queued.
   std::vector<Range> Add(const std::shared_ptr<const SpeculationSource>& file,
                          const std::vector<Range>& ranges, uint64_t size);
-  // Puts [offset, end) of `file` (taken before, not queued now) back at the front.
+  // Puts [offset, end) of `file` (taken before, not queued now) back at the front, less what
+  // demand reads fetched since (Discard, NoteDemanded): a range taken for a speculative read
+  // that was refused, or a promoted window the source had no room for, would otherwise fetch
+  // again bytes a reader has had.
   void PushFront(const std::shared_ptr<const SpeculationSource>& file, uint64_t offset,
-                 uint64_t end) {
-    Insert(&seen_[file.get()], offset, end, nullptr);  // seen, even if forgotten since taken
-    taken_since_forget_ -= std::min(taken_since_forget_, end - offset);
-    Enqueue(file, offset, end, /*front=*/true);
-  }
+                 uint64_t end);
   bool empty() const { return queue_.empty(); }
   // REQUIRES: !empty().
   const Pending& front() const { return queue_.front(); }
@@ -76,6 +75,9 @@ class SpeculationQueue {
   // may have let the demand read's bytes go (a level larger than the cache, read in order:
   // those bytes were fetched twice, and then held as unread).
   void Discard(const SpeculationSource* file, const Range& r);
+  // A demand read fetches r now (a piece whose window was promoted: it left the queue with
+  // it): seen, and never pushed back (PushFront).
+  void NoteDemanded(const SpeculationSource* file, const Range& r);
   // Drops everything queued (what was queued before still counts as seen).
   void Clear();
   // n bytes were read on demand: they enter the caches too, pushing older bytes out.
@@ -120,6 +122,8 @@ class SpeculationQueue {
   std::unordered_map<const SpeculationSource*, QueueIndex> queued_;
   // Queued or taken: in this generation, and in the one before.
   std::unordered_map<const SpeculationSource*, RangeSet> seen_, seen_before_;
+  // What demand reads fetched, in this generation and the one before (PushFront skips it).
+  std::unordered_map<const SpeculationSource*, RangeSet> demanded_, demanded_before_;
   uint64_t queued_bytes_ = 0;
   uint64_t taken_since_forget_ = 0;
   uint64_t forgotten_ = 0;

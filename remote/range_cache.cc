@@ -503,11 +503,15 @@ void RangeCache::NoteEvictedReadLocked(uint32_t id, uint64_t begin, uint64_t end
   }
   set.emplace(b, z);
   evicted_read_bytes_ += z - b;
-  evicted_read_order_.push_back({id, begin, end});
-  // Kept for as many bytes as the tier holds: long enough for a fetch ahead decided just
-  // before the read, short enough that the next epoch's fetch ahead is not held back.
-  while (evicted_read_bytes_ > memory_.budget && !evicted_read_order_.empty()) {
-    const auto [oid, ob, oz] = evicted_read_order_.front();
+  const auto now = std::chrono::steady_clock::now();
+  evicted_read_order_.push_back({id, begin, end, now});
+  // Kept for kEvictedReadKept: long enough for a fetch ahead decided before the read (a
+  // speculative read taken from the queue, a plan of files other readers have read), short
+  // enough that the next epoch's fetch ahead is not held back; and at most kEvictedReadBytes.
+  while (!evicted_read_order_.empty() &&
+         (evicted_read_bytes_ > kEvictedReadBytes ||
+          now - evicted_read_order_.front().when > kEvictedReadKept)) {
+    const auto [oid, ob, oz, when] = evicted_read_order_.front();
     evicted_read_order_.pop_front();
     auto obj = evicted_read_.find(oid);
     if (obj == evicted_read_.end()) continue;
@@ -581,6 +585,28 @@ void RangeCache::UnreserveAhead(uint64_t n) {
 uint64_t RangeCache::capacity() const {
   MutexLock l(&mu_);
   return PrimaryBudgetLocked();
+}
+
+std::vector<std::pair<uint32_t, RangeCache::Range>> RangeCache::UnreadRanges() const {
+  MutexLock l(&mu_);
+  std::vector<std::pair<uint32_t, Range>> out;
+  auto add = [&out](uint32_t id, uint64_t start, uint64_t end, const Unread& u) {
+    uint64_t pos = start;
+    for (const auto& [b, z] : u.read) {
+      if (b > pos) out.push_back({id, {pos, b - pos}});
+      pos = std::max(pos, z);
+    }
+    if (pos < end) out.push_back({id, {pos, end - pos}});
+  };
+  for (const auto& [id, extents] : memory_.objects) {
+    for (const auto& [start, e] : extents) {
+      if (e.unread.unread > 0) add(id, start, e.end, e.unread);
+    }
+  }
+  for (const auto& [key, u] : disk_unread_) {
+    add(key.first, key.second, key.second + disk_.at(key.first).at(key.second).length, u);
+  }
+  return out;
 }
 
 RangeCacheStats RangeCache::stats() const {

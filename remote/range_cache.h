@@ -41,6 +41,7 @@
 // Thread-safe. Disk files are written and read without the lock held.
 #pragma once
 
+#include <chrono>
 #include <cstdint>
 #include <deque>
 #include <list>
@@ -96,8 +97,8 @@ class RangeCache {
   std::vector<Range> Copy(uint32_t id, uint64_t offset, uint64_t n, uint8_t* dst) EXCLUDES(mu_);
   // The ranges of [offset, offset + n) not kept, in order (copies nothing).
   std::vector<Range> Missing(uint32_t id, uint64_t offset, uint64_t n) const EXCLUDES(mu_);
-  // Missing, less the bytes read and evicted recently (within the last tier's worth of such
-  // bytes): what is worth fetching ahead. A level larger than the cache, read by many readers,
+  // Missing, less the bytes read and evicted recently (in the last 10 s): what is worth
+  // fetching ahead. A level larger than the cache, read by many readers,
   // has a fetch ahead decided just before a reader took some of its bytes; those were then
   // fetched again and held as unread for good.
   std::vector<Range> MissingUnread(uint32_t id, uint64_t offset, uint64_t n) const EXCLUDES(mu_);
@@ -131,6 +132,8 @@ class RangeCache {
   static constexpr uint64_t kMaxDiskExtent = uint64_t{128} << 10;
 
   RangeCacheStats stats() const EXCLUDES(mu_);
+  // The bytes fetched ahead and not read yet, by object (tests).
+  std::vector<std::pair<uint32_t, Range>> UnreadRanges() const EXCLUDES(mu_);
 
  private:
   // Speculative bytes of an extent not read yet, exactly: which of its bytes were read.
@@ -199,7 +202,10 @@ class RangeCache {
   struct EvictedRead {
     uint32_t id;
     uint64_t begin, end;
+    std::chrono::steady_clock::time_point when;
   };
+  static constexpr std::chrono::seconds kEvictedReadKept{10};
+  static constexpr uint64_t kEvictedReadBytes = uint64_t{256} << 20;
   std::map<uint32_t, std::map<uint64_t, uint64_t>> evicted_read_ GUARDED_BY(mu_);
   std::deque<EvictedRead> evicted_read_order_ GUARDED_BY(mu_);
   uint64_t evicted_read_bytes_ GUARDED_BY(mu_) = 0;
