@@ -237,9 +237,11 @@ void RangeCache::EvictLocked() {
       continue;
     }
     if (memory_.unread_lru.empty()) break;
+    // (A lambda is a function of its own to the lock analysis: the objects are passed in.)
+    auto& objects = memory_.objects;
     auto partly = std::find_if(memory_.unread_lru.rbegin(), memory_.unread_lru.rend(),
-                               [&](const std::pair<uint32_t, uint64_t>& k) {
-                                 return !memory_.objects[k.first].at(k.second).unread.read.empty();
+                               [&objects](const std::pair<uint32_t, uint64_t>& k) {
+                                 return !objects[k.first].at(k.second).unread.read.empty();
                                });
     if (partly == memory_.unread_lru.rend()) {
       auto [id, start] = memory_.unread_lru.back();
