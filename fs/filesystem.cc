@@ -89,10 +89,17 @@ void Filesystem::ConsumeHints() {
   // queued bytes also shrink when a reader's read takes a queued range (promotion), which
   // signals nothing.
   constexpr auto kRecheck = std::chrono::milliseconds(20);
-  while (hints_.WaitNonEmpty()) {
-    // Taken only once the scheduler has room, so that a file read meanwhile is dropped from
-    // the hint queue (NoteRead) instead of being fetched after its read.
-    while (scheduler_.stats().queued_bytes >= HintAheadBytes()) {
+  for (;;) {
+    // A remote store's hinted files are fetched here, not by the scheduler, whose own
+    // speculation waits while they are queued: the cache's room for bytes fetched ahead is
+    // theirs.
+    if (hints_.size() == 0) scheduler_.Yield(false);
+    if (!hints_.WaitNonEmpty()) break;
+    if (hinted_remote_ != nullptr) scheduler_.Yield(true);
+    // Through the scheduler (a local store): taken only once it has room, so that a file read
+    // meanwhile is dropped from the hint queue (NoteRead) instead of being fetched after its
+    // read.
+    while (hinted_remote_ == nullptr && scheduler_.stats().queued_bytes >= HintAheadBytes()) {
       MutexLock l(&hint_mu_);
       if (hint_stop_) return;
       hint_room_.WaitFor(&hint_mu_, kRecheck);
@@ -124,6 +131,7 @@ bool Filesystem::FetchHinted(index::Entry e, int level) {
   const std::shared_ptr<const SpeculationSource> source = file->shared_speculation();
   // A source that keeps nothing, or a disk's page cache: the scheduler's speculative reads.
   if (!source || source->ConcurrentSpeculativeReads() == 0) return false;
+  if (hinted_remote_ == nullptr) scheduler_.Yield(true);
   hinted_remote_ = source;
   if (!store_->ResolvePieces(&e, level).ok()) return true;  // a read of it reports the damage
   const index::LevelPlan plan(e.kind, e.pieces, level, 0, e.SizeAtLevel(level));

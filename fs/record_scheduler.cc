@@ -105,7 +105,8 @@ void RecordScheduler::WillRead(const SourceFile& file, const std::vector<Range>&
   const SpeculationSource* source = file.speculation();
   if (source == nullptr) return;
   std::vector<Range> promoted;
-  if (source->ConcurrentSpeculativeReads() > 0 && !ranges.empty()) {
+  if (source->ConcurrentSpeculativeReads() > 0 && !ranges.empty() &&
+      !yield_.load(std::memory_order_acquire)) {
     // A window of what a speculative read of this source takes (SourceModel::Start): on a
     // remote store at least kMinConcurrentChunk, one request like the piece's own. But a
     // promoted window is speculation too: only as much as the source can keep until it is read
@@ -173,7 +174,7 @@ void RecordScheduler::Worker() {
         // not leave the worker in an untimed wait.
         const auto now = Clock::now();
         if (stop_ || CanStartLocked(now)) break;
-        if (queue_.empty()) {
+        if (queue_.empty() || yield_.load(std::memory_order_acquire)) {  // Yield(false) signals
           cv_.Wait(&mu_);
           continue;
         }
@@ -238,9 +239,18 @@ void RecordScheduler::Worker() {
   }
 }
 
+void RecordScheduler::Yield(bool yield) {
+  if (yield_.exchange(yield, std::memory_order_acq_rel) == yield || yield) return;
+  {
+    MutexLock l(&mu_);  // a worker between its check and its wait sees the change
+  }
+  cv_.SignalAll();
+}
+
 bool RecordScheduler::CanStartLocked(Clock::time_point now) const {
-  return !queue_.empty() && model_.CanStart(now, queue_.front().file->ConcurrentSpeculativeReads(),
-                                            demand_active_.load(std::memory_order_acquire));
+  return !queue_.empty() && !yield_.load(std::memory_order_acquire) &&
+         model_.CanStart(now, queue_.front().file->ConcurrentSpeculativeReads(),
+                         demand_active_.load(std::memory_order_acquire));
 }
 
 RecordScheduler::Stats RecordScheduler::stats() const {

@@ -98,6 +98,12 @@ class RecordScheduler {
   // or queued for `file`; nothing if the file has no speculation hooks. Never blocks on I/O.
   void Speculate(const SourceFile& file, const std::vector<Range>& ranges) EXCLUDES(mu_);
 
+  // While yielding, no speculative read starts and no window is promoted (what is queued stays
+  // queued): the hint consumer fetches the readers' named files ahead, and the cache's room for
+  // bytes fetched ahead is theirs (a few reads before the hints arrived planned whole folders,
+  // whose speculation then held the room and stalled the hinted files behind it).
+  void Yield(bool yield) EXCLUDES(mu_);
+
   Stats stats() const EXCLUDES(mu_);
   // What user.pcrfs.prefetch on the mount's root shows.
   std::string Describe() const;
@@ -113,6 +119,7 @@ class RecordScheduler {
   mutable Mutex mu_;
   CondVar cv_;
   bool stop_ GUARDED_BY(mu_) = false;
+  std::atomic<bool> yield_{false};  // Yield()
   SpeculationQueue queue_ GUARDED_BY(mu_);
   SourceModel model_ GUARDED_BY(mu_);
   int idle_workers_ GUARDED_BY(mu_) = 0;  // workers waiting in Worker()
