@@ -237,12 +237,10 @@ void RangeCache::EvictLocked() {
       continue;
     }
     if (memory_.unread_lru.empty()) break;
-    // (A lambda is a function of its own to the lock analysis: the objects are passed in.)
-    auto& objects = memory_.objects;
-    auto partly = std::find_if(memory_.unread_lru.rbegin(), memory_.unread_lru.rend(),
-                               [&objects](const std::pair<uint32_t, uint64_t>& k) {
-                                 return !objects[k.first].at(k.second).unread.read.empty();
-                               });
+    auto partly = memory_.unread_lru.rbegin();
+    for (; partly != memory_.unread_lru.rend(); ++partly) {
+      if (!memory_.objects[partly->first].at(partly->second).unread.read.empty()) break;
+    }
     if (partly == memory_.unread_lru.rend()) {
       auto [id, start] = memory_.unread_lru.back();
       auto it = memory_.objects[id].find(start);
