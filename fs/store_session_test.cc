@@ -186,6 +186,14 @@ TEST_F(StoreSessionTest, FetchesARecordsPrefixThenReadsItsFiles) {
 // A child of the opener must not touch the parent's threads or locks: every call is refused,
 // destroying the session there neither joins nor hangs, and a session of its own reads.
 TEST_F(StoreSessionTest, AChildOpensItsOwnSession) {
+#if defined(__has_feature)
+#if __has_feature(address_sanitizer)
+  // clang 14's ASan allocator is not fork-safe: a child forked while another thread holds its
+  // size-class lock waits for it for ever (seen: every thread of the child in
+  // SizeClassAllocator64::GetFromAllocator, 4 runs of 6 at load 8). The gcc build runs this.
+  GTEST_SKIP() << "fork with threads under clang 14's ASan deadlocks in its allocator";
+#endif
+#endif
   auto s = Open({{"scans", "5"}});
   ASSERT_NE(s, nullptr);
   const std::vector<uint8_t> want = ReadAll(*s, "a/one.jpg");
