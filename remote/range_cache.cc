@@ -105,6 +105,7 @@ std::string RangeCacheStats::ToJson() const {
   j["unread_speculative_bytes"] = unread_speculative_bytes;
   j["reserved_ahead_bytes"] = reserved_ahead_bytes;
   j["evicted_unread_bytes"] = evicted_unread_bytes;
+  j["recently_read_bytes"] = recently_read_bytes;
   return j.dump();
 }
 
@@ -505,6 +506,10 @@ void RangeCache::NoteEvictedReadLocked(uint32_t id, uint64_t begin, uint64_t end
   evicted_read_bytes_ += z - b;
   const auto now = std::chrono::steady_clock::now();
   evicted_read_order_.push_back({id, begin, end, now});
+  ExpireEvictedReadLocked(now);
+}
+
+void RangeCache::ExpireEvictedReadLocked(std::chrono::steady_clock::time_point now) const {
   // Kept for kEvictedReadKept: long enough for a fetch ahead decided before the read (a
   // speculative read taken from the queue, a plan of files other readers have read), short
   // enough that the next epoch's fetch ahead is not held back; and at most kEvictedReadBytes.
@@ -539,6 +544,7 @@ std::vector<RangeCache::Range> RangeCache::MissingUnread(uint32_t id, uint64_t o
                                                          uint64_t n) const {
   std::vector<Range> missing = Missing(id, offset, n);
   MutexLock l(&mu_);
+  ExpireEvictedReadLocked(std::chrono::steady_clock::now());
   auto obj = evicted_read_.find(id);
   if (obj == evicted_read_.end()) return missing;
   std::vector<Range> out;
@@ -622,6 +628,8 @@ RangeCacheStats RangeCache::stats() const {
   s.disk_dead_bytes = st.dead_bytes;
   s.unread_speculative_bytes = unread_;
   s.reserved_ahead_bytes = reserved_;
+  ExpireEvictedReadLocked(std::chrono::steady_clock::now());
+  s.recently_read_bytes = evicted_read_bytes_;
   return s;
 }
 

@@ -72,6 +72,7 @@ struct RangeCacheStats {
   uint64_t unread_speculative_bytes = 0;  // fetched ahead, not read yet
   uint64_t reserved_ahead_bytes = 0;      // being fetched ahead (ReserveAhead)
   uint64_t evicted_unread_bytes = 0;      // fetched ahead and evicted before read (ever)
+  uint64_t recently_read_bytes = 0;       // read, evicted, not fetched ahead for now
   bool disk = false;                      // the disk tier is on
   // {"memory_bytes":..., "disk_bytes":..., "hit_ratio":..., ...}
   std::string ToJson() const;
@@ -97,7 +98,7 @@ class RangeCache {
   std::vector<Range> Copy(uint32_t id, uint64_t offset, uint64_t n, uint8_t* dst) EXCLUDES(mu_);
   // The ranges of [offset, offset + n) not kept, in order (copies nothing).
   std::vector<Range> Missing(uint32_t id, uint64_t offset, uint64_t n) const EXCLUDES(mu_);
-  // Missing, less the bytes read and evicted recently (in the last 10 s): what is worth
+  // Missing, less the bytes read and evicted recently (in the last 2 s): what is worth
   // fetching ahead. A level larger than the cache, read by many readers,
   // has a fetch ahead decided just before a reader took some of its bytes; those were then
   // fetched again and held as unread for good.
@@ -179,6 +180,8 @@ class RangeCache {
   void ForgetEvictedLocked(const std::vector<SegmentStore::Entry>& evicted) REQUIRES(mu_);
   // The memory tier evicted [begin, end) of `id`, read: remembered (MissingUnread).
   void NoteEvictedReadLocked(uint32_t id, uint64_t begin, uint64_t end) REQUIRES(mu_);
+  // Forgets what was evicted longer than kEvictedReadKept ago (or beyond kEvictedReadBytes).
+  void ExpireEvictedReadLocked(std::chrono::steady_clock::time_point now) const REQUIRES(mu_);
   // n unread bytes of segment `seq` were read or went.
   void LessUnreadInSegmentLocked(uint32_t seq, uint64_t n) REQUIRES(mu_);
   bool disk() const { return store_ != nullptr; }
@@ -204,11 +207,11 @@ class RangeCache {
     uint64_t begin, end;
     std::chrono::steady_clock::time_point when;
   };
-  static constexpr std::chrono::seconds kEvictedReadKept{10};
+  static constexpr std::chrono::seconds kEvictedReadKept{2};
   static constexpr uint64_t kEvictedReadBytes = uint64_t{256} << 20;
-  std::map<uint32_t, std::map<uint64_t, uint64_t>> evicted_read_ GUARDED_BY(mu_);
-  std::deque<EvictedRead> evicted_read_order_ GUARDED_BY(mu_);
-  uint64_t evicted_read_bytes_ GUARDED_BY(mu_) = 0;
+  mutable std::map<uint32_t, std::map<uint64_t, uint64_t>> evicted_read_ GUARDED_BY(mu_);
+  mutable std::deque<EvictedRead> evicted_read_order_ GUARDED_BY(mu_);
+  mutable uint64_t evicted_read_bytes_ GUARDED_BY(mu_) = 0;
   RangeCacheStats stats_ GUARDED_BY(mu_);  // counters only
 };
 
