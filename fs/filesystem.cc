@@ -291,9 +291,8 @@ Status Filesystem::OpenDir(uint64_t ino) const {
   return Status::OK();
 }
 
-Result<uint64_t> Filesystem::LookupPath(std::string_view path) const {
-  int level = options_.fixed_level;  // 0: the ladder, whose first component says it
-  uint64_t ino = index::kRootIno;
+Status ForEachPathComponent(std::string_view path,
+                            const std::function<Status(std::string_view)>& fn) {
   size_t pos = 0;
   while (pos <= path.size()) {
     size_t slash = path.find('/', pos);
@@ -301,18 +300,27 @@ Result<uint64_t> Filesystem::LookupPath(std::string_view path) const {
     const std::string_view name = path.substr(pos, slash - pos);
     pos = slash + 1;
     if (name.empty() || name == ".") continue;
-    if (name == "..") return Err(Errno(EINVAL, path));
+    if (name == "..") return Errno(EINVAL, path);
+    PCRFS_RETURN_IF_ERROR(fn(name));
+  }
+  return Status::OK();
+}
+
+Result<uint64_t> Filesystem::LookupPath(std::string_view path) const {
+  int level = options_.fixed_level;  // 0: the ladder, whose first component says it
+  uint64_t ino = index::kRootIno;
+  PCRFS_RETURN_ERR_IF_ERROR(ForEachPathComponent(path, [&](std::string_view name) -> Status {
     if (level == 0) {
       for (int k = 1; k <= index::kNumGroups && level == 0; ++k) {
         if (name == "scan" + std::to_string(k)) level = k;
       }
-      if (level == 0) return Err(Errno(ENOENT, path));
-      continue;
+      return level == 0 ? Errno(ENOENT, path) : Status::OK();
     }
     auto child = store_->index().Lookup(ino, name);
-    if (!child) return Err(child.error().IsNotFound() ? Errno(ENOENT, path) : child.error());
+    if (!child) return child.error().IsNotFound() ? Errno(ENOENT, path) : child.error();
     ino = *child;
-  }
+    return Status::OK();
+  }));
   if (level == 0 || ino == index::kRootIno) return Err(Errno(EISDIR, path));
   auto e = store_->index().Get(ino);
   if (!e) return Err(e.error().IsNotFound() ? Errno(ENOENT, path) : e.error());

@@ -97,6 +97,12 @@ struct FsOptions {
 inline constexpr uint32_t kBlockSize = 128 * 1024;  // st_blksize: one FUSE read request
 inline constexpr uint32_t kStatFsUnit = 4096;       // statfs's f_frsize, df's unit
 
+// Calls fn with each component of a '/'-separated path in turn, skipping empty and "."
+// components; a ".." component is EINVAL naming the path. Stops at fn's first error and
+// returns it.
+Status ForEachPathComponent(std::string_view path,
+                            const std::function<Status(std::string_view)>& fn);
+
 class Filesystem {
  public:
   Filesystem(std::unique_ptr<index::Store> store, FsOptions options);

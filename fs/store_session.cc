@@ -120,22 +120,16 @@ Status StoreSession::CheckProcess() const {
 Result<uint64_t> StoreSession::Resolve(std::string_view path) const {
   PCRFS_RETURN_ERR_IF_ERROR(CheckProcess());
   uint64_t ino = kFuseRootIno;
-  size_t pos = 0;
-  while (pos <= path.size()) {
-    size_t slash = path.find('/', pos);
-    if (slash == std::string_view::npos) slash = path.size();
-    const std::string_view name = path.substr(pos, slash - pos);
-    pos = slash + 1;
-    if (name.empty() || name == ".") continue;
-    if (name == "..") return Err(Errno(EINVAL, path));
+  PCRFS_RETURN_ERR_IF_ERROR(ForEachPathComponent(path, [&](std::string_view name) -> Status {
     auto st = fs_->Lookup(ino, name);
     if (!st) {
       const int err = st.error().ToErrno();
-      if (err == ENOENT || err == ENOTDIR) return Err(Errno(err, path));
-      return Err(st.error());
+      if (err == ENOENT || err == ENOTDIR) return Errno(err, path);
+      return st.error();
     }
     ino = st->st_ino;
-  }
+    return Status::OK();
+  }));
   return ino;
 }
 
