@@ -133,6 +133,9 @@ SpeculationQueue::Range SpeculationQueue::Promote(const SpeculationSource* file,
 }
 
 void SpeculationQueue::NoteDemanded(const SpeculationSource* file, const Range& r) {
+  // Forgotten as plans are (a mount that plans nothing, -o prefetch=0 or hints alone, would
+  // otherwise keep every piece it ever read).
+  MaybeForget();
   // Seen, too: a plan that comes after the read (a reader walking a folder plans the files
   // after its own, which other readers may have read already) does not queue it again.
   Insert(&seen_[file], r.offset, r.offset + r.length, nullptr);

@@ -240,5 +240,22 @@ TEST(SpeculationQueueTest, ManyQueuedRanges) {
   EXPECT_EQ(q.Snapshot().size(), size_t{100} * 1000 * 2);
 }
 
+// What demand reads fetched is forgotten like what was taken, also when nothing is ever
+// planned (-o prefetch=0, or hints alone): the ranges a mount remembers stay bounded.
+TEST(SpeculationQueueTest, DemandedRangesAreForgottenWithoutPlans) {
+  SpeculationQueue q(/*forget_after=*/1000);
+  auto f = File("a");
+  q.NoteDemanded(f.get(), {0, 100});
+  for (uint64_t i = 1; i <= 30; ++i) {
+    q.NoteDemand(100);
+    q.NoteDemanded(f.get(), {i * 1000, 100});
+  }
+  EXPECT_GE(q.forgotten(), 2u);
+  // Two generations later the first piece may be queued again (a new epoch reads it again).
+  EXPECT_EQ(q.Add(f, {{0, 100}}, 1 << 20).size(), 1u);
+  // A piece read just now may not.
+  EXPECT_TRUE(q.Add(f, {{30000, 100}}, 1 << 20).empty());
+}
+
 }  // namespace
 }  // namespace pcrfs::fs
