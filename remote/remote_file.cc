@@ -129,6 +129,22 @@ void RemoteFile::NoteConsumed(Fetch& f, uint64_t offset, uint64_t n) const {
   cache_->MarkRead(cache_id_, offset, n);
 }
 
+void RemoteFile::RetireLandedLocked(Shared& shared, Fetch& f) {
+  if (!f.landed || f.retired) return;
+  f.retired = true;
+  shared.landed_live.fetch_sub(1, std::memory_order_relaxed);
+}
+
+void RemoteFile::DropOldestLandedLocked(Shared& shared) {
+  const std::shared_ptr<Fetch> old = shared.landed.front();
+  shared.landed.pop_front();
+  shared.landed_bytes -= old->end - old->offset;
+  g_landed_bytes.fetch_sub(old->end - old->offset, std::memory_order_relaxed);
+  auto o = shared.pending.find(old->offset);
+  if (o != shared.pending.end() && o->second == old) shared.pending.erase(o);
+  RetireLandedLocked(shared, *old);
+}
+
 void RemoteFile::TakenLocked(Shared& shared, Fetch& f, uint64_t offset, uint64_t end) {
   if (!f.landed || f.to_read == 0) return;
   f.to_read -= std::min(f.to_read, end - offset);
@@ -138,6 +154,7 @@ void RemoteFile::TakenLocked(Shared& shared, Fetch& f, uint64_t offset, uint64_t
   // Still in flight: its completion sees to_read == 0 and lets it go.
   if (!f.completed) return;
   shared.pending.erase(it);
+  RetireLandedLocked(shared, f);
   for (auto l = shared.landed.begin(); l != shared.landed.end(); ++l) {
     if (l->get() != &f) continue;
     shared.landed_bytes -= f.end - f.offset;
@@ -148,8 +165,8 @@ void RemoteFile::TakenLocked(Shared& shared, Fetch& f, uint64_t offset, uint64_t
 }
 
 void RemoteFile::TakeLanded(uint64_t offset, uint64_t end) const {
+  if (shared_->landed_live.load(std::memory_order_relaxed) == 0) return;
   MutexLock l(&shared_->mu);
-  if (shared_->landed.empty()) return;
   auto& pending = shared_->pending;
   auto it = pending.upper_bound(offset);
   if (it != pending.begin()) --it;
@@ -202,22 +219,21 @@ void RemoteFile::Submit(const std::vector<std::shared_ptr<Fetch>>& started, bool
         auto it = shared->pending.find(f->offset);
         if (it != shared->pending.end() && it->second == f) {
           const uint64_t size = f->end - f->offset;
+          const auto now = std::chrono::steady_clock::now();
+          while (!shared->landed.empty() && now - shared->landed.front()->kept_at > kLandedKept) {
+            DropOldestLandedLocked(*shared);
+          }
           if (s.ok() && f->landed && f->to_read > 0 &&
               g_landed_bytes.load(std::memory_order_relaxed) + size <= kMaxLandedTotal) {
             // Kept for its reader; the oldest kept go beyond the file's bound.
+            f->kept_at = now;
             shared->landed.push_back(f);
             shared->landed_bytes += size;
             g_landed_bytes.fetch_add(size, std::memory_order_relaxed);
-            while (shared->landed_bytes > kMaxLandedBytes) {
-              const std::shared_ptr<Fetch> old = shared->landed.front();
-              shared->landed.pop_front();
-              shared->landed_bytes -= old->end - old->offset;
-              g_landed_bytes.fetch_sub(old->end - old->offset, std::memory_order_relaxed);
-              auto o = shared->pending.find(old->offset);
-              if (o != shared->pending.end() && o->second == old) shared->pending.erase(o);
-            }
+            while (shared->landed_bytes > kMaxLandedBytes) DropOldestLandedLocked(*shared);
           } else {
             shared->pending.erase(it);
+            RetireLandedLocked(*shared, *f);
           }
         }
       }
@@ -334,6 +350,7 @@ bool RemoteFile::PrefetchRange(uint64_t offset, uint64_t n, bool ahead) const {
         f->landed = true;
         f->to_read = f->end - f->offset;
       }
+      shared_->landed_live.fetch_add(started.size(), std::memory_order_relaxed);
     }
   }
   Submit(started, /*background=*/false, ahead);
@@ -390,6 +407,7 @@ bool RemoteFile::DropCached(uint64_t offset, uint64_t n) const {
       }
       auto p = shared_->pending.find(f->offset);
       if (p != shared_->pending.end() && p->second == f) shared_->pending.erase(p);
+      RetireLandedLocked(*shared_, *f);
       shared_->landed_bytes -= f->end - f->offset;
       g_landed_bytes.fetch_sub(f->end - f->offset, std::memory_order_relaxed);
       it = shared_->landed.erase(it);

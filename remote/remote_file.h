@@ -3,6 +3,8 @@
 // local file, conditionally.
 #pragma once
 
+#include <atomic>
+#include <chrono>
 #include <cstdint>
 #include <functional>
 #include <future>
@@ -99,6 +101,8 @@ class RemoteFile final : public RandomAccessFile, public SpeculationSource {
     bool landed = false;
     uint64_t to_read = 0;
     bool completed = false;  // its answer came (guarded by Shared::mu)
+    bool retired = false;    // a landed fetch that left `pending` (guarded by Shared::mu)
+    std::chrono::steady_clock::time_point kept_at;  // when it was kept (Shared::mu)
   };
   // Waits until bytes [f->offset, until) of f may be copied (true), or f finished without
   // them (false: f->done has its status; OK when the answer was not a progressive one).
@@ -113,7 +117,16 @@ class RemoteFile final : public RandomAccessFile, public SpeculationSource {
     // came leaves its pieces to the cache).
     std::list<std::shared_ptr<Fetch>> landed GUARDED_BY(mu);
     uint64_t landed_bytes GUARDED_BY(mu) = 0;
+    // Landed fetches in `pending`, in flight or kept: a read that finds none takes no lock.
+    std::atomic<uint64_t> landed_live{0};
   };
+  // A piece kept for a reader that did not come for it this long goes (its read failed on
+  // another piece, or found the bytes elsewhere): stale ones would hold the process's bound.
+  static constexpr std::chrono::seconds kLandedKept{10};
+  // Landed fetch f leaves `pending` for good (counted once). REQUIRES: shared.mu held.
+  static void RetireLandedLocked(Shared& shared, Fetch& f) REQUIRES(shared.mu);
+  // Drops the oldest kept landed fetch. REQUIRES: shared.mu held, shared.landed not empty.
+  static void DropOldestLandedLocked(Shared& shared) REQUIRES(shared.mu);
   static constexpr uint64_t kMaxLandedBytes = uint64_t{16} << 20;
   static constexpr uint64_t kMaxLandedTotal = uint64_t{64} << 20;
   // A reader took [offset, end) of f: a landed fetch leaves `pending` once all of it was taken.
