@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <cstring>
 
 namespace pcrfs {
 
@@ -89,6 +90,14 @@ bool PosixRandomAccessFile::ReadCached(uint64_t offset, size_t n, uint8_t* dst) 
     done += static_cast<size_t>(got);
   }
   return true;
+}
+
+Status PrefixFile::Read(uint64_t offset, size_t n, uint8_t* dst) const {
+  if (offset <= prefix_.size() && n <= prefix_.size() - offset) {
+    if (n != 0) std::memcpy(dst, prefix_.data() + offset, n);
+    return Status::OK();
+  }
+  return base_.file().Read(offset, n, dst);
 }
 
 }  // namespace pcrfs

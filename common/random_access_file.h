@@ -78,6 +78,7 @@ class SourceFile {
     return f;
   }
 
+  bool has_file() const { return file_ != nullptr; }
   // REQUIRES: a file (not default-constructed).
   const RandomAccessFile& file() const { return *file_; }
   // Null: the source keeps nothing; read nothing ahead of need from it.
@@ -92,6 +93,23 @@ class SourceFile {
   std::shared_ptr<const void> owner_;
   const RandomAccessFile* file_ = nullptr;
   const SpeculationSource* speculation_ = nullptr;
+};
+
+// A file's first bytes held in memory, read once with one sequential read: reads that lie
+// inside them are copies, the rest go to the file itself (a record's level-K prefix for the
+// paper's reader: StoreSession::ReadRecord). Keeps the base file open. Thread-safe.
+class PrefixFile final : public RandomAccessFile {
+ public:
+  PrefixFile(SourceFile base, std::vector<uint8_t> prefix)
+      : base_(std::move(base)), prefix_(std::move(prefix)) {}
+  Status Read(uint64_t offset, size_t n, uint8_t* dst) const override;
+  uint64_t Size() const override { return base_.file().Size(); }
+  const std::string& name() const override { return base_.file().name(); }
+  uint64_t prefix_size() const { return prefix_.size(); }
+
+ private:
+  SourceFile base_;
+  std::vector<uint8_t> prefix_;
 };
 
 }  // namespace pcrfs

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "common/file_util.h"
+#include "common/test_support.h"
 
 namespace pcrfs {
 namespace {
@@ -144,6 +145,29 @@ TEST(SourceFileTest, HooksOnlyFromASpeculativeFileAndSharedOwnership) {
   hooks.reset();
   EXPECT_TRUE(alive.expired());
   ::unlink(path.c_str());
+}
+
+// A record's prefix held in memory: reads inside it are copies (the base is not read: a fault
+// there does not touch them), reads that pass its end go to the base file.
+TEST(PrefixFileTest, ReadsInsideThePrefixAreCopiesTheRestGoToTheFile) {
+  std::vector<uint8_t> data(1000);
+  for (size_t i = 0; i < data.size(); ++i) data[i] = static_cast<uint8_t>(i * 7);
+  auto base = std::make_shared<test::MemoryFile>("rec.pcr", data);
+  std::vector<uint8_t> prefix(data.begin(), data.begin() + 300);
+  prefix[10] ^= 0xff;  // tells a copy from a read of the base
+  const PrefixFile file(SourceFile(base), prefix);
+  EXPECT_EQ(file.Size(), 1000u);
+  EXPECT_EQ(file.name(), "rec.pcr");
+  EXPECT_EQ(file.prefix_size(), 300u);
+  std::vector<uint8_t> out(300);
+  ASSERT_TRUE(file.Read(0, 300, out.data()).ok());
+  EXPECT_EQ(out, prefix);
+  ASSERT_TRUE(file.Read(5, 20, out.data()).ok());
+  EXPECT_EQ(out[5], prefix[10]);
+  ASSERT_TRUE(file.Read(290, 20, out.data()).ok());  // crosses the prefix's end: the base's
+  EXPECT_TRUE(std::equal(out.begin(), out.begin() + 20, data.begin() + 290));
+  EXPECT_FALSE(file.Read(990, 20, out.data()).ok());  // past the end: the base's Corruption
+  ASSERT_TRUE(file.Read(300, 0, out.data()).ok());
 }
 
 }  // namespace

@@ -1,7 +1,9 @@
 #include "fs/store_session.h"
 
+#include <algorithm>
 #include <cerrno>
 #include <filesystem>
+#include <optional>
 
 #include "common/log.h"
 #include "fs/inode.h"
@@ -15,6 +17,10 @@ namespace pcrfs::fs {
 namespace {
 
 Status Errno(int err, std::string_view what) { return Status::FromErrno(what, err); }
+
+// The longest record prefix ReadRecord holds (a longer one, which only a crafted index or a
+// record of gigabytes has, is read file by file).
+constexpr uint64_t kMaxRecordPrefix = uint64_t{1} << 30;
 
 // -o msssim=X: the lowest level whose 5th-percentile MS-SSIM is at least X (as the daemon
 // chooses it, with its message when the store has no quality sample).
@@ -96,6 +102,7 @@ Result<std::unique_ptr<StoreSession>> StoreSession::Open(const std::string& stor
   }
   if (fs_options.fixed_level == 0) fs_options.fixed_level = index::kNumGroups;
   session->level_ = fs_options.fixed_level;
+  session->baseline_ = fs_options.form == ServedForm::kBaseline;
   const bool fill = location->remote && config.remote.disk_cache_fill;
   session->fs_ = std::make_unique<Filesystem>(std::move(*opened), std::move(fs_options));
   if (fill) session->fs_->FillLevel(session->level_);
@@ -185,6 +192,72 @@ Status StoreSession::FetchRecord(uint32_t record) const {
     return Status::IOError(warmed.error().message(), EIO);
   }
   return Status::OK();
+}
+
+Result<std::vector<uint8_t>> StoreSession::ReadWhole(uint64_t ino) const {
+  auto st = fs_->GetAttr(ino);
+  if (!st) return Err(st.error());
+  if (S_ISDIR(st->st_mode)) return Err(Errno(EISDIR, "inode " + std::to_string(ino)));
+  std::vector<uint8_t> out(static_cast<size_t>(st->st_size));
+  size_t got = 0;
+  while (got < out.size()) {
+    auto n = fs_->Read(ino, got, out.size() - got, out.data() + got);
+    if (!n) return Err(n.error());
+    if (*n == 0) break;
+    got += *n;
+  }
+  out.resize(got);
+  return out;
+}
+
+std::vector<Result<std::vector<uint8_t>>> StoreSession::ReadRecord(
+    uint32_t record, const std::vector<uint64_t>& inos) const {
+  std::vector<Result<std::vector<uint8_t>>> out;
+  out.reserve(inos.size());
+  if (Status s = CheckProcess(); !s.ok()) {
+    for (size_t i = 0; i < inos.size(); ++i) out.push_back(Err(s));
+    return out;
+  }
+  const index::Store& store = fs_->store();
+  // The prefix, unless a file is read as Read reads it anyway.
+  std::optional<SourceFile> prefix;
+  if (!baseline_ && !inos.empty()) {
+    auto info = store.index().GetRecord(record);
+    auto file = info ? store.OpenRecord(record) : Result<SourceFile>(Err(info.error()));
+    if (info && file) {
+      const uint64_t at_level = index::RecordBytesAtLevel(*info, level_);
+      const uint64_t end =
+          std::min(at_level - std::min(at_level, index::kRecordFooterSize), file->file().Size());
+      std::vector<uint8_t> bytes;
+      if (end <= kMaxRecordPrefix) bytes.resize(static_cast<size_t>(end));
+      if (!bytes.empty() && file->file().Read(0, bytes.size(), bytes.data()).ok()) {
+        prefix = SourceFile(std::make_shared<const PrefixFile>(*file, std::move(bytes)));
+      }
+    }
+  }
+  for (uint64_t ino : inos) {
+    const NodeId id = FromFuseIno(ino);
+    auto e = store.index().Get(id.store_ino);
+    if (e && (e->is_dir() || e->record != record)) {
+      out.push_back(Err(Errno(e->is_dir() ? EISDIR : EINVAL,
+                              e->name + " (not a file of record " + std::to_string(record) + ")")));
+      continue;
+    }
+    if (e && prefix) {
+      std::vector<uint8_t> bytes;
+      bytes.reserve(static_cast<size_t>(std::min(e->SizeAtLevel(level_), kMaxRecordPrefix)));
+      const Status s = store.ReadFileTo(*e, level_, *prefix, [&](std::span<const uint8_t> b) {
+        bytes.insert(bytes.end(), b.begin(), b.end());
+        return Status::OK();
+      });
+      if (s.ok()) {
+        out.push_back(std::move(bytes));
+        continue;
+      }
+    }
+    out.push_back(ReadWhole(ino));
+  }
+  return out;
 }
 
 Result<size_t> StoreSession::Read(uint64_t ino, uint64_t offset, size_t size, uint8_t* dst) const {

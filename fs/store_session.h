@@ -85,6 +85,16 @@ class StoreSession {
   // read when the source keeps nothing or has no room for bytes fetched ahead (the files are
   // then read as any read is). Errors: the record cannot be opened or read (EIO).
   Status FetchRecord(uint32_t record) const;
+  // Reads the files `inos` of record `record` (PlacementOf's) the paper's way: the record's
+  // level-K prefix with one sequential read into this call's memory (one ranged GET from a
+  // remote store, whatever its cache's size), then each file from that copy, every piece
+  // checked against its CRC. One result per file, in order: its bytes, or the error Read gives
+  // for it. A file whose copy fails its check, or every file when the prefix cannot be read (or
+  // is over 1 GiB), is read again as Read reads it: damage costs the files it touches, and errors
+  // and logs are the mount's. With form=baseline every file is read as Read reads it, after
+  // FetchRecord. EINVAL for a file that is not in `record`.
+  std::vector<Result<std::vector<uint8_t>>> ReadRecord(uint32_t record,
+                                                       const std::vector<uint64_t>& inos) const;
 
   int level() const { return level_; }
   // What errors and logs name: the local path, or the redacted URL.
@@ -100,6 +110,8 @@ class StoreSession {
   StoreSession(std::string store, Options options) : store_(std::move(store)), options_(options) {}
   // OK in the opening process; EBADFD (naming both pids) in any other.
   Status CheckProcess() const;
+  // The whole file `ino`, read as Read reads it.
+  Result<std::vector<uint8_t>> ReadWhole(uint64_t ino) const;
 
   const std::string store_;
   const Options options_;
@@ -107,6 +119,7 @@ class StoreSession {
   std::string name_;
   bool remote_ = false;
   int level_ = 0;
+  bool baseline_ = false;  // form=baseline
   // A remote store's object client and cache are the store's (OpenStoreAt keeps them alive).
   std::unique_ptr<Filesystem> fs_;
 };

@@ -9,6 +9,7 @@
 #include <cerrno>
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -166,6 +167,26 @@ TEST_F(StoreSessionTest, DamageIsTheDaemonsLine) {
     EXPECT_NE(n.error().message().find(path), std::string::npos) << n.error().message();
   }
   EXPECT_GT(damaged, 0);
+  // ReadRecord: the same files fail with the same line (read again through the Filesystem),
+  // the others are their bytes.
+  int damaged_in_records = 0;
+  for (const char* path : {"a/one.jpg", "a/two.jpg", "a/b/three.jpg", "top.jpg"}) {
+    const uint64_t ino = *s->Resolve(path);
+    auto got = s->ReadRecord(s->PlacementOf(ino)->record, {ino});
+    ASSERT_EQ(got.size(), 1u);
+    std::vector<uint8_t> bytes(1 << 20);
+    auto n = s->Read(ino, 0, bytes.size(), bytes.data());
+    if (n) {
+      bytes.resize(*n);
+      ASSERT_TRUE(got[0].has_value()) << path << ": " << got[0].error().ToString();
+      EXPECT_EQ(*got[0], bytes) << path;
+      continue;
+    }
+    ++damaged_in_records;
+    ASSERT_FALSE(got[0].has_value()) << path;
+    EXPECT_EQ(got[0].error().ToString(), n.error().ToString());
+  }
+  EXPECT_EQ(damaged_in_records, damaged);
 }
 
 // The paper's reader: a record's level-K prefix in one read, then its files from what that read
@@ -181,6 +202,40 @@ TEST_F(StoreSessionTest, FetchesARecordsPrefixThenReadsItsFiles) {
   ASSERT_TRUE(s->FetchRecord(one->record).ok());
   EXPECT_EQ(ReadAll(*s, "a/one.jpg"), MountBytes(4, "a/one.jpg"));
   EXPECT_FALSE(s->FetchRecord(100000).ok());
+}
+
+// ReadRecord: a record's files cut from one read of its prefix (no read through the
+// Filesystem: nothing counts as served), with the mount's bytes at every level; a file of
+// another record is refused.
+TEST_F(StoreSessionTest, ReadsARecordsFilesFromOneReadOfItsPrefix) {
+  for (int level : {1, 4, 10}) {
+    auto s = Open({{"scans", std::to_string(level)}});
+    ASSERT_NE(s, nullptr);
+    std::map<uint32_t, std::vector<std::pair<uint64_t, std::string>>> by_record;
+    for (const char* path : {"a/one.jpg", "a/two.jpg", "a/b/three.jpg", "top.jpg", "notes.txt"}) {
+      const uint64_t ino = *s->Resolve(path);
+      by_record[s->PlacementOf(ino)->record].emplace_back(ino, path);
+    }
+    for (const auto& [record, files] : by_record) {
+      std::vector<uint64_t> inos;
+      for (const auto& f : files) inos.push_back(f.first);
+      auto got = s->ReadRecord(record, inos);
+      ASSERT_EQ(got.size(), files.size());
+      for (size_t i = 0; i < files.size(); ++i) {
+        ASSERT_TRUE(got[i].has_value()) << files[i].second << ": " << got[i].error().ToString();
+        EXPECT_EQ(*got[i], MountBytes(level, files[i].second)) << files[i].second;
+      }
+    }
+    EXPECT_EQ(s->filesystem().bytes_served(), 0u) << "level " << level;
+  }
+  auto s = Open({{"scans", "3"}});
+  ASSERT_NE(s, nullptr);
+  const uint64_t one = *s->Resolve("a/one.jpg");
+  const uint32_t record = s->PlacementOf(one)->record;
+  auto got = s->ReadRecord(record + 1, {one});
+  ASSERT_EQ(got.size(), 1u);
+  ASSERT_FALSE(got[0].has_value());
+  EXPECT_EQ(got[0].error().ToErrno(), EINVAL) << got[0].error().ToString();
 }
 
 // A child of the opener must not touch the parent's threads or locks: every call is refused,

@@ -495,7 +495,12 @@ Status Store::ReadFile(const Entry& e, int k, std::vector<uint8_t>* out) const {
   });
 }
 
-Status Store::ReadFileTo(const Entry& unresolved, int k, const ByteSink& sink) const {
+Status Store::ReadFileTo(const Entry& e, int k, const ByteSink& sink) const {
+  return ReadFileTo(e, k, SourceFile(), sink);
+}
+
+Status Store::ReadFileTo(const Entry& unresolved, int k, const SourceFile& record,
+                         const ByteSink& sink) const {
   Entry resolved_copy;
   const Entry* ep = &unresolved;
   if (!unresolved.PiecesResolved(k)) {
@@ -513,6 +518,7 @@ Status Store::ReadFileTo(const Entry& unresolved, int k, const ByteSink& sink) c
   }
   auto rec = GetRecordFile(e.record);
   if (!rec) return rec.error();
+  const SourceFile& file = record.has_file() ? record : rec->file;
   const LevelPlan plan(e.kind, e.pieces, k);
   for (int g = 0; g < plan.pieces_used(); ++g) {
     const auto gi = static_cast<size_t>(g);
@@ -530,7 +536,7 @@ Status Store::ReadFileTo(const Entry& unresolved, int k, const ByteSink& sink) c
   for (const LevelSpan& s : plan.spans()) {
     buf.resize(static_cast<size_t>(std::min(s.piece.length, kChecksumBlockSize)));
     for (uint64_t b = s.first_block(); b < s.end_block(); ++b) {
-      PCRFS_RETURN_IF_ERROR(ReadBlock(rec->file, e, s.group, b, buf.data()));
+      PCRFS_RETURN_IF_ERROR(ReadBlock(file, e, s.group, b, buf.data()));
       const uint64_t block_begin = b * kChecksumBlockSize;
       const uint64_t from = std::max(s.begin, block_begin) - block_begin;
       const uint64_t to =

@@ -99,6 +99,10 @@ class Store {
   // each), each checked before sink sees it: constant memory whatever the file's size.
   using ByteSink = std::function<Status(std::span<const uint8_t> bytes)>;
   Status ReadFileTo(const Entry& e, int k, const ByteSink& sink) const;
+  // The same, reading e's record through `record` instead of the store's own handle: a copy of
+  // the record's first bytes held in memory (StoreSession::ReadRecord) that falls back to the
+  // real file past them. Every piece is still checked against its CRC.
+  Status ReadFileTo(const Entry& e, int k, const SourceFile& record, const ByteSink& sink) const;
 
   // The masked CRC32C of checksum block `block` of piece `group` (1..10) of e: the piece's own
   // CRC when it has one block; else from the index, or for a format 2 index computed by

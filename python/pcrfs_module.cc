@@ -183,6 +183,32 @@ class Session {
     if (!s.ok()) Raise(s, "");
   }
 
+  // [bytes or OSError] of the files `inos` of record `record` (StoreSession::ReadRecord): a
+  // file that cannot be read is its exception, raised when that sample is used, not the whole
+  // record's.
+  py::list ReadRecord(uint32_t record, const std::vector<uint64_t>& inos) const {
+    std::vector<Result<std::vector<uint8_t>>> files;
+    {
+      py::gil_scoped_release unlocked;
+      files = session_->ReadRecord(record, inos);
+    }
+    py::list out;
+    for (auto& f : files) {
+      if (f) {
+        out.append(py::bytes(reinterpret_cast<const char*>(f->data()), f->size()));
+        continue;
+      }
+      try {
+        Raise(f.error(), "");
+      } catch (py::error_already_set& e) {
+        out.append(e.value());
+      } catch (py::value_error& e) {
+        out.append(py::reinterpret_borrow<py::object>(PyExc_ValueError)(e.what()));
+      }
+    }
+    return out;
+  }
+
   int level() const { return session_->level(); }
   const std::string& name() const { return session_->name(); }
   bool remote() const { return session_->remote(); }
@@ -210,6 +236,7 @@ PYBIND11_MODULE(_pcrfs, m) {
       .def("readinto", &Session::ReadInto, py::arg("ino"), py::arg("offset"), py::arg("buffer"))
       .def("placements", &Session::Placements, py::arg("inos"))
       .def("fetch_record", &Session::FetchRecord, py::arg("record"))
+      .def("read_record", &Session::ReadRecord, py::arg("record"), py::arg("inos"))
       .def_property_readonly("level", &Session::level)
       .def_property_readonly("name", &Session::name)
       .def_property_readonly("remote", &Session::remote)

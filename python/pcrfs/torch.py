@@ -31,6 +31,7 @@ when an ImageFolder is made. Workers:
 itself (pcrfs.Store), and pickling a dataset carries its store's URL and options only.
 """
 
+import io
 import os
 import random
 
@@ -118,7 +119,11 @@ class ImageFolder(torch.utils.data.Dataset):
     def __getitem__(self, index):
         path, target = self.samples[index]
         with self.store.open(path) as f:
-            sample = self.loader(f)
+            return self._item(f, target)
+
+    def _item(self, f, target):
+        """(transform(loader(f)), target_transform(target))."""
+        sample = self.loader(f)
         if self.transform is not None:
             sample = self.transform(sample)
         if self.target_transform is not None:
@@ -135,9 +140,10 @@ class ImageFolder(torch.utils.data.Dataset):
 
 class RecordDataset(torch.utils.data.IterableDataset):
     """The files of `root` read as the PCR paper's reader reads them: records in a seeded
-    shuffled order, each record's level-K prefix fetched with one sequential read (one ranged
-    GET from a remote store; Store's fetch_record), its files then read from what that read
-    left in the cache and mixed through a shuffle buffer of `shuffle_buffer` files. Yields
+    shuffled order, each record's level-K prefix read with one sequential read into memory (one
+    ranged GET from a remote store, whatever the size of its cache), its files cut from it,
+    every piece checked, and mixed through a shuffle buffer of `shuffle_buffer` files (which
+    holds their bytes: memory ~ shuffle_buffer x a file's size, plus a record's prefix). Yields
     (transform(loader(file)), target_transform(target)) with ImageFolder's targets (its
     classes, class_to_idx, samples and targets are here too).
 
@@ -151,11 +157,12 @@ class RecordDataset(torch.utils.data.IterableDataset):
 
     def __init__(self, store, root="train", scans=None, shuffle=True, seed=0, shuffle_buffer=1024,
                  rank=None, world_size=None, loader=None, transform=None, target_transform=None,
-                 **options):
+                 is_valid_file=None, **options):
         super().__init__()
         self.store = _store_of(store, scans, options)
         self._folder = ImageFolder(self.store, root=root, transform=transform,
-                                   target_transform=target_transform, loader=loader)
+                                   target_transform=target_transform, loader=loader,
+                                   is_valid_file=is_valid_file)
         self.root = self._folder.root
         self.classes = self._folder.classes
         self.class_to_idx = self._folder.class_to_idx
@@ -166,7 +173,8 @@ class RecordDataset(torch.utils.data.IterableDataset):
         self.shuffle_buffer = max(1, int(shuffle_buffer))
         self.rank, self.world_size = rank, world_size
         session = self.store._live()
-        placements = session.placements([session.resolve(p) for p, _ in self.samples])
+        self._inos = [session.resolve(p) for p, _ in self.samples]
+        placements = session.placements(self._inos)
         by_record = {}
         for i, (record, slot) in enumerate(placements):
             by_record.setdefault(record, []).append((slot, i))
@@ -251,17 +259,27 @@ class RecordDataset(torch.utils.data.IterableDataset):
         shard, shards, worker, workers = self._partition()
         skip = self._skip(worker, workers)
         session = self.store._live()
+        files = {r: indices for r, indices in self.records}
+        held = {}  # sample index -> its bytes (or the exception reading it gave)
         n = 0
         for kind, x in self._events(shard, shards):
             if kind == "record":
                 if n >= skip:  # while skipping, nothing is read
-                    session.fetch_record(x)
+                    indices = files[x]
+                    read = session.read_record(x, [self._inos[i] for i in indices])
+                    held.update(zip(indices, read))
                 continue
             n += 1
+            data = held.pop(x, None)
             if n <= skip:
                 continue
             self._yielded = n
-            yield self._folder[x]
+            if data is None:  # its record was passed over by a resume: read it alone
+                yield self._folder[x]
+                continue
+            if isinstance(data, BaseException):
+                raise data
+            yield self._folder._item(io.BytesIO(data), self._folder.targets[x])
 
 
 def _pop_random(buffer, rng):

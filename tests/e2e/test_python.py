@@ -212,6 +212,27 @@ class PythonStoreTest(LoopbackServersCase):
                 damaged.append(path)
         self.assertTrue(damaged)
         self.assertLessEqual(len(damaged), 4)  # that record's files only
+        # RecordDataset reads the record's prefix in one read: the same files fail, with the
+        # same line, when their samples come up, and every other file is its bytes.
+        from pcrfs.torch import RecordDataset
+        data = RecordDataset(copy, root="", scans=10, shuffle=False, loader=lambda f: f.read(),
+                             is_valid_file=lambda p: True)
+        it, got, failed = iter(data), [], []
+        for i in range(len(data)):
+            try:
+                got.append(next(it)[0])
+            except OSError as e:
+                self.assertEqual(e.errno, errno.EIO, e)
+                self.assertTrue(e.strerror.startswith("damaged data: "), e.strerror)
+                failed.append(e.strerror)
+                # A generator that raised is done: resume after the sample that failed.
+                data.load_state_dict({"epoch": 0, "seed": 0, "samples": i + 1})
+                it = iter(data)
+        self.assertEqual(sorted(p for p in damaged if any(p in f for f in failed)),
+                         sorted(damaged))
+        self.assertEqual(len(failed), len(damaged))
+        self.assertEqual(sorted(got), sorted(self.extracted[10][p] for p in self.extracted[10]
+                                             if p not in damaged))
 
     def dataloader_reads_each_once(self, context):
         import torch.utils.data
@@ -321,13 +342,119 @@ class PythonStoreTest(LoopbackServersCase):
             "        p = f'{d}/{n}' if d else n\n"
             "        got[p] = hashlib.sha256(s.read(p)).hexdigest()\n"
             "print(json.dumps(got))\n")
-        env = {"PATH": "/usr/bin:/bin", "PYTHONPATH": PYTHONPATH, "HOME": "/nonexistent",
-               "PYTHONDONTWRITEBYTECODE": "1"}
-        p = run(["unshare", "--mount", "--propagation", "private", "sh", "-c",
-                 'mount --bind /dev/null /dev/fuse && exec setpriv --reuid=65534 '
-                 '--regid=65534 --clear-groups "$@"', "sh", sys.executable, "-c", script,
-                 self.store], env=env)
+        p = run_unprivileged(script, [self.store])
         self.assertEqual(json.loads(p.stdout), want)
+
+
+# Reads every file of a store at levels 1, 5 and 10 as an unprivileged user in a mount
+# namespace whose /dev/fuse is /dev/null, and then RecordDataset's samples at level 5: JSON
+# {"1": {path: sha256}, ..., "records": [sha256, ...]}. argv: URL, cache folder; the store's
+# options as JSON in PCRFS_TEST_OPTIONS.
+UNPRIVILEGED_READER = """
+import hashlib, json, os, sys
+assert os.getuid() == 65534, os.getuid()
+assert os.stat('/dev/fuse').st_rdev == os.stat('/dev/null').st_rdev
+import pcrfs
+from pcrfs.torch import RecordDataset
+url, cache = sys.argv[1], sys.argv[2]
+options = json.loads(os.environ['PCRFS_TEST_OPTIONS'])
+out = {}
+for k in (1, 5, 10):
+    s = pcrfs.Store(url, scans=k, cache_dir=cache, **options)
+    got = out[str(k)] = {}
+    for d, _, files in s.walk():
+        for n in files:
+            p = f'{d}/{n}' if d else n
+            got[p] = hashlib.sha256(s.read(p)).hexdigest()
+data = RecordDataset(url, root='train', scans=5, cache_dir=cache,
+                     loader=lambda f: hashlib.sha256(f.read()).hexdigest(), **options)
+out['records'] = sorted(h for h, _ in data)
+print(json.dumps(out))
+"""
+
+
+def run_unprivileged(script, args, env=None):
+    """Runs /usr/bin/python3 -c script args as nobody, in a mount namespace where /dev/fuse is
+    /dev/null (no mount is possible), with the package of the build tree."""
+    env = dict({"PATH": "/usr/bin:/bin", "PYTHONPATH": PYTHONPATH, "HOME": "/nonexistent",
+                "PYTHONDONTWRITEBYTECODE": "1"}, **(env or {}))
+    return run(["unshare", "--mount", "--propagation", "private", "sh", "-c",
+                'mount --bind /dev/null /dev/fuse && exec setpriv --reuid=65534 '
+                '--regid=65534 --clear-groups "$@"', "sh", sys.executable, "-c", script, *args],
+               env=env)
+
+
+class PythonObjectStoreTest(LoopbackServersCase):
+    """pcrfs.Store and RecordDataset over S3 (the S3 test server, every request's SigV4
+    checked) and Azure (Azurite, Shared Key), as nobody without /dev/fuse: every file at levels
+    1, 5 and 10 equal to pcr extract; a refused credential is PermissionError."""
+
+    tmp_prefix = "python-object-e2e-"
+
+    @classmethod
+    def setUpClass(cls):
+        super().setUpClass()
+        os.chmod(cls.tmp, 0o755)
+        src = os.path.join(cls.tmp, "src")
+        for i in range(9):
+            save_jpeg(photo(72 + 8 * (i % 3), 56, 200 + i),
+                      os.path.join(src, "train", "abc"[i % 3], f"p{i}.jpg"), quality=85)
+        cls.store = os.path.join(cls.tmp, "store")
+        run([PCR, "build", src, cls.store, "--quiet", "--images-per-record", "4",
+             "--quality-sample", "0"])
+        cls.want = {str(k): {p: hashlib.sha256(b).hexdigest()
+                             for p, b in pcr_extract(cls.store, k).items()} for k in (1, 5, 10)}
+        cls.want["records"] = sorted(cls.want["5"][p] for p in cls.want["5"]
+                                     if p.startswith("train/"))
+
+    def nobody_cache(self, name):
+        path = self.cache(name)
+        os.makedirs(path, mode=0o700)
+        os.chown(path, 65534, 65534)
+        return path
+
+    def read_as_nobody(self, url, cache, options, env):
+        p = run_unprivileged(UNPRIVILEGED_READER, [url, cache],
+                             dict(env, PCRFS_TEST_OPTIONS=json.dumps(options)))
+        return json.loads(p.stdout)
+
+    def test_s3(self):
+        from remote_servers import S3Server
+        key, secret = "AKIDPYTHONTEST", "python/test+secret"
+        with S3Server(None, "py-bucket", key, secret) as s3:
+            s3.upload(self.store, prefix="sets/store")
+            url = "s3://py-bucket/sets/store"
+            creds = {"AWS_ACCESS_KEY_ID": key, "AWS_SECRET_ACCESS_KEY": secret}
+            got = self.read_as_nobody(url, self.nobody_cache("s3"),
+                                      {"endpoint": s3.endpoint}, creds)
+            self.assertEqual(got, self.want)
+            self.assertGreater(s3.front_stats()["signed_ok"], 0)
+            os.environ.update(AWS_ACCESS_KEY_ID=key, AWS_SECRET_ACCESS_KEY="wrong" + secret)
+            try:
+                with self.assertRaises(PermissionError) as e:
+                    pcrfs.Store(url, cache_dir=self.cache("s3-wrong"), endpoint=s3.endpoint)
+            finally:
+                del os.environ["AWS_ACCESS_KEY_ID"], os.environ["AWS_SECRET_ACCESS_KEY"]
+            self.assertIn("SignatureDoesNotMatch", str(e.exception))
+            self.assertNotIn(secret, str(e.exception))
+
+    def test_azure(self):
+        from azurite import ACCOUNT, ACCOUNT_KEY, Azurite
+        with Azurite() as az:
+            az.upload(self.store, "py-container", "sets/store")
+            url = "az://py-container/sets/store"
+            creds = {"AZURE_STORAGE_ACCOUNT": ACCOUNT, "AZURE_STORAGE_KEY": ACCOUNT_KEY}
+            got = self.read_as_nobody(url, self.nobody_cache("az"), {"endpoint": az.endpoint},
+                                      creds)
+            self.assertEqual(got, self.want)
+            wrong = "A" * len(ACCOUNT_KEY)
+            os.environ.update(AZURE_STORAGE_ACCOUNT=ACCOUNT, AZURE_STORAGE_KEY=wrong)
+            try:
+                with self.assertRaises(PermissionError) as e:
+                    pcrfs.Store(url, cache_dir=self.cache("az-wrong"), endpoint=az.endpoint)
+            finally:
+                del os.environ["AZURE_STORAGE_ACCOUNT"], os.environ["AZURE_STORAGE_KEY"]
+            self.assertNotIn(wrong, str(e.exception))
 
 
 if __name__ == "__main__":
