@@ -517,11 +517,17 @@ Result<size_t> Filesystem::Read(uint64_t ino, uint64_t offset, size_t size, uint
   uint64_t scaled = 0;
   auto n = ReadUncounted(ino, offset, size, dst, &level, &scaled);
   if (n && *n > 0 && level >= 1 && level <= index::kNumGroups) {
+    // Bytes a push of this file counted already are not counted again (level_counters).
+    const uint64_t pushed = pusher_.CountedByPush(ino, *n);
+    if (pushed == *n) return n;
+    const uint64_t bytes = *n - pushed;
+    if (pushed > 0)
+      scaled = static_cast<uint64_t>(static_cast<unsigned __int128>(scaled) * bytes / *n);
     const auto i = static_cast<size_t>(level - 1);
-    served_.bytes[i].fetch_add(*n, std::memory_order_relaxed);
+    served_.bytes[i].fetch_add(bytes, std::memory_order_relaxed);
     served_.source_bytes[i].fetch_add(scaled, std::memory_order_relaxed);
-    if (scaled > *n) served_.saved_bytes[i].fetch_add(scaled - *n, std::memory_order_relaxed);
-    if (offset == 0) served_.files[i].fetch_add(1, std::memory_order_relaxed);
+    if (scaled > bytes) served_.saved_bytes[i].fetch_add(scaled - bytes, std::memory_order_relaxed);
+    if (offset == 0 && pushed == 0) served_.files[i].fetch_add(1, std::memory_order_relaxed);
   }
   return n;
 }
@@ -539,6 +545,17 @@ Filesystem::LevelCounters Filesystem::level_counters() const {
     c.files[i] = served_.files[i].load(std::memory_order_relaxed);
     c.source_bytes[i] = served_.source_bytes[i].load(std::memory_order_relaxed);
     c.saved_bytes[i] = served_.saved_bytes[i].load(std::memory_order_relaxed);
+  }
+  // Files pushed into the page cache left the daemon as READ replies do (a reader then finds
+  // them there without asking): counted the same way, by level.
+  const PagePusher::Stats pushed = pusher_.stats();
+  for (size_t i = 0; i < c.bytes.size(); ++i) {
+    c.bytes[i] += pushed.bytes_by_level[i];
+    c.files[i] += pushed.files_by_level[i];
+    c.source_bytes[i] += pushed.source_bytes_by_level[i];
+    if (pushed.source_bytes_by_level[i] > pushed.bytes_by_level[i]) {
+      c.saved_bytes[i] += pushed.source_bytes_by_level[i] - pushed.bytes_by_level[i];
+    }
   }
   return c;
 }

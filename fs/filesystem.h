@@ -141,10 +141,14 @@ class Filesystem {
   Result<size_t> Read(uint64_t ino, uint64_t offset, size_t size, uint8_t* dst) const;
   // The bytes Read() has returned, over all files.
   uint64_t bytes_served() const;
-  // What Read() has served at each level (index level - 1): bytes, files (reads at offset 0),
-  // and the bytes the same reads would have taken from the source files (each read scaled by
-  // source size / size at its level; passthrough files: the bytes read), and of that what
-  // exceeded the bytes served (never negative: a read whose level is larger saves nothing).
+  // What left the daemon at each level (index level - 1), by Read() and by files pushed into
+  // the page cache (PagePusher: a reader then finds them there without a READ): bytes, files
+  // (reads at offset 0, files pushed), and the bytes the same reads would have taken from the
+  // source files (each read scaled by source size / size at its level; passthrough files: the
+  // bytes read), and of that what exceeded the bytes served (never negative: a read whose level
+  // is larger saves nothing). A pushed file read again with READs (a push that raced with the
+  // reader, or pages the kernel dropped) is counted once (PagePusher::CountedByPush); one that
+  // no reader reads was counted all the same.
   struct LevelCounters {
     std::array<uint64_t, index::kNumGroups> bytes{}, files{}, source_bytes{}, saved_bytes{};
   };

@@ -50,8 +50,11 @@ void AppendServed(const Filesystem& fs, metrics::Exposition* e) {
     e->Family(name, Type::kCounter, help);
     for (size_t i = 0; i < v.size(); ++i) e->Sample({{"level", std::to_string(i + 1)}}, D(v[i]));
   };
-  by_level("pcrfs_bytes_served_total", "Bytes returned to readers, by level.", c.bytes);
-  by_level("pcrfs_files_served_total", "Files read from their first byte, by level.", c.files);
+  by_level("pcrfs_bytes_served_total",
+           "Bytes returned to readers by READ replies and pushed into the page cache, by level.",
+           c.bytes);
+  by_level("pcrfs_files_served_total",
+           "Files read from their first byte or pushed into the page cache, by level.", c.files);
   by_level("pcrfs_source_bytes_total",
            "Bytes the source files would have taken for the same reads, by level.", c.source_bytes);
   by_level("pcrfs_bytes_saved_total",
@@ -94,9 +97,17 @@ void AppendStore(const Filesystem& fs, metrics::Exposition* e) {
   e->Counter("pcrfs_push_expected_files_total",
              "Files predicted to be read whose bytes are to be pushed into the page cache.",
              D(p.expected));
-  e->Counter("pcrfs_pushed_files_total", "Files pushed into the kernel's page cache.", D(p.pushed));
-  e->Counter("pcrfs_pushed_bytes_total", "Bytes pushed into the kernel's page cache.",
-             D(p.pushed_bytes));
+  // By level, as the served counters (which count them too: Filesystem::level_counters).
+  e->Family("pcrfs_pushed_files_total", Type::kCounter,
+            "Files pushed into the kernel's page cache, by level.");
+  for (size_t i = 0; i < p.files_by_level.size(); ++i) {
+    e->Sample({{"level", std::to_string(i + 1)}}, D(p.files_by_level[i]));
+  }
+  e->Family("pcrfs_pushed_bytes_total", Type::kCounter,
+            "Bytes pushed into the kernel's page cache, by level.");
+  for (size_t i = 0; i < p.bytes_by_level.size(); ++i) {
+    e->Sample({{"level", std::to_string(i + 1)}}, D(p.bytes_by_level[i]));
+  }
   e->Family("pcrfs_push_skipped_files_total", Type::kCounter,
             "Predicted files not pushed, by reason.");
   e->Sample({{"reason", "kernel_forgot"}}, D(p.unknown));
@@ -105,6 +116,7 @@ void AppendStore(const Filesystem& fs, metrics::Exposition* e) {
   e->Sample({{"reason", "failed"}}, D(p.failed));
   e->Sample({{"reason", "over_budget"}}, D(p.over_budget));
   e->Sample({{"reason", "too_many_pending"}}, D(p.refused));
+  e->Sample({{"reason", "read_first"}}, D(p.read_first));
 
   const PieceCache::Stats small = fs.cache().stats(), large = fs.large_file_cache().stats();
   e->Family("pcrfs_piece_cache_hits_total", Type::kCounter,

@@ -25,7 +25,7 @@ PagePusher::~PagePusher() {
 }
 
 void PagePusher::Expect(const SpeculationSource* record, uint64_t ino,
-                        const std::vector<Piece>& pieces, std::string_view tail) {
+                        const std::vector<Piece>& pieces, std::string_view tail, Counted counted) {
   if (!enabled_) return;
   uint64_t size = tail.size();
   for (const Piece& p : pieces) size += p.length;
@@ -42,6 +42,7 @@ void PagePusher::Expect(const SpeculationSource* record, uint64_t ino,
   f.record = record;
   f.size = size;
   f.tail = std::string(tail);
+  f.counted = counted;
   for (const Piece& p : pieces) {
     if (p.length == 0) continue;
     // Pieces never overlap another file's; one that is already expected (a damaged index)
@@ -90,6 +91,17 @@ void PagePusher::Forget(uint64_t ino) {
   recent_.erase(recent_ring_[recent_next_]);
   recent_ring_[recent_next_] = ino;
   recent_next_ = (recent_next_ + 1) % kRecentReads;
+}
+
+uint64_t PagePusher::CountedByPush(uint64_t ino, uint64_t n) {
+  if (!enabled_) return 0;
+  MutexLock l(&mu_);
+  auto it = pushed_left_.find(ino);
+  if (it == pushed_left_.end()) return 0;
+  const uint64_t counted = std::min(n, it->second);
+  it->second -= counted;
+  // Left in the ring until it is dropped from there: an entry of 0 counts nothing.
+  return counted;
 }
 
 PagePusher::PendingFile PagePusher::EraseFileLocked(
@@ -175,6 +187,12 @@ void PagePusher::PushOne(const Ready& r, std::vector<uint8_t>* buffer) {
   {
     MutexLock l(&mu_);
     if (stop_) return;
+    // A reader asked for it while it was assembled: it has its bytes (and they were counted as
+    // served) already.
+    if (recent_.count(r.ino) > 0) {
+      ++stats_.read_first;
+      return;
+    }
     if (committed_bytes_ + f.size > options_.budget_bytes) {
       ++stats_.over_budget;
       return;
@@ -186,6 +204,24 @@ void PagePusher::PushOne(const Ready& r, std::vector<uint8_t>* buffer) {
   if (rc == 0) {
     ++stats_.pushed;
     stats_.pushed_bytes += f.size;
+    // A reader that asked for it while it was pushed had its READ counted: not counted again.
+    const bool read_meanwhile = recent_.count(r.ino) > 0;
+    if (!read_meanwhile && f.counted.level >= 1 &&
+        f.counted.level <= static_cast<int>(stats_.files_by_level.size())) {
+      const auto i = static_cast<size_t>(f.counted.level - 1);
+      ++stats_.files_by_level[i];
+      stats_.bytes_by_level[i] += f.size;
+      stats_.source_bytes_by_level[i] += f.counted.source_bytes;
+      if (pushed_left_.insert_or_assign(r.ino, f.size).second) {
+        if (pushed_ring_.size() < kRecentReads) {
+          pushed_ring_.push_back(r.ino);
+        } else {
+          pushed_left_.erase(pushed_ring_[pushed_next_]);
+          pushed_ring_[pushed_next_] = r.ino;
+          pushed_next_ = (pushed_next_ + 1) % kRecentReads;
+        }
+      }
+    }
     return;
   }
   committed_bytes_ -= f.size;
@@ -208,8 +244,8 @@ std::string PagePusher::Describe() const {
          std::to_string((s.pushed_bytes + (1 << 19)) >> 20) + " MiB of " +
          std::to_string(options_.budget_bytes >> 20) + " MiB); not known to the kernel " +
          std::to_string(s.unknown) + ", evicted before " + std::to_string(s.not_in_memory) +
-         ", damaged " + std::to_string(s.damaged) + ", over budget " +
-         std::to_string(s.over_budget) + ", failed " + std::to_string(s.failed);
+         ", damaged " + std::to_string(s.damaged) + ", read first " + std::to_string(s.read_first) +
+         ", over budget " + std::to_string(s.over_budget) + ", failed " + std::to_string(s.failed);
 }
 
 void PagePusher::Drain() {

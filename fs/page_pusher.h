@@ -28,6 +28,7 @@
 // Thread-safe.
 #pragma once
 
+#include <array>
 #include <condition_variable>
 #include <cstdint>
 #include <deque>
@@ -45,6 +46,14 @@
 #include "common/status.h"
 
 namespace pcrfs::fs {
+
+// What a pushed file counts as in the mount's counters (pcrfs_bytes_served_total and its
+// neighbours, by level): its level (1..10; 0: not counted by level) and the bytes its source
+// file takes for the same bytes (Filesystem::ReadStored's scaling).
+struct PushCounted {
+  int level = 0;
+  uint64_t source_bytes = 0;
+};
 
 class PagePusher {
  public:
@@ -65,6 +74,7 @@ class PagePusher {
     uint64_t length;
     uint32_t masked_crc;
   };
+  using Counted = PushCounted;
   // Hands the kernel the bytes of `ino` from offset 0: 0, or a negative errno (-ENOENT: the
   // kernel holds no such inode).
   using Push = std::function<int(uint64_t ino, const uint8_t* data, size_t n)>;
@@ -72,12 +82,15 @@ class PagePusher {
   struct Stats {
     uint64_t expected = 0;  // files Expect took
     uint64_t pushed = 0, pushed_bytes = 0;
+    // The pushed files, their bytes and their source files' bytes, by level (Counted).
+    std::array<uint64_t, 10> files_by_level{}, bytes_by_level{}, source_bytes_by_level{};
     uint64_t unknown = 0;        // the kernel held no inode for the file (ENOENT)
     uint64_t not_in_memory = 0;  // arrived, but a byte was missing when assembled (evicted)
     uint64_t damaged = 0;        // a piece failed its CRC: left to the reads
     uint64_t failed = 0;         // any other push error
     uint64_t over_budget = 0;    // ready files not pushed: the budget was spent
     uint64_t refused = 0;        // too many files pending: not expected
+    uint64_t read_first = 0;     // a reader asked for it while it was assembled: not pushed
   };
 
   PagePusher(Options options, Push push);
@@ -95,7 +108,7 @@ class PagePusher {
   // speculative reads; `record` must outlive the pusher. A file expected already, of no bytes or
   // more than max_file_bytes, or arriving when the budget is spent is ignored.
   void Expect(const SpeculationSource* record, uint64_t ino, const std::vector<Piece>& pieces,
-              std::string_view tail = {}) EXCLUDES(mu_);
+              std::string_view tail = {}, Counted counted = {}) EXCLUDES(mu_);
   // A speculative read of [offset, end) of `record` finished: those bytes are in the source's
   // cache. Returns at once (the work happens on the pusher's thread).
   void Arrived(const SpeculationSource* record, uint64_t offset, uint64_t end) EXCLUDES(mu_);
@@ -103,6 +116,11 @@ class PagePusher {
   // last kRecentReads files asked for) an Expect of it is ignored.
   void Forget(uint64_t ino) EXCLUDES(mu_);
   static constexpr size_t kRecentReads = 16384;
+  // A READ of `n` bytes of `ino` was answered: how many of them a push of `ino` counted as
+  // served already (a push that raced with the reader's READ, or whose pages the kernel dropped
+  // before the read), so that the served counters count each byte a reader gets once. Counts
+  // them off the file's pushed bytes.
+  uint64_t CountedByPush(uint64_t ino, uint64_t n) EXCLUDES(mu_);
   // Files made ready by arrivals are pushed in batches of at most this many (an arrival that
   // completes every pending file holds them once, not twice).
   static constexpr size_t kReadyBatch = 1024;
@@ -125,6 +143,7 @@ class PagePusher {
     uint64_t missing = 0;       // bytes of all its pieces not arrived yet
     std::vector<Piece> pieces;  // in file order; their offsets are keys in pieces_[record]
     std::string tail;
+    Counted counted;
   };
   // A file whose pieces have all arrived, taken out of files_.
   struct Ready {
@@ -160,6 +179,11 @@ class PagePusher {
   std::vector<uint64_t> recent_ring_ GUARDED_BY(mu_);
   size_t recent_next_ GUARDED_BY(mu_) = 0;
   uint64_t committed_bytes_ GUARDED_BY(mu_) = 0;  // pushed, or being pushed
+  // Files pushed (counted as served) and the bytes of each that a READ of it would count a
+  // second time: a ring of the last kRecentReads, as recent_.
+  std::unordered_map<uint64_t, uint64_t> pushed_left_ GUARDED_BY(mu_);
+  std::vector<uint64_t> pushed_ring_ GUARDED_BY(mu_);
+  size_t pushed_next_ GUARDED_BY(mu_) = 0;
   Stats stats_ GUARDED_BY(mu_);
   std::thread thread_;
 };

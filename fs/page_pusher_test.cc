@@ -96,7 +96,7 @@ TEST(PagePusherTest, AFileIsPushedOnceEveryPieceHasArrived) {
   MemoryFile record, other;
   // Two files, three pieces each, in three group regions; the first ends with two bytes of
   // its own.
-  pusher.Expect(&record, 7, Pieces({{0, 10}, {100, 20}, {200, 30}}), "\xFF\xD9");
+  pusher.Expect(&record, 7, Pieces({{0, 10}, {100, 20}, {200, 30}}), "\xFF\xD9", {3, 500});
   pusher.Expect(&record, 8, Pieces({{10, 10}, {120, 20}, {230, 30}}));
   pusher.Arrived(&record, 0, 20);     // region 1 of both
   pusher.Arrived(&record, 100, 130);  // region 2 of 7, and half of 8's
@@ -118,6 +118,16 @@ TEST(PagePusherTest, AFileIsPushedOnceEveryPieceHasArrived) {
   EXPECT_EQ(s.expected, 2u);
   EXPECT_EQ(s.pushed, 2u);
   EXPECT_EQ(s.pushed_bytes, 122u);
+  // Counted by level as it asked (8 asked for no level: pushed, not counted by level).
+  EXPECT_EQ(s.files_by_level[2], 1u);
+  EXPECT_EQ(s.bytes_by_level[2], 62u);
+  EXPECT_EQ(s.source_bytes_by_level[2], 500u);
+  EXPECT_EQ(s.files_by_level[0] + s.files_by_level[9], 0u);
+  // A READ of 7 after its push counts only what the push did not: nothing, up to its 62 bytes.
+  EXPECT_EQ(pusher.CountedByPush(7, 40), 40u);
+  EXPECT_EQ(pusher.CountedByPush(7, 40), 22u);
+  EXPECT_EQ(pusher.CountedByPush(7, 40), 0u);
+  EXPECT_EQ(pusher.CountedByPush(8, 40), 0u);
 }
 
 TEST(PagePusherTest, AFileAReaderAskedForIsNotPushed) {

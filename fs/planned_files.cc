@@ -19,8 +19,15 @@ bool PlannedFiles::Add(index::Entry e, int level) {
   PushFile* pf = nullptr;
   if (pusher_ != nullptr && pusher_->enabled() && plan.file_size() <= pusher_->max_file_bytes()) {
     const std::span<const uint8_t> tail = plan.tail();
-    pf = &push_files_[e.record].emplace_back(PushFile{
-        ToFuseIno(e.ino, level), {}, {reinterpret_cast<const char*>(tail.data()), tail.size()}});
+    // Counted as a READ of the whole file counts it (Filesystem::Read: the source file's
+    // bytes for a JPEG, the same bytes for a file kept byte for byte).
+    const uint64_t source =
+        e.kind == index::EntryKind::kPassthrough ? plan.file_size() : e.source_size;
+    pf = &push_files_[e.record].emplace_back(
+        PushFile{ToFuseIno(e.ino, level),
+                 {},
+                 {reinterpret_cast<const char*>(tail.data()), tail.size()},
+                 {level, source}});
   }
   for (const index::LevelSpan& span : plan.spans()) {  // whole pieces: the plan is the file
     const index::PieceRef& p = span.piece;
@@ -37,7 +44,7 @@ void PlannedFiles::Queue(RecordScheduler& scheduler) {
     // A record without speculation hooks keeps nothing read ahead: nothing to plan.
     if (!file || file->speculation() == nullptr) continue;
     for (const PushFile& pf : push_files_[record]) {
-      pusher_->Expect(file->speculation(), pf.ino, pf.pieces, pf.tail);
+      pusher_->Expect(file->speculation(), pf.ino, pf.pieces, pf.tail, pf.counted);
     }
     std::vector<RecordScheduler::Range> ranges;
     for (auto& region : regions) {

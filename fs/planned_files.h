@@ -48,6 +48,7 @@ class PlannedFiles {
     uint64_t ino;
     std::vector<PagePusher::Piece> pieces;
     std::string_view tail;
+    PagePusher::Counted counted;
   };
 
   const index::Store& store_;

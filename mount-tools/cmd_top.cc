@@ -110,7 +110,7 @@ nlohmann::json View(const Samples& a, const Samples& b, double seconds) {
   }
   v["speculative_bytes_per_second"] =
       delta("pcrfs_store_read_bytes_total{kind=\"speculative\"}") / seconds;
-  v["pushed_bytes_per_second"] = delta("pcrfs_pushed_bytes_total") / seconds;
+  v["pushed_bytes_per_second"] = delta_sum("pcrfs_pushed_bytes_total") / seconds;
   const std::string read = "{op=\"read\"}";
   const double reads = delta("pcrfs_fuse_request_duration_seconds_count" + read);
   v["fuse_reads_per_second"] = reads / seconds;

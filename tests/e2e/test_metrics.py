@@ -282,6 +282,24 @@ class MetricsCase(LoopbackServersCase):
             p.wait(timeout=20)
             log.close()
 
+    def test_pushed_files_count_as_served(self):
+        """With the defaults (files pushed into the page cache as their record's bytes
+        arrive), the served, files and source counters add up to what the readers read: pushed
+        files are counted by level as READ replies are, not apart."""
+        mnt = os.path.join(self.tmp, "mnt-push")
+        with Mount(self.store, mnt, "-o", "metrics=127.0.0.1:0,scans=3") as m:
+            url = self.metrics_url(m)
+            files, total = read_all(mnt)
+            series = parse_exposition(self.scrape(url))
+            pushed = value(series, "pcrfs_pushed_bytes_total", level="3")
+            self.assertGreater(pushed, 0, "nothing was pushed: the test checks nothing")
+            self.assertEqual(value(series, "pcrfs_pushed_bytes_total", level="1"), 0)
+            served = value(series, "pcrfs_bytes_served_total", level="3")
+            self.assertLessEqual(abs(served - total), total / 100, (served, total, pushed))
+            self.assertEqual(value(series, "pcrfs_files_served_total", level="3"), files)
+            self.assertLessEqual(abs(value(series, "pcrfs_source_bytes_total", level="3")
+                                     - source_bytes(self.src)), source_bytes(self.src) / 100)
+
     def test_http_mount_counts_requests(self):
         url = self.nginx.url + "/store"
         with self.mount(url, "http", "metrics=0", "push=0") as m:
