@@ -4,6 +4,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <cerrno>
 
 namespace pcrfs {
@@ -129,15 +130,25 @@ Status FsyncPath(const std::string& path) {
 }
 
 Status WriteFileAtomic(const std::string& path, const void* data, size_t n) {
-  const std::string tmp = path + ".tmp";
+  // A name of this process and call: processes that write the same file at once (DataLoader
+  // workers opening one cache folder) each rename their own complete copy.
+  static std::atomic<uint64_t> calls{0};
+  const std::string tmp = path + ".tmp." + std::to_string(::getpid()) + "." +
+                          std::to_string(calls.fetch_add(1, std::memory_order_relaxed));
   {
     auto fd = OpenFile(tmp, O_WRONLY | O_CREAT | O_TRUNC, 0644);
     if (!fd) return fd.error();
-    PCRFS_RETURN_IF_ERROR(WriteFull(fd->get(), data, n, tmp));
-    if (::fsync(fd->get()) != 0) return Status::FromErrno("fsync " + tmp, errno);
+    Status s = WriteFull(fd->get(), data, n, tmp);
+    if (s.ok() && ::fsync(fd->get()) != 0) s = Status::FromErrno("fsync " + tmp, errno);
+    if (!s.ok()) {
+      ::unlink(tmp.c_str());
+      return s;
+    }
   }
   if (::rename(tmp.c_str(), path.c_str()) != 0) {
-    return Status::FromErrno("rename " + tmp + " -> " + path, errno);
+    Status s = Status::FromErrno("rename " + tmp + " -> " + path, errno);
+    ::unlink(tmp.c_str());
+    return s;
   }
   return Status::OK();
 }

@@ -61,7 +61,9 @@ Result<std::vector<uint8_t>> ReadWholeFd(int fd, uint64_t max_bytes, const std::
 // statm fd open instead.
 std::string ReadSmallFile(const char* path, size_t max = 4096);
 
-// Writes `data` to path via path.tmp + fsync + rename, so readers see old or new, never half.
+// Writes `data` to path via a temporary file of this process and call (path.tmp.PID.N) + fsync +
+// rename, so readers see old or new, never half, and processes writing the same path at once
+// (DataLoader workers opening one cache folder) each put a whole copy in place.
 Status WriteFileAtomic(const std::string& path, const void* data, size_t n);
 
 Status FsyncPath(const std::string& path);
