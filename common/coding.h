@@ -45,6 +45,15 @@ inline void PutFixed64(std::string* dst, uint64_t v) {
   EncodeFixed64(buf, v);
   dst->append(reinterpret_cast<const char*>(buf), 8);
 }
+// The bytes PutVarint64 writes for v (its shortest form): 1..10.
+inline size_t VarintLength(uint64_t v) {
+  size_t n = 1;
+  while (v >= 0x80) {
+    v >>= 7;
+    ++n;
+  }
+  return n;
+}
 inline void PutVarint64(std::string* dst, uint64_t v) {
   while (v >= 0x80) {
     dst->push_back(static_cast<char>((v & 0x7f) | 0x80));
@@ -93,6 +102,14 @@ class Decoder {
       }
     }
     return Fail();
+  }
+  // A varint in its shortest form only (what PutVarint64 writes), so that a format that
+  // requires it has exactly one encoding of each value: a longer form fails the cursor.
+  bool GetShortestVarint64(uint64_t* v) {
+    const char* before = p_;
+    if (!GetVarint64(v)) return false;
+    if (static_cast<size_t>(p_ - before) != VarintLength(*v)) return Fail();
+    return true;
   }
   bool GetVarint32(uint32_t* v) {
     uint64_t w;

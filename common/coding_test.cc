@@ -34,6 +34,27 @@ TEST(CodingTest, VarintRoundTrip) {
   EXPECT_TRUE(d.done());
 }
 
+TEST(CodingTest, ShortestVarintsOnly) {
+  for (uint64_t v : {uint64_t{0}, uint64_t{127}, uint64_t{128}, uint64_t{1} << 35, UINT64_MAX}) {
+    std::string s;
+    PutVarint64(&s, v);
+    EXPECT_EQ(VarintLength(v), s.size()) << v;
+    Decoder d(s);
+    uint64_t got = 0;
+    EXPECT_TRUE(d.GetShortestVarint64(&got));
+    EXPECT_EQ(got, v);
+    EXPECT_TRUE(d.done());
+  }
+  // 1 written in two bytes: a varint, but not the shortest form.
+  const std::string padded("\x81\x00", 2);
+  uint64_t got = 0;
+  EXPECT_TRUE(Decoder(padded).GetVarint64(&got));
+  EXPECT_EQ(got, 1u);
+  Decoder d(padded);
+  EXPECT_FALSE(d.GetShortestVarint64(&got));
+  EXPECT_FALSE(d.ok());
+}
+
 TEST(CodingTest, DecoderRefusesTruncatedAndOverlongInput) {
   std::string s;
   PutVarint64(&s, 1ull << 40);

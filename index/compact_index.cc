@@ -24,24 +24,13 @@ namespace {
 
 std::string U(uint64_t v) { return std::to_string(v); }
 
-size_t VarintLength(uint64_t v) {
-  size_t n = 1;
-  while (v >= 0x80) {
-    v >>= 7;
-    ++n;
-  }
-  return n;
-}
 uint64_t ZigZag(uint64_t delta) {  // delta: a two's complement difference
   return (delta << 1) ^ static_cast<uint64_t>(static_cast<int64_t>(delta) >> 63);
 }
 uint64_t UnZigZag(uint64_t v) { return (v >> 1) ^ (~(v & 1) + 1); }
 
 // Shortest-form varints only.
-bool GetVarint(Decoder* d, uint64_t* v) {
-  const size_t before = d->remaining();
-  return d->GetVarint64(v) && before - d->remaining() == VarintLength(*v);
-}
+bool GetVarint(Decoder* d, uint64_t* v) { return d->GetShortestVarint64(v); }
 
 // Entry flags (the first byte of an encoded entry).
 constexpr uint8_t kKindMask = 0x03;

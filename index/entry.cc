@@ -10,20 +10,8 @@ uint64_t ZigZag(int64_t v) {
 }
 int64_t UnZigZag(uint64_t v) { return static_cast<int64_t>(v >> 1) ^ -static_cast<int64_t>(v & 1); }
 
-size_t VarintLength(uint64_t v) {
-  size_t n = 1;
-  while (v >= 0x80) {
-    v >>= 7;
-    ++n;
-  }
-  return n;
-}
-
 // Varints must be in their shortest form, so every entry has exactly one encoding.
-bool GetVarint(Decoder* d, uint64_t* v) {
-  const size_t before = d->remaining();
-  return d->GetVarint64(v) && before - d->remaining() == VarintLength(*v);
-}
+bool GetVarint(Decoder* d, uint64_t* v) { return d->GetShortestVarint64(v); }
 bool GetVarint(Decoder* d, uint32_t* v) {
   uint64_t w;
   if (!GetVarint(d, &w) || w > UINT32_MAX) return false;
