@@ -45,6 +45,14 @@ inline void PutFixed64(std::string* dst, uint64_t v) {
   EncodeFixed64(buf, v);
   dst->append(reinterpret_cast<const char*>(buf), 8);
 }
+// The value of one hexadecimal digit (either case), or -1 for any other character.
+constexpr int HexDigitValue(char c) {
+  if (c >= '0' && c <= '9') return c - '0';
+  if (c >= 'a' && c <= 'f') return c - 'a' + 10;
+  if (c >= 'A' && c <= 'F') return c - 'A' + 10;
+  return -1;
+}
+
 // The bytes PutVarint64 writes for v (its shortest form): 1..10.
 inline size_t VarintLength(uint64_t v) {
   size_t n = 1;

@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <cctype>
 
+#include "common/coding.h"
+
 namespace pcrfs {
 namespace {
 
@@ -219,17 +221,6 @@ Url Url::Join(std::string_view name) const {
   return out;
 }
 
-namespace {
-
-int HexValue(char c) {
-  if (c >= '0' && c <= '9') return c - '0';
-  if (c >= 'a' && c <= 'f') return c - 'a' + 10;
-  if (c >= 'A' && c <= 'F') return c - 'A' + 10;
-  return -1;
-}
-
-}  // namespace
-
 std::optional<std::string> PercentDecode(std::string_view s) {
   std::string out;
   out.reserve(s.size());
@@ -239,7 +230,7 @@ std::optional<std::string> PercentDecode(std::string_view s) {
       continue;
     }
     if (i + 2 >= s.size()) return std::nullopt;
-    int hi = HexValue(s[i + 1]), lo = HexValue(s[i + 2]);
+    int hi = HexDigitValue(s[i + 1]), lo = HexDigitValue(s[i + 2]);
     if (hi < 0 || lo < 0) return std::nullopt;
     out += static_cast<char>(hi * 16 + lo);
     i += 2;

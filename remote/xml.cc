@@ -4,15 +4,10 @@
 #include <cstdlib>
 #include <ctime>
 
+#include "common/coding.h"
+
 namespace pcrfs {
 namespace {
-
-int HexValue(char c) {
-  if (c >= '0' && c <= '9') return c - '0';
-  if (c >= 'a' && c <= 'f') return c - 'a' + 10;
-  if (c >= 'A' && c <= 'F') return c - 'A' + 10;
-  return -1;
-}
 
 class XmlReader {
  public:
@@ -118,7 +113,7 @@ class XmlReader {
         if (digits.empty()) return Bad("bad character reference");
         uint32_t cp = 0;
         for (char d : digits) {
-          int v = hex ? HexValue(d) : (d >= '0' && d <= '9' ? d - '0' : -1);
+          int v = hex ? HexDigitValue(d) : (d >= '0' && d <= '9' ? d - '0' : -1);
           if (v < 0) return Bad("bad character reference");
           cp = cp * (hex ? 16 : 10) + static_cast<uint32_t>(v);
           if (cp > 0x10FFFF) return Bad("character reference out of range");
