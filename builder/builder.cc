@@ -294,12 +294,12 @@ Status CheckInterruptedBuild(const BuildConfig& config) {
   if (config.resume || config.force) return Status::OK();
   const uint64_t finished = StoreDraft(config.store).FinishedRecords();
   if (finished == 0) return Status::OK();  // nothing a rerun would lose
-  return Status::InvalidArgument(
-      StoreDraft::PartialDir(config.store) + ": an interrupted build left " +
-      std::to_string(finished) + " finished record" + (finished == 1 ? "" : "s") +
-      " there; --resume keeps " + (finished == 1 ? "it" : "them") +
-      " (same options), --force discards " + (finished == 1 ? "it" : "them") +
-      " and builds from the start");
+  return Status::InvalidArgument(StoreDraft::PartialDir(config.store) +
+                                 ": an interrupted build left " + std::to_string(finished) +
+                                 " finished record" + (finished == 1 ? "" : "s") +
+                                 " there; --resume keeps " + (finished == 1 ? "it" : "them") +
+                                 " (same options), --force discards " +
+                                 (finished == 1 ? "it" : "them") + " and builds from the start");
 }
 
 Result<BuildReport> Build(const BuildConfig& config) {

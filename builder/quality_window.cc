@@ -27,7 +27,7 @@ struct CutJob {
   jpeg_compress_struct out;
   bool in_created;
   bool out_created;
-  bool cut;  // false: the image fits, nothing was written
+  bool cut;                       // false: the image fits, nothing was written
   codec::MallocDestination dest;  // ours at every moment (jpeg_mem_dest's is not, on errors)
   jvirt_barray_ptr window[MAX_COMPONENTS];
 };
@@ -89,15 +89,15 @@ bool RunCut(CutJob* job) {
     first_col[ci] = x0 / static_cast<JDIMENSION>(mcu_w) * hs;
     first_row[ci] = y0 / static_cast<JDIMENSION>(mcu_h) * vs;
     // Rounded up to whole MCUs, as the compressor reads them (jpegtran's workspace too).
-    job->window[ci] = in->mem->request_virt_barray(
-        reinterpret_cast<j_common_ptr>(in), JPOOL_IMAGE, TRUE,
-        (cols + hs - 1) / hs * hs, (rows + vs - 1) / vs * vs, vs);
+    job->window[ci] =
+        in->mem->request_virt_barray(reinterpret_cast<j_common_ptr>(in), JPOOL_IMAGE, TRUE,
+                                     (cols + hs - 1) / hs * hs, (rows + vs - 1) / vs * vs, vs);
   }
   jvirt_barray_ptr* source = jpeg_read_coefficients(in);
   for (int ci = 0; ci < in->num_components; ++ci) {
     for (JDIMENSION r = 0; r < num_rows[ci]; ++r) {
-      JBLOCKARRAY from = in->mem->access_virt_barray(reinterpret_cast<j_common_ptr>(in),
-                                                     source[ci], first_row[ci] + r, 1, FALSE);
+      JBLOCKARRAY from = in->mem->access_virt_barray(reinterpret_cast<j_common_ptr>(in), source[ci],
+                                                     first_row[ci] + r, 1, FALSE);
       JBLOCKARRAY to = in->mem->access_virt_barray(reinterpret_cast<j_common_ptr>(in),
                                                    job->window[ci], r, 1, TRUE);
       std::memcpy(to[0], from[0] + first_col[ci], num_cols[ci] * sizeof(JBLOCK));

@@ -383,9 +383,8 @@ class Verifier {
     order.reserve(pairs.size());
     for (const auto& p : pairs) order.push_back(p.first);
     source->StartReading(order);
-    ParallelFor(pairs.size(), source->ReadThreads(jobs_), [&](size_t i) {
-      CompareFile(source, tree, pairs[i].first, i, *pairs[i].second);
-    });
+    ParallelFor(pairs.size(), source->ReadThreads(jobs_),
+                [&](size_t i) { CompareFile(source, tree, pairs[i].first, i, *pairs[i].second); });
   }
 
   void CompareFile(BuildSource* source, const SourceTree& tree, uint32_t node, size_t turn,

@@ -7,8 +7,8 @@
 #include <vector>
 
 #include "common/status.h"
-#include "location/store_location.h"
 #include "index/store.h"
+#include "location/store_location.h"
 
 namespace pcrfs::tools {
 

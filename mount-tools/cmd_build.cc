@@ -69,10 +69,11 @@ void PrintReport(const BuildReport& r, const std::string& store, const char* com
                 all, jpg);
   }
   if (m.quality.measured > 0) {
-    std::printf("\n  fidelity against level 10 over %u sampled JPEGs (pcr inspect shows more;\n"
-                "  a JPEG larger than %dx%d is measured on its centred %dx%d window):\n",
-                m.quality.measured, kQualityWindowSide, kQualityWindowSide, kQualityWindowSide,
-                kQualityWindowSide);
+    std::printf(
+        "\n  fidelity against level 10 over %u sampled JPEGs (pcr inspect shows more;\n"
+        "  a JPEG larger than %dx%d is measured on its centred %dx%d window):\n",
+        m.quality.measured, kQualityWindowSide, kQualityWindowSide, kQualityWindowSide,
+        kQualityWindowSide);
     std::printf("  level   mean PSNR   5th pct MS-SSIM\n");
     for (int k = 1; k < 10; ++k) {
       const index::LevelQuality& q = m.quality.levels[k - 1];
