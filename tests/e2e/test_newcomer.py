@@ -226,6 +226,50 @@ umount {mnt}
         self.assertEqual((source, target, fstype), (real, mnt, "fuse.pcrfs"))
         self.assertEqual(lines[5:], ["umount: 0", "mount -t: 0"], p.stdout)
 
+    def test_mount_a_twice_with_a_url(self):
+        """The README's fstab and systemd lines for remote stores name a URL: the mount table's
+        source is that URL."""
+        if shutil.which("unshare") is None or os.geteuid() != 0:
+            self.skipTest("needs root and unshare(1) for a private mount namespace")
+        from remote_servers import Nginx
+        helper = os.path.join(os.path.dirname(os.path.dirname(HERE)), "mount-tools",
+                              "mount.pcrfs")
+        pcrfs = shutil.which(PCRFS) or PCRFS
+        installed = shutil.which("pcrfs", path="/usr/local/bin:/usr/bin:/bin")
+        if not os.path.exists("/sbin/mount.pcrfs") or installed is None:
+            self.fail("mount.pcrfs or pcrfs is not installed: run ./setup.sh")
+        src = self.path("src")
+        small_tree(src, 4)
+        www = self.path("www")
+        os.makedirs(www)
+        run([PCR, "build", src, os.path.join(www, "set.pcr"), "--quiet"])
+        mnt = self.path("mnt")
+        os.makedirs(mnt)
+        with Nginx(www) as nginx:
+            url = f"{nginx.url}/set.pcr"
+            fstab = self.path("fstab")
+            with open(fstab, "w") as f:
+                f.write(f"{url}  {mnt}  fuse.pcrfs  ro,scans=5,cache_dir={self.path('cache')},"
+                        "_netdev,nofail  0  0\n")
+            script = f"""
+set -u
+mount --make-rprivate /
+mount --bind {helper} /sbin/mount.pcrfs
+mount --bind {pcrfs} {installed}
+for i in 1 2; do
+  mount -a -T {fstab}; echo "mount -a: $?"
+done
+grep -c " {mnt} " /proc/self/mountinfo
+grep " {mnt} " /proc/mounts
+umount {mnt}
+"""
+            p = run(["unshare", "-m", "sh", "-c", script], check=False, text=True, timeout=120,
+                    env=remote_env(self.tmp))
+        self.assertEqual(p.stderr, "")
+        lines = p.stdout.splitlines()
+        self.assertEqual(lines[:3], ["mount -a: 0"] * 2 + ["1"], p.stdout)
+        self.assertEqual(lines[3].split()[:3], [url, mnt, "fuse.pcrfs"])
+
 
 class VerifyArchiveTest(TempDirTest):
     """Issue 46 item 4: `pcr verify --source ARCHIVE.tar` said "not a directory"."""
