@@ -67,6 +67,19 @@ TEST(QualityWindowTest, ASideThatFitsIsKeptWholeAndASmallImageIsNotCut) {
   codec::TranscodeResult t = codec::Transcode(**cut, {});
   EXPECT_TRUE(t.transcoded()) << t.detail;
 
+  // Every colour space the builder transcodes: the window keeps it (CMYK and YCCK with their
+  // Adobe marker) and transcodes again.
+  for (JpegColor color : {JpegColor::kRGB, JpegColor::kCMYK, JpegColor::kYCCK}) {
+    JpegSpec spec{.width = 1300, .height = 1100, .color = color, .seed = 9};
+    auto c = CutCentredWindow(StoredLevel10(spec), kQualityWindowSide);
+    ASSERT_TRUE(c.has_value() && c->has_value()) << static_cast<int>(color);
+    auto decoded = codec::DecodeJpeg(**c);
+    ASSERT_TRUE(decoded.has_value()) << decoded.error().ToString();
+    EXPECT_EQ(decoded->components, color == JpegColor::kRGB ? 3 : 4);
+    EXPECT_LE(decoded->width, kQualityWindowSide);
+    EXPECT_TRUE(codec::Transcode(**c, {}).transcoded()) << static_cast<int>(color);
+  }
+
   JpegSpec small{.width = 500, .height = 375, .seed = 4};
   auto none = CutCentredWindow(StoredLevel10(small), kQualityWindowSide);
   ASSERT_TRUE(none.has_value());
