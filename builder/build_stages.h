@@ -58,6 +58,9 @@ class StoreDraft {
   // The fingerprint of record `id`'s members, for --resume (inside the build state folder).
   std::string FingerprintPath(uint32_t id) const;
 
+  // How many records an interrupted build finished in STORE.partial (each has its members'
+  // fingerprint in the build state folder): what --resume keeps and a fresh build removes.
+  uint64_t FinishedRecords() const;
   // Makes STORE.partial with its records folder and a build state folder holding `options`
   // (one line). An existing STORE.partial is removed, unless `resume` and its options are the
   // same: then it is kept (InvalidArgument if they differ).

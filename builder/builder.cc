@@ -6,7 +6,11 @@
 #include <algorithm>
 #include <cerrno>
 #include <chrono>
+#include <cstdio>
+#include <cstdlib>
 #include <filesystem>
+#include <string>
+#include <vector>
 
 #include "builder/archive_source.h"
 #include "builder/build_stages.h"
@@ -190,6 +194,65 @@ Status CheckBuildArguments(const BuildConfig& config) {
   return CheckStoreTarget(store, config.force);
 }
 
+namespace {
+
+// A mount table path field unescaped: the kernel writes space, tab, newline and backslash as
+// octal escapes (\040 ...).
+std::string UnescapeMountField(const std::string& field) {
+  std::string out;
+  for (size_t i = 0; i < field.size(); ++i) {
+    if (field[i] == '\\' && i + 3 < field.size() && field[i + 1] >= '0' && field[i + 1] <= '3') {
+      out += static_cast<char>((field[i + 1] - '0') * 64 + (field[i + 2] - '0') * 8 +
+                               (field[i + 3] - '0'));
+      i += 3;
+    } else {
+      out += field[i];
+    }
+  }
+  return out;
+}
+
+}  // namespace
+
+std::vector<std::string> PcrfsMountsOf(const std::string& store) {
+  std::vector<std::string> mounts;
+  char* real = ::realpath(store.c_str(), nullptr);
+  if (real == nullptr) return mounts;
+  const std::string path = real;
+  std::free(real);
+  std::string comma_free = path;  // the daemon's fsname has no commas (they split options)
+  std::replace(comma_free.begin(), comma_free.end(), ',', '_');
+  FILE* f = std::fopen("/proc/self/mountinfo", "re");
+  if (f == nullptr) return mounts;
+  char* line = nullptr;
+  size_t cap = 0;
+  while (::getline(&line, &cap, f) > 0) {
+    // "ID PARENT MAJ:MIN ROOT MOUNTPOINT OPTIONS [OPTIONAL...] - TYPE SOURCE SUPER"
+    std::vector<std::string> fields;
+    std::string field;
+    for (const char* p = line; *p != '\0'; ++p) {
+      if (*p == ' ' || *p == '\n') {
+        if (!field.empty()) fields.push_back(std::move(field));
+        field.clear();
+      } else {
+        field += *p;
+      }
+    }
+    if (!field.empty()) fields.push_back(std::move(field));
+    const auto dash = std::find(fields.begin(), fields.end(), "-");
+    if (fields.size() < 5 || dash == fields.end() || fields.end() - dash < 3) continue;
+    if (dash[1] != "fuse.pcrfs") continue;
+    const std::string source = UnescapeMountField(dash[2]);
+    // Older daemons named it pcrfs:PATH.
+    if (source == path || source == comma_free || source == "pcrfs:" + comma_free) {
+      mounts.push_back(UnescapeMountField(fields[4]));
+    }
+  }
+  std::free(line);
+  std::fclose(f);
+  return mounts;
+}
+
 Status CheckStoreTarget(const std::string& store, bool force) {
   if (store.empty()) return Status::InvalidArgument("STORE is required");
   std::error_code ec;
@@ -216,8 +279,27 @@ Status CheckStoreTarget(const std::string& store, bool force) {
       return Status::InvalidArgument(store +
                                      ": exists and is not a pcrfs store; refusing to replace it");
     }
+    // Replaced under a mount, the store would vanish from under its readers (the mount keeps
+    // serving the old one's open records and fails the rest).
+    if (const auto mounts = PcrfsMountsOf(store); !mounts.empty()) {
+      return Status::InvalidArgument(store + ": mounted at " + mounts.front() +
+                                     "; unmount it first (fusermount3 -u " + mounts.front() +
+                                     "), then replace it with --force");
+    }
   }
   return Status::OK();
+}
+
+Status CheckInterruptedBuild(const BuildConfig& config) {
+  if (config.resume || config.force) return Status::OK();
+  const uint64_t finished = StoreDraft(config.store).FinishedRecords();
+  if (finished == 0) return Status::OK();  // nothing a rerun would lose
+  return Status::InvalidArgument(StoreDraft::PartialDir(config.store) +
+                                 ": an interrupted build left " + std::to_string(finished) +
+                                 " finished record" + (finished == 1 ? "" : "s") +
+                                 " there; --resume keeps " + (finished == 1 ? "it" : "them") +
+                                 " (same options), --force discards " +
+                                 (finished == 1 ? "it" : "them") + " and builds from the start");
 }
 
 Result<BuildReport> Build(const BuildConfig& config) {
@@ -225,6 +307,7 @@ Result<BuildReport> Build(const BuildConfig& config) {
   auto lock = StoreWriterLock::Acquire(config.store);
   if (!lock) return Err(lock.error());
   if (Status s = CheckBuildArguments(config); !s.ok()) return Err(std::move(s));
+  if (Status s = CheckInterruptedBuild(config); !s.ok()) return Err(std::move(s));
   return BuildLocked(config, *lock);
 }
 

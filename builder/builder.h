@@ -105,6 +105,15 @@ Status CheckStoreTarget(const std::string& store, bool force);
 // Checks SRC and STORE before any work: InvalidArgument / AlreadyExists / NotFound on bad input.
 Status CheckBuildArguments(const BuildConfig& config);
 
+// The mount points where pcrfs serves `store` (its real path is the mount's source; this mount
+// namespace's table), for refusing to replace a mounted store.
+std::vector<std::string> PcrfsMountsOf(const std::string& store);
+
+// A plain build (neither --resume nor --force) over STORE.partial with finished records would
+// throw them away: InvalidArgument naming how many, and that --resume keeps them. REQUIRES:
+// STORE's writer lock is held (a live build's STORE.partial is not an interrupted one).
+Status CheckInterruptedBuild(const BuildConfig& config);
+
 // Runs the whole build under the writer lock of config.store: CheckBuildArguments, then
 // StoreWriterLock::Acquire (AlreadyExists while another writer holds it), then the arguments
 // again, as STORE may have been published in between, then BuildLocked. A non-ok result means

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <atomic>
 #include <cmath>
+#include <functional>
 #include <limits>
 #include <optional>
 #include <random>
@@ -10,6 +11,7 @@
 #include <thread>
 #include <vector>
 
+#include "builder/quality_window.h"
 #include "codec/decoder.h"
 #include "codec/quality.h"
 #include "common/mutex.h"
@@ -51,15 +53,39 @@ std::string EntryPath(const index::IndexReader& idx, const index::Entry& e) {
   return path;
 }
 
-Result<codec::DecodedImage> DecodeLevel(const index::Store& store, const index::Entry& e, int k) {
-  std::vector<uint8_t> bytes;
-  if (Status s = store.ReadFile(e, k, &bytes); !s.ok()) return Err(s);
-  return codec::DecodeJpeg(bytes);
-}
+// Level k of an image: its bytes in the store, or of its window (quality_window.h).
+using LevelBytes = std::function<Result<std::vector<uint8_t>>(int k)>;
 
 Result<ImageQuality> MeasureImage(const index::Store& store, const index::Entry& e) {
   ImageQuality q;
-  auto ref = DecodeLevel(store, e, kLevels);
+  std::vector<uint8_t> top;
+  if (Status s = store.ReadFile(e, kLevels, &top); !s.ok()) return Err(s);
+  // A large image is measured on its centred window: its level k is the window of the
+  // image's level k (the same coefficients: the scan script is per component), transcoded
+  // again here as the build does, so the cost per image is bounded whatever its size.
+  auto window = CutCentredWindow(top, kQualityWindowSide);
+  if (!window) return Err(window.error());
+  LevelBytes level_bytes;
+  std::optional<codec::ProgressiveJpeg> cut;
+  if (*window) {
+    codec::TranscodeResult t = codec::Transcode(**window, codec::TranscodeOptions{});
+    if (!t.transcoded()) return Err(Status::Corruption("quality window: " + t.detail));
+    cut = std::move(t.image);
+    level_bytes = [&cut](int k) -> Result<std::vector<uint8_t>> { return cut->Level(k); };
+  } else {
+    level_bytes = [&](int k) -> Result<std::vector<uint8_t>> {
+      if (k == kLevels) return std::move(top);
+      std::vector<uint8_t> bytes;
+      if (Status s = store.ReadFile(e, k, &bytes); !s.ok()) return Err(s);
+      return bytes;
+    };
+  }
+  auto decode = [&](int k) -> Result<codec::DecodedImage> {
+    auto bytes = level_bytes(k);
+    if (!bytes) return Err(bytes.error());
+    return codec::DecodeJpeg(*bytes);
+  };
+  auto ref = decode(kLevels);
   if (!ref) return Err(ref.error());
   if (codec::MsSsimScales(ref->width, ref->height) == 0) return q;  // too small: not measured
   for (int k = 1; k <= kLevels; ++k) {
@@ -68,7 +94,7 @@ Result<ImageQuality> MeasureImage(const index::Store& store, const index::Entry&
       q.msssim[k - 1] = 1.0;
       continue;
     }
-    auto level = DecodeLevel(store, e, k);
+    auto level = decode(k);
     if (!level) return Err(level.error());
     q.psnr[k - 1] = codec::Psnr(*level, *ref);
     auto ms = codec::MsSsim(*level, *ref);

@@ -46,6 +46,17 @@ std::string StoreDraft::FingerprintPath(uint32_t id) const {
   return dir_ + "/" + kBuildStateDir + buf;
 }
 
+uint64_t StoreDraft::FinishedRecords() const {
+  uint64_t n = 0;
+  std::error_code ec;
+  for (fs::directory_iterator it(dir_ + "/" + kBuildStateDir, ec), end; !ec && it != end;
+       it.increment(ec)) {
+    const std::string name = it->path().filename().string();
+    if (name.size() > 8 && name.ends_with(".members")) ++n;
+  }
+  return n;
+}
+
 Status StoreDraft::Prepare(const std::string& options, bool resume) const {
   const std::string state = dir_ + "/" + kBuildStateDir;
   struct stat st;

@@ -13,6 +13,7 @@
 #include <string_view>
 #include <unordered_map>
 
+#include "builder/build_source.h"
 #include "builder/provenance.h"
 #include "builder/source_tree.h"
 #include "codec/decoder.h"
@@ -348,19 +349,24 @@ class Verifier {
     return id32;
   }
 
+  // The source as pcr build reads it (build_source.h): a folder, a local archive, or a URL (an
+  // archive at an http(s)/s3 URL, an s3:// or Azure prefix), so a store is checked against what
+  // it was built from whatever that was.
   void CompareWithSource() {
-    auto tree = WalkSource(config_.source);
-    if (!tree) {
-      Add(Kind::kMissing, config_.source, tree.error().message());
+    auto opened = BuildSource::Open(config_.source, config_.nested_archives, config_.remote);
+    if (!opened) {
+      Add(Kind::kMissing, config_.source, opened.error().message());
       return;
     }
-    for (const SourceProblem& p : tree->problems) Add(Kind::kMissing, p.rel_path, p.reason);
+    BuildSource* source = opened->get();
+    const SourceTree& tree = source->tree();
+    for (const SourceProblem& p : tree.problems) Add(Kind::kMissing, p.rel_path, p.reason);
     std::unordered_map<std::string, const FileEntry*> by_path;
     for (const FileEntry& f : files_) by_path[f.path] = &f;
     std::vector<std::pair<uint32_t, const FileEntry*>> pairs;  // source node, store file
-    for (uint32_t node : tree->files) {
-      const SourceNode& n = tree->nodes[node];
-      const std::string rel = tree->RelPath(n);
+    for (uint32_t node : tree.files) {
+      const SourceNode& n = tree.nodes[node];
+      const std::string rel = tree.RelPath(n);
       auto it = by_path.find(rel);
       if (it == by_path.end()) {
         Add(Kind::kMissing, rel, "in the source but not in the store");
@@ -373,24 +379,34 @@ class Verifier {
       Add(Kind::kExtra, path, "in the store but not in the source");
     }
     report_.compared = pairs.size();
-    ParallelFor(pairs.size(), jobs_,
-                [&](size_t i) { CompareFile(*tree, pairs[i].first, *pairs[i].second); });
+    std::vector<uint32_t> order;  // the listing's order: an archive's members as they come
+    order.reserve(pairs.size());
+    for (const auto& p : pairs) order.push_back(p.first);
+    source->StartReading(order);
+    ParallelFor(pairs.size(), source->ReadThreads(jobs_),
+                [&](size_t i) { CompareFile(source, tree, pairs[i].first, i, *pairs[i].second); });
   }
 
-  void CompareFile(const SourceTree& tree, uint32_t node, const FileEntry& f) {
-    const std::string source_path = tree.AbsPath(tree.nodes[node]);
-    auto fd = tree.OpenFile(node);  // relative to a folder: the path may exceed PATH_MAX
-    if (!fd) {
-      Add(Kind::kDiffers, f.path, "cannot read the source: " + fd.error().message());
+  void CompareFile(BuildSource* source, const SourceTree& tree, uint32_t node, size_t turn,
+                   const FileEntry& f) {
+    auto file = source->OpenFile(tree, node, turn);
+    if (!file) {
+      Add(Kind::kDiffers, f.path, "cannot read the source: " + file.error().message());
       return;
     }
     if (f.entry.kind == index::EntryKind::kPassthrough) {
-      ComparePassthrough(fd->get(), source_path, f);
+      ComparePassthrough(file->get(), f);
       return;
     }
-    auto source = ReadWholeFd(fd->get(), UINT64_MAX, source_path);
-    if (!source) {
-      Add(Kind::kDiffers, f.path, "cannot read the source: " + source.error().message());
+    bool changed = false;
+    auto data = (*file)->ReadAll(&changed);
+    file->reset();  // an archive's next member may be served from here on
+    if (!data) {
+      Add(Kind::kDiffers, f.path, "cannot read the source: " + data.error().message());
+      return;
+    }
+    if (changed) {
+      Add(Kind::kDiffers, f.path, "cannot read the source: it changed while it was read");
       return;
     }
     std::vector<uint8_t> stored;
@@ -399,7 +415,7 @@ class Verifier {
       Add(Kind::kDamaged, f.path, s.message());
       return;
     }
-    auto want = codec::DecodeJpeg(*source);
+    auto want = codec::DecodeJpeg(*data);
     if (!want) {
       Add(Kind::kDiffers, f.path,
           "the source no longer decodes cleanly: " + want.error().message());
@@ -417,17 +433,12 @@ class Verifier {
   }
 
   // Byte for byte, a checksum block at a time: constant memory whatever the file's size.
-  void ComparePassthrough(int fd, const std::string& source_path, const FileEntry& f) {
-    struct stat st;
-    if (::fstat(fd, &st) != 0) {
-      Add(Kind::kDiffers, f.path,
-          "cannot read the source: " + Status::FromErrno(source_path, errno).message());
-      return;
-    }
+  void ComparePassthrough(SourceFile* file, const FileEntry& f) {
+    const uint64_t source_size = file->stat().size;
     const uint64_t stored_size = f.entry.SizeAtLevel(index::kNumGroups);
-    if (static_cast<uint64_t>(st.st_size) != stored_size) {
+    if (source_size != stored_size) {
       Add(Kind::kDiffers, f.path,
-          "bytes differ from the source (size " + std::to_string(st.st_size) + ", stored " +
+          "bytes differ from the source (size " + std::to_string(source_size) + ", stored " +
               std::to_string(stored_size) + ")");
       return;
     }
@@ -437,7 +448,7 @@ class Verifier {
     Status source_status;
     Status s = store_->ReadFileTo(f.entry, index::kNumGroups, [&](std::span<const uint8_t> bytes) {
       source.resize(bytes.size());
-      source_status = PreadFull(fd, source.data(), bytes.size(), pos, source_path);
+      source_status = file->ReadStream(pos, source);
       if (!source_status.ok()) return source_status;
       differs = differs || !std::equal(bytes.begin(), bytes.end(), source.begin());
       pos += bytes.size();

@@ -8,13 +8,18 @@
 
 #include "common/status.h"
 #include "index/store.h"
+#include "location/store_location.h"
 
 namespace pcrfs::tools {
 
 struct VerifyConfig {
   std::string store;
-  std::string source;  // empty: do not compare with a source
-  unsigned jobs = 0;   // 0: every core
+  // Empty: do not compare with a source. Else any source pcr build takes (build_source.h): a
+  // folder, a local archive, an archive at an http(s)/s3 URL, an s3:// or Azure prefix.
+  std::string source;
+  bool nested_archives = true;  // as pcr build's: archives inside an archive are folders
+  RemoteOptions remote;         // how to reach a URL source (as pcr build's)
+  unsigned jobs = 0;            // 0: every core
 };
 
 struct VerifyFinding {

@@ -22,6 +22,18 @@ Result<std::unique_ptr<PosixRandomAccessFile>> PosixRandomAccessFile::Open(const
       new PosixRandomAccessFile(path, std::move(*fd), static_cast<uint64_t>(st.st_size)));
 }
 
+Result<std::unique_ptr<PosixRandomAccessFile>> PosixRandomAccessFile::OpenAt(
+    int dirfd, const std::string& name, const std::string& path, int extra_flags) {
+  UniqueFd fd(::openat(dirfd, name.c_str(), O_RDONLY | O_CLOEXEC | extra_flags));
+  if (fd.get() < 0) return Err(Status::FromErrno(path, errno));
+  struct stat st;
+  if (::fstat(fd.get(), &st) != 0) return Err(Status::FromErrno(path, errno));
+  if (!S_ISREG(st.st_mode)) return Err(Status::Corruption(path + ": not a regular file"));
+  ::posix_fadvise(fd.get(), 0, 0, POSIX_FADV_RANDOM);
+  return std::unique_ptr<PosixRandomAccessFile>(
+      new PosixRandomAccessFile(path, std::move(fd), static_cast<uint64_t>(st.st_size)));
+}
+
 Status PosixRandomAccessFile::Read(uint64_t offset, size_t n, uint8_t* dst) const {
   if (offset > size_ || n > size_ - offset) {
     return Status::Corruption(path_ + ": read of " + std::to_string(n) + " bytes at offset " +

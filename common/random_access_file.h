@@ -35,6 +35,11 @@ class PosixRandomAccessFile final : public RandomAccessFile, public SpeculationS
   // extra_flags are added to O_RDONLY (e.g. O_NOFOLLOW).
   static Result<std::unique_ptr<PosixRandomAccessFile>> Open(const std::string& path,
                                                              int extra_flags = 0);
+  // The same for `name` in the folder open as `dirfd` (openat(2)), named `path` in messages:
+  // a folder opened once keeps its files reachable whatever is renamed above it.
+  static Result<std::unique_ptr<PosixRandomAccessFile>> OpenAt(int dirfd, const std::string& name,
+                                                               const std::string& path,
+                                                               int extra_flags = 0);
 
   Status Read(uint64_t offset, size_t n, uint8_t* dst) const override;
   uint64_t Size() const override { return size_; }

@@ -4,9 +4,12 @@
 #include <dirent.h>
 #include <fcntl.h>
 #include <fuse3/fuse_lowlevel.h>
+#include <spawn.h>
+#include <sys/mount.h>
 #include <sys/stat.h>
 #include <sys/statvfs.h>
 #include <sys/vfs.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -310,9 +313,19 @@ struct FuseCmdline {
 };
 
 // Read-only, the kernel checks permissions (needed once other users may enter), and the
-// store's path as the source shown by mount(8).
-void AddMountOptions(const std::string& store_dir, fuse_args* args) {
-  std::string fsname = "-ofsname=pcrfs:" + store_dir;
+// store as the source shown by mount(8): the URL, or the store folder's real path, exactly
+// what an fstab line names (mount(8) resolves a path source with realpath(3) too), so that
+// `mount -a` sees that the line is mounted already (the type, fuse.pcrfs, says it is pcrfs).
+void AddMountOptions(const std::string& store, bool remote, fuse_args* args) {
+  std::string source = store;
+  if (!remote) {
+    char* real = ::realpath(store.c_str(), nullptr);
+    if (real != nullptr) {
+      source = real;
+      std::free(real);
+    }
+  }
+  std::string fsname = "-ofsname=" + source;
   for (char& c : fsname) {
     if (c == ',') c = '_';  // a comma would split the option list
   }
@@ -345,21 +358,26 @@ class SighupReload {
     handler_fd = write_end_.get();
     struct sigaction sa;
     std::memset(&sa, 0, sizeof sa);
-    sa.sa_handler = &OnSighup;
+    sa.sa_handler = &OnSignal;
     sigemptyset(&sa.sa_mask);
     sa.sa_flags = SA_RESTART;
     if (::sigaction(SIGHUP, &sa, nullptr) != 0) return Status::FromErrno("SIGHUP", errno);
+    // SIGTERM too (libfuse's handler ended the session, busy or not): see Start.
+    if (::sigaction(SIGTERM, &sa, nullptr) != 0) return Status::FromErrno("SIGTERM", errno);
     installed_ = true;
     return Status::OK();
   }
 
-  // Starts the thread that runs `reload` once per SIGHUP (after daemonizing: threads do not
-  // survive fork()). REQUIRES: Install() succeeded.
-  void Start(std::function<void()> reload) {
-    thread_ = std::thread([this, reload = std::move(reload)] { Run(reload); });
+  // Starts the thread that runs `reload` once per SIGHUP and `terminate` once per SIGTERM
+  // (after daemonizing: threads do not survive fork()). REQUIRES: Install() succeeded.
+  void Start(std::function<void()> reload, std::function<void()> terminate) {
+    thread_ = std::thread([this, reload = std::move(reload), terminate = std::move(terminate)] {
+      Run(reload, terminate);
+    });
   }
 
-  // Ends the thread; a SIGHUP from now on is ignored (the session is over: exit cleanly).
+  // Ends the thread; a SIGHUP or SIGTERM from now on is ignored (the session is over: exit
+  // cleanly).
   void Stop() {
     if (installed_) {
       struct sigaction sa;
@@ -367,6 +385,7 @@ class SighupReload {
       sa.sa_handler = SIG_IGN;
       sigemptyset(&sa.sa_mask);
       ::sigaction(SIGHUP, &sa, nullptr);
+      ::sigaction(SIGTERM, &sa, nullptr);
       installed_ = false;
     }
     if (thread_.joinable()) {
@@ -382,22 +401,29 @@ class SighupReload {
   }
 
  private:
-  static void OnSighup(int) {
+  static constexpr char kHup = 1;
+  static constexpr char kTerm = 2;
+
+  static void OnSignal(int sig) {
     const int saved_errno = errno;
-    const char byte = 1;
+    const char byte = sig == SIGTERM ? kTerm : kHup;
     if (handler_fd >= 0) {
       [[maybe_unused]] const ssize_t n = ::write(handler_fd, &byte, 1);
     }
     errno = saved_errno;
   }
 
-  void Run(const std::function<void()>& reload) {
+  void Run(const std::function<void()>& reload, const std::function<void()>& terminate) {
     char buf[64];
     for (;;) {
-      // One read takes every byte waiting: SIGHUPs that came during a reload make one more.
+      // One read takes every byte waiting: signals that came during a reload make one more.
       const ssize_t n = ::read(read_end_.get(), buf, sizeof buf);
       if (n < 0 && errno == EINTR) continue;
       if (n <= 0 || stop_.load()) return;
+      const bool term = std::memchr(buf, kTerm, static_cast<size_t>(n)) != nullptr;
+      const bool hup = std::memchr(buf, kHup, static_cast<size_t>(n)) != nullptr;
+      if (term && terminate) terminate();
+      if (!hup) continue;
       ReopenLogFile();  // first, so the line below goes to the new file after a rotation
       Log(LogLevel::kInfo, "SIGHUP: reloading credentials and header files");
       if (!reload) continue;
@@ -439,6 +465,56 @@ int ServeLoop(fuse_session* se, const MountConfig& config, const fuse_cmdline_op
   const int rc = fuse_session_loop_mt(se, loop);
   fuse_loop_cfg_destroy(loop);
   return rc;
+}
+
+// `fusermount3 -u MNT` (not -z: it refuses a busy mount), for a daemon that is not root.
+// Returns 0 when it unmounted, EBUSY when it refused (busy, as a rule), else errno.
+int RunFusermountUnmount(const std::string& mnt) {
+  const char* argv[] = {"fusermount3", "-u", "-q", "--", mnt.c_str(), nullptr};
+  posix_spawn_file_actions_t actions;
+  posix_spawn_file_actions_init(&actions);
+  posix_spawn_file_actions_addopen(&actions, STDOUT_FILENO, "/dev/null", O_WRONLY, 0);
+  posix_spawn_file_actions_addopen(&actions, STDERR_FILENO, "/dev/null", O_WRONLY, 0);
+  pid_t pid = -1;
+  const int spawned =
+      ::posix_spawnp(&pid, argv[0], &actions, nullptr, const_cast<char* const*>(argv), environ);
+  posix_spawn_file_actions_destroy(&actions);
+  if (spawned != 0) return spawned;
+  int status = 0;
+  while (::waitpid(pid, &status, 0) < 0) {
+    if (errno != EINTR) return errno;
+  }
+  return WIFEXITED(status) && WEXITSTATUS(status) == 0 ? 0 : EBUSY;
+}
+
+// SIGTERM: unmounts as `fusermount3 -u` does, which leaves a busy mount alone (a training job's
+// open files keep working); libfuse's own handler detached the mount lazily, busy or not, and
+// readers got ENOENT. Once unmounted the session ends (the kernel ends the connection). SIGINT
+// keeps libfuse's handler: it detaches at once, like `fusermount3 -uz`.
+void UnmountUnlessBusy(fuse_session* se, const std::string& mnt, Watchdog* watchdog) {
+  int err = 0;
+  if (watchdog->dropped()) {  // root that gave up its capabilities: the watchdog keeps them
+    err = watchdog->UnmountIfUnused();
+  } else if (::geteuid() == 0) {
+    if (::umount2(mnt.c_str(), UMOUNT_NOFOLLOW) != 0) err = errno;
+  } else {
+    err = RunFusermountUnmount(mnt);
+  }
+  if (err == 0) {
+    Log(LogLevel::kInfo, "SIGTERM: unmounted " + mnt);
+    fuse_session_exit(se);
+    return;
+  }
+  if (err == EBUSY) {
+    Log(LogLevel::kWarning,
+        "SIGTERM: " + mnt + " is busy (a file or folder in it is open, or is a working folder), " +
+            "so it stays mounted and served, as fusermount3 -u leaves a busy mount; close them " +
+            "and send SIGTERM again, or detach it at once with SIGINT or fusermount3 -uz " + mnt);
+    return;
+  }
+  Log(LogLevel::kError, "SIGTERM: cannot unmount " + mnt + ": " + std::strerror(err) +
+                            "; it stays mounted (SIGINT or fusermount3 -uz " + mnt +
+                            " detaches it at once)");
 }
 
 // The hooks of a mount whose remote client (nullptr for a local store) is `client`: SIGHUP
@@ -556,7 +632,9 @@ int OpenAndServe(fuse_session* se, Filesystem** fs_slot, const MountConfig& conf
   if (location.remote && location.options.disk_cache_fill) {
     fs.FillLevel(config.fs.fixed_level != 0 ? config.fs.fixed_level : index::kNumGroups);
   }
-  sighup->Start(HooksFor(client).reload);
+  const std::string mountpoint = opts.mountpoint != nullptr ? opts.mountpoint : "";
+  sighup->Start(HooksFor(client).reload,
+                [se, mountpoint, watchdog] { UnmountUnlessBusy(se, mountpoint, watchdog); });
   // Free heap pages go back to the kernel every 10 s (common/heap_trimmer.h).
   HeapTrimmer trimmer({});
   // Metrics (fs/metrics_server.h): the mount point, then -o metrics_label's, on every series.
@@ -591,7 +669,7 @@ int MountAndServe(const MountConfig& config, StoreLocation location,
   if (fuse_parse_cmdline(&args.args, &cmdline.opts) != 0) return 1;
   std::error_code ec;
   if (!location.remote) location.dir = std::filesystem::absolute(location.dir, ec).string();
-  AddMountOptions(location.remote ? location.name : location.dir, &args.args);
+  AddMountOptions(location.remote ? location.name : location.dir, location.remote, &args.args);
 
   Filesystem* fs_ptr = nullptr;
   fuse_session* se =

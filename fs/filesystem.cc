@@ -210,7 +210,7 @@ struct stat Filesystem::EntryAttr(const index::Entry& e, int level) const {
   st.st_gid = options_.gid;
   st.st_blksize = kBlockSize;
   if (e.is_dir()) {
-    st.st_mode = S_IFDIR | 0555;
+    st.st_mode = S_IFDIR | 0755;
     st.st_nlink = 2 + e.num_subdirs;
   } else {
     st.st_mode = S_IFREG | 0444;
@@ -226,7 +226,7 @@ struct stat Filesystem::LadderRootAttr() const {
   struct stat st;
   std::memset(&st, 0, sizeof st);
   st.st_ino = kFuseRootIno;
-  st.st_mode = S_IFDIR | 0555;
+  st.st_mode = S_IFDIR | 0755;
   st.st_nlink = 2 + index::kNumGroups;
   st.st_uid = options_.uid;
   st.st_gid = options_.gid;
@@ -464,9 +464,19 @@ bool IsDamage(const Status& s) {
 }
 }  // namespace
 
+void Filesystem::ReportStoreChanged(const Status& s) const {
+  if (store_change_logged_.exchange(true)) return;
+  Log(LogLevel::kError, "store changed under the mount: " + s.message() +
+                            "; files whose records this mount had opened are still served");
+}
+
 Result<SourceFile> Filesystem::OpenRecord(uint32_t record) const {
   Status header;
   auto file = store_->OpenRecord(record, &header);
+  if (!file && file.error().code() == Status::Code::kIOError &&
+      file.error().sys_errno() == ESTALE) {
+    ReportStoreChanged(file.error());
+  }
   if (file && !header.ok()) ReportRecordProblem(record, header);
   return file;
 }

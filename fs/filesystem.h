@@ -235,6 +235,8 @@ class Filesystem {
   Status ReportDamage(const index::Entry& e, int level, const Status& s) const;
   // Logs once per record that its header, footer or size disagree with the index.
   void ReportRecordProblem(uint32_t record, const Status& s) const;
+  // Logs once that the store changed under the mount (Store's ESTALE: rebuilt or removed).
+  void ReportStoreChanged(const Status& s) const;
   // The path of an entry relative to the dataset root ("train/cat/img.jpg").
   std::string PathOf(const index::Entry& e) const;
   Result<SourceFile> OpenRecord(uint32_t record) const;
@@ -304,6 +306,7 @@ class Filesystem {
   mutable std::vector<ReaddirResume> resume_ GUARDED_BY(mu_){kResumeSlots};  // by dir % slots
   mutable std::set<std::pair<uint32_t, uint32_t>> damaged_logged_ GUARDED_BY(mu_);
   mutable std::set<uint32_t> record_problem_logged_ GUARDED_BY(mu_);
+  mutable std::atomic<bool> store_change_logged_{false};
   // Hinted files (hint_queue()), and what wakes their consumer while the scheduler has enough
   // queued: a speculative read that finished (the scheduler's OnArrived) or the end. Declared
   // before scheduler_, whose pool signals hint_room_ until it is joined.

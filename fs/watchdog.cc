@@ -11,6 +11,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <csignal>
 #include <cstdio>
@@ -31,9 +32,11 @@ constexpr int kPollMs = 250;
 constexpr unsigned kPfDying = 0x4 | 0x8 | 0x200 | 0x400;
 
 // Messages on the socket, daemon -> watchdog: kBye (ending normally: exit quietly), kUnmount
-// (unmount for me, then answer kDone).
+// (unmount for me, then answer kDone), kUnmountIfUnused (unmount unless busy, then answer the
+// errno as one byte, 0 when unmounted).
 constexpr char kBye = 'q';
 constexpr char kUnmount = 'u';
+constexpr char kUnmountIfUnused = 'U';
 constexpr char kDone = 'k';
 constexpr char kReady = 'r';  // watchdog -> daemon, once it runs
 constexpr char kPid = 'p';    // daemon -> watchdog: a pid_t follows, the process to watch
@@ -199,6 +202,16 @@ int RunWatchdog(const WatchdogSpec& spec, int sock) {
           [[maybe_unused]] const ssize_t w = ::write(sock, &kDone, 1);
           continue;
         }
+        if (n == 1 && c == kUnmountIfUnused) {
+          int err = 0;
+          if (MountedHere(spec.device, spec.mountpoint) &&
+              ::umount2(spec.mountpoint.c_str(), UMOUNT_NOFOLLOW) != 0) {
+            err = errno;
+          }
+          const char answer = static_cast<char>(std::min(err, 127));
+          [[maybe_unused]] const ssize_t w = ::write(sock, &answer, 1);
+          continue;
+        }
         if (n == 0 || (n < 0 && errno != EINTR && errno != EAGAIN)) eof = true;
         if (!eof) continue;
       } else if (r < 0 && errno != EINTR) {
@@ -360,6 +373,16 @@ void Watchdog::Unmount() {
     char c = 0;
     [[maybe_unused]] const ssize_t n = ::read(sock_.get(), &c, 1);
   }
+}
+
+int Watchdog::UnmountIfUnused() {
+  if (!running()) return ESRCH;
+  if (::send(sock_.get(), &kUnmountIfUnused, 1, MSG_NOSIGNAL) != 1) return errno;
+  pollfd p{sock_.get(), POLLIN, 0};
+  if (::poll(&p, 1, 5000) <= 0) return ETIMEDOUT;
+  char c = 0;
+  if (::read(sock_.get(), &c, 1) != 1) return EIO;
+  return c;
 }
 
 void Watchdog::Finish() {

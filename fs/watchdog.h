@@ -83,6 +83,10 @@ class Watchdog {
   // Asks the watchdog to unmount the mount (lazily, as libfuse does for root) and waits up to
   // 5 s for it. For a daemon that dropped its privileges and cannot unmount itself.
   void Unmount();
+  // Asks the watchdog to unmount the mount unless it is busy (umount2 without MNT_DETACH, as
+  // fusermount3 -u does) and waits up to 5 s for its answer: 0 when unmounted, else the errno
+  // (EBUSY: files or folders are open in it). For SIGTERM, from one thread at a time.
+  int UnmountIfUnused();
 
   // The daemon ends normally: the watchdog exits quietly; waits for it (up to 2 s).
   void Finish();

@@ -215,8 +215,27 @@ Result<std::unique_ptr<Store>> Store::Open(const std::string& dir, StoreOptions 
   store->dir_ = dir;
   store->options_ = std::move(options);
   if (!store->options_.open_record) {
-    store->options_.open_record = [](const std::string& path, uint64_t) -> Result<SourceFile> {
-      auto file = OpenRecordFileNoFollow(path);
+    // Records are opened relative to records/ as opened now: a store renamed or moved while
+    // open (`mv STORE OTHER` under a mount) is read as it was, and a store rebuilt at its path
+    // is never mixed into this one (ChangedSinceOpen tells the two apart from damage).
+    auto records = std::make_shared<UniqueFd>(
+        ::open(records_path.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC));
+    struct stat rst;
+    if (records->get() >= 0 && ::fstat(records->get(), &rst) == 0) {
+      store->records_dev_ = rst.st_dev;
+      store->records_ino_ = rst.st_ino;
+      store->records_fd_ = records;
+    }
+    store->options_.open_record = [records](const std::string& path,
+                                            uint64_t) -> Result<SourceFile> {
+      auto file = records->get() < 0
+                      ? OpenRecordFileNoFollow(path)
+                      : PosixRandomAccessFile::OpenAt(
+                            records->get(), path.substr(path.rfind('/') + 1), path, O_NOFOLLOW);
+      if (!file && file.error().ToErrno() == ELOOP) {
+        return Err(Status::Corruption(path + ": record file is a symbolic link (pcrfs follows " +
+                                      "no links inside a store)"));
+      }
       if (!file) return Err(file.error());
       return SourceFile::Speculative(std::shared_ptr<PosixRandomAccessFile>(std::move(*file)));
     };
@@ -269,6 +288,13 @@ Result<Store::OpenRecordFile> Store::OpenRecordFileNow(uint32_t id) const {
   auto file = options_.open_record(dir_ + "/" + RecordFileName(id), info->file_size);
   if (!file) {
     if (file.error().IsNotFound()) {
+      if (ChangedSinceOpen()) {
+        return Err(Status::IOError(
+            dir_ + ": changed since it was opened (rebuilt, replaced or removed: " +
+                RecordFileName(id) + " is gone, which is no damage); open it again (a " +
+                "mount: unmount and mount it again) to read the new store",
+            ESTALE));
+      }
       return Err(Status::Corruption(dir_ + "/" + RecordFileName(id) + ": record file is missing"));
     }
     return Err(file.error());
@@ -299,6 +325,16 @@ Result<Store::OpenRecordFile> Store::OpenRecordFileNow(uint32_t id) const {
     if (transient(header)) return Err(header);
   }
   return OpenRecordFile{std::move(*file), *info, std::move(header)};
+}
+
+bool Store::ChangedSinceOpen() const {
+  if (records_fd_ == nullptr) return false;
+  struct stat st;
+  // Removed (the rename of a rebuild, then the old store's removal) ...
+  if (::fstat(records_fd_->get(), &st) != 0 || st.st_nlink == 0) return true;
+  // ... or something else at the path now: another store, or nothing.
+  if (::stat((dir_ + "/" + kRecordsDir).c_str(), &st) != 0) return true;
+  return st.st_dev != records_dev_ || st.st_ino != records_ino_;
 }
 
 Result<SourceFile> Store::OpenRecord(uint32_t id, Status* header_problem) const {

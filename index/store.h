@@ -2,6 +2,8 @@
 //   STORE/manifest.json, STORE/index.pcri (or, older, STORE/index.lmdb), STORE/records/NNNNNNNN.pcr
 #pragma once
 
+#include <sys/types.h>
+
 #include <functional>
 #include <future>
 #include <list>
@@ -117,8 +119,16 @@ class Store {
  private:
   Store() = default;
 
+  // Whether records/ at dir_ is no longer the folder opened by Open (rebuilt, replaced, moved
+  // or removed since): a record missing then is no damage. False for a custom opener.
+  bool ChangedSinceOpen() const;
+
   std::string dir_;
   StoreOptions options_;
+  // records/ as Open found it (the default opener's folder; nullptr for a custom opener).
+  std::shared_ptr<UniqueFd> records_fd_;
+  dev_t records_dev_ = 0;
+  ino_t records_ino_ = 0;
   Manifest manifest_;
   std::shared_ptr<const IndexReader> index_;
   struct OpenRecordFile {

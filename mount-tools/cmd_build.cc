@@ -9,6 +9,7 @@
 #include <optional>
 
 #include "builder/builder.h"
+#include "builder/quality_window.h"
 #include "mount-tools/cli.h"
 #include "mount-tools/commands.h"
 #include "mount-tools/progress_line.h"
@@ -68,8 +69,11 @@ void PrintReport(const BuildReport& r, const std::string& store, const char* com
                 all, jpg);
   }
   if (m.quality.measured > 0) {
-    std::printf("\n  fidelity against level 10 over %u sampled JPEGs (pcr inspect shows more):\n",
-                m.quality.measured);
+    std::printf(
+        "\n  fidelity against level 10 over %u sampled JPEGs (pcr inspect shows more;\n"
+        "  a JPEG larger than %dx%d is measured on its centred %dx%d window):\n",
+        m.quality.measured, kQualityWindowSide, kQualityWindowSide, kQualityWindowSide,
+        kQualityWindowSide);
     std::printf("  level   mean PSNR   5th pct MS-SSIM\n");
     for (int k = 1; k < 10; ++k) {
       const index::LevelQuality& q = m.quality.levels[k - 1];
@@ -210,6 +214,10 @@ int RunBuild(const std::vector<std::string>& args) {
   }
   // STORE may have been published by the writer that held the lock a moment ago.
   if (Status s = CheckBuildArguments(config); !s.ok()) {
+    std::fprintf(stderr, "pcr build: %s\n", s.message().c_str());
+    return kExitUsage;
+  }
+  if (Status s = CheckInterruptedBuild(config); !s.ok()) {
     std::fprintf(stderr, "pcr build: %s\n", s.message().c_str());
     return kExitUsage;
   }

@@ -13,16 +13,19 @@ namespace po = boost::program_options;
 
 int RunVerify(const std::vector<std::string>& args) {
   po::options_description opts(
-      "usage: pcr verify STORE [--source DIR] [--jobs N]\n\n"
+      "usage: pcr verify STORE [--source SRC] [--jobs N]\n\n"
       "Reads every piece of every record and checks its checksum, every record header and\n"
       "table, and every index entry against its record. With --source, also checks that\n"
       "every JPEG decodes at level 10 to the source's pixels, that every other file equals\n"
-      "its source byte for byte, and that no source file is missing. STORE may be a URL\n"
+      "its source byte for byte, and that no source file is missing; SRC is any source pcr\n"
+      "build takes (a folder, an archive, an archive URL, an s3:// or az:// prefix, reached\n"
+      "as pcr build reaches it). STORE may be a URL\n"
       "(http://, https://, s3://; configured as for pcr cat): every record is then read by\n"
       "ranged GETs, and stray files are not looked for (that would need a LIST).\n\noptions");
   VerifyConfig config;
   opts.add_options()("help,h", "show this help")("source,s", po::value<std::string>(&config.source),
-                                                 "compare with this source folder")(
+                                                 "compare with this source (as pcr build's SRC)")(
+      "no-nested", "SRC is an archive built with pcr build --no-nested")(
       "jobs,j", po::value<unsigned>(&config.jobs)->default_value(0), "threads (0: all cores)");
   po::variables_map vm;
   if (auto exit = ParseCommandLine("verify", args, opts, {{"store", &config.store}},
@@ -34,6 +37,15 @@ int RunVerify(const std::vector<std::string>& args) {
   if (config.store.empty()) {
     std::fprintf(stderr, "pcr verify: STORE is required (see pcr verify --help)\n");
     return 2;
+  }
+  config.nested_archives = !vm.count("no-nested");
+  if (IsRemoteUrl(config.source)) {
+    auto remote = RemoteOptionsFromEnv();
+    if (!remote) {
+      std::fprintf(stderr, "pcr verify: %s\n", remote.error().message().c_str());
+      return 2;
+    }
+    config.remote = std::move(*remote);
   }
   Result<VerifyReport> report = Err(Status::InvalidArgument(""));
   if (IsRemoteUrl(config.store)) {

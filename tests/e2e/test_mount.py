@@ -104,7 +104,7 @@ class MountTest(unittest.TestCase):
                 self.assertEqual((st.st_uid, st.st_gid), (1234, 4321))
                 self.assertEqual(st.st_mtime_ns, src.st_mtime_ns, rel)
                 if kind == "d":
-                    self.assertEqual(stat.S_IMODE(st.st_mode), 0o555)
+                    self.assertEqual(stat.S_IMODE(st.st_mode), 0o755)
                     self.assertTrue(stat.S_ISDIR(st.st_mode))
                     subdirs = sum(1 for e in os.scandir(os.path.join(SRC, rel)) if e.is_dir())
                     self.assertEqual(st.st_nlink, 2 + subdirs, rel)

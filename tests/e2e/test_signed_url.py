@@ -102,7 +102,7 @@ class SignedUrlTest(LoopbackServersCase):
             stderr = m.log()
         self.assertEqual(len(mounts), 1, mounts)
         # The fsname is the URL without its query.
-        self.assertTrue(mounts[0].startswith(f"pcrfs:{self.base} "), mounts[0])
+        self.assertTrue(mounts[0].startswith(f"{self.base} "), mounts[0])
         for what, text in (("xattr", xattr), ("/proc/mounts", mounts[0]),
                            ("mount", mount_out), ("stderr", stderr), ("cmdline", cmdline)):
             self.assert_no_token(text, what)
