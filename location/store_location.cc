@@ -120,7 +120,8 @@ Status FetchOne(ObjectClient& client, const StoreLocation& loc, const char* name
     const std::string etag_path = dest + ".etag";
     if (r->etag.empty()) {
       ::unlink(etag_path.c_str());  // no ETag: the next mount downloads again
-    } else if (Status s = WriteFileAtomic(etag_path, r->etag.data(), r->etag.size()); !s.ok()) {
+    } else if (Status s = WriteFileAtomic(etag_path, r->etag.data(), r->etag.size(), 0600);
+               !s.ok()) {
       return s;
     }
   }
@@ -165,7 +166,8 @@ Status ConvertCachedIndex(const std::string& dir,
   auto bytes = index::ConvertLmdbIndex(lmdb_path, *source, &parsed);
   if (!bytes) return bytes.error();
   PCRFS_RETURN_IF_ERROR(index::WriteCompactIndexFile(compact, *bytes));
-  PCRFS_RETURN_IF_ERROR(WriteFileAtomic(from, identity.data(), identity.size()));
+  if (::chmod(compact.c_str(), 0600) != 0) return Status::FromErrno("chmod " + compact, errno);
+  PCRFS_RETURN_IF_ERROR(WriteFileAtomic(from, identity.data(), identity.size(), 0600));
   index::FileIdentity written;
   if (::stat(compact.c_str(), &st) == 0) {
     written = {static_cast<uint64_t>(st.st_dev), static_cast<uint64_t>(st.st_ino),
@@ -226,8 +228,9 @@ std::string DefaultCacheDir(const std::string& redacted_url, const EnvLookup& en
   if (::geteuid() == 0) return "/var/cache/pcrfs/" + key;
   const char* xdg = Getenv(env, "XDG_CACHE_HOME");
   if (xdg != nullptr && xdg[0] == '/') return std::string(xdg) + "/pcrfs/" + key;
-  const char* home = Getenv(env, "HOME");
-  return std::string(home != nullptr && home[0] != '\0' ? home : "/tmp") + "/.cache/pcrfs/" + key;
+  // No /tmp fallback: a predictable folder there could be another user's.
+  const std::string home = HomeDirectory(env);
+  return home.empty() ? "" : home + "/.cache/pcrfs/" + key;
 }
 
 HttpClientOptions ClientOptionsFor(const StoreLocation& location) {
@@ -267,6 +270,9 @@ Result<StoreLocation> ResolveLocation(const std::string& store, const RemoteOpti
   if (!IsRemoteUrl(store)) return loc;
   loc.options = options;
   MakeOptionPathsAbsolute(&loc.options);
+  if (!loc.options.headers_file.empty()) {
+    WarnIfReadableByOthers(loc.options.headers_file, "option header_file");
+  }
   if (IsAzureUrl(store)) {
     AzureOptions az;
     az.account = options.azure_account;
@@ -312,12 +318,24 @@ Result<StoreLocation> FetchMetadata(const std::string& store, const RemoteOption
   if (!resolved || !resolved->remote) return resolved;
   StoreLocation loc = std::move(*resolved);
   loc.dir = loc.options.cache_dir.empty() ? DefaultCacheDir(loc.name, env) : loc.options.cache_dir;
-  std::error_code ec;
-  std::filesystem::create_directories(loc.dir, ec);
-  if (ec) {
-    return Err(Status::IOError(loc.dir + ": cannot create the cache folder of " + loc.name + ": " +
-                               ec.message()));
+  if (loc.dir.empty()) {
+    return Err(Status::InvalidArgument(
+        loc.name +
+        ": no cache folder: HOME is unset and the password database has no home for "
+        "this user; give -o cache_dir"));
   }
+  std::string created;
+  if (Status s = MakePrivateDir(loc.dir, &created); !s.ok()) {
+    return Err(Status::IOError(loc.name + ": " + s.message(), s.sys_errno()));
+  }
+  // A mount that fails leaves no folder it made (each failed URL used to leave an empty one).
+  struct RemoveUnlessKept {
+    std::string dir;
+    ~RemoveUnlessKept() {
+      std::error_code ec;
+      if (!dir.empty()) std::filesystem::remove_all(dir, ec);
+    }
+  } remove_created{created};
   auto client = MakeObjectClient(loc);
   if (!client) return Err(client.error());
   // Once more when the folder's copies fail the check (a crash, a bad sector): their ETags
@@ -331,6 +349,7 @@ Result<StoreLocation> FetchMetadata(const std::string& store, const RemoteOption
       auto store = OpenStoreAt(loc, nullptr);
       if (store) {
         loc.converted_index = (*store)->shared_index();
+        remove_created.dir.clear();
         return loc;
       }
       s = store.error();

@@ -1,15 +1,18 @@
 #include "remote/aws_credentials.h"
 
+#include <arpa/inet.h>
 #include <fcntl.h>
 #include <poll.h>
 #include <signal.h>
 #include <spawn.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <cstdlib>
+#include <cstring>
 #include <ctime>
 #include <fstream>
 #include <nlohmann/json.hpp>
@@ -17,6 +20,8 @@
 #include <set>
 #include <sstream>
 
+#include "common/file_util.h"
+#include "common/log.h"
 #include "common/thread_name.h"
 #include "remote/url.h"
 #include "remote/xml.h"
@@ -36,6 +41,10 @@ constexpr std::chrono::milliseconds kProcessTimeout{60000};
 constexpr size_t kMaxXml = size_t{64} << 10;
 constexpr size_t kMaxField = 8192;
 constexpr size_t kMaxTokenFile = size_t{64} << 10;
+// What precedes a credential_process's stderr line in its runner's errors: the mounting user
+// sees it at mount time; later (renewals) it goes to the log only, never to
+// user.pcrfs.remote, which every user may read under allow_other.
+constexpr std::string_view kProcessSaid = "; it said: ";
 
 // ---- Text helpers -------------------------------------------------------------------------------
 
@@ -298,8 +307,96 @@ std::optional<Clock::time_point> NextRenewal(const RenewalTimes& t, double jitte
 
 // ---- The credential_process runner ------------------------------------------------------------
 
+Result<std::vector<std::string>> SplitCommandLine(std::string_view command) {
+  // Python's shlex in POSIX mode with whitespace_split and no comments (shlex.split), the
+  // states named as shlex names them: ' ' between words, 'a' in a word, a quote inside that
+  // quote, '\\' after a backslash (`escaped_from` is where it returns).
+  std::vector<std::string> words;
+  std::string word;
+  bool quoted = false;  // the word had quotes: '' is an empty word
+  char state = ' ', escaped_from = 'a';
+  auto is_space = [](char c) { return c == ' ' || c == '\t' || c == '\r' || c == '\n'; };
+  for (char c : command) {
+    switch (state) {
+      case ' ':
+      case 'a':
+        if (is_space(c)) {
+          if (state == 'a' || quoted) words.push_back(std::move(word));
+          word.clear();
+          quoted = false;
+          state = ' ';
+        } else if (c == '\\') {
+          escaped_from = 'a';
+          state = '\\';
+        } else if (c == '\'' || c == '"') {
+          quoted = true;
+          state = c;
+        } else {
+          word.push_back(c);
+          state = 'a';
+        }
+        break;
+      case '\'':
+      case '"':
+        if (c == state) {
+          state = 'a';
+        } else if (c == '\\' && state == '"') {
+          escaped_from = '"';
+          state = '\\';
+        } else {
+          word.push_back(c);
+        }
+        break;
+      default:  // '\\': inside double quotes a backslash stays unless it escapes '"' or '\'
+        if (escaped_from == '"' && c != '"' && c != '\\') word.push_back('\\');
+        word.push_back(c);
+        state = escaped_from;
+        break;
+    }
+  }
+  if (state == '\'' || state == '"') {
+    return Err(Status::InvalidArgument("credential_process: no closing quotation"));
+  }
+  if (state == '\\') {
+    return Err(Status::InvalidArgument("credential_process: no escaped character"));
+  }
+  if (state == 'a' || quoted) words.push_back(std::move(word));
+  if (words.empty()) return Err(Status::InvalidArgument("credential_process is empty"));
+  return words;
+}
+
+namespace {
+
+// Waits until `pid` has exited (not reaping it: its pid, and so its process group's id, stay
+// reserved) or until `deadline`; true if it exited.
+bool WaitExited(pid_t pid, int pidfd, std::chrono::steady_clock::time_point deadline) {
+  for (;;) {
+    siginfo_t info{};
+    if (::waitid(P_PID, pid, &info, WEXITED | WNOHANG | WNOWAIT) == 0 && info.si_pid == pid) {
+      return true;
+    }
+    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
+        deadline - std::chrono::steady_clock::now());
+    if (left.count() <= 0) return false;
+    if (pidfd >= 0) {
+      pollfd p = {pidfd, POLLIN, 0};
+      ::poll(&p, 1, static_cast<int>(std::min<int64_t>(left.count(), 1000)));
+    } else {
+      ::usleep(10000);  // no pidfd (a kernel before 5.3): poll the state
+    }
+  }
+}
+
+}  // namespace
+
 Result<std::string> RunCredentialProcess(const std::string& command,
                                          std::chrono::milliseconds timeout) {
+  // botocore runs the words of the command (shlex.split), no shell.
+  auto words = SplitCommandLine(command);
+  if (!words) return Err(words.error());
+  std::vector<char*> argv;
+  for (std::string& w : *words) argv.push_back(w.data());
+  argv.push_back(nullptr);
   int out[2], err[2];
   if (::pipe2(out, O_CLOEXEC) != 0)
     return Err(Status::FromErrno("credential_process: pipe", errno));
@@ -314,23 +411,27 @@ Result<std::string> RunCredentialProcess(const std::string& command,
   posix_spawn_file_actions_addopen(&actions, 0, "/dev/null", O_RDONLY, 0);
   posix_spawn_file_actions_adddup2(&actions, out[1], 1);
   posix_spawn_file_actions_adddup2(&actions, err[1], 2);
-  char sh[] = "/bin/sh", dash_c[] = "-c";
-  std::string cmd = command;
-  char* argv[] = {sh, dash_c, cmd.data(), nullptr};
+  // Its own process group: at the deadline the helper and everything it started are killed.
+  posix_spawnattr_t attr;
+  posix_spawnattr_init(&attr);
+  posix_spawnattr_setflags(&attr, POSIX_SPAWN_SETPGROUP);
+  posix_spawnattr_setpgroup(&attr, 0);
   pid_t pid = -1;
-  const int rc = ::posix_spawn(&pid, "/bin/sh", &actions, nullptr, argv, environ);
+  const int rc = ::posix_spawnp(&pid, argv[0], &actions, &attr, argv.data(), environ);
+  posix_spawnattr_destroy(&attr);
   posix_spawn_file_actions_destroy(&actions);
   ::close(out[1]);
   ::close(err[1]);
   if (rc != 0) {
     ::close(out[0]);
     ::close(err[0]);
-    return Err(Status::FromErrno("credential_process: cannot start /bin/sh", rc));
+    return Err(Status::FromErrno("credential_process: cannot run " + OneLine((*words)[0]), rc));
   }
+  const int pidfd = static_cast<int>(::syscall(SYS_pidfd_open, pid, 0));
   std::string stdout_text, stderr_text;
-  bool overflow = false, timed_out = false;
+  bool overflow = false, timed_out = false, exited = false;
   const auto deadline = std::chrono::steady_clock::now() + timeout;
-  pollfd fds[2] = {{out[0], POLLIN, 0}, {err[0], POLLIN, 0}};
+  pollfd fds[3] = {{out[0], POLLIN, 0}, {err[0], POLLIN, 0}, {pidfd, POLLIN, 0}};
   int open_fds = 2;
   while (open_fds > 0) {
     const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
@@ -339,8 +440,16 @@ Result<std::string> RunCredentialProcess(const std::string& command,
       timed_out = true;
       break;
     }
-    const int n = ::poll(fds, 2, static_cast<int>(std::min<int64_t>(left.count(), 1000)));
+    const int n =
+        ::poll(fds, pidfd >= 0 ? 3 : 2, static_cast<int>(std::min<int64_t>(left.count(), 1000)));
     if (n < 0 && errno != EINTR) break;
+    if (fds[2].fd >= 0 && fds[2].revents != 0 && !exited) {
+      // The helper is done: what it left running goes now (a child holding the pipes open
+      // would keep this loop waiting until the deadline).
+      exited = true;
+      ::kill(-pid, SIGKILL);
+      fds[2].fd = -1;
+    }
     for (int k = 0; k < 2; ++k) {
       if (fds[k].fd < 0 || fds[k].revents == 0) continue;
       char buf[4096];
@@ -363,10 +472,14 @@ Result<std::string> RunCredentialProcess(const std::string& command,
     }
     if (overflow) break;
   }
-  for (auto& f : fds) {
-    if (f.fd >= 0) ::close(f.fd);
+  for (int k = 0; k < 2; ++k) {
+    if (fds[k].fd >= 0) ::close(fds[k].fd);
   }
-  if (timed_out || overflow) ::kill(pid, SIGKILL);
+  // The wait is bounded too: a helper that closed its output and sleeps is killed at the
+  // deadline. Its group is killed before it is reaped (its pid, the group's id, still held).
+  if (!timed_out && !overflow && !WaitExited(pid, pidfd, deadline)) timed_out = true;
+  ::kill(-pid, SIGKILL);
+  if (pidfd >= 0) ::close(pidfd);
   int status = 0;
   while (::waitpid(pid, &status, 0) < 0 && errno == EINTR) {
   }
@@ -375,15 +488,16 @@ Result<std::string> RunCredentialProcess(const std::string& command,
                                std::to_string(timeout.count() / 1000) + " s"));
   }
   if (overflow) return Err(Status::IOError("credential_process printed more than 1 MiB"));
+  // Its stderr: for the log (RenewingCredentials cuts it off what others may read).
   const std::string why = OneLine(stderr_text);
+  const std::string said = why.empty() ? "" : std::string(kProcessSaid) + why;
   if (WIFSIGNALED(status)) {
     return Err(Status::IOError("credential_process killed by signal " +
-                               std::to_string(WTERMSIG(status)) + (why.empty() ? "" : ": " + why)));
+                               std::to_string(WTERMSIG(status)) + said));
   }
   if (WEXITSTATUS(status) != 0) {
     return Err(Status::IOError("credential_process exited with status " +
-                               std::to_string(WEXITSTATUS(status)) +
-                               (why.empty() ? "" : ": " + why)));
+                               std::to_string(WEXITSTATUS(status)) + said));
   }
   return stdout_text;
 }
@@ -445,11 +559,13 @@ Result<Profiles> LoadProfiles(const ChainInputs& in) {
     auto ini = ReadIni(in.credentials_path, &p.credentials_exists);
     if (!ini) return Err(ini.error());
     p.credentials = std::move(*ini);
+    if (p.credentials_exists) WarnIfReadableByOthers(in.credentials_path, "AWS credentials file");
   }
   if (!in.config_path.empty()) {
     auto ini = ReadIni(in.config_path, &p.config_exists);
     if (!ini) return Err(ini.error());
     p.config = std::move(*ini);
+    if (p.config_exists) WarnIfReadableByOthers(in.config_path, "AWS config file");
   }
   return p;
 }
@@ -464,6 +580,7 @@ std::string FilesNamed(const ChainInputs& in) {
 Result<std::string> ReadTokenFile(const std::string& path, const char* what) {
   std::ifstream f(path, std::ios::binary);
   if (!f) return Err(Status::FromErrno(std::string(what) + " " + path, errno));
+  WarnIfReadableByOthers(path, what);
   std::string text;
   char buf[4096];
   while (f.read(buf, sizeof(buf)) || f.gcount() > 0) {
@@ -637,6 +754,12 @@ struct ProfileWalk {
     if (!command.empty()) {
       if (files_only) return Err(NeedsMore("credential_process"));
       const std::string what = "profile '" + name + "' credential_process";
+      // The file it is written in (the credentials file's values win, as merged).
+      const Section* c = profiles.InCredentials(name);
+      const std::string& file = c != nullptr && c->count("credential_process") != 0
+                                    ? in.credentials_path
+                                    : in.config_path;
+      PCRFS_RETURN_ERR_IF_ERROR(CheckTrustedByRoot(file, what + " from"));
       auto out = in.deps.run_process(command);
       if (!out) {
         // The runner's message names credential_process and its exit status already.
@@ -741,12 +864,30 @@ struct ProfileWalk {
   }
 };
 
+bool AllowedContainerHost(std::string host) {
+  if (host.size() > 2 && host.front() == '[' && host.back() == ']') {
+    host = host.substr(1, host.size() - 2);
+  }
+  if (host == "localhost") return true;
+  in_addr v4;
+  if (::inet_pton(AF_INET, host.c_str(), &v4) == 1) {
+    const uint32_t a = ntohl(v4.s_addr);
+    return (a >> 24) == 127 || a == 0xA9FEAA02 /* 169.254.170.2 */ ||
+           a == 0xA9FEAA17 /* 169.254.170.23 */;
+  }
+  in6_addr v6, loopback = IN6ADDR_LOOPBACK_INIT, eks;
+  ::inet_pton(AF_INET6, "fd00:ec2::23", &eks);
+  return ::inet_pton(AF_INET6, host.c_str(), &v6) == 1 &&
+         (std::memcmp(&v6, &loopback, sizeof(v6)) == 0 || std::memcmp(&v6, &eks, sizeof(v6)) == 0);
+}
+
 // Container credentials: Step 5, and credential_source EcsContainer.
 Result<FetchedCredentials> Container(const ChainInputs& in) {
   const std::string relative = in.Env("AWS_CONTAINER_CREDENTIALS_RELATIVE_URI");
   const std::string full = in.Env("AWS_CONTAINER_CREDENTIALS_FULL_URI");
   SimpleHttpRequest req;
   req.timeout = kContainerTimeout;
+  req.direct = true;
   if (!relative.empty()) {
     req.url = "http://169.254.170.2" + (relative[0] == '/' ? relative : "/" + relative);
   } else if (!full.empty()) {
@@ -755,11 +896,9 @@ Result<FetchedCredentials> Container(const ChainInputs& in) {
       return Err(Status::InvalidArgument("AWS_CONTAINER_CREDENTIALS_FULL_URI " + RedactUrl(full) +
                                          " is not an http(s) URL"));
     }
-    // botocore: plain http only to this machine or the ECS / EKS Pod Identity agents.
-    static const std::set<std::string> kAllowed = {"localhost", "::1", "169.254.170.2",
-                                                   "169.254.170.23", "fd00:ec2::23"};
-    if (url->scheme == Url::Scheme::kHttp && !kAllowed.count(url->host) &&
-        url->host.rfind("127.", 0) != 0) {
+    // botocore: plain http only to a loopback IP literal (127.0.0.0/8, ::1), localhost or the
+    // ECS / EKS Pod Identity agents; a name that merely starts with "127." is no address.
+    if (url->scheme == Url::Scheme::kHttp && !AllowedContainerHost(url->host)) {
       return Err(Status::InvalidArgument("AWS_CONTAINER_CREDENTIALS_FULL_URI " + RedactUrl(full) +
                                          ": plain http is allowed only to a loopback address "
                                          "or 169.254.170.2/23"));
@@ -799,13 +938,19 @@ Result<FetchedCredentials> Container(const ChainInputs& in) {
   return f;
 }
 
+// "true" in any case, as botocore reads these variables.
+bool EqualsTrue(std::string v) {
+  std::transform(v.begin(), v.end(), v.begin(),
+                 [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
+  return v == "true";
+}
+
 // EC2 instance metadata: Step 6, and credential_source Ec2InstanceMetadata. NotFound when there
 // is no metadata service or no role (the chain's "nothing here").
 Result<FetchedCredentials> InstanceMetadata(const ChainInputs& in) {
-  std::string disabled = in.Env("AWS_EC2_METADATA_DISABLED");
-  std::transform(disabled.begin(), disabled.end(), disabled.begin(),
-                 [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
-  if (disabled == "true") return Err(Status::NotFound("AWS_EC2_METADATA_DISABLED=true"));
+  if (EqualsTrue(in.Env("AWS_EC2_METADATA_DISABLED"))) {
+    return Err(Status::NotFound("AWS_EC2_METADATA_DISABLED=true"));
+  }
   std::string endpoint = in.Env("AWS_EC2_METADATA_SERVICE_ENDPOINT");
   if (endpoint.empty()) endpoint = "http://169.254.169.254";
   while (!endpoint.empty() && endpoint.back() == '/') endpoint.pop_back();
@@ -816,6 +961,7 @@ Result<FetchedCredentials> InstanceMetadata(const ChainInputs& in) {
   put.url = endpoint + "/latest/api/token";
   put.headers = {{"X-aws-ec2-metadata-token-ttl-seconds", "21600"}};
   put.timeout = kMetadataTimeout;
+  put.direct = true;
   auto token = in.deps.http(put);
   if (!token) return Err(Status::NotFound(token.error().message()));
   HeaderList headers;
@@ -828,12 +974,17 @@ Result<FetchedCredentials> InstanceMetadata(const ChainInputs& in) {
     // botocore falls back to IMDSv1 on these three only.
     return Err(
         Status::NotFound(shown + ": token PUT answered HTTP " + std::to_string(token->status)));
+  } else if (EqualsTrue(in.Env("AWS_EC2_METADATA_V1_DISABLED"))) {
+    return Err(Status::NotFound(shown + ": token PUT answered HTTP " +
+                                std::to_string(token->status) +
+                                " and AWS_EC2_METADATA_V1_DISABLED=true refuses IMDSv1"));
   }
   auto get = [&](const std::string& path) {
     SimpleHttpRequest r;
     r.url = endpoint + path;
     r.headers = headers;
     r.timeout = kMetadataTimeout;
+    r.direct = true;
     return in.deps.http(r);
   };
   const std::string base = "/latest/meta-data/iam/security-credentials/";
@@ -1005,7 +1156,11 @@ void RenewingCredentials::RecordFailure(const Status& s) {
   ++renewal_failures_;
   ++times_.failures;
   times_.last_failure = now_();
-  last_error_ = OneLine(s.message(), 400);
+  const std::string& m = s.message();
+  Log(LogLevel::kWarning, "credential renewal failed: " + OneLine(m, 400));
+  const size_t said = m.find(kProcessSaid);
+  last_error_ =
+      OneLine(said == std::string::npos ? m : m.substr(0, said) + " (more in the log)", 400);
 }
 
 Status RenewingCredentials::RenewNow() {

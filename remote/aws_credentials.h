@@ -38,7 +38,8 @@
 // us-east-1.
 //
 // Errors are one line and never hold a secret, a session token, a web identity token or a
-// credential_process's stdout (its stderr's first line is shown: that is where it explains).
+// credential_process's stdout. Its stderr's first line (that is where it explains) is shown
+// when the mount fails; a failed renewal's goes to the log only, not to DescribeJson.
 #pragma once
 
 #include <chrono>
@@ -74,8 +75,9 @@ using Clock = std::chrono::system_clock;
 struct AwsCredentialDeps {
   EnvLookup env;                                                             // getenv
   std::function<Result<SimpleHttpResponse>(const SimpleHttpRequest&)> http;  // SimpleHttp
-  // credential_process: runs `command` with /bin/sh -c and returns its stdout; errors name the
-  // exit status and the first line of stderr, never stdout. Real one: 60 s timeout.
+  // credential_process: runs `command` (split by SplitCommandLine, no shell) and returns its
+  // stdout; errors name the exit status and the first line of stderr, never stdout. Real one:
+  // RunCredentialProcess with a 60 s deadline.
   std::function<Result<std::string>(const std::string& command)> run_process;
   std::function<Clock::time_point()> now;  // the system clock
   std::function<std::string()> home;       // $HOME, else getpwuid(geteuid())->pw_dir
@@ -254,8 +256,17 @@ class RenewingCredentials final : public AwsCredentialSource {
 Result<std::shared_ptr<RenewingCredentials>> ResolveAwsCredentials(
     const AwsCredentialOptions& options, AwsCredentialDeps deps = {});
 
-// The real credential_process runner: /bin/sh -c command, stdin /dev/null, stdout kept (at most
-// 1 MiB), stderr's first line for errors, killed after `timeout`.
+// A credential_process command line split into words as botocore splits it (Python's
+// shlex.split: POSIX rules, no comments): blanks separate words; '...' keeps everything;
+// "..." keeps everything but \" and \\; a backslash outside quotes keeps the next character.
+// InvalidArgument for an open quote or a trailing backslash, or no word at all.
+Result<std::vector<std::string>> SplitCommandLine(std::string_view command);
+
+// The real credential_process runner, as botocore runs it: the words of SplitCommandLine,
+// the first looked up in PATH, no shell; stdin /dev/null, stdout kept (at most 1 MiB),
+// stderr's first line for errors. It runs in a process group of its own, killed whole when the
+// helper exits (nothing it started outlives it) or at `timeout`; waiting for it is bounded by
+// `timeout` too (a helper that closes its output and sleeps fails at the deadline).
 Result<std::string> RunCredentialProcess(const std::string& command,
                                          std::chrono::milliseconds timeout);
 

@@ -352,6 +352,7 @@ Result<SasFileRead> ReadSasFile(const std::string& path, QueryTokenSigner::Flavo
   const std::string what = std::string(sas ? "option sas_file " : "option query_file ") + path;
   auto fd = OpenFile(path, O_RDONLY);
   if (!fd.has_value()) return Err(Status::InvalidArgument(what + ": " + fd.error().message()));
+  WarnIfReadableByOthers(path, sas ? "option sas_file" : "option query_file");
   struct stat st;
   if (fstat(fd->get(), &st) != 0) {
     return Err(Status::InvalidArgument(Status::FromErrno(what, errno).message()));
