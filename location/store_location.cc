@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "common/file_util.h"
+#include "common/log.h"
 #include "remote/aws_credential_source.h"
 #include "remote/aws_credentials.h"
 #include "remote/object_protocols.h"
@@ -233,6 +234,16 @@ std::string DefaultCacheDir(const std::string& redacted_url, const EnvLookup& en
   return home.empty() ? "" : home + "/.cache/pcrfs/" + key;
 }
 
+std::string PlainHttpCredentialsWarning(const StoreLocation& loc) {
+  if (!loc.remote) return "";
+  const Url& where = loc.s3 ? loc.s3->endpoint : loc.azure ? loc.azure->endpoint : loc.url;
+  const bool credentials =
+      loc.signer != nullptr || !loc.url.query.empty() || !loc.options.headers_file.empty();
+  if (!credentials || where.scheme != Url::Scheme::kHttp || IsLoopbackHost(where.host)) return "";
+  return loc.name + ": credentials go over plain http to " + where.Authority() +
+         " (not this machine): anyone on the way can read or replay them; use https";
+}
+
 HttpClientOptions ClientOptionsFor(const StoreLocation& location) {
   HttpClientOptions o;
   o.ca_file = location.options.ca_file;
@@ -262,8 +273,10 @@ Result<std::shared_ptr<ObjectClient>> MakeObjectClient(const StoreLocation& loca
       MakeHttpObjectClient(std::shared_ptr<HttpClient>(std::move(*http)), std::move(protocol)));
 }
 
-Result<StoreLocation> ResolveLocation(const std::string& store, const RemoteOptions& options,
-                                      const EnvLookup& env) {
+namespace {
+
+Result<StoreLocation> ResolveRemote(const std::string& store, const RemoteOptions& options,
+                                    const EnvLookup& env) {
   StoreLocation loc;
   loc.name = store;
   loc.dir = store;
@@ -307,6 +320,20 @@ Result<StoreLocation> ResolveLocation(const std::string& store, const RemoteOpti
     loc.aws_credentials = loc.s3->aws_credentials;
     if (loc.aws_credentials != nullptr) {
       loc.signer = std::make_shared<SigV4RequestSigner>(loc.aws_credentials, loc.s3->region);
+    }
+  }
+  return loc;
+}
+
+}  // namespace
+
+Result<StoreLocation> ResolveLocation(const std::string& store, const RemoteOptions& options,
+                                      const EnvLookup& env) {
+  auto loc = ResolveRemote(store, options, env);
+  // Before any request: a warning, not a refusal (a LAN MinIO over http is a choice).
+  if (loc) {
+    if (std::string warning = PlainHttpCredentialsWarning(*loc); !warning.empty()) {
+      Log(LogLevel::kWarning, warning);
     }
   }
   return loc;

@@ -46,5 +46,50 @@ TEST(StoreLocationTest, DefaultCacheDirWithoutHomeUsesThePasswordDatabase) {
   EXPECT_EQ(dir.find("/tmp/"), std::string::npos) << dir;
 }
 
+TEST(StoreLocationTest, PlainHttpCredentialsAreWarnedAbout) {
+  auto at = [](const std::string& url) {
+    StoreLocation loc;
+    loc.remote = true;
+    loc.url = *ParseUrl(url);
+    loc.name = loc.url.ToString();
+    return loc;
+  };
+  // A signed URL's query over plain http to another machine.
+  EXPECT_EQ(PlainHttpCredentialsWarning(at("http://10.1.2.3:8080/store?sig=abc")),
+            "http://10.1.2.3:8080/store: credentials go over plain http to 10.1.2.3:8080 (not "
+            "this machine): anyone on the way can read or replay them; use https");
+  // A header file (a bearer token), and an S3 endpoint a store's signer talks to.
+  StoreLocation headers = at("http://data.lan/store");
+  headers.options.headers_file = "/etc/pcrfs/token";
+  EXPECT_NE(PlainHttpCredentialsWarning(headers), "");
+  StoreLocation s3 = at("http://unused.example/x");
+  s3.s3.emplace();
+  s3.s3->endpoint = *ParseUrl("http://minio.lan:9000");
+  s3.options.headers_file = "/etc/pcrfs/token";
+  EXPECT_NE(PlainHttpCredentialsWarning(s3).find("minio.lan:9000"), std::string::npos);
+  // Nothing to warn about: https, loopback, no credentials, a local store.
+  EXPECT_EQ(PlainHttpCredentialsWarning(at("https://10.1.2.3/store?sig=abc")), "");
+  EXPECT_EQ(PlainHttpCredentialsWarning(at("http://127.0.0.1:8080/store?sig=abc")), "");
+  EXPECT_EQ(PlainHttpCredentialsWarning(at("http://[::1]:8080/store?sig=abc")), "");
+  EXPECT_EQ(PlainHttpCredentialsWarning(at("http://localhost/store?sig=abc")), "");
+  EXPECT_EQ(PlainHttpCredentialsWarning(at("http://10.1.2.3/store")), "");
+  EXPECT_EQ(PlainHttpCredentialsWarning(StoreLocation{}), "");
+}
+
+TEST(StoreLocationTest, LoopbackHostsAndArgvBlanking) {
+  for (const char* yes : {"localhost", "127.0.0.1", "127.255.0.9", "::1", "[::1]"}) {
+    EXPECT_TRUE(IsLoopbackHost(yes)) << yes;
+  }
+  for (const char* no : {"127.attacker.example", "128.0.0.1", "::2", "10.0.0.1", "", "127.0.0"}) {
+    EXPECT_FALSE(IsLoopbackHost(no)) << no;
+  }
+  std::string a0 = "pcr", a1 = "inspect", a2 = "https://h/store?sig=SECRET&sv=1", a3 = "/local?x";
+  char* argv[] = {a0.data(), a1.data(), a2.data(), a3.data(), nullptr};
+  BlankUrlQueriesInArgv(4, argv);
+  EXPECT_EQ(std::string(argv[2]),
+            "https://h/store?" + std::string(std::strlen("sig=SECRET&sv=1"), '*'));
+  EXPECT_STREQ(argv[3], "/local?x");  // not a URL
+}
+
 }  // namespace
 }  // namespace pcrfs

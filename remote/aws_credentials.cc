@@ -868,17 +868,15 @@ bool AllowedContainerHost(std::string host) {
   if (host.size() > 2 && host.front() == '[' && host.back() == ']') {
     host = host.substr(1, host.size() - 2);
   }
-  if (host == "localhost") return true;
+  if (IsLoopbackHost(host)) return true;
   in_addr v4;
   if (::inet_pton(AF_INET, host.c_str(), &v4) == 1) {
     const uint32_t a = ntohl(v4.s_addr);
-    return (a >> 24) == 127 || a == 0xA9FEAA02 /* 169.254.170.2 */ ||
-           a == 0xA9FEAA17 /* 169.254.170.23 */;
+    return a == 0xA9FEAA02 /* 169.254.170.2 */ || a == 0xA9FEAA17 /* 169.254.170.23 */;
   }
-  in6_addr v6, loopback = IN6ADDR_LOOPBACK_INIT, eks;
+  in6_addr v6, eks;
   ::inet_pton(AF_INET6, "fd00:ec2::23", &eks);
-  return ::inet_pton(AF_INET6, host.c_str(), &v6) == 1 &&
-         (std::memcmp(&v6, &loopback, sizeof(v6)) == 0 || std::memcmp(&v6, &eks, sizeof(v6)) == 0);
+  return ::inet_pton(AF_INET6, host.c_str(), &v6) == 1 && std::memcmp(&v6, &eks, sizeof(v6)) == 0;
 }
 
 // Container credentials: Step 5, and credential_source EcsContainer.
