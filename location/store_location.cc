@@ -15,6 +15,7 @@
 
 #include "common/file_util.h"
 #include "common/log.h"
+#include "common/secret.h"
 #include "remote/aws_credential_source.h"
 #include "remote/aws_credentials.h"
 #include "remote/object_protocols.h"
@@ -295,6 +296,8 @@ Result<StoreLocation> ResolveRemote(const std::string& store, const RemoteOption
     auto config = ResolveAzureConfig(store, az, env);
     if (!config) return Err(config.error());
     auto signer = MakeAzureSigner(*config);
+    WipeString(config->key);  // held once, in the signer
+    WipeString(config->sas);
     if (!signer) return Err(signer.error());
     loc.remote = true;
     loc.signer = std::move(*signer);
@@ -332,6 +335,9 @@ Result<StoreLocation> ResolveLocation(const std::string& store, const RemoteOpti
   auto loc = ResolveRemote(store, options, env);
   // Before any request: a warning, not a refusal (a LAN MinIO over http is a choice).
   if (loc) {
+    if (loc->signer != nullptr || !loc->url.query.empty() || !loc->options.headers_file.empty()) {
+      KeepSecretsOutOfCoreDumps();
+    }
     if (std::string warning = PlainHttpCredentialsWarning(*loc); !warning.empty()) {
       Log(LogLevel::kWarning, warning);
     }

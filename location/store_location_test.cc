@@ -2,11 +2,15 @@
 
 #include <gtest/gtest.h>
 #include <pwd.h>
+#include <sys/prctl.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <cstring>
+#include <map>
 #include <string>
+
+#include "common/secret.h"
 
 namespace pcrfs {
 namespace {
@@ -89,6 +93,56 @@ TEST(StoreLocationTest, LoopbackHostsAndArgvBlanking) {
   EXPECT_EQ(std::string(argv[2]),
             "https://h/store?" + std::string(std::strlen("sig=SECRET&sv=1"), '*'));
   EXPECT_STREQ(argv[3], "/local?x");  // not a URL
+}
+
+TEST(StoreLocationTest, SecretsAreHeldOnceInTheSigner) {
+  // An Azure account key: in the signer, not in the configuration every copy of the location
+  // carries (the record opener captures one).
+  std::map<std::string, std::string> vars = {{"AZURE_STORAGE_ACCOUNT", "pcrfsacct"},
+                                             {"AZURE_STORAGE_KEY", "c2VjcmV0LWtleS1ieXRlcw=="}};
+  auto env = [&](const char* n) -> const char* {
+    auto it = vars.find(n);
+    return it == vars.end() ? nullptr : it->second.c_str();
+  };
+  RemoteOptions options;
+  auto loc = ResolveLocation("az://container/prefix", options, env);
+  ASSERT_TRUE(loc.has_value()) << loc.error().ToString();
+  ASSERT_TRUE(loc->azure.has_value());
+  EXPECT_EQ(loc->azure->auth, AzureConfig::Auth::kSharedKey);
+  EXPECT_EQ(loc->azure->key, "");
+  EXPECT_NE(loc->signer, nullptr);
+  // A SAS too.
+  vars.erase("AZURE_STORAGE_KEY");
+  vars["AZURE_STORAGE_SAS_TOKEN"] = "sv=2022-11-02&ss=b&sig=c2lnbmF0dXJl";
+  loc = ResolveLocation("az://container/prefix", options, env);
+  ASSERT_TRUE(loc.has_value()) << loc.error().ToString();
+  EXPECT_EQ(loc->azure->auth, AzureConfig::Auth::kSas);
+  EXPECT_EQ(loc->azure->sas, "");
+}
+
+// PR_GET_DUMPABLE in a child after KeepSecretsOutOfCoreDumps, with PCRFS_CORE_DUMPS set to
+// `keep` (nullptr: unset).
+int DumpableAfter(const char* keep) {
+  const pid_t pid = ::fork();
+  if (pid == 0) {
+    if (keep != nullptr) {
+      ::setenv("PCRFS_CORE_DUMPS", keep, 1);
+    } else {
+      ::unsetenv("PCRFS_CORE_DUMPS");
+    }
+    ::prctl(PR_SET_DUMPABLE, 1, 0, 0, 0);  // as a fresh process is (this one may hold secrets)
+    KeepSecretsOutOfCoreDumps();
+    ::_exit(::prctl(PR_GET_DUMPABLE, 0, 0, 0, 0));
+  }
+  int status = 0;
+  ::waitpid(pid, &status, 0);
+  return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+}
+
+TEST(StoreLocationTest, NoCoreDumpsWhileSecretsAreHeldUnlessAskedFor) {
+  EXPECT_EQ(DumpableAfter(nullptr), 0);
+  EXPECT_EQ(DumpableAfter("0"), 0);
+  EXPECT_EQ(DumpableAfter("1"), 1);  // for debugging a crash with a core dump
 }
 
 }  // namespace

@@ -491,6 +491,18 @@ std::vector<pid_t> LivePids(const std::string& path) {
   return live;
 }
 
+// LivePids(path), polled until none is left or 10 s have passed: SIGKILL is delivered
+// asynchronously, and only the helper itself is reaped by the runner.
+std::vector<pid_t> LivePidsAfterKill(const std::string& path) {
+  const auto deadline = std::chrono::steady_clock::now() + 10s;
+  std::vector<pid_t> live = LivePids(path);
+  while (!live.empty() && std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(10ms);
+    live = LivePids(path);
+  }
+  return live;
+}
+
 TEST(RunCredentialProcessTest, AStuckHelperAndItsChildrenEndAtTheDeadline) {
   test::TempDir dir;
   const std::string pids = dir.path() + "/pids";
@@ -507,7 +519,7 @@ TEST(RunCredentialProcessTest, AStuckHelperAndItsChildrenEndAtTheDeadline) {
   int n = 0;
   for (pid_t p; in >> p;) ++n;
   EXPECT_EQ(n, 2);
-  EXPECT_EQ(LivePids(pids), std::vector<pid_t>{});
+  EXPECT_EQ(LivePidsAfterKill(pids), std::vector<pid_t>{});
 }
 
 TEST(RunCredentialProcessTest, WhatAFinishedHelperStartedDoesNotOutliveIt) {
@@ -517,7 +529,7 @@ TEST(RunCredentialProcessTest, WhatAFinishedHelperStartedDoesNotOutliveIt) {
       "/bin/sh -c 'sleep 60 >/dev/null 2>&1 & echo $! > " + pids + "; printf x'", 10s);
   ASSERT_TRUE(r.has_value()) << r.error().ToString();
   EXPECT_EQ(*r, "x");
-  EXPECT_EQ(LivePids(pids), std::vector<pid_t>{});
+  EXPECT_EQ(LivePidsAfterKill(pids), std::vector<pid_t>{});
 }
 
 TEST(RunCredentialProcessTest, AFailedRenewalKeepsTheHelpersWordsOutOfDescribeJson) {

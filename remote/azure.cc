@@ -883,6 +883,7 @@ void QueryTokenSigner::CheckFileLocked() const {
   stamp_ = {read->dev, read->ino, read->size, read->mtime_ns};
   last_error_.clear();
   if (read->token != token_) {
+    WipeString(token_);
     token_ = std::move(read->token);
     ++generation_;
   }
@@ -929,6 +930,11 @@ std::string QueryTokenSigner::DescribeJson() const {
 
 // ----------------------------------------------------------------------------- factory
 
+QueryTokenSigner::~QueryTokenSigner() {
+  MutexLock l(&mu_);
+  WipeString(token_);
+}
+
 Result<std::shared_ptr<RequestSigner>> MakeAzureSigner(const AzureConfig& config) {
   switch (config.auth) {
     case AzureConfig::Auth::kAnonymous:
@@ -954,6 +960,8 @@ Result<AzureAccess> MakeAzureAccess(std::string_view store, const AzureOptions& 
   if (!config.has_value()) return Err(config.error());
   AzureAccess access;
   auto signer = MakeAzureSigner(*config);
+  WipeString(config->key);  // the signer holds them now
+  WipeString(config->sas);
   if (!signer.has_value()) return Err(signer.error());
   access.signer = std::move(*signer);
   auto protocol = std::make_unique<AzureProtocol>(std::move(*config));
