@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "common/file_util.h"
+#include "remote/http_client.h"
 #include "remote/sigv4.h"
 #include "remote/xml.h"
 
@@ -690,7 +691,7 @@ Result<ObjectListing> AzureProtocol::ParseListing(std::string_view body) const {
   auto root = ParseXml(body);
   if (!root.has_value()) return bad(root.error().message());
   if (root->name != "EnumerationResults") {
-    return bad("not an EnumerationResults document (<" + root->name.substr(0, 64) + ">)");
+    return bad("not an EnumerationResults document (<" + ServerText(root->name, 64) + ">)");
   }
   ObjectListing listing;
   const std::string prefix = config_.prefix.empty() ? "" : config_.prefix + "/";
@@ -709,15 +710,16 @@ Result<ObjectListing> AzureProtocol::ParseListing(std::string_view body) const {
       const XmlNode* length = props == nullptr ? nullptr : props->Child("Content-Length");
       ObjectListing::Entry entry;
       if (length == nullptr || !ParseUint64(Trim(length->text), &entry.size)) {
-        return bad("blob '" + name + "' has no valid Properties/Content-Length");
+        return bad("blob '" + ServerText(name, 200) + "' has no valid Properties/Content-Length");
       }
       if (const XmlNode* lm = props->Child("Last-Modified"); lm != nullptr) {
         auto t = ParseHttpDate(Trim(lm->text));
-        if (!t.has_value()) return bad("blob '" + name + "' has a bad Last-Modified");
+        if (!t.has_value())
+          return bad("blob '" + ServerText(name, 200) + "' has a bad Last-Modified");
         entry.mtime_sec = *t;
       }
       if (name.compare(0, prefix.size(), prefix) != 0) {
-        return bad("blob '" + name + "' is outside the prefix '" + prefix + "'");
+        return bad("blob '" + ServerText(name, 200) + "' is outside the prefix '" + prefix + "'");
       }
       entry.key = name.substr(prefix.size());
       if (entry.key.empty()) continue;  // the prefix's own folder marker
