@@ -55,6 +55,7 @@
 #include "common/mutex.h"
 #include "common/status.h"
 #include "remote/aws_credential_source.h"
+#include "remote/credential_process.h"
 #include "remote/s3_config.h"
 #include "remote/simple_http.h"
 
@@ -255,19 +256,5 @@ class RenewingCredentials final : public AwsCredentialSource {
 //    an unreadable token file.
 Result<std::shared_ptr<RenewingCredentials>> ResolveAwsCredentials(
     const AwsCredentialOptions& options, AwsCredentialDeps deps = {});
-
-// A credential_process command line split into words as botocore splits it (Python's
-// shlex.split: POSIX rules, no comments): blanks separate words; '...' keeps everything;
-// "..." keeps everything but \" and \\; a backslash outside quotes keeps the next character.
-// InvalidArgument for an open quote or a trailing backslash, or no word at all.
-Result<std::vector<std::string>> SplitCommandLine(std::string_view command);
-
-// The real credential_process runner, as botocore runs it: the words of SplitCommandLine,
-// the first looked up in PATH, no shell; stdin /dev/null, stdout kept (at most 1 MiB),
-// stderr's first line for errors. It runs in a process group of its own, killed whole when the
-// helper exits (nothing it started outlives it) or at `timeout`; waiting for it is bounded by
-// `timeout` too (a helper that closes its output and sleeps fails at the deadline).
-Result<std::string> RunCredentialProcess(const std::string& command,
-                                         std::chrono::milliseconds timeout);
 
 }  // namespace pcrfs
