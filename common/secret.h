@@ -4,6 +4,7 @@
 #include <string.h>  // explicit_bzero
 
 #include <string>
+#include <string_view>
 
 namespace pcrfs {
 
@@ -14,10 +15,15 @@ inline void WipeString(std::string& s) {
   s.clear();
 }
 
+// The running program's short name (argv[0]'s last component).
+std::string_view ProgramName();
+
 // Called when the process comes to hold a credential (a key, a token, a signed URL's query):
-// it stops being dumpable (prctl PR_SET_DUMPABLE 0: no core dump, no ptrace attach by the same
-// user; /proc/PID files become root's). PCRFS_CORE_DUMPS=1 in the environment keeps it dumpable,
-// for debugging a crash with a core dump. Idempotent.
-void KeepSecretsOutOfCoreDumps();
+// pcrfs and pcr (`program`, the running program's name) stop being dumpable (prctl
+// PR_SET_DUMPABLE 0: no core dump, no ptrace attach by the same user; /proc/PID files become
+// root's). Another program that embeds the library (the Python module inside a training
+// script) is left as it is: its dumpability is its own business. PCRFS_CORE_DUMPS=1 in the
+// environment keeps pcrfs and pcr dumpable, for debugging a crash with a core dump. Idempotent.
+void KeepSecretsOutOfCoreDumps(std::string_view program = ProgramName());
 
 }  // namespace pcrfs

@@ -120,9 +120,9 @@ TEST(StoreLocationTest, SecretsAreHeldOnceInTheSigner) {
   EXPECT_EQ(loc->azure->sas, "");
 }
 
-// PR_GET_DUMPABLE in a child after KeepSecretsOutOfCoreDumps, with PCRFS_CORE_DUMPS set to
-// `keep` (nullptr: unset).
-int DumpableAfter(const char* keep) {
+// PR_GET_DUMPABLE in a child after KeepSecretsOutOfCoreDumps as `program`, with
+// PCRFS_CORE_DUMPS set to `keep` (nullptr: unset).
+int DumpableAfter(const char* keep, const char* program = "pcrfs") {
   const pid_t pid = ::fork();
   if (pid == 0) {
     if (keep != nullptr) {
@@ -131,7 +131,7 @@ int DumpableAfter(const char* keep) {
       ::unsetenv("PCRFS_CORE_DUMPS");
     }
     ::prctl(PR_SET_DUMPABLE, 1, 0, 0, 0);  // as a fresh process is (this one may hold secrets)
-    KeepSecretsOutOfCoreDumps();
+    KeepSecretsOutOfCoreDumps(program);
     ::_exit(::prctl(PR_GET_DUMPABLE, 0, 0, 0, 0));
   }
   int status = 0;
@@ -143,6 +143,9 @@ TEST(StoreLocationTest, NoCoreDumpsWhileSecretsAreHeldUnlessAskedFor) {
   EXPECT_EQ(DumpableAfter(nullptr), 0);
   EXPECT_EQ(DumpableAfter("0"), 0);
   EXPECT_EQ(DumpableAfter("1"), 1);  // for debugging a crash with a core dump
+  EXPECT_EQ(DumpableAfter(nullptr, "pcr"), 0);
+  // A program that embeds the library (Python with the pcrfs module) is left alone.
+  EXPECT_EQ(DumpableAfter(nullptr, "python3"), 1);
 }
 
 }  // namespace
