@@ -463,6 +463,12 @@ Result<std::string> BaselineCacheDir(const StoreLocation& location, const std::s
     dir = cache_dir.empty() ? DefaultCacheDir(store)
                             : std::filesystem::absolute(cache_dir, ec).lexically_normal().string();
   }
+  if (dir.empty()) {
+    return Err(Status::InvalidArgument(
+        location.name +
+        ": no cache folder for -o form=baseline's files: HOME is unset and the password "
+        "database has no home for this user; give -o cache_dir"));
+  }
   auto identity = IndexIdentity(location.dir);
   if (!identity) return Err(identity.error());
   const std::string parent = dir + "/" + kBaselineCacheFolder;
