@@ -1,3 +1,7 @@
+// Files: aws_credentials.cc (the chain, its parsers and RenewingCredentials),
+// aws_metadata_credentials.cc (the container and instance metadata sources),
+// credential_process.h (the helper runner), aws_chain.h (what those files share).
+//
 // The AWS credential chain, resolved the way botocore resolves it (botocore is the judge:
 // docs in /work/shared/DESIGN.md section 8), and RenewingCredentials, which keeps temporary
 // credentials fresh in the background.
