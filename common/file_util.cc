@@ -6,6 +6,11 @@
 
 #include <atomic>
 #include <cerrno>
+#include <cstdio>
+#include <mutex>
+#include <set>
+
+#include "common/log.h"
 
 namespace pcrfs {
 
@@ -129,14 +134,15 @@ Status FsyncPath(const std::string& path) {
   return Status::OK();
 }
 
-Status WriteFileAtomic(const std::string& path, const void* data, size_t n) {
+Status WriteFileAtomic(const std::string& path, const void* data, size_t n, int mode) {
   // A name of this process and call: processes that write the same file at once (DataLoader
   // workers opening one cache folder) each rename their own complete copy.
   static std::atomic<uint64_t> calls{0};
   const std::string tmp = path + ".tmp." + std::to_string(::getpid()) + "." +
                           std::to_string(calls.fetch_add(1, std::memory_order_relaxed));
   {
-    auto fd = OpenFile(tmp, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    ::unlink(tmp.c_str());  // a crash's leftover (or a planted link): never written through
+    auto fd = OpenFile(tmp, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW, mode);
     if (!fd) return fd.error();
     Status s = WriteFull(fd->get(), data, n, tmp);
     if (s.ok() && ::fsync(fd->get()) != 0) s = Status::FromErrno("fsync " + tmp, errno);
@@ -149,6 +155,83 @@ Status WriteFileAtomic(const std::string& path, const void* data, size_t n) {
     Status s = Status::FromErrno("rename " + tmp + " -> " + path, errno);
     ::unlink(tmp.c_str());
     return s;
+  }
+  return Status::OK();
+}
+
+namespace {
+
+std::string Octal(mode_t mode) {
+  char m[8];
+  std::snprintf(m, sizeof(m), "%04o", static_cast<unsigned>(mode & 07777));
+  return m;
+}
+
+}  // namespace
+
+Status MakePrivateDir(const std::string& dir, std::string* created) {
+  if (created != nullptr) created->clear();
+  if (dir.empty()) return Status::InvalidArgument("an empty cache folder name");
+  // Each missing component from the outermost, so that what this call made is known.
+  for (size_t end = dir.find('/', 1);; end = dir.find('/', end + 1)) {
+    const std::string part = dir.substr(0, end);
+    if (!part.empty() && part.back() != '/') {
+      if (::mkdir(part.c_str(), 0700) == 0) {
+        if (created != nullptr && created->empty()) *created = part;
+      } else if (errno != EEXIST) {
+        return Status::FromErrno(part + ": cannot create the cache folder", errno);
+      }
+    }
+    if (end == std::string::npos) break;
+  }
+  struct stat st;
+  if (::stat(dir.c_str(), &st) != 0) return Status::FromErrno(dir, errno);
+  if (!S_ISDIR(st.st_mode)) return Status::InvalidArgument(dir + ": not a folder");
+  if (st.st_uid != ::geteuid()) {
+    return Status::IOError(dir + ": cache folder refused: owned by uid " +
+                               std::to_string(st.st_uid) + ", not by this user (uid " +
+                               std::to_string(::geteuid()) + ")",
+                           EACCES);
+  }
+  if ((st.st_mode & (S_IWGRP | S_IWOTH)) != 0) {
+    return Status::IOError(dir + ": cache folder refused: writable by group or others (mode " +
+                               Octal(st.st_mode) + "); chmod 700 it",
+                           EACCES);
+  }
+  if ((st.st_mode & 077) != 0 && ::chmod(dir.c_str(), 0700) != 0) {
+    return Status::FromErrno("chmod 700 " + dir, errno);
+  }
+  return Status::OK();
+}
+
+void WarnIfReadableByOthers(const std::string& path, std::string_view what) {
+  struct stat st;
+  if (::stat(path.c_str(), &st) != 0 || (st.st_mode & (S_IRGRP | S_IROTH)) == 0) return;
+  static std::mutex mu;
+  static std::set<std::string> warned;
+  {
+    std::lock_guard<std::mutex> l(mu);
+    if (!warned.insert(path).second) return;
+  }
+  Log(LogLevel::kWarning, std::string(what) + " " + path +
+                              " is readable by group or others (mode " + Octal(st.st_mode) +
+                              "): it holds a secret; chmod 600 it");
+}
+
+Status CheckTrustedByRoot(const std::string& path, std::string_view what) {
+  if (::geteuid() != 0) return Status::OK();
+  struct stat st;
+  if (::stat(path.c_str(), &st) != 0)
+    return Status::FromErrno(std::string(what) + " " + path, errno);
+  if (st.st_uid != 0) {
+    return Status::InvalidArgument(std::string(what) + " " + path + " refused: owned by uid " +
+                                   std::to_string(st.st_uid) +
+                                   ", and root runs no command from another user's file");
+  }
+  if ((st.st_mode & (S_IWGRP | S_IWOTH)) != 0) {
+    return Status::InvalidArgument(std::string(what) + " " + path +
+                                   " refused: writable by group or others (mode " +
+                                   Octal(st.st_mode) + "), and root runs commands from it");
   }
   return Status::OK();
 }

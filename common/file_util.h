@@ -5,6 +5,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "common/status.h"
@@ -63,8 +64,26 @@ std::string ReadSmallFile(const char* path, size_t max = 4096);
 
 // Writes `data` to path via a temporary file of this process and call (path.tmp.PID.N) + fsync +
 // rename, so readers see old or new, never half, and processes writing the same path at once
-// (DataLoader workers opening one cache folder) each put a whole copy in place.
-Status WriteFileAtomic(const std::string& path, const void* data, size_t n);
+// (DataLoader workers opening one cache folder) each put a whole copy in place. The temporary
+// file is created anew (O_EXCL | O_NOFOLLOW, after removing a stale one): a symlink planted
+// there is removed, never followed. `mode`: 0600 for a cache folder's files.
+Status WriteFileAtomic(const std::string& path, const void* data, size_t n, int mode = 0644);
+
+// Creates `dir` and its missing parents (each new one 0700) and checks it: a folder owned by
+// another user, or writable by group or others, is refused with one line naming it (its files
+// could be replaced or read by someone else); ours with group or other bits is narrowed to 0700.
+// *created: the outermost folder this call made, "" if none (what a failed mount removes).
+Status MakePrivateDir(const std::string& dir, std::string* created = nullptr);
+
+// For a file that holds a secret (keys, a token, a SAS, headers): one warning in the log, once
+// per path and process, when group or others may read it. Nothing if it cannot be stat'ed (the
+// read that follows says why).
+void WarnIfReadableByOthers(const std::string& path, std::string_view what);
+
+// As root, a file whose contents root acts on (a credential_process command) must be root's
+// and writable by no one else, or another user chooses what root runs: else InvalidArgument
+// naming the file, its owner or mode. Always OK for other users (their files are their own).
+Status CheckTrustedByRoot(const std::string& path, std::string_view what);
 
 Status FsyncPath(const std::string& path);
 

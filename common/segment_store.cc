@@ -76,12 +76,9 @@ std::vector<SegmentStore::Entry> SegmentStore::ParseIndex(std::span<const uint8_
 Result<std::unique_ptr<SegmentStore>> SegmentStore::Open(
     const std::string& dir, uint64_t budget_bytes, const std::function<bool(const Entry&)>& adopt,
     uint64_t* removed) {
-  std::error_code ec;
-  std::filesystem::create_directories(dir, ec);
-  if (ec) {
-    return Err(Status::IOError(dir + ": cannot create the disk cache folder: " + ec.message()));
-  }
-  auto fd = OpenFile(dir + "/" + kLockFile, O_RDWR | O_CREAT | O_CLOEXEC);
+  // Private: the bytes of a private bucket are not for every local user.
+  PCRFS_RETURN_ERR_IF_ERROR(MakePrivateDir(dir));
+  auto fd = OpenFile(dir + "/" + kLockFile, O_RDWR | O_CREAT | O_CLOEXEC, 0600);
   if (!fd) return Err(fd.error());
   if (::flock(fd->get(), LOCK_EX | LOCK_NB) != 0) return std::unique_ptr<SegmentStore>();
   std::unique_ptr<SegmentStore> store(new SegmentStore(dir, budget_bytes, std::move(*fd)));
@@ -259,8 +256,8 @@ std::optional<SegmentStore::Location> SegmentStore::Append(
       if (next_seq_ > UINT32_MAX) return std::nullopt;
       const uint32_t seq = static_cast<uint32_t>(next_seq_++);
       // Creating two files under the lock: once per segment_bytes_ of entries.
-      auto d = OpenFile(SegmentPath(seq, "seg"), O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
-      auto i = OpenFile(SegmentPath(seq, "idx"), O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
+      auto d = OpenFile(SegmentPath(seq, "seg"), O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+      auto i = OpenFile(SegmentPath(seq, "idx"), O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
       if (!d || !i) {
         ::unlink(SegmentPath(seq, "seg").c_str());
         ::unlink(SegmentPath(seq, "idx").c_str());

@@ -14,6 +14,8 @@
 #include <vector>
 
 #include "common/file_util.h"
+#include "common/log.h"
+#include "common/secret.h"
 #include "remote/aws_credential_source.h"
 #include "remote/aws_credentials.h"
 #include "remote/object_protocols.h"
@@ -120,7 +122,8 @@ Status FetchOne(ObjectClient& client, const StoreLocation& loc, const char* name
     const std::string etag_path = dest + ".etag";
     if (r->etag.empty()) {
       ::unlink(etag_path.c_str());  // no ETag: the next mount downloads again
-    } else if (Status s = WriteFileAtomic(etag_path, r->etag.data(), r->etag.size()); !s.ok()) {
+    } else if (Status s = WriteFileAtomic(etag_path, r->etag.data(), r->etag.size(), 0600);
+               !s.ok()) {
       return s;
     }
   }
@@ -165,7 +168,8 @@ Status ConvertCachedIndex(const std::string& dir,
   auto bytes = index::ConvertLmdbIndex(lmdb_path, *source, &parsed);
   if (!bytes) return bytes.error();
   PCRFS_RETURN_IF_ERROR(index::WriteCompactIndexFile(compact, *bytes));
-  PCRFS_RETURN_IF_ERROR(WriteFileAtomic(from, identity.data(), identity.size()));
+  if (::chmod(compact.c_str(), 0600) != 0) return Status::FromErrno("chmod " + compact, errno);
+  PCRFS_RETURN_IF_ERROR(WriteFileAtomic(from, identity.data(), identity.size(), 0600));
   index::FileIdentity written;
   if (::stat(compact.c_str(), &st) == 0) {
     written = {static_cast<uint64_t>(st.st_dev), static_cast<uint64_t>(st.st_ino),
@@ -226,8 +230,19 @@ std::string DefaultCacheDir(const std::string& redacted_url, const EnvLookup& en
   if (::geteuid() == 0) return "/var/cache/pcrfs/" + key;
   const char* xdg = Getenv(env, "XDG_CACHE_HOME");
   if (xdg != nullptr && xdg[0] == '/') return std::string(xdg) + "/pcrfs/" + key;
-  const char* home = Getenv(env, "HOME");
-  return std::string(home != nullptr && home[0] != '\0' ? home : "/tmp") + "/.cache/pcrfs/" + key;
+  // No /tmp fallback: a predictable folder there could be another user's.
+  const std::string home = HomeDirectory(env);
+  return home.empty() ? "" : home + "/.cache/pcrfs/" + key;
+}
+
+std::string PlainHttpCredentialsWarning(const StoreLocation& loc) {
+  if (!loc.remote) return "";
+  const Url& where = loc.s3 ? loc.s3->endpoint : loc.azure ? loc.azure->endpoint : loc.url;
+  const bool credentials =
+      loc.signer != nullptr || !loc.url.query.empty() || !loc.options.headers_file.empty();
+  if (!credentials || where.scheme != Url::Scheme::kHttp || IsLoopbackHost(where.host)) return "";
+  return loc.name + ": credentials go over plain http to " + where.Authority() +
+         " (not this machine): anyone on the way can read or replay them; use https";
 }
 
 HttpClientOptions ClientOptionsFor(const StoreLocation& location) {
@@ -259,14 +274,19 @@ Result<std::shared_ptr<ObjectClient>> MakeObjectClient(const StoreLocation& loca
       MakeHttpObjectClient(std::shared_ptr<HttpClient>(std::move(*http)), std::move(protocol)));
 }
 
-Result<StoreLocation> ResolveLocation(const std::string& store, const RemoteOptions& options,
-                                      const EnvLookup& env) {
+namespace {
+
+Result<StoreLocation> ResolveRemote(const std::string& store, const RemoteOptions& options,
+                                    const EnvLookup& env) {
   StoreLocation loc;
   loc.name = store;
   loc.dir = store;
   if (!IsRemoteUrl(store)) return loc;
   loc.options = options;
   MakeOptionPathsAbsolute(&loc.options);
+  if (!loc.options.headers_file.empty()) {
+    WarnIfReadableByOthers(loc.options.headers_file, "option header_file");
+  }
   if (IsAzureUrl(store)) {
     AzureOptions az;
     az.account = options.azure_account;
@@ -276,6 +296,8 @@ Result<StoreLocation> ResolveLocation(const std::string& store, const RemoteOpti
     auto config = ResolveAzureConfig(store, az, env);
     if (!config) return Err(config.error());
     auto signer = MakeAzureSigner(*config);
+    WipeString(config->key);  // held once, in the signer
+    WipeString(config->sas);
     if (!signer) return Err(signer.error());
     loc.remote = true;
     loc.signer = std::move(*signer);
@@ -306,18 +328,47 @@ Result<StoreLocation> ResolveLocation(const std::string& store, const RemoteOpti
   return loc;
 }
 
+}  // namespace
+
+Result<StoreLocation> ResolveLocation(const std::string& store, const RemoteOptions& options,
+                                      const EnvLookup& env) {
+  auto loc = ResolveRemote(store, options, env);
+  // Before any request: a warning, not a refusal (a LAN MinIO over http is a choice).
+  if (loc) {
+    if (loc->signer != nullptr || !loc->url.query.empty() || !loc->options.headers_file.empty()) {
+      KeepSecretsOutOfCoreDumps();
+    }
+    if (std::string warning = PlainHttpCredentialsWarning(*loc); !warning.empty()) {
+      Log(LogLevel::kWarning, warning);
+    }
+  }
+  return loc;
+}
+
 Result<StoreLocation> FetchMetadata(const std::string& store, const RemoteOptions& options,
                                     const EnvLookup& env) {
   auto resolved = ResolveLocation(store, options, env);
   if (!resolved || !resolved->remote) return resolved;
   StoreLocation loc = std::move(*resolved);
   loc.dir = loc.options.cache_dir.empty() ? DefaultCacheDir(loc.name, env) : loc.options.cache_dir;
-  std::error_code ec;
-  std::filesystem::create_directories(loc.dir, ec);
-  if (ec) {
-    return Err(Status::IOError(loc.dir + ": cannot create the cache folder of " + loc.name + ": " +
-                               ec.message()));
+  if (loc.dir.empty()) {
+    return Err(Status::InvalidArgument(
+        loc.name +
+        ": no cache folder: HOME is unset and the password database has no home for "
+        "this user; give -o cache_dir"));
   }
+  std::string created;
+  if (Status s = MakePrivateDir(loc.dir, &created); !s.ok()) {
+    return Err(Status::IOError(loc.name + ": " + s.message(), s.sys_errno()));
+  }
+  // A mount that fails leaves no folder it made (each failed URL used to leave an empty one).
+  struct RemoveUnlessKept {
+    std::string dir;
+    ~RemoveUnlessKept() {
+      std::error_code ec;
+      if (!dir.empty()) std::filesystem::remove_all(dir, ec);
+    }
+  } remove_created{created};
   auto client = MakeObjectClient(loc);
   if (!client) return Err(client.error());
   // Once more when the folder's copies fail the check (a crash, a bad sector): their ETags
@@ -331,6 +382,7 @@ Result<StoreLocation> FetchMetadata(const std::string& store, const RemoteOption
       auto store = OpenStoreAt(loc, nullptr);
       if (store) {
         loc.converted_index = (*store)->shared_index();
+        remove_created.dir.clear();
         return loc;
       }
       s = store.error();
@@ -410,6 +462,12 @@ Result<std::string> BaselineCacheDir(const StoreLocation& location, const std::s
         std::filesystem::absolute(location.dir, ec).lexically_normal().string();
     dir = cache_dir.empty() ? DefaultCacheDir(store)
                             : std::filesystem::absolute(cache_dir, ec).lexically_normal().string();
+  }
+  if (dir.empty()) {
+    return Err(Status::InvalidArgument(
+        location.name +
+        ": no cache folder for -o form=baseline's files: HOME is unset and the password "
+        "database has no home for this user; give -o cache_dir"));
   }
   auto identity = IndexIdentity(location.dir);
   if (!identity) return Err(identity.error());

@@ -73,8 +73,15 @@ struct StoreLocation {
 
 // The cache folder of a store URL when -o cache_dir is not given:
 // /var/cache/pcrfs/<sha256 of the redacted URL> for root, else $XDG_CACHE_HOME/pcrfs/<...> or
-// ~/.cache/pcrfs/<...>.
+// ~/.cache/pcrfs/<...> (HOME, else the password database's home; "" when neither is known:
+// never a folder in /tmp). The folder is made 0700 (MakePrivateDir).
 std::string DefaultCacheDir(const std::string& redacted_url, const EnvLookup& env = nullptr);
+
+// The warning ResolveLocation logs when a remote location's requests carry credentials (a
+// signer: SigV4 with its session token, Shared Key, a SAS or query token; a signed URL's query;
+// a header file) over plain http to a host that is not this machine's loopback: anyone on the
+// path can read or replay them. "" when there is nothing to warn about.
+std::string PlainHttpCredentialsWarning(const StoreLocation& location);
 
 // The client options a location's requests need (signer, headers, TLS, timeout, connections).
 HttpClientOptions ClientOptionsFor(const StoreLocation& location);

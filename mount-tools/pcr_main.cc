@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "mount-tools/commands.h"
+#include "remote/url.h"
 
 namespace {
 
@@ -56,6 +57,7 @@ int main(int argc, char** argv) {
     mallopt(M_TRIM_THRESHOLD, 64 << 20);
   }
   std::vector<std::string> args(argv + 2, argv + argc);
+  pcrfs::BlankUrlQueriesInArgv(argc, argv);  // a signed URL's query: not in /proc/PID/cmdline
   if (command == "build") return pcrfs::tools::RunBuild(args);
   if (command == "merge") return pcrfs::tools::RunMerge(args);
   if (command == "cat") return pcrfs::tools::RunCat(args);

@@ -1,15 +1,12 @@
 #include "remote/aws_credentials.h"
 
 #include <fcntl.h>
-#include <poll.h>
-#include <signal.h>
-#include <spawn.h>
 #include <sys/stat.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <cstdlib>
+#include <cstring>
 #include <ctime>
 #include <fstream>
 #include <nlohmann/json.hpp>
@@ -17,11 +14,12 @@
 #include <set>
 #include <sstream>
 
+#include "common/file_util.h"
+#include "common/log.h"
 #include "common/thread_name.h"
+#include "remote/aws_chain.h"
 #include "remote/url.h"
 #include "remote/xml.h"
-
-extern char** environ;
 
 namespace pcrfs {
 namespace {
@@ -30,9 +28,7 @@ using Section = std::map<std::string, std::string>;
 using Http = std::function<Result<SimpleHttpResponse>(const SimpleHttpRequest&)>;
 
 constexpr std::chrono::milliseconds kStsTimeout{10000};
-constexpr std::chrono::milliseconds kMetadataTimeout{2000};
-constexpr std::chrono::milliseconds kContainerTimeout{5000};
-constexpr std::chrono::milliseconds kProcessTimeout{60000};
+constexpr std::chrono::milliseconds kProcessTimeout{60000};  // credential_process
 constexpr size_t kMaxXml = size_t{64} << 10;
 constexpr size_t kMaxField = 8192;
 constexpr size_t kMaxTokenFile = size_t{64} << 10;
@@ -58,12 +54,7 @@ std::string OneLine(std::string_view s, size_t max = 200) {
   return out;
 }
 
-// A key, secret or token that will go into an HTTP header: printable ASCII without spaces (a
-// hostile answer must not smuggle CR LF into a request), bounded.
-bool ValidCredentialField(std::string_view s) {
-  if (s.empty() || s.size() > kMaxField) return false;
-  return std::all_of(s.begin(), s.end(), [](char c) { return c > 0x20 && c < 0x7f; });
-}
+using aws_chain::ValidCredentialField;
 
 Status CheckCredentials(const FetchedCredentials& f, std::string_view what) {
   if (!ValidCredentialField(f.credentials.access_key_id()) ||
@@ -296,115 +287,48 @@ std::optional<Clock::time_point> NextRenewal(const RenewalTimes& t, double jitte
   return expiration - margin - spread;
 }
 
-// ---- The credential_process runner ------------------------------------------------------------
+// ---- Shared with remote/aws_metadata_credentials.cc (remote/aws_chain.h) ------------------------
 
-Result<std::string> RunCredentialProcess(const std::string& command,
-                                         std::chrono::milliseconds timeout) {
-  int out[2], err[2];
-  if (::pipe2(out, O_CLOEXEC) != 0)
-    return Err(Status::FromErrno("credential_process: pipe", errno));
-  if (::pipe2(err, O_CLOEXEC) != 0) {
-    const int e = errno;
-    ::close(out[0]);
-    ::close(out[1]);
-    return Err(Status::FromErrno("credential_process: pipe", e));
-  }
-  posix_spawn_file_actions_t actions;
-  posix_spawn_file_actions_init(&actions);
-  posix_spawn_file_actions_addopen(&actions, 0, "/dev/null", O_RDONLY, 0);
-  posix_spawn_file_actions_adddup2(&actions, out[1], 1);
-  posix_spawn_file_actions_adddup2(&actions, err[1], 2);
-  char sh[] = "/bin/sh", dash_c[] = "-c";
-  std::string cmd = command;
-  char* argv[] = {sh, dash_c, cmd.data(), nullptr};
-  pid_t pid = -1;
-  const int rc = ::posix_spawn(&pid, "/bin/sh", &actions, nullptr, argv, environ);
-  posix_spawn_file_actions_destroy(&actions);
-  ::close(out[1]);
-  ::close(err[1]);
-  if (rc != 0) {
-    ::close(out[0]);
-    ::close(err[0]);
-    return Err(Status::FromErrno("credential_process: cannot start /bin/sh", rc));
-  }
-  std::string stdout_text, stderr_text;
-  bool overflow = false, timed_out = false;
-  const auto deadline = std::chrono::steady_clock::now() + timeout;
-  pollfd fds[2] = {{out[0], POLLIN, 0}, {err[0], POLLIN, 0}};
-  int open_fds = 2;
-  while (open_fds > 0) {
-    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
-        deadline - std::chrono::steady_clock::now());
-    if (left.count() <= 0) {
-      timed_out = true;
-      break;
-    }
-    const int n = ::poll(fds, 2, static_cast<int>(std::min<int64_t>(left.count(), 1000)));
-    if (n < 0 && errno != EINTR) break;
-    for (int k = 0; k < 2; ++k) {
-      if (fds[k].fd < 0 || fds[k].revents == 0) continue;
-      char buf[4096];
-      const ssize_t got = ::read(fds[k].fd, buf, sizeof(buf));
-      if (got <= 0) {
-        if (got < 0 && errno == EINTR) continue;
-        ::close(fds[k].fd);
-        fds[k].fd = -1;
-        --open_fds;
-        continue;
-      }
-      std::string& dst = k == 0 ? stdout_text : stderr_text;
-      const size_t cap = k == 0 ? kSimpleHttpMaxBody : 4096;
-      if (dst.size() + static_cast<size_t>(got) > cap) {
-        if (k == 0) overflow = true;
-        dst.append(buf, cap - std::min(cap, dst.size()));
-      } else {
-        dst.append(buf, static_cast<size_t>(got));
-      }
-    }
-    if (overflow) break;
-  }
-  for (auto& f : fds) {
-    if (f.fd >= 0) ::close(f.fd);
-  }
-  if (timed_out || overflow) ::kill(pid, SIGKILL);
-  int status = 0;
-  while (::waitpid(pid, &status, 0) < 0 && errno == EINTR) {
-  }
-  if (timed_out) {
-    return Err(Status::IOError("credential_process did not finish within " +
-                               std::to_string(timeout.count() / 1000) + " s"));
-  }
-  if (overflow) return Err(Status::IOError("credential_process printed more than 1 MiB"));
-  const std::string why = OneLine(stderr_text);
-  if (WIFSIGNALED(status)) {
-    return Err(Status::IOError("credential_process killed by signal " +
-                               std::to_string(WTERMSIG(status)) + (why.empty() ? "" : ": " + why)));
-  }
-  if (WEXITSTATUS(status) != 0) {
-    return Err(Status::IOError("credential_process exited with status " +
-                               std::to_string(WEXITSTATUS(status)) +
-                               (why.empty() ? "" : ": " + why)));
-  }
-  return stdout_text;
+namespace aws_chain {
+
+// A key, secret or token that will go into an HTTP header: printable ASCII without spaces (a
+// hostile answer must not smuggle CR LF into a request), bounded.
+bool ValidCredentialField(std::string_view s) {
+  if (s.empty() || s.size() > kMaxField) return false;
+  return std::all_of(s.begin(), s.end(), [](char c) { return c > 0x20 && c < 0x7f; });
 }
+
+// A small file holding a token (web identity, container authorization): read whole, trimmed.
+Result<std::string> ReadTokenFile(const std::string& path, const char* what) {
+  std::ifstream f(path, std::ios::binary);
+  if (!f) return Err(Status::FromErrno(std::string(what) + " " + path, errno));
+  WarnIfReadableByOthers(path, what);
+  std::string text;
+  char buf[4096];
+  while (f.read(buf, sizeof(buf)) || f.gcount() > 0) {
+    text.append(buf, static_cast<size_t>(f.gcount()));
+    if (text.size() > kMaxTokenFile) {
+      return Err(Status::InvalidArgument(std::string(what) + " " + path + ": larger than 64 KiB"));
+    }
+  }
+  while (!text.empty() && (text.back() == '\n' || text.back() == '\r' || text.back() == ' ')) {
+    text.pop_back();
+  }
+  if (text.empty())
+    return Err(Status::InvalidArgument(std::string(what) + " " + path + " is empty"));
+  return text;
+}
+
+}  // namespace aws_chain
 
 namespace {
 
 // ---- The chain --------------------------------------------------------------------------------
 
-// What every fetch of one resolution shares: the options and the dependencies, filled in.
-struct ChainInputs {
-  AwsCredentialOptions options;
-  AwsCredentialDeps deps;
-  std::string profile;  // the profile's name
-  bool profile_named = false;
-  std::string credentials_path, config_path;
-
-  std::string Env(const char* name) const {
-    const char* v = deps.env(name);
-    return v == nullptr ? "" : std::string(v);
-  }
-};
+using aws_chain::ChainInputs;
+using aws_chain::Container;
+using aws_chain::InstanceMetadata;
+using aws_chain::ReadTokenFile;
 
 // The profiles as the files say now (read again at each fetch).
 struct Profiles {
@@ -445,11 +369,13 @@ Result<Profiles> LoadProfiles(const ChainInputs& in) {
     auto ini = ReadIni(in.credentials_path, &p.credentials_exists);
     if (!ini) return Err(ini.error());
     p.credentials = std::move(*ini);
+    if (p.credentials_exists) WarnIfReadableByOthers(in.credentials_path, "AWS credentials file");
   }
   if (!in.config_path.empty()) {
     auto ini = ReadIni(in.config_path, &p.config_exists);
     if (!ini) return Err(ini.error());
     p.config = std::move(*ini);
+    if (p.config_exists) WarnIfReadableByOthers(in.config_path, "AWS config file");
   }
   return p;
 }
@@ -458,26 +384,6 @@ std::string FilesNamed(const ChainInputs& in) {
   auto shown = [](const std::string& p, const char* fallback) { return p.empty() ? fallback : p; };
   return shown(in.credentials_path, "~/.aws/credentials (HOME unknown)") + " or " +
          shown(in.config_path, "~/.aws/config (HOME unknown)");
-}
-
-// A small file holding a token (web identity, container authorization): read whole, trimmed.
-Result<std::string> ReadTokenFile(const std::string& path, const char* what) {
-  std::ifstream f(path, std::ios::binary);
-  if (!f) return Err(Status::FromErrno(std::string(what) + " " + path, errno));
-  std::string text;
-  char buf[4096];
-  while (f.read(buf, sizeof(buf)) || f.gcount() > 0) {
-    text.append(buf, static_cast<size_t>(f.gcount()));
-    if (text.size() > kMaxTokenFile) {
-      return Err(Status::InvalidArgument(std::string(what) + " " + path + ": larger than 64 KiB"));
-    }
-  }
-  while (!text.empty() && (text.back() == '\n' || text.back() == '\r' || text.back() == ' ')) {
-    text.pop_back();
-  }
-  if (text.empty())
-    return Err(Status::InvalidArgument(std::string(what) + " " + path + " is empty"));
-  return text;
 }
 
 std::string StsEndpoint(const ChainInputs& in, const std::string& region) {
@@ -584,9 +490,6 @@ Result<std::optional<FetchedCredentials>> FromEnvironment(const ChainInputs& in,
   return f;
 }
 
-Result<FetchedCredentials> Container(const ChainInputs& in);
-Result<FetchedCredentials> InstanceMetadata(const ChainInputs& in);
-
 struct ProfileWalk {
   const ChainInputs& in;
   const Profiles& profiles;
@@ -637,6 +540,12 @@ struct ProfileWalk {
     if (!command.empty()) {
       if (files_only) return Err(NeedsMore("credential_process"));
       const std::string what = "profile '" + name + "' credential_process";
+      // The file it is written in (the credentials file's values win, as merged).
+      const Section* c = profiles.InCredentials(name);
+      const std::string& file = c != nullptr && c->count("credential_process") != 0
+                                    ? in.credentials_path
+                                    : in.config_path;
+      PCRFS_RETURN_ERR_IF_ERROR(CheckTrustedByRoot(file, what + " from"));
       auto out = in.deps.run_process(command);
       if (!out) {
         // The runner's message names credential_process and its exit status already.
@@ -740,128 +649,6 @@ struct ProfileWalk {
                    "profile " + name + " (assume role " + role + ")");
   }
 };
-
-// Container credentials: Step 5, and credential_source EcsContainer.
-Result<FetchedCredentials> Container(const ChainInputs& in) {
-  const std::string relative = in.Env("AWS_CONTAINER_CREDENTIALS_RELATIVE_URI");
-  const std::string full = in.Env("AWS_CONTAINER_CREDENTIALS_FULL_URI");
-  SimpleHttpRequest req;
-  req.timeout = kContainerTimeout;
-  if (!relative.empty()) {
-    req.url = "http://169.254.170.2" + (relative[0] == '/' ? relative : "/" + relative);
-  } else if (!full.empty()) {
-    auto url = ParseUrl(full);
-    if (!url || url->is_s3()) {
-      return Err(Status::InvalidArgument("AWS_CONTAINER_CREDENTIALS_FULL_URI " + RedactUrl(full) +
-                                         " is not an http(s) URL"));
-    }
-    // botocore: plain http only to this machine or the ECS / EKS Pod Identity agents.
-    static const std::set<std::string> kAllowed = {"localhost", "::1", "169.254.170.2",
-                                                   "169.254.170.23", "fd00:ec2::23"};
-    if (url->scheme == Url::Scheme::kHttp && !kAllowed.count(url->host) &&
-        url->host.rfind("127.", 0) != 0) {
-      return Err(Status::InvalidArgument("AWS_CONTAINER_CREDENTIALS_FULL_URI " + RedactUrl(full) +
-                                         ": plain http is allowed only to a loopback address "
-                                         "or 169.254.170.2/23"));
-    }
-    req.url = full;
-  } else {
-    return Err(Status::NotFound(
-        "AWS_CONTAINER_CREDENTIALS_RELATIVE_URI and AWS_CONTAINER_CREDENTIALS_FULL_URI unset"));
-  }
-  std::string token;
-  const std::string token_file = in.Env("AWS_CONTAINER_AUTHORIZATION_TOKEN_FILE");
-  if (!token_file.empty()) {
-    auto t = ReadTokenFile(token_file, "AWS_CONTAINER_AUTHORIZATION_TOKEN_FILE");
-    if (!t) return Err(t.error());
-    token = std::move(*t);
-  } else {
-    token = in.Env("AWS_CONTAINER_AUTHORIZATION_TOKEN");
-  }
-  if (!token.empty()) {
-    if (token.find_first_of("\r\n") != std::string::npos) {
-      return Err(Status::InvalidArgument("container authorization token holds a line break"));
-    }
-    req.headers.emplace_back("Authorization", token);
-  }
-  req.headers.emplace_back("Accept", "application/json");
-  const std::string shown = RedactUrl(req.url.substr(0, req.url.find('?')));
-  auto resp = in.deps.http(req);
-  if (!resp) return Err(Status::IOError("container credentials: " + resp.error().message()));
-  if (resp->status != 200) {
-    return Err(Status::IOError("container credentials: " + shown + " answered HTTP " +
-                               std::to_string(resp->status)));
-  }
-  auto f = ParseMetadataCredentials(resp->body);
-  if (!f)
-    return Err(Status::Corruption("container credentials " + shown + ": " + f.error().message()));
-  f->source = "container";
-  return f;
-}
-
-// EC2 instance metadata: Step 6, and credential_source Ec2InstanceMetadata. NotFound when there
-// is no metadata service or no role (the chain's "nothing here").
-Result<FetchedCredentials> InstanceMetadata(const ChainInputs& in) {
-  std::string disabled = in.Env("AWS_EC2_METADATA_DISABLED");
-  std::transform(disabled.begin(), disabled.end(), disabled.begin(),
-                 [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
-  if (disabled == "true") return Err(Status::NotFound("AWS_EC2_METADATA_DISABLED=true"));
-  std::string endpoint = in.Env("AWS_EC2_METADATA_SERVICE_ENDPOINT");
-  if (endpoint.empty()) endpoint = "http://169.254.169.254";
-  while (!endpoint.empty() && endpoint.back() == '/') endpoint.pop_back();
-  const std::string shown = RedactUrl(endpoint);
-
-  SimpleHttpRequest put;
-  put.method = "PUT";
-  put.url = endpoint + "/latest/api/token";
-  put.headers = {{"X-aws-ec2-metadata-token-ttl-seconds", "21600"}};
-  put.timeout = kMetadataTimeout;
-  auto token = in.deps.http(put);
-  if (!token) return Err(Status::NotFound(token.error().message()));
-  HeaderList headers;
-  if (token->status == 200) {
-    if (!ValidCredentialField(token->body)) {
-      return Err(Status::Corruption(shown + ": the IMDSv2 token is not printable"));
-    }
-    headers.emplace_back("X-aws-ec2-metadata-token", token->body);
-  } else if (token->status != 403 && token->status != 404 && token->status != 405) {
-    // botocore falls back to IMDSv1 on these three only.
-    return Err(
-        Status::NotFound(shown + ": token PUT answered HTTP " + std::to_string(token->status)));
-  }
-  auto get = [&](const std::string& path) {
-    SimpleHttpRequest r;
-    r.url = endpoint + path;
-    r.headers = headers;
-    r.timeout = kMetadataTimeout;
-    return in.deps.http(r);
-  };
-  const std::string base = "/latest/meta-data/iam/security-credentials/";
-  auto roles = get(base);
-  if (!roles) return Err(Status::NotFound(roles.error().message()));
-  if (roles->status == 404) return Err(Status::NotFound(shown + ": no IAM role attached"));
-  if (roles->status != 200) {
-    return Err(
-        Status::NotFound(shown + ": role list answered HTTP " + std::to_string(roles->status)));
-  }
-  std::string role = roles->body.substr(0, roles->body.find('\n'));
-  while (!role.empty() && (role.back() == '\r' || role.back() == ' ')) role.pop_back();
-  if (role.empty()) return Err(Status::NotFound(shown + ": no IAM role attached"));
-  if (role.size() > 128 || role.find_first_of("/?#% ") != std::string::npos) {
-    return Err(Status::Corruption(shown + ": the role name is not a role name"));
-  }
-  auto creds = get(base + role);
-  if (!creds)
-    return Err(Status::IOError("instance metadata role " + role + ": " + creds.error().message()));
-  if (creds->status != 200) {
-    return Err(Status::IOError(shown + ": credentials of role " + role + " answered HTTP " +
-                               std::to_string(creds->status)));
-  }
-  auto f = ParseMetadataCredentials(creds->body);
-  if (!f) return Err(Status::Corruption(shown + " role " + role + ": " + f.error().message()));
-  f->source = "instance metadata (role " + role + ")";
-  return f;
-}
 
 // Steps 2 to 4 (what depends on the profile, with the environment's web identity between
 // them, as botocore orders them). nullopt with the reasons when none of them has credentials.
@@ -1005,7 +792,11 @@ void RenewingCredentials::RecordFailure(const Status& s) {
   ++renewal_failures_;
   ++times_.failures;
   times_.last_failure = now_();
-  last_error_ = OneLine(s.message(), 400);
+  const std::string& m = s.message();
+  Log(LogLevel::kWarning, "credential renewal failed: " + OneLine(m, 400));
+  const size_t said = m.find(kCredentialProcessSaid);
+  last_error_ =
+      OneLine(said == std::string::npos ? m : m.substr(0, said) + " (more in the log)", 400);
 }
 
 Status RenewingCredentials::RenewNow() {

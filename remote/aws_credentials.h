@@ -1,3 +1,7 @@
+// Files: aws_credentials.cc (the chain, its parsers and RenewingCredentials),
+// aws_metadata_credentials.cc (the container and instance metadata sources),
+// credential_process.h (the helper runner), aws_chain.h (what those files share).
+//
 // The AWS credential chain, resolved the way botocore resolves it (botocore is the judge:
 // docs in /work/shared/DESIGN.md section 8), and RenewingCredentials, which keeps temporary
 // credentials fresh in the background.
@@ -38,7 +42,8 @@
 // us-east-1.
 //
 // Errors are one line and never hold a secret, a session token, a web identity token or a
-// credential_process's stdout (its stderr's first line is shown: that is where it explains).
+// credential_process's stdout. Its stderr's first line (that is where it explains) is shown
+// when the mount fails; a failed renewal's goes to the log only, not to DescribeJson.
 #pragma once
 
 #include <chrono>
@@ -54,6 +59,7 @@
 #include "common/mutex.h"
 #include "common/status.h"
 #include "remote/aws_credential_source.h"
+#include "remote/credential_process.h"
 #include "remote/s3_config.h"
 #include "remote/simple_http.h"
 
@@ -74,8 +80,9 @@ using Clock = std::chrono::system_clock;
 struct AwsCredentialDeps {
   EnvLookup env;                                                             // getenv
   std::function<Result<SimpleHttpResponse>(const SimpleHttpRequest&)> http;  // SimpleHttp
-  // credential_process: runs `command` with /bin/sh -c and returns its stdout; errors name the
-  // exit status and the first line of stderr, never stdout. Real one: 60 s timeout.
+  // credential_process: runs `command` (split by SplitCommandLine, no shell) and returns its
+  // stdout; errors name the exit status and the first line of stderr, never stdout. Real one:
+  // RunCredentialProcess with a 60 s deadline.
   std::function<Result<std::string>(const std::string& command)> run_process;
   std::function<Clock::time_point()> now;  // the system clock
   std::function<std::string()> home;       // $HOME, else getpwuid(geteuid())->pw_dir
@@ -253,10 +260,5 @@ class RenewingCredentials final : public AwsCredentialSource {
 //    an unreadable token file.
 Result<std::shared_ptr<RenewingCredentials>> ResolveAwsCredentials(
     const AwsCredentialOptions& options, AwsCredentialDeps deps = {});
-
-// The real credential_process runner: /bin/sh -c command, stdin /dev/null, stdout kept (at most
-// 1 MiB), stderr's first line for errors, killed after `timeout`.
-Result<std::string> RunCredentialProcess(const std::string& command,
-                                         std::chrono::milliseconds timeout);
 
 }  // namespace pcrfs

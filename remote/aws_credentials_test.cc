@@ -394,19 +394,162 @@ TEST_F(AwsCredentialsTest, CredentialProcessErrorsAreOneLineWithoutSecrets) {
   }
 }
 
+TEST_F(AwsCredentialsTest, RootRunsNoCredentialProcessFromAnotherUsersConfig) {
+  if (::geteuid() != 0) GTEST_SKIP() << "the check is root's";
+  Write(".aws/config", "[default]\ncredential_process = /opt/get-creds\n");
+  process_ = [](const std::string&) {
+    return Result<std::string>(ProcessAnswer("ASIAPROC", "2026-11-27T12:20:00Z"));
+  };
+  ASSERT_TRUE(Resolve().has_value());  // root's own file
+  ASSERT_EQ(commands_.size(), 1u);
+  ASSERT_EQ(::chown(dir_.Join(".aws/config").c_str(), 65534, 65534), 0);
+  auto c = Resolve();
+  ASSERT_FALSE(c.has_value());
+  EXPECT_TRUE(Has(c.error().message(), "credential_process from " + dir_.Join(".aws/config") +
+                                           " refused: owned by uid 65534"))
+      << c.error().message();
+  EXPECT_EQ(commands_.size(), 1u);  // not run
+  // In the credentials file, the same.
+  ASSERT_EQ(::chown(dir_.Join(".aws/config").c_str(), 0, 0), 0);
+  Write(".aws/credentials", "[default]\ncredential_process = /opt/get-creds\n");
+  ASSERT_EQ(::chmod(dir_.Join(".aws/credentials").c_str(), 0666), 0);
+  c = Resolve();
+  ASSERT_FALSE(c.has_value());
+  EXPECT_TRUE(Has(c.error().message(), "writable by group or others")) << c.error().message();
+  EXPECT_EQ(commands_.size(), 1u);
+}
+
 TEST(RunCredentialProcessTest, RealProcess) {
-  auto ok = RunCredentialProcess("printf '%s' '{\"Version\": 1}'; echo noise >&2", 10s);
+  auto ok = RunCredentialProcess(
+      "/bin/sh -c \"printf '%s' '{\\\"Version\\\": 1}'; echo noise >&2\"", 10s);
   ASSERT_TRUE(ok.has_value()) << ok.error().ToString();
   EXPECT_EQ(*ok, "{\"Version\": 1}");
-  auto failed = RunCredentialProcess(
-      std::string("echo ") + kSecret + "; echo 'sso session expired' >&2; echo more >&2; exit 3",
-      10s);
+  auto failed = RunCredentialProcess(std::string("/bin/sh -c 'echo ") + kSecret +
+                                         "; echo \"sso session expired\" >&2; echo more >&2; "
+                                         "exit 3'",
+                                     10s);
   ASSERT_FALSE(failed.has_value());
   EXPECT_EQ(failed.error().message(),
-            "credential_process exited with status 3: sso session expired");
+            "credential_process exited with status 3; it said: sso session expired");
   auto slow = RunCredentialProcess("sleep 5", 200ms);
   ASSERT_FALSE(slow.has_value());
   EXPECT_TRUE(Has(slow.error().message(), "did not finish")) << slow.error().message();
+  auto missing = RunCredentialProcess("/nonexistent/helper --flag", 10s);
+  ASSERT_FALSE(missing.has_value());
+  EXPECT_TRUE(Has(missing.error().message(), "cannot run /nonexistent/helper"))
+      << missing.error().message();
+}
+
+TEST(RunCredentialProcessTest, SplitAsBotocoreSplitsWithShlex) {
+  // Expected values: Python's shlex.split on the same text.
+  const std::vector<std::pair<std::string, std::vector<std::string>>> cases = {
+      {"a  b", {"a", "b"}},
+      {"/usr/bin/helper --profile 'my prof' \"x y\"",
+       {"/usr/bin/helper", "--profile", "my prof", "x y"}},
+      {"a\\ b", {"a b"}},
+      {"\"a\\\"b\\\\c\\d\"", {"a\"b\\c\\d"}},
+      {"'' x", {"", "x"}},
+      {"x'y'\"z\"", {"xyz"}},
+      {"a#b #c", {"a#b", "#c"}},
+      {"\"$HOME\" ~ *", {"$HOME", "~", "*"}},
+      {"\t a\nb ", {"a", "b"}},
+      {"'a\\b'", {"a\\b"}},
+  };
+  for (const auto& [text, want] : cases) {
+    auto got = SplitCommandLine(text);
+    ASSERT_TRUE(got.has_value()) << text << ": " << got.error().ToString();
+    EXPECT_EQ(*got, want) << text;
+  }
+  for (const char* bad : {"it's", "a\\", "\"open", "", "  "}) {
+    auto got = SplitCommandLine(bad);
+    EXPECT_FALSE(got.has_value()) << bad;
+    if (!got) {
+      EXPECT_EQ(got.error().code(), Status::Code::kInvalidArgument) << got.error().ToString();
+    }
+  }
+}
+
+TEST(RunCredentialProcessTest, NoShell) {
+  // botocore runs the words, not a shell: ';' and '$' are arguments like any other.
+  auto out = RunCredentialProcess("echo a; echo $HOME", 10s);
+  ASSERT_TRUE(out.has_value()) << out.error().ToString();
+  EXPECT_EQ(*out, "a; echo $HOME\n");
+}
+
+// Pids of the lines of `path` that are still running (a zombie waiting for init is not).
+std::vector<pid_t> LivePids(const std::string& path) {
+  std::vector<pid_t> live;
+  std::ifstream in(path);
+  for (pid_t pid; in >> pid;) {
+    std::ifstream stat("/proc/" + std::to_string(pid) + "/stat");
+    std::string text((std::istreambuf_iterator<char>(stat)), std::istreambuf_iterator<char>());
+    const size_t paren = text.rfind(')');
+    if (paren != std::string::npos && paren + 2 < text.size() && text[paren + 2] != 'Z') {
+      live.push_back(pid);
+    }
+  }
+  return live;
+}
+
+// LivePids(path), polled until none is left or 10 s have passed: SIGKILL is delivered
+// asynchronously, and only the helper itself is reaped by the runner.
+std::vector<pid_t> LivePidsAfterKill(const std::string& path) {
+  const auto deadline = std::chrono::steady_clock::now() + 10s;
+  std::vector<pid_t> live = LivePids(path);
+  while (!live.empty() && std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(10ms);
+    live = LivePids(path);
+  }
+  return live;
+}
+
+TEST(RunCredentialProcessTest, AStuckHelperAndItsChildrenEndAtTheDeadline) {
+  test::TempDir dir;
+  const std::string pids = dir.path() + "/pids";
+  // Closes its output (so no EOF wait holds it) and sleeps, with a child that sleeps too.
+  const auto start = std::chrono::steady_clock::now();
+  auto r = RunCredentialProcess("/bin/sh -c 'sleep 60 & echo $! > " + pids + "; echo $$ >> " +
+                                    pids + "; exec >&- 2>&-; sleep 60'",
+                                1s);
+  const auto took = std::chrono::steady_clock::now() - start;
+  ASSERT_FALSE(r.has_value());
+  EXPECT_TRUE(Has(r.error().message(), "did not finish within 1 s")) << r.error().message();
+  EXPECT_LT(took, 20s);  // a bound on a hang (the helper sleeps 60 s), not a speed target
+  std::ifstream in(pids);
+  int n = 0;
+  for (pid_t p; in >> p;) ++n;
+  EXPECT_EQ(n, 2);
+  EXPECT_EQ(LivePidsAfterKill(pids), std::vector<pid_t>{});
+}
+
+TEST(RunCredentialProcessTest, WhatAFinishedHelperStartedDoesNotOutliveIt) {
+  test::TempDir dir;
+  const std::string pids = dir.path() + "/pids";
+  auto r = RunCredentialProcess(
+      "/bin/sh -c 'sleep 60 >/dev/null 2>&1 & echo $! > " + pids + "; printf x'", 10s);
+  ASSERT_TRUE(r.has_value()) << r.error().ToString();
+  EXPECT_EQ(*r, "x");
+  EXPECT_EQ(LivePidsAfterKill(pids), std::vector<pid_t>{});
+}
+
+TEST(RunCredentialProcessTest, AFailedRenewalKeepsTheHelpersWordsOutOfDescribeJson) {
+  CredentialProvider p;
+  p.kind = CredentialProvider::Kind::kFetched;
+  p.fetch = [](bool) -> Result<FetchedCredentials> {
+    auto out = RunCredentialProcess("/bin/sh -c 'echo private-vault-path-7 >&2; exit 2'", 10s);
+    if (!out) return Err(out.error());
+    return Err(Status::IOError("unexpected success"));
+  };
+  FetchedCredentials first;
+  first.credentials = Credentials("AKIDFIRST", kSecret, kToken);
+  first.expiration = Clock::now() + 1h;
+  RenewingCredentials creds(std::move(p), first, {});
+  Status s = creds.RenewNow();
+  ASSERT_FALSE(s.ok());
+  EXPECT_TRUE(Has(s.message(), "private-vault-path-7")) << s.ToString();  // for the log
+  const std::string json = creds.DescribeJson();
+  EXPECT_FALSE(Has(json, "private-vault-path-7")) << json;
+  EXPECT_TRUE(Has(json, "credential_process exited with status 2 (more in the log)")) << json;
 }
 
 // ---- STS
@@ -689,6 +832,76 @@ TEST_F(AwsCredentialsTest, InstanceMetadataV2TokenFlow) {
   EXPECT_TRUE(c.error().IsNotFound());
   EXPECT_TRUE(Has(c.error().message(), "instance metadata (http://[fd00:ec2::254]: no IAM role"))
       << c.error().message();
+}
+
+TEST_F(AwsCredentialsTest, ContainerFullUriHostsAsBotocore) {
+  // Plain http: loopback IP literals, localhost and the ECS / EKS agents only (newer botocore's
+  // rule); a name that starts like a loopback address is a name like any other.
+  const std::vector<std::pair<std::string, bool>> hosts = {
+      {"127.0.0.1", true},
+      {"127.1.2.3", true},
+      {"localhost", true},
+      {"[::1]", true},
+      {"169.254.170.2", true},
+      {"169.254.170.23", true},
+      {"[fd00:ec2::23]", true},
+      {"127.attacker.example", false},
+      {"127.0.0.1.nip.io", false},
+      {"169.254.169.254", false},
+      {"[::2]", false},
+      {"128.0.0.1", false},
+      {"127.0.0.1x", false},
+  };
+  for (const auto& [host, allowed] : hosts) {
+    const std::string url = "http://" + host + ":8080/creds";
+    env_["AWS_CONTAINER_CREDENTIALS_FULL_URI"] = url;
+    Answer("GET " + url, 200, MetadataAnswer("ASIACONT", "2026-11-27T12:30:00Z"));
+    auto c = Resolve();
+    EXPECT_EQ(c.has_value(), allowed) << host;
+    if (!allowed && !c) {
+      EXPECT_TRUE(Has(c.error().message(), "plain http is allowed only")) << c.error().message();
+      EXPECT_TRUE(requests_.empty()) << host;  // nothing sent there
+    }
+    // Credential endpoints never go through a proxy.
+    if (allowed && !requests_.empty()) {
+      EXPECT_TRUE(requests_[0].direct) << host;
+    }
+  }
+  // https: any host.
+  env_["AWS_CONTAINER_CREDENTIALS_FULL_URI"] = "https://creds.example.com/x";
+  Answer("GET https://creds.example.com/x", 200,
+         MetadataAnswer("ASIACONT", "2026-11-27T12:30:00Z"));
+  EXPECT_TRUE(Resolve().has_value());
+}
+
+TEST_F(AwsCredentialsTest, ImdsV1FallbackRefusedWhenDisabled) {
+  env_["AWS_EC2_METADATA_SERVICE_ENDPOINT"] = "http://169.254.169.254";
+  Answer("PUT http://169.254.169.254/latest/api/token", 403, "");
+  Answer("GET http://169.254.169.254/latest/meta-data/iam/security-credentials/", 200, "worker");
+  Answer("GET http://169.254.169.254/latest/meta-data/iam/security-credentials/worker", 200,
+         MetadataAnswer("ASIAIMDS", "2026-11-27T18:00:00Z"));
+  auto c = Resolve();  // IMDSv1 allowed: the fallback works
+  ASSERT_TRUE(c.has_value()) << c.error().ToString();
+  for (const auto& r : requests_) EXPECT_TRUE(r.direct) << r.url;
+  for (const char* value : {"true", "TRUE", "True"}) {
+    env_["AWS_EC2_METADATA_V1_DISABLED"] = value;
+    c = Resolve();
+    ASSERT_FALSE(c.has_value()) << value;
+    EXPECT_TRUE(c.error().IsNotFound());
+    EXPECT_TRUE(Has(c.error().message(), "AWS_EC2_METADATA_V1_DISABLED=true refuses IMDSv1"))
+        << c.error().message();
+    ASSERT_EQ(requests_.size(), 1u);  // the token PUT only: no unauthenticated GET
+  }
+  env_["AWS_EC2_METADATA_V1_DISABLED"] = "false";
+  EXPECT_TRUE(Resolve().has_value());
+}
+
+TEST(NoProxyListTest, TheUsersListIsExtendedNotReplaced) {
+  const std::string local = "localhost,127.0.0.0/8,::1,169.254.0.0/16,fe80::/10,fd00:ec2::/32";
+  EXPECT_EQ(NoProxyList(""), local);
+  EXPECT_EQ(NoProxyList("corp.example,.internal"), "corp.example,.internal," + local);
+  EXPECT_EQ(NoProxyList(" corp.example, "), "corp.example," + local);
+  EXPECT_EQ(NoProxyList("*"), "*");  // curl: every host, only when alone
 }
 
 // ---- Renewal: the schedule as pure functions

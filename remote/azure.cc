@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "common/file_util.h"
+#include "remote/http_client.h"
 #include "remote/sigv4.h"
 #include "remote/xml.h"
 
@@ -352,6 +353,7 @@ Result<SasFileRead> ReadSasFile(const std::string& path, QueryTokenSigner::Flavo
   const std::string what = std::string(sas ? "option sas_file " : "option query_file ") + path;
   auto fd = OpenFile(path, O_RDONLY);
   if (!fd.has_value()) return Err(Status::InvalidArgument(what + ": " + fd.error().message()));
+  WarnIfReadableByOthers(path, sas ? "option sas_file" : "option query_file");
   struct stat st;
   if (fstat(fd->get(), &st) != 0) {
     return Err(Status::InvalidArgument(Status::FromErrno(what, errno).message()));
@@ -689,7 +691,7 @@ Result<ObjectListing> AzureProtocol::ParseListing(std::string_view body) const {
   auto root = ParseXml(body);
   if (!root.has_value()) return bad(root.error().message());
   if (root->name != "EnumerationResults") {
-    return bad("not an EnumerationResults document (<" + root->name.substr(0, 64) + ">)");
+    return bad("not an EnumerationResults document (<" + ServerText(root->name, 64) + ">)");
   }
   ObjectListing listing;
   const std::string prefix = config_.prefix.empty() ? "" : config_.prefix + "/";
@@ -708,15 +710,16 @@ Result<ObjectListing> AzureProtocol::ParseListing(std::string_view body) const {
       const XmlNode* length = props == nullptr ? nullptr : props->Child("Content-Length");
       ObjectListing::Entry entry;
       if (length == nullptr || !ParseUint64(Trim(length->text), &entry.size)) {
-        return bad("blob '" + name + "' has no valid Properties/Content-Length");
+        return bad("blob '" + ServerText(name, 200) + "' has no valid Properties/Content-Length");
       }
       if (const XmlNode* lm = props->Child("Last-Modified"); lm != nullptr) {
         auto t = ParseHttpDate(Trim(lm->text));
-        if (!t.has_value()) return bad("blob '" + name + "' has a bad Last-Modified");
+        if (!t.has_value())
+          return bad("blob '" + ServerText(name, 200) + "' has a bad Last-Modified");
         entry.mtime_sec = *t;
       }
       if (name.compare(0, prefix.size(), prefix) != 0) {
-        return bad("blob '" + name + "' is outside the prefix '" + prefix + "'");
+        return bad("blob '" + ServerText(name, 200) + "' is outside the prefix '" + prefix + "'");
       }
       entry.key = name.substr(prefix.size());
       if (entry.key.empty()) continue;  // the prefix's own folder marker
@@ -882,6 +885,7 @@ void QueryTokenSigner::CheckFileLocked() const {
   stamp_ = {read->dev, read->ino, read->size, read->mtime_ns};
   last_error_.clear();
   if (read->token != token_) {
+    WipeString(token_);
     token_ = std::move(read->token);
     ++generation_;
   }
@@ -928,6 +932,11 @@ std::string QueryTokenSigner::DescribeJson() const {
 
 // ----------------------------------------------------------------------------- factory
 
+QueryTokenSigner::~QueryTokenSigner() {
+  MutexLock l(&mu_);
+  WipeString(token_);
+}
+
 Result<std::shared_ptr<RequestSigner>> MakeAzureSigner(const AzureConfig& config) {
   switch (config.auth) {
     case AzureConfig::Auth::kAnonymous:
@@ -953,6 +962,8 @@ Result<AzureAccess> MakeAzureAccess(std::string_view store, const AzureOptions& 
   if (!config.has_value()) return Err(config.error());
   AzureAccess access;
   auto signer = MakeAzureSigner(*config);
+  WipeString(config->key);  // the signer holds them now
+  WipeString(config->sas);
   if (!signer.has_value()) return Err(signer.error());
   access.signer = std::move(*signer);
   auto protocol = std::make_unique<AzureProtocol>(std::move(*config));

@@ -21,6 +21,7 @@
 #include <string_view>
 
 #include "common/mutex.h"
+#include "common/secret.h"
 #include "common/status.h"
 #include "remote/object_client.h"
 #include "remote/request_signer.h"
@@ -70,7 +71,8 @@ struct AzureConfig {
 
   Auth auth = Auth::kAnonymous;
   // Secrets, for the signers only: the decoded account key (kSharedKey); the SAS token without
-  // '?' (kSas); the token file (kSasFile).
+  // '?' (kSas); the token file (kSasFile). MakeAzureAccess and pcrfs's ResolveLocation wipe key
+  // and sas once the signer holds them (held once, in the signer).
   std::string key;
   std::string sas;
   std::string sas_file;
@@ -147,6 +149,9 @@ class AzureSharedKeySigner : public RequestSigner {
  public:
   // key: the decoded (binary) account key. source: where it came from (DescribeJson).
   AzureSharedKeySigner(std::string account, std::string key, std::string source);
+  ~AzureSharedKeySigner() override { WipeString(key_); }
+  AzureSharedKeySigner(const AzureSharedKeySigner&) = delete;
+  AzureSharedKeySigner& operator=(const AzureSharedKeySigner&) = delete;
 
   Result<SignedParts> Sign(const SignableRequest& request,
                            std::chrono::system_clock::time_point now) const override;
@@ -192,6 +197,7 @@ class QueryTokenSigner : public RequestSigner {
   void Reload() const override;
   std::string DescribeJson() const override;
 
+  ~QueryTokenSigner() override;
   QueryTokenSigner(const QueryTokenSigner&) = delete;
   QueryTokenSigner& operator=(const QueryTokenSigner&) = delete;
 

@@ -392,6 +392,37 @@ TEST(AzureListingTest, HostileXmlIsCorruption) {
   EXPECT_NE(l.error().message().find("nesting too deep"), std::string::npos);
 }
 
+TEST(AzureProtocolTest, ListingErrorsFilterTheServersText) {
+  // A blob name is the server's (or a store author's) text: a message shows it printable, on
+  // one line, bounded, as the rest of the client shows server text (ServerText).
+  AzureConfig c;
+  c.account = "acct";
+  c.container = "pcrfs";
+  c.prefix = "store";
+  c.endpoint = *ParseUrl("https://acct.blob.core.windows.net");
+  AzureProtocol p(c);
+  const std::string hostile = "store/a\n\x1b[31mFAKE LOG LINE\r" + std::string(5000, 'x');
+  for (const std::string& props :
+       {std::string("<Content-Length>oops</Content-Length>"),
+        std::string("<Content-Length>1</Content-Length><Last-Modified>no</Last-Modified>")}) {
+    auto l =
+        p.ParseListing("<EnumerationResults><Blobs><Blob><Name>" + hostile + "</Name><Properties>" +
+                       props + "</Properties></Blob></Blobs></EnumerationResults>");
+    ASSERT_FALSE(l.has_value());
+    const std::string m = l.error().message();
+    EXPECT_EQ(m.find_first_of("\n\r\x1b"), std::string::npos) << m;
+    EXPECT_LT(m.size(), 400u) << m.size();
+    EXPECT_NE(m.find("blob 'store/a??[31mFAKE LOG LINE?xxx"), std::string::npos) << m;
+  }
+  auto l = p.ParseListing("<EnumerationResults><Blobs><Blob><Name>elsewhere/\x07" +
+                          std::string(3000, 'y') +
+                          "</Name><Properties><Content-Length>1</Content-Length></Properties>"
+                          "</Blob></Blobs></EnumerationResults>");
+  ASSERT_FALSE(l.has_value());
+  EXPECT_EQ(l.error().message().find('\x07'), std::string::npos);
+  EXPECT_LT(l.error().message().size(), 400u);
+}
+
 TEST(AzureDateTest, HttpDate) {
   EXPECT_EQ(HttpDate(Nov27()), "Fri, 27 Nov 2026 12:00:00 GMT");
   EXPECT_EQ(ParseHttpDate("Fri, 27 Nov 2026 12:00:00 GMT"), 1795780800);

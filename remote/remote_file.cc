@@ -427,6 +427,10 @@ Result<DownloadResult> Download(ObjectClient& client, const std::string& key,
   req.key = key;
   req.if_none_match = known_etag;
   req.body_file = tmp;
+  // Created here, private and new (never a planted file or link): the client writes into it.
+  if (auto fd = OpenFile(tmp, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW, 0600); !fd) {
+    return Err(fd.error());
+  }
   req.max_body_bytes = max_bytes;
   auto r = client.GetBlocking(std::move(req));
   DownloadResult out;
@@ -471,7 +475,7 @@ class MappedTemp {
     static std::atomic<uint64_t> counter{0};
     tmp_ = dest + ".tmp-" + std::to_string(::getpid()) + "-r" +
            std::to_string(counter.fetch_add(1, std::memory_order_relaxed));
-    auto fd = OpenFile(tmp_, O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    auto fd = OpenFile(tmp_, O_RDWR | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
     if (!fd) return fd.error();
     fd_ = std::move(*fd);
     if (size == 0) return Status::OK();  // nothing to map

@@ -154,7 +154,6 @@ Status ResolveCredentials(const S3Options& options, const EnvLookup& env,
   }
   c->aws_credentials = *resolved;
   auto snapshot = c->aws_credentials->Current();
-  c->credentials = snapshot->credentials;
   c->credentials_source = snapshot->source;
   return Status::OK();
 }
@@ -241,9 +240,15 @@ std::string S3Config::ListUrl(std::string_view continuation_token) const {
   return base + query;
 }
 
+Credentials S3Config::credentials() const {
+  if (aws_credentials == nullptr) return Credentials();
+  return aws_credentials->Current()->credentials;
+}
+
 std::shared_ptr<SigV4Signer> S3Config::MakeSigner() const {
-  if (credentials.empty()) return nullptr;
-  return std::make_shared<SigV4Signer>(credentials, region);
+  Credentials current = credentials();
+  if (current.empty()) return nullptr;
+  return std::make_shared<SigV4Signer>(std::move(current), region);
 }
 
 }  // namespace pcrfs

@@ -58,9 +58,10 @@ struct S3Config {
   std::string region;
   Url endpoint;  // http(s)://host[:port][/path] of the S3 service
   bool path_style = true;
-  // Empty for anonymous access: requests go unsigned. The credentials found at resolution
-  // (aws_credentials->Current()); they may expire: sign with aws_credentials.
-  Credentials credentials;
+  // The current credentials (aws_credentials->Current()), empty for anonymous access: a copy
+  // for the moment (they may expire: sign with aws_credentials). Not a field: the secret is
+  // held once, by aws_credentials, not in every copy of the configuration.
+  Credentials credentials() const;
   // The credential chain's result (remote/aws_credentials.h), which renews temporary
   // credentials once its StartRenewal() is called; nullptr when anonymous.
   std::shared_ptr<RenewingCredentials> aws_credentials;

@@ -45,7 +45,7 @@ TEST_F(S3ConfigTest, DefaultsAreAnonymousUsEast1VirtualHost) {
   EXPECT_EQ(c->region, "us-east-1");
   EXPECT_EQ(c->endpoint.ToString(), "https://s3.us-east-1.amazonaws.com");
   EXPECT_FALSE(c->path_style);
-  EXPECT_TRUE(c->credentials.empty());
+  EXPECT_TRUE(c->credentials().empty());
   EXPECT_EQ(c->MakeSigner(), nullptr);
   EXPECT_EQ(c->ObjectUrl("records/00000042.pcr"),
             "https://bucket.s3.us-east-1.amazonaws.com/stores/a/records/00000042.pcr");
@@ -62,7 +62,7 @@ TEST_F(S3ConfigTest, GcsUsesGooglesEndpoint) {
   EXPECT_EQ(c->endpoint.ToString(), "https://storage.googleapis.com");
   EXPECT_EQ(c->ObjectUrl("records/00000042.pcr"),
             "https://bucket.storage.googleapis.com/stores/a/records/00000042.pcr");
-  EXPECT_EQ(c->credentials.access_key_id(), "GOOGHMACKEYID0000000");
+  EXPECT_EQ(c->credentials().access_key_id(), "GOOGHMACKEYID0000000");
   S3Options o;
   o.endpoint = "http://127.0.0.1:4443";
   EXPECT_EQ(Resolve("gs://bucket/p", o)->ObjectUrl("x"), "http://127.0.0.1:4443/bucket/p/x");
@@ -98,7 +98,7 @@ TEST_F(S3ConfigTest, ConfigFileFromEnvironment) {
   auto c = Resolve("s3://bucket", o);
   ASSERT_TRUE(c.has_value()) << c.error().ToString();
   EXPECT_EQ(c->region, "eu-west-3");
-  EXPECT_EQ(c->credentials.access_key_id(), "CFGKEY");
+  EXPECT_EQ(c->credentials().access_key_id(), "CFGKEY");
 }
 
 TEST_F(S3ConfigTest, EndpointOrderAndPathStyle) {
@@ -128,12 +128,12 @@ TEST_F(S3ConfigTest, CredentialsFromEnvironment) {
   env_["AWS_SESSION_TOKEN"] = "ENVTOKEN";
   auto c = Resolve("s3://bucket");
   ASSERT_TRUE(c.has_value());
-  EXPECT_EQ(c->credentials.access_key_id(), "ENVKEY");
-  EXPECT_EQ(c->credentials.secret_access_key(), "ENVSECRET");
-  EXPECT_EQ(c->credentials.session_token(), "ENVTOKEN");
+  EXPECT_EQ(c->credentials().access_key_id(), "ENVKEY");
+  EXPECT_EQ(c->credentials().secret_access_key(), "ENVSECRET");
+  EXPECT_EQ(c->credentials().session_token(), "ENVTOKEN");
   EXPECT_EQ(c->credentials_source, "environment");
-  EXPECT_EQ(c->credentials.ToString().find("ENVSECRET"), std::string::npos);
-  EXPECT_EQ(c->credentials.ToString().find("ENVTOKEN"), std::string::npos);
+  EXPECT_EQ(c->credentials().ToString().find("ENVSECRET"), std::string::npos);
+  EXPECT_EQ(c->credentials().ToString().find("ENVTOKEN"), std::string::npos);
   ASSERT_NE(c->MakeSigner(), nullptr);
 
   // A key id without its secret is an error naming the missing variable.
@@ -148,7 +148,7 @@ TEST_F(S3ConfigTest, CredentialsFromEnvironment) {
   env_["AWS_SECRET_ACCESS_KEY"] = "ENVSECRET";
   auto lone = Resolve("s3://bucket");
   ASSERT_TRUE(lone.has_value()) << lone.error().ToString();
-  EXPECT_TRUE(lone->credentials.empty());
+  EXPECT_TRUE(lone->credentials().empty());
   EXPECT_EQ(lone->credentials_source.find("ENVSECRET"), std::string::npos);
   EXPECT_EQ(lone->credentials_source.rfind("none (anonymous: no AWS credentials: ", 0), 0u)
       << lone->credentials_source;
@@ -161,11 +161,11 @@ TEST_F(S3ConfigTest, SharedCredentialsFileAndProfiles) {
         "aws_session_token=TRAINTOKEN\n[broken]\naws_access_key_id=X\n");
   auto c = Resolve("s3://bucket");
   ASSERT_TRUE(c.has_value());
-  EXPECT_EQ(c->credentials.access_key_id(), "DEFKEY");
+  EXPECT_EQ(c->credentials().access_key_id(), "DEFKEY");
   env_["AWS_PROFILE"] = "train";
   c = Resolve("s3://bucket");
-  EXPECT_EQ(c->credentials.access_key_id(), "TRAINKEY");
-  EXPECT_EQ(c->credentials.session_token(), "TRAINTOKEN");
+  EXPECT_EQ(c->credentials().access_key_id(), "TRAINKEY");
+  EXPECT_EQ(c->credentials().session_token(), "TRAINTOKEN");
   S3Options o;
   o.profile = "broken";  // the option wins over AWS_PROFILE
   auto broken = Resolve("s3://bucket", o);
@@ -179,7 +179,7 @@ TEST_F(S3ConfigTest, SharedCredentialsFileAndProfiles) {
   // AWS_SHARED_CREDENTIALS_FILE replaces ~/.aws/credentials.
   Write("creds2", "[train]\naws_access_key_id=OTHER\naws_secret_access_key=S\n");
   env_["AWS_SHARED_CREDENTIALS_FILE"] = (home_ / "creds2").string();
-  EXPECT_EQ(Resolve("s3://bucket")->credentials.access_key_id(), "OTHER");
+  EXPECT_EQ(Resolve("s3://bucket")->credentials().access_key_id(), "OTHER");
 }
 
 TEST_F(S3ConfigTest, NoSignWinsOverEverything) {
@@ -189,7 +189,7 @@ TEST_F(S3ConfigTest, NoSignWinsOverEverything) {
   o.no_sign = true;
   auto c = Resolve("s3://bucket", o);
   ASSERT_TRUE(c.has_value());
-  EXPECT_TRUE(c->credentials.empty());
+  EXPECT_TRUE(c->credentials().empty());
   EXPECT_EQ(c->MakeSigner(), nullptr);
 }
 

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "common/mutex.h"
+#include "common/secret.h"
 #include "remote/request_signer.h"
 
 namespace pcrfs {
@@ -25,6 +26,27 @@ class Credentials {
       : access_key_id_(std::move(access_key_id)),
         secret_access_key_(std::move(secret_access_key)),
         session_token_(std::move(session_token)) {}
+  // The secret and the token are wiped when freed (WipeString), a moved-from copy's too (a
+  // short string's bytes stay in its inline buffer when moved).
+  ~Credentials() { Wipe(); }
+  Credentials(const Credentials&) = default;
+  Credentials& operator=(const Credentials&) = default;
+  Credentials(Credentials&& o) noexcept
+      : access_key_id_(std::move(o.access_key_id_)),
+        secret_access_key_(std::move(o.secret_access_key_)),
+        session_token_(std::move(o.session_token_)) {
+    o.Wipe();
+  }
+  Credentials& operator=(Credentials&& o) noexcept {
+    if (this != &o) {
+      Wipe();
+      access_key_id_ = std::move(o.access_key_id_);
+      secret_access_key_ = std::move(o.secret_access_key_);
+      session_token_ = std::move(o.session_token_);
+      o.Wipe();
+    }
+    return *this;
+  }
 
   const std::string& access_key_id() const { return access_key_id_; }
   // For the signer only.
@@ -35,6 +57,11 @@ class Credentials {
   std::string ToString() const;
 
  private:
+  void Wipe() {
+    WipeString(secret_access_key_);
+    WipeString(session_token_);
+  }
+
   std::string access_key_id_;
   std::string secret_access_key_;
   std::string session_token_;

@@ -2,6 +2,7 @@
 
 #include <curl/curl.h>
 
+#include <cstdlib>
 #include <memory>
 #include <mutex>
 
@@ -30,6 +31,16 @@ size_t Write(char* data, size_t size, size_t n, void* user) {
 std::string ShownUrl(const std::string& url) { return RedactUrl(url.substr(0, url.find('?'))); }
 
 }  // namespace
+
+std::string NoProxyList(std::string_view user) {
+  // Trimmed of blanks: "*" alone means every host (curl's rule).
+  while (!user.empty() && (user.front() == ' ' || user.front() == ',')) user.remove_prefix(1);
+  while (!user.empty() && (user.back() == ' ' || user.back() == ',')) user.remove_suffix(1);
+  if (user == "*") return "*";
+  std::string list(user);
+  if (!list.empty()) list += ',';
+  return list + "localhost,127.0.0.0/8,::1,169.254.0.0/16,fe80::/10,fd00:ec2::/32";
+}
 
 Result<SimpleHttpResponse> SimpleHttp(const SimpleHttpRequest& request) {
   static std::once_flag once;
@@ -66,10 +77,14 @@ Result<SimpleHttpResponse> SimpleHttp(const SimpleHttpRequest& request) {
                    static_cast<long>(request.connect_timeout.count()));
   curl_easy_setopt(c, CURLOPT_WRITEFUNCTION, &Write);
   curl_easy_setopt(c, CURLOPT_WRITEDATA, &sink);
-  // Proxies are for the store's traffic; link-local metadata endpoints must never go through
-  // one (the SDKs do the same for 169.254.169.254).
-  curl_easy_setopt(c, CURLOPT_NOPROXY,
-                   "169.254.169.254,169.254.170.2,169.254.170.23,fd00:ec2::254");
+  // Proxies are for the store's traffic: loopback and link-local addresses (the metadata
+  // endpoints) never go through one, and the user's NO_PROXY still holds (CURLOPT_NOPROXY
+  // replaces it, so it is part of the list). A credential endpoint is reached directly.
+  const char* user = std::getenv("no_proxy");
+  if (user == nullptr || user[0] == '\0') user = std::getenv("NO_PROXY");
+  const std::string no_proxy = NoProxyList(user == nullptr ? "" : user);
+  curl_easy_setopt(c, CURLOPT_NOPROXY, no_proxy.c_str());
+  if (request.direct) curl_easy_setopt(c, CURLOPT_PROXY, "");
   if (request.method == "GET") {
     curl_easy_setopt(c, CURLOPT_HTTPGET, 1L);
   } else if (request.method == "POST" || request.method == "PUT") {

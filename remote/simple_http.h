@@ -9,6 +9,7 @@
 
 #include <chrono>
 #include <string>
+#include <string_view>
 
 #include "common/status.h"
 #include "remote/sigv4.h"
@@ -24,6 +25,9 @@ struct SimpleHttpRequest {
   // link-local metadata services must answer "nothing there" quickly.
   std::chrono::milliseconds timeout{5000};
   std::chrono::milliseconds connect_timeout{1000};
+  // A credential endpoint of this machine's (container, instance metadata): never through a
+  // proxy, whatever the proxy variables say (the proxy would see its token and credentials).
+  bool direct = false;
 };
 
 struct SimpleHttpResponse {
@@ -33,6 +37,11 @@ struct SimpleHttpResponse {
 
 // Answers larger than this are refused: credentials answers are a few KiB.
 inline constexpr size_t kSimpleHttpMaxBody = size_t{1} << 20;
+
+// The NO_PROXY list curl gets: `user`'s (NO_PROXY / no_proxy, which CURLOPT_NOPROXY would
+// otherwise replace) with loopback and link-local addresses added, which no proxy ever sees.
+// "*" (no proxy for anything) stays "*".
+std::string NoProxyList(std::string_view user);
 
 // Sends the request and returns the status and body of any HTTP answer (a 4xx or 5xx is a
 // response, not an error). Errors (IOError, one line naming the URL without its query):

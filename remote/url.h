@@ -71,4 +71,14 @@ int64_t DaysFromCivil(int64_t y, unsigned m, unsigned d);
 // error messages and logs about any string that may be a URL, parsed or not.
 std::string RedactUrl(std::string_view s);
 
+// True for a host that is this machine's loopback: "localhost", an IPv4 literal in
+// 127.0.0.0/8, or ::1 (brackets allowed). A name that merely starts with "127." is not.
+bool IsLoopbackHost(std::string_view host);
+
+// Blanks in place the query of every argument that holds a URL ('*' for each byte after '?'):
+// a signed URL's query (a SAS token, a pre-signature) would otherwise stay readable by every
+// local user in /proc/PID/cmdline for as long as the process runs. The caller keeps its own
+// copies of the arguments. pcrfs and pcr both call it.
+void BlankUrlQueriesInArgv(int argc, char** argv);
+
 }  // namespace pcrfs

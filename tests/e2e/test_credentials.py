@@ -39,6 +39,7 @@ from pcrtest import (PCR, PCRFS, Mount, is_mounted, pcr_cat, pcr_extract, photo,
                      read_tree, run, save_jpeg, sha)
 from botocore_judge import judge  # noqa: E402
 from cred_servers import ContainerServer, ImdsServer, StsServer  # noqa: E402
+from forward_proxy import ForwardProxy  # noqa: E402
 from remote_servers import Nginx, S3Server  # noqa: E402
 
 PYTHON = "/usr/bin/python3"
@@ -407,6 +408,30 @@ class ChainTest(Base):
         self.assertEqual(auth["source"], "container")
         self.assertIn(auth["access_key_id"], {masked(k) for k in used})
         self.assert_no_secret(log, json.dumps(xattr))
+
+    def test_a_proxy_never_sees_the_container_request(self):
+        # Issue 43: with http_proxy set and NO_PROXY=127.0.0.1,localhost, the proxy received
+        # the container endpoint's request with its Authorization token (CURLOPT_NOPROXY
+        # replaced the user's list). Then without any NO_PROXY: the store's requests go through
+        # the proxy as configured (so it is in use), the credential endpoint's never.
+        for name, no_proxy in (("users-list", "127.0.0.1,localhost"), ("none", None)):
+            with self.subTest(no_proxy=no_proxy), ForwardProxy() as proxy:
+                env = self.env(no_proxy=no_proxy, NO_PROXY=no_proxy, http_proxy=proxy.url,
+                               HTTP_PROXY=proxy.url, **self.container.env())
+                before = len(self.container.requests(kind="credentials"))
+                with self.mount("proxy-" + name, env) as m:
+                    self.assert_reads_exact(m.mnt)
+                self.assertGreater(len(self.container.requests(kind="credentials")), before)
+                seen = proxy.requests()
+                self.assertFalse([r for r in seen if self.container.url in r["url"]],
+                                 [r["url"] for r in seen])
+                for r in seen:
+                    self.assertNotIn(CONTAINER_TOKEN, json.dumps(r), r)
+                if no_proxy is None:
+                    self.assertTrue([r for r in seen if self.s3.endpoint in r["url"]],
+                                    [r["url"] for r in seen])
+                else:
+                    self.assertEqual([r["url"] for r in seen], [])
 
     def test_imdsv2(self):
         env = self.env(AWS_EC2_METADATA_DISABLED=None, **self.imds.env())

@@ -8,6 +8,7 @@ mounted level of every record in the background, so reading it afterwards sends 
 store rebuilt at the same URL never meets the old bytes. Served by nginx through the fault
 proxy, whose /__stats counts every request and byte. Needs tests/remote/install.sh."""
 
+import hashlib
 import json
 import os
 import shutil
@@ -232,6 +233,75 @@ class RemoteCacheCase(LoopbackServersCase):
                 self.assertFalse(cache["disk"], cache)
                 self.assertIn("in use by another pcrfs process", m2.log())
             self.assert_level(m1.mnt, 3)
+
+    def test_cache_folder_and_files_are_private(self):
+        # A private bucket's names and bytes stay with the user who mounted it: the cache folder
+        # and everything in it (metadata, ETags, the disk cache's segments) 0700 / 0600.
+        url = self.nginx.url + "/store"
+        with self.mount(url, "private", "disk_cache=64M") as m:
+            self.assert_level(m.mnt, 3)
+        root = self.cache("private")
+        self.assertTrue(chunk_files(root))
+        seen = 0
+        for dirpath, dirnames, filenames in os.walk(root):
+            self.assertEqual(os.stat(dirpath).st_mode & 0o777, 0o700, dirpath)
+            for n in filenames:
+                path = os.path.join(dirpath, n)
+                self.assertEqual(os.stat(path).st_mode & 0o077, 0, path)
+                seen += 1
+        self.assertGreater(seen, 4)
+        # An older pcrfs's 0755 folder is narrowed, and still serves.
+        os.chmod(root, 0o755)
+        with self.mount(url, "private", "disk_cache=64M") as m:
+            self.assert_level(m.mnt, 3)
+        self.assertEqual(os.stat(root).st_mode & 0o777, 0o700)
+
+    def test_foreign_or_writable_cache_folder_is_refused(self):
+        url = self.nginx.url + "/store"
+        mnt = os.path.join(self.tmp, "mnt-foreign")
+        os.makedirs(mnt, exist_ok=True)
+        folder = self.cache("foreign")
+        os.makedirs(folder)
+        cases = [(0o777, None, "writable by group or others")]
+        if os.geteuid() == 0:
+            cases.append((0o700, 65534, "owned by uid 65534"))
+        for mode, owner, words in cases:
+            os.chmod(folder, mode)
+            if owner is not None:
+                os.chown(folder, owner, owner)
+            p = run([os.environ.get("PCRFS", "pcrfs"), url, mnt, "-f", "-o",
+                     f"cache_dir={folder}"], check=False, env=self.env, timeout=60)
+            self.assertEqual(p.returncode, 1, p.stderr)
+            err = p.stderr.decode()
+            self.assertIn(f"{folder}: cache folder refused: {words}", err)
+            self.assertEqual(len(err.strip().splitlines()), 1, err)
+            self.assertEqual(os.listdir(folder), [])  # nothing written into it
+
+    def test_failed_mount_leaves_no_folder(self):
+        # Issue 46 item 7: each failed URL mount left an empty folder behind (in
+        # /var/cache/pcrfs for root, else under HOME: DefaultCacheDir).
+        mnt = os.path.join(self.tmp, "mnt-nostore")
+        os.makedirs(mnt, exist_ok=True)
+        home = os.path.join(self.tmp, "home-failed")
+        os.makedirs(home)
+        env = dict(self.env, HOME=home)
+        for url in (self.nginx.url + "/no-such-store", "http://127.0.0.1:9/store"):
+            key = hashlib.sha256(url.encode()).hexdigest()
+            default = (os.path.join("/var/cache/pcrfs", key) if os.geteuid() == 0 else
+                       os.path.join(home, ".cache", "pcrfs", key))
+            shutil.rmtree(default, ignore_errors=True)
+            p = run([os.environ.get("PCRFS", "pcrfs"), url, mnt, "-f", "-o", "remote_timeout=5"],
+                    check=False, env=env, timeout=60)
+            self.assertEqual(p.returncode, 1, p.stderr)
+            self.assertFalse(os.path.exists(default), url)
+            self.assertEqual(os.listdir(home), [], url)
+        # A folder that was there stays (only what the mount made goes), emptied of nothing.
+        folder = self.cache("kept")
+        os.makedirs(folder, mode=0o700)
+        p = run([os.environ.get("PCRFS", "pcrfs"), self.nginx.url + "/no-such-store", mnt, "-f",
+                 "-o", f"cache_dir={folder}"], check=False, env=self.env, timeout=60)
+        self.assertEqual(p.returncode, 1, p.stderr)
+        self.assertTrue(os.path.isdir(folder))
 
     def test_bad_options(self):
         url = self.nginx.url + "/store"

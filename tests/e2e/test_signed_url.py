@@ -12,6 +12,7 @@ import json
 import os
 import re
 import shutil
+import socket
 import subprocess
 import sys
 import tarfile
@@ -221,6 +222,34 @@ class SignedUrlTest(LoopbackServersCase):
         p = run([PCR, "verify", self.url, "--source", self.src], env=env, check=False)
         self.assertEqual(p.returncode, 0, p.stderr)
         self.assert_no_token((p.stdout + p.stderr).decode())
+
+    def test_pcr_blanks_the_query_in_its_command_line(self):
+        # Every local user can read /proc/PID/cmdline: pcr blanks the query as the daemon does.
+        # A server that accepts and never answers keeps pcr running while the test looks.
+        with socket.socket() as silent:
+            silent.bind(("127.0.0.1", 0))
+            silent.listen(16)
+            url = f"http://127.0.0.1:{silent.getsockname()[1]}/store?sig={TOKEN}&sv=1"
+            env = dict(self.env, PCRFS_CACHE_DIR=self.cache("pcr-argv"))
+            for command in (["inspect", url], ["verify", url], ["cat", url, "a.jpg"]):
+                with self.subTest(command=command[0]):
+                    p = subprocess.Popen([PCR, *command], env=env, stdout=subprocess.DEVNULL,
+                                         stderr=subprocess.DEVNULL)
+                    try:
+                        deadline = time.monotonic() + 20
+                        cmdline = ""
+                        while "?*" not in cmdline:
+                            self.assertLess(time.monotonic(), deadline,
+                                            f"the query stayed in {cmdline!r}")
+                            with open(f"/proc/{p.pid}/cmdline", "rb") as f:
+                                cmdline = f.read().replace(b"\0", b" ").decode()
+                            time.sleep(0.01)
+                        self.assertIsNone(p.poll())  # still waiting for the server
+                        self.assert_no_token(cmdline, "cmdline")
+                        self.assertIn("/store?" + "*" * len(f"sig={TOKEN}&sv=1"), cmdline)
+                    finally:
+                        p.kill()
+                        p.wait()
 
     def test_errors_never_show_the_token(self):
         mnt = os.path.join(self.tmp, "mnt-fail")
