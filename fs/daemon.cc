@@ -42,6 +42,7 @@
 #include "index/store.h"
 #include "location/store_location.h"
 #include "remote/object_client.h"
+#include "remote/url.h"
 
 namespace pcrfs::fs {
 namespace {
@@ -735,19 +736,6 @@ void MakeFileOptionsAbsolute(RemoteOptions* r) {
   }
 }
 
-// Blanks the query of every URL argument in place ('*' for each byte): a signed URL's query (a
-// SAS token, a pre-signature) would stay readable by every user in /proc/PID/cmdline for as
-// long as the mount lives. The parsed options hold their own copies.
-void BlankUrlQueries(int argc, char** argv) {
-  for (int i = 1; i < argc; ++i) {
-    char* arg = argv[i];
-    if (std::strstr(arg, "://") == nullptr) continue;
-    char* query = std::strchr(arg, '?');
-    if (query == nullptr) continue;
-    for (char* p = query + 1; *p != '\0'; ++p) *p = '*';
-  }
-}
-
 }  // namespace
 
 int RunDaemon(int argc, char** argv) {
@@ -756,7 +744,7 @@ int RunDaemon(int argc, char** argv) {
     std::fprintf(stderr, "pcrfs: %s\n", config.error().message().c_str());
     return 1;
   }
-  BlankUrlQueries(argc, argv);
+  BlankUrlQueriesInArgv(argc, argv);
   if (config->show_help) {
     PrintUsage("pcrfs");
     std::printf("FUSE options:\n");
