@@ -119,73 +119,10 @@ Result<FetchedCredentials> CredentialsFromJson(const nlohmann::json& j, const ch
 // ---- Parsers ----------------------------------------------------------------------------------
 
 Result<Clock::time_point> ParseIso8601(std::string_view s) {
-  auto bad = [] { return Err(Status::Corruption("Expiration is not an ISO 8601 UTC time")); };
-  size_t i = 0;
-  auto digits = [&](size_t n, int* out) {
-    if (i + n > s.size()) return false;
-    int v = 0;
-    for (size_t k = 0; k < n; ++k) {
-      const char c = s[i + k];
-      if (c < '0' || c > '9') return false;
-      v = v * 10 + (c - '0');
-    }
-    *out = v;
-    i += n;
-    return true;
-  };
-  auto expect = [&](std::string_view chars) {
-    if (i >= s.size() || chars.find(s[i]) == std::string_view::npos) return false;
-    ++i;
-    return true;
-  };
-  int year, month, day, hour, minute, second;
-  if (!digits(4, &year) || !expect("-") || !digits(2, &month) || !expect("-") || !digits(2, &day) ||
-      !expect("Tt ") || !digits(2, &hour) || !expect(":") || !digits(2, &minute) || !expect(":") ||
-      !digits(2, &second)) {
-    return bad();
-  }
-  // 1970 to 2200: no credential expires outside, and the system clock's nanoseconds since
-  // 1970 (int64) end in 2262.
-  if (year < 1970 || year > 2200 || month < 1 || month > 12 || day < 1 || day > 31 || hour > 23 ||
-      minute > 59 || second > 60) {
-    return bad();
-  }
-  std::chrono::nanoseconds fraction{0};
-  if (i < s.size() && (s[i] == '.' || s[i] == ',')) {
-    ++i;
-    int64_t scale = 100000000;
-    size_t n = 0;
-    while (i < s.size() && s[i] >= '0' && s[i] <= '9') {
-      fraction += std::chrono::nanoseconds((s[i] - '0') * scale);
-      scale /= 10;
-      ++i;
-      ++n;
-    }
-    if (n == 0) return bad();
-  }
-  int offset_minutes = 0;
-  if (i < s.size() && (s[i] == 'Z' || s[i] == 'z')) {
-    ++i;
-  } else if (i < s.size() && (s[i] == '+' || s[i] == '-')) {
-    const int sign = s[i] == '-' ? -1 : 1;
-    ++i;
-    int oh, om = 0;
-    if (!digits(2, &oh)) return bad();
-    if (i < s.size() && s[i] == ':') ++i;
-    if (i < s.size() && !digits(2, &om)) return bad();
-    if (oh > 23 || om > 59) return bad();
-    offset_minutes = sign * (oh * 60 + om);
-  } else {
-    return bad();  // no zone: the time would mean nothing certain
-  }
-  if (i != s.size()) return bad();
-  const int64_t days =
-      DaysFromCivil(year, static_cast<unsigned>(month), static_cast<unsigned>(day));
-  const int64_t seconds =
-      days * 86400 + hour * 3600 + minute * 60 + second - int64_t{offset_minutes} * 60;
-  if (seconds < 0) return bad();
-  return Clock::time_point(
-      std::chrono::duration_cast<Clock::duration>(std::chrono::seconds(seconds) + fraction));
+  const std::optional<IsoTime> t = ParseIsoTimeUtc(s);
+  if (!t) return Err(Status::Corruption("Expiration is not an ISO 8601 UTC time"));
+  return Clock::time_point(std::chrono::duration_cast<Clock::duration>(
+      std::chrono::seconds(t->sec) + std::chrono::nanoseconds(t->nsec)));
 }
 
 std::string FormatIso8601(Clock::time_point t) {

@@ -11,6 +11,7 @@
 #include <thread>
 
 #include "common/test_support.h"
+#include "remote/url.h"
 
 namespace pcrfs {
 namespace {
@@ -1143,6 +1144,15 @@ TEST(AwsParsersTest, Iso8601) {
         "4050-11-27T12:00:00Z" /* past the clock's int64 nanoseconds (2262): found by fuzzing */}) {
     EXPECT_FALSE(ParseIso8601(bad).has_value()) << bad;
   }
+}
+
+// The one ISO 8601 parser (remote/url.h) as S3 listings use it: LastModified with milliseconds.
+TEST(AwsParsersTest, IsoTimeOfAListing) {
+  auto t = ParseIsoTimeUtc("2026-11-23T14:46:21.123Z");
+  ASSERT_TRUE(t.has_value());
+  EXPECT_EQ(t->sec, 1795445181);
+  EXPECT_EQ(t->nsec, 123000000u);
+  EXPECT_FALSE(ParseIsoTimeUtc("2026-11-23T14:46:21.123").has_value());
 }
 
 TEST(AwsParsersTest, StsXml) {

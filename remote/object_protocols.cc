@@ -2,10 +2,24 @@
 
 #include <cctype>
 #include <cstdlib>
+#include <optional>
 
+#include "remote/url.h"
 #include "remote/xml.h"
 
 namespace pcrfs {
+namespace {
+
+// A listing's LastModified (ParseIsoTimeUtc) as the entry's mtime.
+bool ParseMtime(std::string_view text, ObjectListing::Entry* e) {
+  const std::optional<IsoTime> t = ParseIsoTimeUtc(text);
+  if (!t) return false;
+  e->mtime_sec = t->sec;
+  e->mtime_nsec = t->nsec;
+  return true;
+}
+
+}  // namespace
 
 std::string HttpProtocol::ObjectUrl(std::string_view key) const {
   std::string url = key.empty() ? root_.ToString() : root_.Join(key).ToString();
@@ -67,7 +81,7 @@ Result<ObjectListing> S3Protocol::ParseListing(std::string_view xml) const {
     e.size = std::strtoull(size_str.c_str(), &size_end, 10);
     if (key == nullptr || size_str.empty() ||
         !std::isdigit(static_cast<unsigned char>(size_str[0])) || *size_end != '\0' ||
-        time == nullptr || !ParseIsoTime(time->text, &e.mtime_sec, &e.mtime_nsec)) {
+        time == nullptr || !ParseMtime(time->text, &e)) {
       return bad("a listing entry without a valid Key, Size or LastModified");
     }
     if (key->text.compare(0, prefix.size(), prefix) != 0) {

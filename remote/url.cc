@@ -251,6 +251,72 @@ int64_t DaysFromCivil(int64_t y, unsigned m, unsigned d) {
   return era * 146097 + static_cast<int64_t>(doe) - 719468;
 }
 
+std::optional<IsoTime> ParseIsoTimeUtc(std::string_view s) {
+  size_t i = 0;
+  auto digits = [&](size_t n, int* out) {
+    if (i + n > s.size()) return false;
+    int v = 0;
+    for (size_t k = 0; k < n; ++k) {
+      const char c = s[i + k];
+      if (c < '0' || c > '9') return false;
+      v = v * 10 + (c - '0');
+    }
+    *out = v;
+    i += n;
+    return true;
+  };
+  auto expect = [&](std::string_view chars) {
+    if (i >= s.size() || chars.find(s[i]) == std::string_view::npos) return false;
+    ++i;
+    return true;
+  };
+  int year, month, day, hour, minute, second;
+  if (!digits(4, &year) || !expect("-") || !digits(2, &month) || !expect("-") || !digits(2, &day) ||
+      !expect("Tt ") || !digits(2, &hour) || !expect(":") || !digits(2, &minute) || !expect(":") ||
+      !digits(2, &second)) {
+    return std::nullopt;
+  }
+  if (year < 1970 || year > 2200 || month < 1 || month > 12 || day < 1 || day > 31 || hour > 23 ||
+      minute > 59 || second > 60) {
+    return std::nullopt;
+  }
+  uint32_t nsec = 0;
+  if (i < s.size() && (s[i] == '.' || s[i] == ',')) {
+    ++i;
+    uint32_t scale = 100000000;
+    size_t n = 0;
+    while (i < s.size() && s[i] >= '0' && s[i] <= '9') {
+      nsec += static_cast<uint32_t>(s[i] - '0') * scale;
+      scale /= 10;
+      ++i;
+      ++n;
+    }
+    if (n == 0) return std::nullopt;
+  }
+  int offset_minutes = 0;
+  if (i < s.size() && (s[i] == 'Z' || s[i] == 'z')) {
+    ++i;
+  } else if (i < s.size() && (s[i] == '+' || s[i] == '-')) {
+    const int sign = s[i] == '-' ? -1 : 1;
+    ++i;
+    int oh, om = 0;
+    if (!digits(2, &oh)) return std::nullopt;
+    if (i < s.size() && s[i] == ':') ++i;
+    if (i < s.size() && !digits(2, &om)) return std::nullopt;
+    if (oh > 23 || om > 59) return std::nullopt;
+    offset_minutes = sign * (oh * 60 + om);
+  } else {
+    return std::nullopt;
+  }
+  if (i != s.size()) return std::nullopt;
+  const int64_t days =
+      DaysFromCivil(year, static_cast<unsigned>(month), static_cast<unsigned>(day));
+  const int64_t seconds =
+      days * 86400 + hour * 3600 + minute * 60 + second - int64_t{offset_minutes} * 60;
+  if (seconds < 0) return std::nullopt;
+  return IsoTime{seconds, nsec};
+}
+
 bool IsLoopbackHost(std::string_view host) {
   if (host.size() > 2 && host.front() == '[' && host.back() == ']') {
     host = host.substr(1, host.size() - 2);

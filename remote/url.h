@@ -67,6 +67,16 @@ std::optional<std::string> PercentDecode(std::string_view s);
 // timegm computes, without its time zone state. For the dates of HTTP, ISO 8601 and S3.
 int64_t DaysFromCivil(int64_t y, unsigned m, unsigned d);
 
+// An ISO 8601 time with a zone, as S3 listings (LastModified) and AWS credential documents
+// (Expiration) write it: YYYY-MM-DDThh:mm:ss[.fraction](Z|+hh[:mm]|-hh[:mm]), the T also 't'
+// or ' '; years 1970..2200 (the system clock's nanoseconds since 1970 end in 2262). Seconds and
+// nanoseconds since 1970-01-01 UTC; nullopt for anything else (no zone: nothing certain).
+struct IsoTime {
+  int64_t sec = 0;
+  uint32_t nsec = 0;
+};
+std::optional<IsoTime> ParseIsoTimeUtc(std::string_view s);
+
 // s without user info, query and fragment ("https://u:p@h/x?token=1" -> "https://h/x"): for
 // error messages and logs about any string that may be a URL, parsed or not.
 std::string RedactUrl(std::string_view s);

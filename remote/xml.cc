@@ -2,7 +2,6 @@
 
 #include <cctype>
 #include <cstdlib>
-#include <ctime>
 
 #include "common/coding.h"
 
@@ -222,27 +221,5 @@ std::string_view XmlNode::Attribute(std::string_view n) const {
 }
 
 Result<XmlNode> ParseXml(std::string_view document) { return XmlReader(document).Document(); }
-
-bool ParseIsoTime(std::string_view s, int64_t* sec, uint32_t* nsec) {
-  std::tm tm{};
-  int ms = 0;
-  const std::string text(s);
-  const char* end = ::strptime(text.c_str(), "%Y-%m-%dT%H:%M:%S", &tm);
-  if (end == nullptr) return false;
-  if (*end == '.') {
-    ++end;
-    int digits = 0;
-    while (std::isdigit(static_cast<unsigned char>(*end))) {
-      if (digits < 3) ms = ms * 10 + (*end - '0');
-      ++digits;
-      ++end;
-    }
-    for (; digits < 3; ++digits) ms *= 10;
-  }
-  if (*end != 'Z' || end[1] != '\0') return false;
-  *sec = static_cast<int64_t>(::timegm(&tm));
-  *nsec = static_cast<uint32_t>(ms) * 1000000u;
-  return true;
-}
 
 }  // namespace pcrfs

@@ -35,7 +35,4 @@ struct XmlNode {
 // around it, a UTF-8 byte order mark.
 Result<XmlNode> ParseXml(std::string_view document);
 
-// "2026-11-23T14:46:21.123Z" (fraction optional) -> seconds and nanoseconds since the epoch.
-bool ParseIsoTime(std::string_view s, int64_t* sec, uint32_t* nsec);
-
 }  // namespace pcrfs
