@@ -181,14 +181,20 @@ class FixedBatches:
     choice, or the first ones with seed=None), in the same order, cut into batches of
     batch_size, with torch's random state set from `seed` before each level so random transforms
     draw the same crops at every level (workers too: their seeds come from a generator seeded
-    alike). Every level's dataset must list the same samples (its .samples, when it has one)."""
+    alike). Every level's dataset must list the same samples (its .samples, when it has one).
 
-    def __init__(self, make_dataset, batch_size=32, num_batches=10, seed=0, num_workers=0):
+    The chosen files are read first by `threads` threads (a remote store answers one file per
+    round trip; reads release the GIL), then decoded in order: a pcrfs.torch.ImageFolder's from
+    those bytes, a folder dataset's through its loader from the page cache they filled."""
+
+    def __init__(self, make_dataset, batch_size=32, num_batches=10, seed=0, num_workers=0,
+                 threads=16):
         self.make_dataset = make_dataset
         self.batch_size = int(batch_size)
         self.num_batches = int(num_batches)
         self.seed = seed
         self.num_workers = int(num_workers)
+        self.threads = max(1, int(threads))
         self.indices = None
         self.samples = None
         self._datasets = {}
@@ -213,12 +219,55 @@ class FixedBatches:
             self.indices, self.samples = self._choose(data), samples
         elif samples != self.samples:
             raise ValueError(f"level {k} lists other samples than the first level asked for")
-        subset = torch.utils.data.Subset(data, self.indices)
+        subset = torch.utils.data.Subset(_preread(data, self.indices, self.threads), self.indices)
         seed = 0 if self.seed is None else hash_seed(self.seed)
         generator = torch.Generator().manual_seed(seed)
         loader = torch.utils.data.DataLoader(subset, batch_size=self.batch_size, shuffle=False,
                                              num_workers=self.num_workers, generator=generator)
         return _seeded(loader, seed)
+
+
+class _FromBytes(torch.utils.data.Dataset):
+    """A pcrfs.torch.ImageFolder's items made from bytes read before."""
+
+    def __init__(self, folder, raw):
+        self.folder, self.raw = folder, raw
+
+    def __len__(self):
+        return len(self.folder)
+
+    def __getitem__(self, i):
+        import io
+        f = self.folder
+        path, target = f.samples[i]
+        sample = f.loader(io.BytesIO(self.raw[i]))
+        if f.transform is not None:
+            sample = f.transform(sample)
+        if f.target_transform is not None:
+            target = f.target_transform(target)
+        return sample, target
+
+
+def _preread(data, indices, threads):
+    """data, its files at `indices` read by `threads` threads first (see FixedBatches)."""
+    from concurrent.futures import ThreadPoolExecutor
+    from .store import Store
+    samples = getattr(data, "samples", None)
+    if samples is None or threads <= 1:
+        return data
+    store = getattr(data, "store", None)
+    if isinstance(store, Store) and hasattr(data, "loader"):
+        def read(i):
+            return i, store.read(samples[i][0])
+    elif hasattr(data, "loader"):
+        def read(i):
+            with open(samples[i][0], "rb", buffering=0) as f:
+                return i, f.readall()
+    else:
+        return data
+    with ThreadPoolExecutor(threads) as pool:
+        raw = dict(pool.map(read, indices))
+    return _FromBytes(data, raw) if isinstance(store, Store) else data
 
 
 def hash_seed(seed):
@@ -244,7 +293,7 @@ def _relative_samples(data):
 
 
 def mount_batches(mount, root="train", transform=None, batch_size=32, num_batches=10, seed=0,
-                  num_workers=0, **folder_options):
+                  num_workers=0, threads=16, **folder_options):
     """batches(k) from torchvision's ImageFolder over MOUNT/scanK/ROOT (a pcrfs mount without
     ``-o scans``, which shows every level), with `transform`; see FixedBatches."""
     import torchvision
@@ -252,11 +301,11 @@ def mount_batches(mount, root="train", transform=None, batch_size=32, num_batche
     def make(k):
         return torchvision.datasets.ImageFolder(os.path.join(os.fspath(mount), f"scan{k}", root),
                                                 transform=transform, **folder_options)
-    return FixedBatches(make, batch_size, num_batches, seed, num_workers)
+    return FixedBatches(make, batch_size, num_batches, seed, num_workers, threads)
 
 
 def store_batches(store, root="train", transform=None, batch_size=32, num_batches=10, seed=0,
-                  num_workers=0, **options):
+                  num_workers=0, threads=16, **options):
     """batches(k) from pcrfs.torch.ImageFolder over the store (a pcrfs.Store, whose URL and
     options are reused, or a URL or path opened with `options`) at level k, with `transform`;
     see FixedBatches."""
@@ -272,4 +321,4 @@ def store_batches(store, root="train", transform=None, batch_size=32, num_batche
 
     def make(k):
         return ImageFolder(Store(url, scans=k, **options), root=root, transform=transform)
-    return FixedBatches(make, batch_size, num_batches, seed, num_workers)
+    return FixedBatches(make, batch_size, num_batches, seed, num_workers, threads)
