@@ -1,22 +1,24 @@
 #!/usr/bin/python3
 """Training at the tuned level against level 10, with the store behind a bandwidth cap (issue 42).
 
-    flock /var/tmp/pcrfs-bench/bench.lock tests/bench/train_bench.py               # ~25 min
-    flock /var/tmp/pcrfs-bench/bench.lock tests/bench/train_bench.py --quick       # ~5 min
-    tests/bench/train_bench.py [--tasks coarse,fine] [--images 3000] [--epochs 8] [--cap-mbit 8]
-                               [--repeat 1] [--every 2] [--plot docs/training.png] [-o OUT]
+    flock /var/tmp/pcrfs-bench/bench.lock tests/bench/train_bench.py --repeat 2   # ~25 min
+    flock /var/tmp/pcrfs-bench/bench.lock tests/bench/train_bench.py --quick      # ~5 min
+    tests/bench/train_bench.py [--tasks coarse,fine] [--images 2000] [--val-images 1000]
+                               [--epochs 8] [--every 4] [--tune-batches 5] [--cap-mbit 2]
+                               [--repeat 1] [--plot docs/training.png] [-o OUT]
 
 Two seeded classification tasks cut from the project's photos (Debian's wallpapers, as
 tests/data/make_dataset.py fetches them), 96x96 JPEGs (quality 90) in a pcrfs store:
 - coarse: which of 4 rotations (0, 90, 180, 270 degrees) a crop shows;
 - fine: whether a crop was sharpened (unsharp mask, radius 1.5, 300%) before the store.
-A small CNN on CPU (4 convolutions, 64x64 random crops, Adam) trains for --epochs epochs at
-level 10 and with pcrfs.torch.FidelitySchedule(every=--every), which runs
-pcrfs.tune.select_scans (scans 1, 2, 3, 5, 10, threshold 0.8, 10 batches of 32 fixed samples,
-the current model) at epochs 0, N, 2N, ... Both read the store over HTTP from nginx with
-pcrfs.torch.RecordDataset (remote_cache=1M: every epoch fetches its bytes again), in a network
-namespace whose loopback is capped to --cap-mbit (tc HTB, tests/bench/netns.py). Same seeds,
-same initial weights, same sample order for both; setups interleaved, rotated each round.
+A small CNN on CPU (3 convolutions, 64x64 random crops, Adam, one torch thread) trains for
+--epochs epochs at level 10 and with pcrfs.torch.FidelitySchedule(every=--every), which runs
+pcrfs.tune.select_scans (scans 1, 2, 3, 5, 10, threshold 0.8, --tune-batches batches of 32
+fixed samples, the current model) at epochs 0, N, 2N, ... Both read the store over HTTP from
+nginx with pcrfs.torch.RecordDataset (remote_cache=1M: every epoch fetches its bytes again), in
+a network namespace whose loopback is capped to --cap-mbit (tc HTB, tests/bench/netns.py).
+Same seeds, same initial weights, same sample order for both; setups interleaved, the order
+rotated each round.
 
 Reported per task: each tuning's similarity table and level; per setup the training wall time
 (tuning included, validation excluded), final validation accuracy (held-out crops at full
@@ -168,10 +170,10 @@ def train(args, task, url, setup, val, seed):
         fail(f"{task}: the store's classes {data.classes} are not the validation's {classes}")
     if setup == "tuned":
         batches = pcrfs.tune.store_batches(url, transform=transforms(False), batch_size=32,
-                                           num_batches=10, seed=seed, **options)
+                                           num_batches=args.tune_batches, seed=seed, **options)
         schedule = FidelitySchedule(data, every=args.every, model=model, loss_fn=loss_fn,
                                     batches=batches, scans=TUNE_SCANS, threshold=0.8,
-                                    num_batches=10)
+                                    num_batches=args.tune_batches)
     else:
         schedule = FidelitySchedule(data, levels={0: int(setup[1:])})
     os.makedirs(options["cache_dir"], exist_ok=True)
@@ -299,11 +301,13 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--tasks", default="coarse,fine")
-    ap.add_argument("--images", type=int, default=3000)
+    ap.add_argument("--images", type=int, default=2000)
     ap.add_argument("--val-images", type=int, default=1000)
     ap.add_argument("--epochs", type=int, default=8)
-    ap.add_argument("--every", type=int, default=2, help="tune every N epochs (default 2)")
-    ap.add_argument("--cap-mbit", type=float, default=8.0)
+    ap.add_argument("--every", type=int, default=4, help="tune every N epochs (default 4)")
+    ap.add_argument("--tune-batches", type=int, default=5,
+                    help="select_scans num_batches, of 32 samples (default 5)")
+    ap.add_argument("--cap-mbit", type=float, default=2.0)
     ap.add_argument("--repeat", type=int, default=1)
     ap.add_argument("--workers", type=int, default=2)
     ap.add_argument("--threads", type=int, default=1,
@@ -311,7 +315,7 @@ def main():
                     "2 ran 10x slower)")
     ap.add_argument("--lr", type=float, default=2e-3)
     ap.add_argument("--seed", type=int, default=1)
-    ap.add_argument("--quick", action="store_true", help="1,200 images, 4 epochs")
+    ap.add_argument("--quick", action="store_true", help="1,000 images, 4 epochs, tuned every 2")
     ap.add_argument("--work", default=os.path.join(benchlib.BENCH_ROOT, "train"))
     ap.add_argument("--pcr", help="the pcr binary (default: /usr/local/bin, else build/)")
     ap.add_argument("--pythonpath", default=os.path.join(REPO, "build", "python"),
@@ -327,7 +331,7 @@ def main():
         if t not in TASKS:
             ap.error(f"--tasks {t}: expected coarse or fine")
     if args.quick:
-        args.images, args.val_images, args.epochs = 1200, 400, 4
+        args.images, args.val_images, args.epochs, args.every = 1000, 400, 4, 2
     if args.cap_mbit <= 0:
         ap.error(f"--cap-mbit {args.cap_mbit}: a positive rate")
     if not args.inside_namespace:
