@@ -308,7 +308,9 @@ def store_batches(store, root="train", transform=None, batch_size=32, num_batche
                   num_workers=0, threads=16, **options):
     """batches(k) from pcrfs.torch.ImageFolder over the store (a pcrfs.Store, whose URL and
     options are reused, or a URL or path opened with `options`) at level k, with `transform`;
-    see FixedBatches."""
+    see FixedBatches. Its stores run with prefetch=0 unless the options say otherwise: a few
+    hundred scattered files are more than 3% of a folder, and the default would fetch the rest
+    of it at every level (tests/bench/train_bench.py: 78 s of a 2 Mbit/s link, not 7)."""
     from .store import Store
     from .torch import ImageFolder
     if isinstance(store, Store):
@@ -318,6 +320,7 @@ def store_batches(store, root="train", transform=None, batch_size=32, num_batche
         url, options = store.url, dict(store.options)
     else:
         url = os.fspath(store)
+    options = {"prefetch": 0, **options}
 
     def make(k):
         return ImageFolder(Store(url, scans=k, **options), root=root, transform=transform)

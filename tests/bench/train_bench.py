@@ -15,10 +15,11 @@ A small CNN on CPU (3 convolutions, 64x64 random crops, Adam, one torch thread) 
 --epochs epochs at level 10 and with pcrfs.torch.FidelitySchedule(every=--every), which runs
 pcrfs.tune.select_scans (scans 1, 2, 3, 5, 10, threshold 0.8, --tune-batches batches of 32
 fixed samples, the current model) at epochs 0, N, 2N, ... Both read the store over HTTP from
-nginx with pcrfs.torch.RecordDataset (remote_cache=1M: every epoch fetches its bytes again), in
-a network namespace whose loopback is capped to --cap-mbit (tc HTB, tests/bench/netns.py).
-Same seeds, same initial weights, same sample order for both; setups interleaved, the order
-rotated each round.
+nginx with pcrfs.torch.RecordDataset (one GET per record prefix; remote_cache=16M, workers
+started each epoch, so every epoch fetches its bytes again: with remote_cache=1M the prefixes
+were not kept and 2,000 files took ~17,000 GETs of a few dozen bytes), in a network namespace
+whose loopback is capped to --cap-mbit (tc HTB, tests/bench/netns.py). Same seeds, same
+initial weights, same sample order for both; setups interleaved, the order rotated each round.
 
 Reported per task: each tuning's similarity table and level; per setup the training wall time
 (tuning included, validation excluded), final validation accuracy (held-out crops at full
@@ -159,7 +160,7 @@ def train(args, task, url, setup, val, seed):
     from pcrfs.torch import FidelitySchedule, RecordDataset
     xs, ys, classes = val
     options = {"cache_dir": os.path.join(args.work, "cache", f"{task}-{setup}"),
-               "remote_cache": "1M"}
+               "remote_cache": "16M"}
     model = make_model(len(classes), seed)
     opt = torch.optim.Adam(model.parameters(), lr=args.lr)
     loss_fn = torch.nn.CrossEntropyLoss()
@@ -221,10 +222,10 @@ def time_to(curve, target):
 
 
 def report(args, runs, level_bytes):
-    lines = [f"# Training at the tuned level (tests/bench/train_bench.py)", "",
+    lines = ["# Training at the tuned level (tests/bench/train_bench.py)", "",
              f"{args.images} training images per task ({SIDE}x{SIDE}, {CROP}x{CROP} crops), "
              f"{args.val_images} held out; {args.epochs} epochs; cap {args.cap_mbit:g} Mbit/s "
-             f"on loopback (nginx, pcrfs.torch.RecordDataset, remote_cache=1M); "
+             f"on loopback (nginx, pcrfs.torch.RecordDataset, remote_cache=16M); "
              f"{args.repeat} round(s); load average {benchlib.loadavg()}.", ""]
     data = {"args": vars(args), "runs": runs, "level_bytes": level_bytes, "verdicts": {}}
     tuned_first = {}
