@@ -296,7 +296,8 @@ def plot(runs, path, tasks):
             label = (f"{r['setup']} ({'/'.join(map(str, sorted(set(r['levels']))))})"
                      if r["setup"] == "tuned" else r["setup"])
             ax.plot(t, a, marker="o", ms=3, label=f"{label}, round {r['round']}",
-                    color="C0" if r["setup"] == "L10" else "C1", alpha=0.9)
+                    color="C0" if r["setup"] == "L10" else "C1", alpha=0.9,
+                    linestyle="-" if r["round"] % 2 == 0 else "--")
         ax.set_title(f"{task} task")
         ax.set_xlabel("training wall time under the cap (s)")
         ax.set_ylabel("validation accuracy (%)")
