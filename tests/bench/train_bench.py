@@ -159,8 +159,10 @@ def train(args, task, url, setup, val, seed):
     import pcrfs.tune
     from pcrfs.torch import FidelitySchedule, RecordDataset
     xs, ys, classes = val
+    # remote_timeout: at 2 Mbit/s a record's prefix shared with another reader can take more
+    # than the default 30 s, which ended a run ("gave up after 1 try in 29999 ms").
     options = {"cache_dir": os.path.join(args.work, "cache", f"{task}-{setup}"),
-               "remote_cache": "16M"}
+               "remote_cache": "16M", "remote_timeout": 300}
     model = make_model(len(classes), seed)
     opt = torch.optim.Adam(model.parameters(), lr=args.lr)
     loss_fn = torch.nn.CrossEntropyLoss()
@@ -187,6 +189,8 @@ def train(args, task, url, setup, val, seed):
         t0 = time.monotonic()
         data.set_epoch(epoch)
         levels.append(schedule.set_epoch(epoch))
+        if schedule.history and schedule.history[-1][0] == epoch and schedule.history[-1][2]:
+            log(f"{task} {setup} epoch {epoch}: {schedule.history[-1][2]}")
         for images, targets in loader:
             opt.zero_grad()
             loss_fn(model(images), targets).backward()
@@ -217,6 +221,41 @@ def open_store_in_worker(lock_path, _worker_id):
         torch.utils.data.get_worker_info().dataset.store._live()
 
 
+def bytes_by_level(store_path):
+    """{level: bytes of train/ at that level} of a local store."""
+    import pcrfs
+    sizes = {}
+    for k in TUNE_SCANS:
+        store = pcrfs.Store(store_path, scans=k)
+        sizes[str(k)] = sum(store.stat(p).st_size for d, _, fs in store.walk("train")
+                            for p in (f"{d}/{f}" for f in fs))
+    return sizes
+
+
+def runs_of_log(path):
+    """The runs of a log's epoch lines ("TASK SETUP epoch E: level K, T s, accuracy A%"),
+    rounds counted by a run's epoch 0 coming again."""
+    import re
+    line = re.compile(r"\] (\w+) (L10|tuned) epoch (\d+): level (\d+), ([\d.]+) s, "
+                      r"accuracy ([\d.]+)%")
+    runs, seen = [], {}
+    with open(path) as f:
+        for m in filter(None, map(line.search, f)):
+            task, setup, epoch, level = m[1], m[2], int(m[3]), int(m[4])
+            if epoch == 0:
+                rnd = seen.get((task, setup), -1) + 1
+                seen[(task, setup)] = rnd
+                runs.append({"task": task, "setup": setup, "round": rnd, "curve": [],
+                             "levels": [], "tunings": []})
+            run = runs[-1]
+            run["curve"].append((float(m[5]), float(m[6])))
+            if setup == "tuned" and (not run["levels"] or run["levels"][-1] != level
+                                     or epoch == 0):
+                run["tunings"].append({"epoch": epoch, "scans": level})
+            run["levels"].append(level)
+    return runs
+
+
 def time_to(curve, target):
     return next((t for t, a in curve if a >= target), None)
 
@@ -244,14 +283,19 @@ def report(args, runs, level_bytes, load=None):
             if r["setup"] != "tuned":
                 continue
             for t in r["tunings"]:
+                sim = t.get("similarity") or {}
                 lines.append(f"| {r['round']} | {t['epoch']} | " + " | ".join(
-                    f"{t['similarity'][str(k)]:.3f}" for k in TUNE_SCANS) + f" | {t['scans']} |")
+                    f"{sim[str(k)]:.3f}" if str(k) in sim else "n/a" for k in TUNE_SCANS)
+                    + f" | {t['scans']} |")
         lines += ["", "| round | setup | levels by epoch | wall s | final accuracy % | target % "
                   "| time to target s | ratio to L10's time to target | ratio to L10's run |",
                   "|---|---|---|---|---|---|---|---|---|"]
         ratios = []
         for rnd in sorted({r["round"] for r in mine}):
-            ref = next(r for r in mine if r["round"] == rnd and r["setup"] == "L10")
+            ref = next((r for r in mine if r["round"] == rnd and r["setup"] == "L10"), None)
+            if ref is None:
+                lines.append(f"| {rnd} | L10 | (missing) | | | | | | |")
+                continue
             target = ref["curve"][-1][1] - 1.0
             t_ref = time_to(ref["curve"], target)
             for r in sorted((r for r in mine if r["round"] == rnd), key=lambda r: r["setup"]):
@@ -338,8 +382,23 @@ def main():
                                                         "training.md"))
     ap.add_argument("--from-json", metavar="JSON",
                     help="no run: the report and the plot again from a run's .json")
+    ap.add_argument("--from-log", metavar="STDERR",
+                    help="no run: the report and the plot from a run's log lines (a run that "
+                    "ended early; levels and accuracies, no similarity), with the options it "
+                    "ran with and its stores in --work")
     ap.add_argument(INNER_FLAG, action="store_true", help=argparse.SUPPRESS)
     args = ap.parse_args()
+    if args.from_log:
+        sys.path.insert(0, args.pythonpath)
+        args.tasks = [t for t in args.tasks.split(",") if t]
+        runs = [r for r in runs_of_log(args.from_log) if len(r["curve"]) == args.epochs]
+        level_bytes = {t: bytes_by_level(os.path.join(args.work, "www", f"{t}.pcr"))
+                       for t in args.tasks}
+        text, data = report(args, runs, level_bytes, "see the log")
+        plot(runs, args.plot, args.tasks)
+        benchlib.write_results(text + f"\nPlot: {args.plot}\n", args.out,
+                               os.path.splitext(args.out)[0] + ".json", data)
+        return 0
     if args.from_json:
         with open(args.from_json) as f:
             saved = json.load(f)
@@ -364,21 +423,13 @@ def main():
                               INNER_FLAG, *sys.argv[1:]])
     sys.path.insert(0, args.pythonpath)
     import torch
-    import pcrfs
     from remote_servers import Nginx
     torch.set_num_threads(args.threads)
     pcr = benchlib.find_tool("pcr", "pcr", args.pcr)
     netns.shape_loopback(None, netns.MIN_BURST_KIB)
     prepared = {t: prepare(args, t, pcr) for t in args.tasks}
     vals = {t: load_val(os.path.join(prepared[t][0], "val")) for t in args.tasks}
-    level_bytes = {}
-    for t in args.tasks:
-        sizes = {}
-        for k in TUNE_SCANS:
-            store = pcrfs.Store(prepared[t][1], scans=k)
-            sizes[str(k)] = sum(store.stat(p).st_size for d, _, fs in store.walk("train")
-                                for p in (f"{d}/{f}" for f in fs))
-        level_bytes[t] = sizes
+    level_bytes = {t: bytes_by_level(prepared[t][1]) for t in args.tasks}
     netns.shape_loopback(f"{args.cap_mbit:g}", 256)  # everything on lo from here on
     runs = []
     with Nginx(os.path.join(args.work, "www")) as nginx:
@@ -390,6 +441,9 @@ def main():
                     run = train(args, t, f"{nginx.url}/{t}.pcr", setup, vals[t], seed)
                     run.update(task=t, setup=setup, round=rnd)
                     runs.append(run)
+                    with open(os.path.splitext(args.out)[0] + ".partial.json", "w") as f:
+                        json.dump({"args": vars(args), "runs": runs,
+                                   "level_bytes": level_bytes}, f)
     text, data = report(args, runs, level_bytes)
     plot(runs, args.plot, args.tasks)
     benchlib.write_results(text + f"\nPlot: {args.plot}\n", args.out,
