@@ -38,9 +38,10 @@ import random
 import torch.utils.data
 
 from .hint import HintedSampler
+from .schedule import FidelitySchedule
 from .store import Store
 
-__all__ = ["ImageFolder", "RecordDataset", "HintedSampler", "default_loader"]
+__all__ = ["ImageFolder", "RecordDataset", "HintedSampler", "FidelitySchedule", "default_loader"]
 
 
 def default_loader(f):
