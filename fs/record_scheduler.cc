@@ -129,15 +129,25 @@ void RecordScheduler::WillRead(const SourceFile& file, const std::vector<Range>&
       if (w.length > 0) promoted.push_back(w);
     }
   }
-  // The promoted windows first: the pieces inside them then join those fetches. A window the
-  // source found no room for after all (other fetches took it meanwhile) goes back to the queue.
+  // The promoted windows first: the pieces inside them then join those fetches. Together where
+  // the room holds them all (one request from a web server: a file's k windows were k GETs);
+  // else one by one, and a window the source found no room for after all (other fetches took
+  // it meanwhile) goes back to the queue.
+  if (promoted.size() >= 2) {
+    std::vector<SpeculationSource::Span> windows;
+    for (const Range& w : promoted) windows.push_back({w.offset, w.length});
+    if (source->PrefetchAheadAll(windows)) promoted.clear();
+  }
   for (const Range& w : promoted) {
     if (source->PrefetchAhead(w.offset, w.length)) continue;
     std::shared_ptr<const SpeculationSource> shared = file.shared_speculation();
     MutexLock l(&mu_);
     if (shared && !stop_) queue_.PushFront(shared, w.offset, w.offset + w.length);
   }
-  for (const Range& r : ranges) source->Prefetch(r.offset, r.length);
+  std::vector<SpeculationSource::Span> spans;
+  spans.reserve(ranges.size());
+  for (const Range& r : ranges) spans.push_back({r.offset, r.length});
+  source->PrefetchAll(spans);
 }
 
 void RecordScheduler::Speculate(const SourceFile& file, const std::vector<Range>& ranges) {
