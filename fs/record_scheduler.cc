@@ -129,15 +129,8 @@ void RecordScheduler::WillRead(const SourceFile& file, const std::vector<Range>&
       if (w.length > 0) promoted.push_back(w);
     }
   }
-  // The promoted windows first: the pieces inside them then join those fetches. Together where
-  // the room holds them all (one request from a web server: a file's k windows were k GETs);
-  // else one by one, and a window the source found no room for after all (other fetches took
-  // it meanwhile) goes back to the queue.
-  if (promoted.size() >= 2) {
-    std::vector<SpeculationSource::Span> windows;
-    for (const Range& w : promoted) windows.push_back({w.offset, w.length});
-    if (source->PrefetchAheadAll(windows)) promoted.clear();
-  }
+  // The promoted windows first: the pieces inside them then join those fetches. A window the
+  // source found no room for after all (other fetches took it meanwhile) goes back to the queue.
   for (const Range& w : promoted) {
     if (source->PrefetchAhead(w.offset, w.length)) continue;
     std::shared_ptr<const SpeculationSource> shared = file.shared_speculation();

@@ -76,9 +76,11 @@ class HttpObjectClient final : public ObjectClient {
         req.ranges.push_back(*g.range);
         req.range_dsts.push_back(g.dst);
       }
-      // Runs on the transport's thread, maybe after this client is gone: only shared state.
+      // Runs on the transport's thread, maybe after this client is gone: only shared state,
+      // and the transport by a plain pointer (its callbacks run before its destructor returns;
+      // a callback that held the last reference would destroy it on its own thread).
       http_->Fetch(std::move(req),
-                   [http = http_, url, no_multi = no_multi_range_, group = std::move(group),
+                   [http = http_.get(), url, no_multi = no_multi_range_, group = std::move(group),
                     index = std::move(index), shared_done](Result<HttpResponse> r) mutable {
                      if (!r) {
                        for (size_t i : index) (*shared_done)(i, Err(r.error()));

@@ -170,6 +170,38 @@ TEST(ObjectClientTest, AFilesPiecesAreOneMultiRangeGet) {
   }
 }
 
+// A fetch longer than RemoteFile::kMultiRangePart (a window fetched ahead) keeps a GET of its
+// own, whose bytes a reader gets as they arrive; the short ones still go together.
+TEST(ObjectClientTest, ALongFetchKeepsItsOwnGet) {
+  const std::string obj = Bytes(400000);
+  TestHttpServer server(
+      [&](const std::string& req, int) { return TestHttpServer::ServeRanges(obj, req); });
+  auto http = HttpClient::Create(HttpClientOptions{});
+  ASSERT_TRUE(http.has_value());
+  std::shared_ptr<ObjectClient> client =
+      MakeHttpObjectClient(std::shared_ptr<HttpClient>(std::move(*http)),
+                           std::make_unique<HttpProtocol>(*ParseUrl(server.url(""))));
+  RemoteFile f(client, "w.pcr", obj.size(), MemoryCache(8 << 20), 1);
+  const uint64_t longer = RemoteFile::kMultiRangePart + 1;
+  const std::vector<SpeculationSource::Span> spans = {{0, longer}, {300000, 100}, {350000, 100}};
+  f.PrefetchAll(spans);
+  for (const auto& p : spans) {
+    std::string buf(p.length, '\0');
+    ASSERT_TRUE(f.Read(p.offset, p.length, reinterpret_cast<uint8_t*>(buf.data())).ok());
+    EXPECT_EQ(buf, obj.substr(p.offset, p.length)) << p.offset;
+  }
+  ASSERT_EQ(server.requests(), 2);
+  int multi = 0;
+  for (const std::string& req : server.received()) {
+    if (req.find("Range: bytes=0-" + std::to_string(longer - 1) + "\r\n") != std::string::npos) {
+      continue;
+    }
+    EXPECT_NE(req.find("Range: bytes=300000-300099,350000-350099\r\n"), std::string::npos) << req;
+    ++multi;
+  }
+  EXPECT_EQ(multi, 1);
+}
+
 // Where the store answers one range per GET (S3, Azure, GCS; here the fakes), GetRanges sends
 // one GET per range, all at once, and checks each answer as Get does.
 TEST(ObjectClientTest, GetRangesOverTheFakesIsOneCheckedGetPerRange) {

@@ -181,7 +181,8 @@ void RemoteFile::TakeLanded(uint64_t offset, uint64_t end) const {
 
 void RemoteFile::Submit(const std::vector<std::shared_ptr<Fetch>>& started, bool background,
                         bool ahead) const {
-  std::vector<ObjectGet> requests;
+  std::vector<ObjectGet> together;
+  std::vector<std::shared_ptr<Fetch>> together_fetches;
   for (const auto& f : started) {
     ObjectGet req = RangeGet(f->offset, f->end - f->offset, f->bytes->data());
     req.background = background;
@@ -192,23 +193,23 @@ void RemoteFile::Submit(const std::vector<std::shared_ptr<Fetch>>& started, bool
       }
       f->arrived_cv.SignalAll();
     };
-    requests.push_back(std::move(req));
-  }
-  if (requests.size() >= 2) {
-    // One request where the store takes several ranges in one (a web server).
-    client_->GetRanges(
-        std::move(requests), [started, shared = shared_, cache = cache_, id = cache_id_, ahead](
-                                 size_t i, Result<ObjectData> r) {
-          Finish(started[i], shared, cache, id, ahead, r.has_value() ? Status::OK() : r.error());
-        });
-    return;
-  }
-  for (size_t i = 0; i < requests.size(); ++i) {
-    client_->Get(std::move(requests[i]), [f = started[i], shared = shared_, cache = cache_,
-                                          id = cache_id_, ahead](Result<ObjectData> r) {
+    if (f->end - f->offset <= kMultiRangePart) {
+      together.push_back(std::move(req));
+      together_fetches.push_back(f);
+      continue;
+    }
+    client_->Get(std::move(req), [f, shared = shared_, cache = cache_, id = cache_id_,
+                                  ahead](Result<ObjectData> r) {
       Finish(f, shared, cache, id, ahead, r.has_value() ? Status::OK() : r.error());
     });
   }
+  if (together.empty()) return;
+  // One request where the store takes several ranges in one (a web server).
+  client_->GetRanges(
+      std::move(together), [fetches = std::move(together_fetches), shared = shared_, cache = cache_,
+                            id = cache_id_, ahead](size_t i, Result<ObjectData> r) {
+        Finish(fetches[i], shared, cache, id, ahead, r.has_value() ? Status::OK() : r.error());
+      });
 }
 
 void RemoteFile::Finish(const std::shared_ptr<Fetch>& f, const std::shared_ptr<Shared>& shared,

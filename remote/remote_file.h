@@ -80,6 +80,10 @@ class RemoteFile final : public RandomAccessFile, public SpeculationSource {
   // 4, ImageNet-sized crops in folders of 10 read level 1 at 2,818 files/s, with 12 at 8,301
   // (docs/notebook/2026-11-27-scale-remote.md).
   static constexpr int kSpeculativeRequests = 12;
+  // The longest fetch asked for with others in one multi-range GET: a part is handed out when
+  // the whole answer is in, so a window (512 KiB and more) keeps a GET of its own, whose first
+  // bytes a reader gets as they arrive. A file's pieces are a few KiB to tens of KiB.
+  static constexpr uint64_t kMultiRangePart = 64 << 10;
 
  private:
   // One GET in flight, shared by whoever waits for its bytes. A waiter for a part of it waits
@@ -163,9 +167,9 @@ class RemoteFile final : public RandomAccessFile, public SpeculationSource {
   // f's bytes are inserted).
   void NoteConsumed(Fetch& f, uint64_t offset, uint64_t n) const;
   // Sends the GETs of new fetches, outside any lock (a request that fails at once completes
-  // on this thread), two or more as one ObjectClient::GetRanges; each keeps its bytes in the
-  // cache (as fetched ahead if `ahead`) and completes its waiters. `background`:
-  // ObjectGet::background.
+  // on this thread), two or more of at most kMultiRangePart bytes as one
+  // ObjectClient::GetRanges; each keeps its bytes in the cache (as fetched ahead if `ahead`)
+  // and completes its waiters. `background`: ObjectGet::background.
   void Submit(const std::vector<std::shared_ptr<Fetch>>& started, bool background,
               bool ahead) const;
   // A fetch's answer: its bytes to the cache, kept for its reader (landed) or not, its waiters
