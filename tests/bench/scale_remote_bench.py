@@ -917,11 +917,12 @@ def finish_axis(args, data):
               "| N | level | cache (of level) | hints | files/s A | files/s B | B / A | "
               "GETs/file A | GETs/file B | origin / served A | B |",
               "|--:|--:|--:|--|--:|--:|--:|--:|--:|--:|--:|"]
-        pairs = {}
-        for r in rows:
+        pairs, seen = {}, {}
+        for r in rows:  # a level asked twice (--levels 10,10) is two pairs
             key = (r["n"], r["level"], r["fraction"], hint_label(r["hints"]).startswith("yes"))
-            pairs.setdefault(key, {})[r["binary"]] = r
-        for (n, k, frac, hinted), p in pairs.items():
+            nth = seen[key + (r["binary"],)] = seen.get(key + (r["binary"],), -1) + 1
+            pairs.setdefault(key + (nth,), {})[r["binary"]] = r
+        for (n, k, frac, hinted, _), p in pairs.items():
             a_row, b_row = p.get("A", {}), p.get("B", {})
             ratio = (b_row["files_per_s"] / a_row["files_per_s"]
                      if a_row.get("files_per_s") and b_row.get("files_per_s") else None)
