@@ -22,12 +22,30 @@ class SpeculationSource {
   virtual ~SpeculationSource() = default;
   // Hints that [offset, offset + n) will be read soon (asynchronous readahead).
   virtual void Prefetch(uint64_t /*offset*/, uint64_t /*n*/) const {}
+  // Prefetch of several ranges that one read needs (a file's pieces at its level): a source
+  // that can ask for them in one request does (a web server's multi-range GET).
+  struct Span {
+    uint64_t offset;
+    uint64_t length;
+  };
+  virtual void PrefetchAll(const std::vector<Span>& spans) const {
+    for (const Span& s : spans) Prefetch(s.offset, s.length);
+  }
   // The same for a window fetched ahead of need at a reader's request (the record scheduler's
   // promotion of a queued speculative range): fetched as promptly as Prefetch's, but its bytes
   // count as fetched ahead, unread until read, like Warm's. False, with nothing fetched, when
   // the source has no room to keep the window until it is read (AheadRoom).
   virtual bool PrefetchAhead(uint64_t offset, uint64_t n) const {
     Prefetch(offset, n);
+    return true;
+  }
+  // PrefetchAhead of several ranges (a hinted file's pieces), all of them or none: false, with
+  // nothing fetched, when the room does not hold them all. One request where the source can.
+  virtual bool PrefetchAheadAll(const std::vector<Span>& spans) const {
+    uint64_t bytes = 0;
+    for (const Span& s : spans) bytes += s.length;
+    if (AheadRoom() < bytes) return false;
+    for (const Span& s : spans) PrefetchAhead(s.offset, s.length);
     return true;
   }
   // How many bytes fetched ahead now would be kept until read (UINT64_MAX: no limit the

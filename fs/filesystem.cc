@@ -139,7 +139,16 @@ bool Filesystem::FetchHinted(index::Entry e, int level) {
   // with room to keep it until it is read (PrefetchAhead); without room, wait for the readers.
   // Many files are in flight together: what bounds them is the cache's room, not a thread
   // per request (12 speculative reads at a time would hold a level-5 epoch to ~120 files/s
-  // over a 20 ms link).
+  // over a 20 ms link). With room for all of them, they go together (one multi-range GET from
+  // a web server); else piece by piece as room frees.
+  std::vector<SpeculationSource::Span> pieces;
+  for (const index::LevelSpan& span : plan.spans()) {
+    pieces.push_back({span.piece.offset, span.piece.length});
+  }
+  if (source->PrefetchAheadAll(pieces)) {
+    hinted_fetched_.fetch_add(1, std::memory_order_relaxed);
+    return true;
+  }
   for (const index::LevelSpan& span : plan.spans()) {
     // A piece that never fits (larger than the room the cache has at most) is left to its
     // reader after a while.

@@ -137,7 +137,10 @@ void RecordScheduler::WillRead(const SourceFile& file, const std::vector<Range>&
     MutexLock l(&mu_);
     if (shared && !stop_) queue_.PushFront(shared, w.offset, w.offset + w.length);
   }
-  for (const Range& r : ranges) source->Prefetch(r.offset, r.length);
+  std::vector<SpeculationSource::Span> spans;
+  spans.reserve(ranges.size());
+  for (const Range& r : ranges) spans.push_back({r.offset, r.length});
+  source->PrefetchAll(spans);
 }
 
 void RecordScheduler::Speculate(const SourceFile& file, const std::vector<Range>& ranges) {

@@ -20,6 +20,7 @@
 
 #include "common/mutex.h"
 #include "common/thread_name.h"
+#include "remote/multipart.h"
 #include "remote/url.h"
 
 namespace pcrfs {
@@ -296,6 +297,13 @@ std::string FailureCode(std::string_view code) {
   return plain ? std::string(code) : "other";
 }
 
+uint64_t MultiRangeBodyCap(const std::vector<ByteRange>& ranges) {
+  // Per part: the boundary line, its Content-Type and Content-Range (nginx: ~110 bytes).
+  uint64_t cap = 1024;
+  for (const ByteRange& r : ranges) cap += r.length + 512;
+  return cap;
+}
+
 uint64_t HttpStats::LatencyPercentileMs(double q) const {
   uint64_t total = 0;
   for (uint64_t c : latency) total += c;
@@ -350,6 +358,7 @@ struct Transfer {
   FILE* file = nullptr;
   long status = 0;
   std::string etag, content_range, retry_after, error_code;  // error_code: x-ms-error-code
+  std::string content_type;                                  // of a multi-range GET's answer
   uint64_t signed_generation = 0;                            // SignedParts::generation of this try
   uint64_t header_generation = 0;                            // HeaderFile::generation() of this try
   uint64_t written = 0;
@@ -458,6 +467,9 @@ class HttpClient::Impl {
       t->content_range.clear();
       t->retry_after.clear();
       t->error_code.clear();
+      t->content_type.clear();
+    } else if (StartsWithNoCase(line, "content-type:")) {
+      t->content_type = TrimWs(line.substr(13)).substr(0, 256);
     } else if (StartsWithNoCase(line, "x-ms-error-code:")) {
       t->error_code = TrimWs(line.substr(16)).substr(0, 128);
     } else if (StartsWithNoCase(line, "etag:")) {
@@ -532,6 +544,7 @@ class HttpClient::Impl {
     t->content_range.clear();
     t->retry_after.clear();
     t->error_code.clear();
+    t->content_type.clear();
     t->written = 0;
     t->overflow = false;
     t->progress = 0;
@@ -582,6 +595,8 @@ class HttpClient::Impl {
       signed_headers.emplace_back(
           "Range", "bytes=" + std::to_string(t->req.range->offset) + "-" +
                        std::to_string(t->req.range->offset + t->req.range->length - 1));
+    } else if (!t->req.ranges.empty()) {
+      signed_headers.emplace_back("Range", RangeHeaderValue(t->req.ranges));
     }
     if (!t->req.if_none_match.empty()) {
       signed_headers.emplace_back("If-None-Match", t->req.if_none_match);
@@ -702,9 +717,21 @@ class HttpClient::Impl {
     };
     const std::string& u = t->shown_url;
     const auto& range = t->req.range;
+    long answer = 0;
+    curl_easy_getinfo(t->easy, CURLINFO_RESPONSE_CODE, &answer);
+    if (answer > 0) answered_ = true;
     if (rc == CURLE_WRITE_ERROR && t->overflow) {
       if (range && t->status == 200)
         return retry(RetryReason::kFullBody, "200 with the whole object for a range");
+      if (!t->req.ranges.empty() && t->status == 200) {
+        // A whole object too large to take: nothing delivered, each range is asked alone.
+        HttpResponse r;
+        r.status = 200;
+        r.attempts = t->attempts;
+        r.range_bytes.assign(t->req.ranges.size(), 0);
+        v.result = std::move(r);
+        return v;
+      }
       const uint64_t cap = t->req.dst != nullptr        ? t->req.dst_size
                            : t->req.max_body_bytes != 0 ? t->req.max_body_bytes
                                                         : range->length;
@@ -799,6 +826,7 @@ class HttpClient::Impl {
       v.result = std::move(r);
       return v;
     }
+    if (!t->req.ranges.empty()) return AcceptRanges(t, status, std::move(r));
     if (t->req.method == HttpRequest::Method::kHead) {
       curl_off_t len = -1;
       curl_easy_getinfo(t->easy, CURLINFO_CONTENT_LENGTH_DOWNLOAD_T, &len);
@@ -833,6 +861,7 @@ class HttpClient::Impl {
         return v;
       }
       r.content_range = cr;
+      ignores_range_ = false;
     } else {  // 200: the whole object
       if (range && (range->offset != 0 || t->written > range->length)) {
         v.reason = RetryReason::kFullBody;
@@ -851,6 +880,61 @@ class HttpClient::Impl {
     bytes_received_.fetch_add(t->written, std::memory_order_relaxed);
     if (t->req.background) background_bytes_.fetch_add(t->written, std::memory_order_relaxed);
     r.body = std::move(t->body);
+    v.result = std::move(r);
+    return v;
+  }
+
+  // A multi-range GET's answer: a 206 multipart/byteranges, a 206 of one range (a server that
+  // coalesced the ranges, or sent the first only), or a 200 with the whole object. Each asked
+  // range whose bytes all came is copied to its buffer; the others get 0 in range_bytes.
+  Verdict AcceptRanges(Transfer* t, long status, HttpResponse r) {
+    Verdict v;
+    const std::string& u = t->shown_url;
+    std::vector<BytePart> parts;
+    uint64_t total = 0;
+    r.range_bytes.assign(t->req.ranges.size(), 0);
+    if (status == 206) {
+      if (auto boundary = ByteRangesBoundary(t->content_type)) {
+        // A body that does not parse delivers nothing: each range is asked alone.
+        auto parsed = ParseByteRanges(t->body, *boundary);
+        if (parsed) {
+          parts = std::move(*parsed);
+          r.multipart = true;
+        }
+      } else {
+        auto cr = ParseContentRange(t->content_range);
+        if (!cr) {
+          v.result = Err(Status::IOError(u + ": 206 with a bad Content-Range '" +
+                                         ServerText(t->content_range) + "'"));
+          return v;
+        }
+        if (t->written != cr->end - cr->start + 1) {
+          v.reason = RetryReason::kShortBody;
+          v.detail = "short body: " + std::to_string(t->written) + " of " +
+                     std::to_string(cr->end - cr->start + 1) + " bytes";
+          return v;
+        }
+        parts.push_back({*cr, t->body});
+      }
+      if (!parts.empty()) total = parts.front().range.total;
+      ignores_range_ = false;
+    } else {  // 200: the whole object, within the cap
+      curl_off_t len = -1;
+      curl_easy_getinfo(t->easy, CURLINFO_CONTENT_LENGTH_DOWNLOAD_T, &len);
+      if (len >= 0 && static_cast<uint64_t>(len) != t->written) {
+        v.reason = RetryReason::kShortBody;
+        v.detail = "short body";
+        return v;
+      }
+      total = t->written;
+      if (total > 0) parts.push_back({ContentRange{0, total - 1, total}, t->body});
+    }
+    r.range_bytes = DeliverParts(parts, total, t->req.ranges, t->req.range_dsts);
+    r.body_bytes = 0;
+    for (uint64_t b : r.range_bytes) r.body_bytes += b;
+    if (total > 0) r.content_range = ContentRange{0, total - 1, total};
+    bytes_received_.fetch_add(t->written, std::memory_order_relaxed);
+    if (t->req.background) background_bytes_.fetch_add(t->written, std::memory_order_relaxed);
     v.result = std::move(r);
     return v;
   }
@@ -890,7 +974,19 @@ class HttpClient::Impl {
     }
     // The server may ask for a longer wait, never a shorter one.
     if (server_wait) wait = std::max(wait, *server_wait);
-    if (t->attempts >= options_.max_attempts || now + wait >= t->deadline) {
+    if (v.reason == RetryReason::kFullBody &&
+        (ignores_range_ || t->attempts >= HttpClient::kFullBodyTries)) {
+      // Not worth the deadline: the next answers are most likely whole objects too.
+      ignores_range_ = true;
+      t->fail_reason = "ignores Range";
+      std::string msg = t->shown_url + ": the server ignores Range (" + v.detail + ", " +
+                        std::to_string(t->attempts) + (t->attempts == 1 ? " try)" : " tries)");
+      Complete(std::move(t), Err(Status::IOError(msg)));
+      return;
+    }
+    const bool unreached = v.reason == RetryReason::kConnect && !answered_ &&
+                           t->attempts >= HttpClient::kUnreachedTries;
+    if (unreached || t->attempts >= options_.max_attempts || now + wait >= t->deadline) {
       auto spent = std::chrono::duration_cast<milliseconds>(now - t->start).count();
       std::string msg = t->shown_url + ": gave up after " + std::to_string(t->attempts) +
                         (t->attempts == 1 ? " try" : " tries") + " in " + std::to_string(spent) +
@@ -1073,6 +1169,11 @@ class HttpClient::Impl {
   std::deque<std::unique_ptr<Transfer>> demand_;      // I/O thread only; not yet in curl
   std::deque<std::unique_ptr<Transfer>> background_;  // I/O thread only; not yet in curl
   int background_active_ = 0;                         // I/O thread only; of active_
+  // A try of this client got an answer from a server (any status); I/O thread only.
+  bool answered_ = false;
+  // A request gave up on whole objects answered for a range, and no range was answered
+  // since (HttpClient::kFullBodyTries); I/O thread only.
+  bool ignores_range_ = false;
   // The earliest deadline of a transfer in demand_ or background_ (ExpireQueued); I/O thread.
   Clock::time_point next_queued_deadline_ = Clock::time_point::max();
   std::mt19937_64 rng_;  // I/O thread only
@@ -1116,6 +1217,17 @@ void HttpClient::Fetch(HttpRequest request, Callback done) {
     bad = Status::InvalidArgument(t->shown_url + ": an empty byte range");
   } else if (request.range && request.dst != nullptr && request.dst_size < request.range->length) {
     bad = Status::InvalidArgument(t->shown_url + ": the buffer is smaller than the range");
+  } else if (!request.ranges.empty()) {
+    bool ok = request.ranges.size() >= 2 && request.range_dsts.size() == request.ranges.size() &&
+              !request.range && request.dst == nullptr && request.body_file.empty() &&
+              !request.on_progress && request.method == HttpRequest::Method::kGet;
+    for (size_t i = 0; ok && i < request.ranges.size(); ++i) {
+      const ByteRange& r = request.ranges[i];
+      ok = r.length > 0 && request.range_dsts[i] != nullptr && r.offset + r.length > r.offset &&
+           (i == 0 || request.ranges[i - 1].offset + request.ranges[i - 1].length <= r.offset);
+    }
+    if (!ok) bad = Status::InvalidArgument(t->shown_url + ": a bad multi-range request");
+    if (request.max_body_bytes == 0) request.max_body_bytes = MultiRangeBodyCap(request.ranges);
   }
   if (!bad.ok()) {
     t->done(Err(bad));

@@ -27,6 +27,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "common/status.h"
 #include "remote/request_signer.h"
@@ -105,7 +106,18 @@ struct HttpRequest {
   // them while the transfer goes on: a waiter for the first piece of a long range gets it
   // after that piece, not after the whole range.
   std::function<void(uint64_t written, uint64_t total)> on_progress;
+  // A multi-range GET ("Range: bytes=a-b,c-d", which nginx, Apache and most static servers
+  // answer with a 206 multipart/byteranges; S3, Azure and GCS do not): two or more ranges of
+  // the object, sorted by offset and disjoint, ranges[i]'s bytes into range_dsts[i] (which holds
+  // ranges[i].length). Excludes range, dst, body_file and on_progress. The body is taken into
+  // memory up to MultiRangeBodyCap(ranges) (a longer 200 is no error: nothing delivered, see
+  // HttpResponse::range_bytes) and parsed (remote/multipart.h) when it is complete.
+  std::vector<ByteRange> ranges;
+  std::vector<uint8_t*> range_dsts;
 };
+
+// The longest answer to a multi-range GET taken: the ranges' bytes and each part's headers.
+uint64_t MultiRangeBodyCap(const std::vector<ByteRange>& ranges);
 
 struct HttpResponse {
   long status = 0;  // 200, 206 or 304; anything else is an error Status
@@ -115,6 +127,12 @@ struct HttpResponse {
   uint64_t body_bytes = 0;  // bytes written to dst, body_file or body
   std::string body;         // when neither dst nor body_file was given
   int attempts = 0;
+  // Of a multi-range GET (HttpRequest::ranges): per asked range, the bytes written to its
+  // buffer (its length, or up to the object's end), or 0 when the answer did not hold all of it
+  // (a server that sent one range, or a 200 with a whole object longer than the cap): the
+  // caller asks for that range alone. `multipart`: the answer was multipart/byteranges.
+  std::vector<uint64_t> range_bytes;
+  bool multipart = false;
 };
 
 // Why a try was retried. kFullBody: a 200 with more than the asked range. kAuth: the server
@@ -175,6 +193,12 @@ class HttpClient {
   static constexpr int kGuaranteedBackground = 4;
   // Tries after a refused authority, spaced by the backoff (a renewal takes an STS round trip).
   static constexpr int kAuthRetries = 4;
+  // Tries of a request whose connection is refused while no try of this client ever got an
+  // answer (a URL on a dead port). Once one did, a refusal is a restarting server: retried.
+  static constexpr int kUnreachedTries = 2;
+  // Tries of a range answered with a 200 and the whole object (a server that ignores Range,
+  // or a proxy's hiccup); 1 once a request of this client gave up for it.
+  static constexpr int kFullBodyTries = 3;
   using Callback = std::function<void(Result<HttpResponse>)>;
 
   // Errors: an unreadable or malformed headers_file (naming the file and line, never a value),
@@ -192,7 +216,12 @@ class HttpClient {
   //    kAuthRetries more tries; the error code comes from the XML body or x-ms-error-code;
   //  - the signer's error ("no AWS credentials yet ..."), not retried;
   //  - IOError "URL: gave up after N tries in T ms (last: REASON)" when the retries or the
-  //    deadline run out (5xx, 429, SlowDown, resets, timeouts, short bodies, a 200 for a range);
+  //    deadline run out (5xx, 429, SlowDown, resets, timeouts, short bodies); a refused
+  //    connection gets kUnreachedTries tries while the client has never had an answer from
+  //    its server (a dead port fails at once, not after the deadline), all of them after;
+  //  - IOError "URL: the server ignores Range (200 with the whole object for a range, N
+  //    tries)": kFullBodyTries tries of a range answered with the whole object, one once
+  //    another request of this client found that (until a range is answered with a 206);
   //  - IOError for TLS failures (not retried) and for a body that does not fit dst.
   void Fetch(HttpRequest request, Callback done);
   // Fetch() and wait.

@@ -12,6 +12,13 @@
 //  - a ranged read must stay inside expected_size (Corruption "past the end", nothing sent) and
 //    gets exactly the asked bytes (or up to the object's end), else Corruption "got N of M".
 //
+// GetRanges() asks for several ranges of one object at once (a file's k pieces): over plain
+// HTTP in one multi-range GET (HttpRequest::ranges), whose answer's parts go where each range's
+// own GET would have put them; a server that answers one range or a whole object is remembered
+// (the client asks one range per GET from then on) and the ranges it did not send are asked
+// alone. S3, Azure and GCS answer one range per GET: there, and with the fakes, one GET per
+// range, all in flight together. Each range is checked as Get checks it.
+//
 // Threads: Get() may be called from any thread; `done` runs exactly once, on the client's own
 // thread (or at once on the caller's for an error found before sending) and must be short.
 // GetBlocking() must not be called from a callback.
@@ -79,6 +86,8 @@ struct ObjectListing {
 class ObjectClient {
  public:
   using GetCallback = std::function<void(Result<ObjectData>)>;
+  // The answer for requests[i] of GetRanges.
+  using RangeCallback = std::function<void(size_t i, Result<ObjectData>)>;
 
   virtual ~ObjectClient() = default;
 
@@ -87,6 +96,12 @@ class ObjectClient {
   // for a bad request, and CheckGet's Corruption.
   void Get(ObjectGet request, GetCallback done);
   Result<ObjectData> GetBlocking(ObjectGet request);
+  // Ranges of one object at once (see above): requests of one key, each with a range into its
+  // dst, none with body_file or if_none_match (else each is sent alone, as Get; on_progress
+  // is called where a range is fetched alone, not for a multi-range GET's parts);
+  // the same expected_size, if_match and background for all. `done` runs once per request, as
+  // Get's does, with Get's errors (an error of the shared GET is every range's).
+  void GetRanges(std::vector<ObjectGet> requests, RangeCallback done);
 
   // One page of the keys under the root (in key order), from `continuation_token` ("" for the
   // first page), at most max_keys. NotSupported where the protocol cannot list (plain http).
@@ -116,6 +131,8 @@ class ObjectClient {
  protected:
   // Sends the request; called by Get() after the checks that need no answer.
   virtual void DoGet(ObjectGet request, GetCallback done) = 0;
+  // Sends GetRanges' requests (already checked to be eligible); by default one DoGet each.
+  virtual void DoGetRanges(std::vector<ObjectGet> requests, RangeCallback done);
 };
 
 // An ObjectClient over an HttpClient, for one of the protocols below. Owns how keys become
@@ -132,6 +149,8 @@ class ObjectProtocol {
                                       uint32_t max_keys) const = 0;
   // Parses one listing page (keys relative to the root). Corruption for an unreadable answer.
   virtual Result<ObjectListing> ParseListing(std::string_view body) const = 0;
+  // Whether its servers may answer a multi-range GET (plain web servers; not S3, Azure, GCS).
+  virtual bool MultiRange() const { return false; }
 };
 
 // Makes an ObjectClient of a protocol over a shared HTTP client (which carries the signer).

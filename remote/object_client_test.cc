@@ -8,6 +8,7 @@
 #include <atomic>
 #include <filesystem>
 #include <fstream>
+#include <future>
 #include <thread>
 
 #include "remote/aws_credential_source.h"
@@ -119,6 +120,128 @@ TEST(ObjectClientTest, RemoteFileOverAFakeStoreWithACache) {
   EXPECT_EQ(s.message(),
             "mem://store/records/00000007.pcr: the object changed (size 1048577, index says "
             "1048576): remount");
+}
+
+// A file's pieces asked together (RecordScheduler::WillRead -> PrefetchAll): over plain HTTP one
+// multi-range GET, whose parts land where each piece's own GET would have put them; a server
+// that answers one range is remembered, and the client asks one range per GET from then on.
+TEST(ObjectClientTest, AFilesPiecesAreOneMultiRangeGet) {
+  const std::string obj = Bytes(200000);
+  std::atomic<int> mode{static_cast<int>(TestHttpServer::Ranges::kMultipart)};
+  TestHttpServer server([&](const std::string& req, int) {
+    return TestHttpServer::ServeRanges(obj, req, static_cast<TestHttpServer::Ranges>(mode.load()));
+  });
+  auto http = HttpClient::Create(HttpClientOptions{});
+  ASSERT_TRUE(http.has_value());
+  std::shared_ptr<ObjectClient> client =
+      MakeHttpObjectClient(std::shared_ptr<HttpClient>(std::move(*http)),
+                           std::make_unique<HttpProtocol>(*ParseUrl(server.url(""))));
+  auto cache = MemoryCache(8 << 20);
+  const std::vector<SpeculationSource::Span> pieces = {
+      {100, 1000}, {20000, 500}, {90000, 7000}, {199000, 1000}};
+  auto read_all = [&](const RemoteFile& f) {
+    f.PrefetchAll(pieces);
+    for (const auto& p : pieces) {
+      std::string buf(p.length, '\0');
+      ASSERT_TRUE(f.Read(p.offset, p.length, reinterpret_cast<uint8_t*>(buf.data())).ok());
+      EXPECT_EQ(buf, obj.substr(p.offset, p.length)) << p.offset;
+    }
+  };
+  RemoteFile a(client, "a.pcr", obj.size(), cache, 1);
+  read_all(a);
+  ASSERT_EQ(server.requests(), 1);
+  EXPECT_NE(server.received()[0].find("Range: bytes=100-1099,20000-20499,90000-96999,"
+                                      "199000-199999\r\n"),
+            std::string::npos);
+  // A server that answers the first range only: the others asked alone, then every range.
+  mode = static_cast<int>(TestHttpServer::Ranges::kFirst);
+  RemoteFile b(client, "b.pcr", obj.size(), cache, 2);
+  read_all(b);
+  EXPECT_EQ(server.requests(), 1 + 1 + 3);
+  RemoteFile c(client, "c.pcr", obj.size(), cache, 3);
+  read_all(c);
+  ASSERT_EQ(server.requests(), 5 + 4);
+  const auto received = server.received();
+  for (size_t i = 5; i < received.size(); ++i) {
+    const size_t at = received[i].find("Range: bytes=");
+    ASSERT_NE(at, std::string::npos);
+    const std::string line = received[i].substr(at, received[i].find("\r\n", at) - at);
+    EXPECT_EQ(line.find(','), std::string::npos) << line;
+  }
+}
+
+// A fetch longer than RemoteFile::kMultiRangePart (a window fetched ahead) keeps a GET of its
+// own, whose bytes a reader gets as they arrive; the short ones still go together.
+TEST(ObjectClientTest, ALongFetchKeepsItsOwnGet) {
+  const std::string obj = Bytes(400000);
+  TestHttpServer server(
+      [&](const std::string& req, int) { return TestHttpServer::ServeRanges(obj, req); });
+  auto http = HttpClient::Create(HttpClientOptions{});
+  ASSERT_TRUE(http.has_value());
+  std::shared_ptr<ObjectClient> client =
+      MakeHttpObjectClient(std::shared_ptr<HttpClient>(std::move(*http)),
+                           std::make_unique<HttpProtocol>(*ParseUrl(server.url(""))));
+  RemoteFile f(client, "w.pcr", obj.size(), MemoryCache(8 << 20), 1);
+  const uint64_t longer = RemoteFile::kMultiRangePart + 1;
+  const std::vector<SpeculationSource::Span> spans = {{0, longer}, {300000, 100}, {350000, 100}};
+  f.PrefetchAll(spans);
+  for (const auto& p : spans) {
+    std::string buf(p.length, '\0');
+    ASSERT_TRUE(f.Read(p.offset, p.length, reinterpret_cast<uint8_t*>(buf.data())).ok());
+    EXPECT_EQ(buf, obj.substr(p.offset, p.length)) << p.offset;
+  }
+  ASSERT_EQ(server.requests(), 2);
+  int multi = 0;
+  for (const std::string& req : server.received()) {
+    if (req.find("Range: bytes=0-" + std::to_string(longer - 1) + "\r\n") != std::string::npos) {
+      continue;
+    }
+    EXPECT_NE(req.find("Range: bytes=300000-300099,350000-350099\r\n"), std::string::npos) << req;
+    ++multi;
+  }
+  EXPECT_EQ(multi, 1);
+}
+
+// Where the store answers one range per GET (S3, Azure, GCS; here the fakes), GetRanges sends
+// one GET per range, all at once, and checks each answer as Get does.
+TEST(ObjectClientTest, GetRangesOverTheFakesIsOneCheckedGetPerRange) {
+  auto mem = std::make_shared<MemoryObjectClient>();
+  const std::string obj = Bytes(100000);
+  mem->Put("k", obj);
+  auto faulty = std::make_shared<FaultyObjectClient>(mem);
+  std::vector<std::string> bufs(4, std::string(100, '\0'));
+  std::vector<ObjectGet> gets;
+  for (size_t i = 0; i < bufs.size(); ++i) {
+    ObjectGet g;
+    g.key = "k";
+    g.range = ByteRange{i * 1000, 100};
+    g.expected_size = obj.size();
+    g.dst = reinterpret_cast<uint8_t*>(bufs[i].data());
+    g.dst_size = 100;
+    gets.push_back(std::move(g));
+  }
+  gets[3].range = ByteRange{obj.size() - 10, 100};  // past the end: refused before sending
+  faulty->Arm(FaultyObjectClient::Fault::kOtherSize, 1, "", Status::OK());
+  std::vector<std::promise<Result<ObjectData>>> done(gets.size());
+  faulty->GetRanges(std::move(gets),
+                    [&done](size_t i, Result<ObjectData> r) { done[i].set_value(std::move(r)); });
+  std::vector<Result<ObjectData>> results;
+  for (auto& d : done) results.push_back(d.get_future().get());
+  EXPECT_EQ(mem->gets(), 3u);  // the 4th was not sent
+  int changed = 0;
+  for (size_t i = 0; i < 3; ++i) {
+    if (!results[i].has_value()) {
+      ++changed;
+      EXPECT_NE(results[i].error().message().find("the object changed (size 100001"),
+                std::string::npos)
+          << results[i].error().ToString();
+      continue;
+    }
+    EXPECT_EQ(bufs[i], obj.substr(i * 1000, 100));
+  }
+  EXPECT_EQ(changed, 1);
+  ASSERT_FALSE(results[3].has_value());
+  EXPECT_NE(results[3].error().message().find("is past the end"), std::string::npos);
 }
 
 // A window fetched ahead at a reader's request (a promotion) is speculation: fetched only with

@@ -20,6 +20,9 @@ class HttpProtocol final : public ObjectProtocol {
   std::string Name(std::string_view key) const override;
   Result<std::string> ListUrl(std::string_view, uint32_t) const override;
   Result<ObjectListing> ParseListing(std::string_view body) const override;
+  // nginx, Apache and most static servers answer "Range: bytes=a-b,c-d"; one that does not is
+  // found out by its first answer (ObjectClient::GetRanges).
+  bool MultiRange() const override { return true; }
 
  private:
   Url root_;

@@ -186,8 +186,12 @@ void RangeCache::MarkRangeReadLocked(uint32_t id, uint64_t begin, uint64_t end) 
       MarkReadLocked(e.unread, std::max(begin, s), std::min(end, e.end));
       if (e.unread.unread == 0 && e.in_unread_lru) {
         // Read through: evictable from now on, as recently used.
-        memory_.lru.splice(memory_.lru.begin(), memory_.unread_lru, e.lru);
+        memory_.lru.splice(memory_.lru.begin(), memory_.ListOf(e), e.lru);
         e.in_unread_lru = false;
+        e.partly = false;
+      } else if (e.in_unread_lru && !e.partly && !e.unread.read.empty()) {
+        memory_.partly_lru.splice(memory_.partly_lru.begin(), memory_.unread_lru, e.lru);
+        e.partly = true;
       }
     }
     return;
@@ -206,7 +210,8 @@ void RangeCache::MarkRangeReadLocked(uint32_t id, uint64_t begin, uint64_t end) 
 void RangeCache::AddLocked(uint32_t id, uint64_t start, Extent e) {
   memory_.bytes += e.end - start;
   e.in_unread_lru = e.unread.unread > 0;
-  Lru& lru = e.in_unread_lru ? memory_.unread_lru : memory_.lru;
+  e.partly = e.in_unread_lru && !e.unread.read.empty();
+  Lru& lru = memory_.ListOf(e);
   lru.emplace_front(id, start);
   e.lru = lru.begin();
   unread_ += e.unread.unread;
@@ -217,7 +222,7 @@ void RangeCache::RemoveLocked(uint32_t id, Extents::iterator it) {
   Extents& ext = memory_.objects[id];
   memory_.bytes -= it->second.end - it->first;
   unread_ -= it->second.unread.unread;
-  (it->second.in_unread_lru ? memory_.unread_lru : memory_.lru).erase(it->second.lru);
+  memory_.ListOf(it->second).erase(it->second.lru);
   ext.erase(it);
   if (ext.empty()) memory_.objects.erase(id);
 }
@@ -237,12 +242,8 @@ void RangeCache::EvictLocked() {
       RemoveLocked(id, it);
       continue;
     }
-    if (memory_.unread_lru.empty()) break;
-    auto partly = memory_.unread_lru.rbegin();
-    for (; partly != memory_.unread_lru.rend(); ++partly) {
-      if (!memory_.objects[partly->first].at(partly->second).unread.read.empty()) break;
-    }
-    if (partly == memory_.unread_lru.rend()) {
+    if (memory_.partly_lru.empty()) {
+      if (memory_.unread_lru.empty()) break;
       auto [id, start] = memory_.unread_lru.back();
       auto it = memory_.objects[id].find(start);
       stats_.evicted_bytes += it->second.end - start;
@@ -250,7 +251,7 @@ void RangeCache::EvictLocked() {
       RemoveLocked(id, it);
       continue;
     }
-    const auto [id, start] = *partly;
+    const auto [id, start] = memory_.partly_lru.back();
     auto it = memory_.objects[id].find(start);
     const Extent& e = it->second;
     std::vector<Range> unread_parts;
@@ -359,7 +360,7 @@ std::vector<RangeCache::Range> RangeCache::Copy(uint32_t id, uint64_t offset, ui
         Extent* e = &(*it)->second;
         const uint64_t stop = std::min(end, e->end);
         std::memcpy(dst + (pos - offset), e->bytes->data() + (pos - start), stop - pos);
-        Lru& lru = e->in_unread_lru ? memory_.unread_lru : memory_.lru;
+        Lru& lru = memory_.ListOf(*e);
         lru.splice(lru.begin(), lru, e->lru);
         stats_.memory_hit_bytes += stop - pos;
         pos = stop;

@@ -148,7 +148,8 @@ class RangeCache {
     // Its bytes, all of them (a buffer of which only a part was new is not shared: Insert).
     std::shared_ptr<const std::vector<uint8_t>> bytes;
     Unread unread;               // without a disk tier (the disk tier's are in disk_unread_)
-    bool in_unread_lru = false;  // in Tier::unread_lru (else Tier::lru)
+    bool in_unread_lru = false;  // in Tier::unread_lru or Tier::partly_lru (else Tier::lru)
+    bool partly = false;         // in Tier::partly_lru: some of its bytes read, some not
     Lru::iterator lru;
   };
   using Extents = std::map<uint64_t, Extent>;  // by start offset
@@ -162,7 +163,15 @@ class RangeCache {
     uint64_t budget = 0, bytes = 0;
     std::map<uint32_t, Extents> objects;
     Lru lru;         // extents with nothing unread: evicted first
-    Lru unread_lru;  // extents with unread bytes: evicted only when no other is left
+    Lru unread_lru;  // extents with unread bytes, none read: evicted only when no other is left
+    // Extents with unread bytes and read ones: their read parts go before unread_lru's. A list
+    // of their own, so eviction does not look through every unread extent for one (it did:
+    // 28% of the daemon's CPU at level 10, on the HTTP client's thread).
+    Lru partly_lru;
+    // The list that holds extent e.
+    Lru& ListOf(const Extent& e) {
+      return !e.in_unread_lru ? lru : e.partly ? partly_lru : unread_lru;
+    }
   };
 
   explicit RangeCache(RangeCacheOptions options) : options_(std::move(options)) {}

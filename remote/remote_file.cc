@@ -181,6 +181,8 @@ void RemoteFile::TakeLanded(uint64_t offset, uint64_t end) const {
 
 void RemoteFile::Submit(const std::vector<std::shared_ptr<Fetch>>& started, bool background,
                         bool ahead) const {
+  std::vector<ObjectGet> together;
+  std::vector<std::shared_ptr<Fetch>> together_fetches;
   for (const auto& f : started) {
     ObjectGet req = RangeGet(f->offset, f->end - f->offset, f->bytes->data());
     req.background = background;
@@ -191,60 +193,76 @@ void RemoteFile::Submit(const std::vector<std::shared_ptr<Fetch>>& started, bool
       }
       f->arrived_cv.SignalAll();
     };
-    // Runs on the client's thread, maybe after this file is gone: only shared state.
+    if (f->end - f->offset <= kMultiRangePart) {
+      together.push_back(std::move(req));
+      together_fetches.push_back(f);
+      continue;
+    }
     client_->Get(std::move(req), [f, shared = shared_, cache = cache_, id = cache_id_,
                                   ahead](Result<ObjectData> r) {
-      Status s = r.has_value() ? Status::OK() : r.error();
-      if (cache && ahead) {
-        // Its room was reserved: kept as unread, less what readers took meanwhile; or, failed,
-        // given back.
-        if (s.ok()) {
-          cache->Insert(id, f->offset, f->bytes, true);
-        } else {
-          cache->UnreserveAhead(f->end - f->offset);
-        }
-        std::vector<RangeCache::Range> consumed;
-        {
-          MutexLock l(&f->mu);
-          f->inserted = true;
-          consumed.swap(f->consumed);
-        }
-        for (const RangeCache::Range& c : consumed) cache->MarkRead(id, c.offset, c.length);
-      } else if (s.ok() && cache) {
-        cache->Insert(id, f->offset, f->bytes, false);
-      }
-      {
-        MutexLock l(&shared->mu);
-        f->completed = true;
-        auto it = shared->pending.find(f->offset);
-        if (it != shared->pending.end() && it->second == f) {
-          const uint64_t size = f->end - f->offset;
-          const auto now = std::chrono::steady_clock::now();
-          while (!shared->landed.empty() && now - shared->landed.front()->kept_at > kLandedKept) {
-            DropOldestLandedLocked(*shared);
-          }
-          if (s.ok() && f->landed && f->to_read > 0 &&
-              g_landed_bytes.load(std::memory_order_relaxed) + size <= kMaxLandedTotal) {
-            // Kept for its reader; the oldest kept go beyond the file's bound.
-            f->kept_at = now;
-            shared->landed.push_back(f);
-            shared->landed_bytes += size;
-            g_landed_bytes.fetch_add(size, std::memory_order_relaxed);
-            while (shared->landed_bytes > kMaxLandedBytes) DropOldestLandedLocked(*shared);
-          } else {
-            shared->pending.erase(it);
-            RetireLandedLocked(*shared, *f);
-          }
-        }
-      }
-      f->promise.set_value(std::move(s));
-      {
-        MutexLock l(&f->mu);
-        f->finished = true;
-      }
-      f->arrived_cv.SignalAll();
+      Finish(f, shared, cache, id, ahead, r.has_value() ? Status::OK() : r.error());
     });
   }
+  if (together.empty()) return;
+  // One request where the store takes several ranges in one (a web server).
+  client_->GetRanges(
+      std::move(together), [fetches = std::move(together_fetches), shared = shared_, cache = cache_,
+                            id = cache_id_, ahead](size_t i, Result<ObjectData> r) {
+        Finish(fetches[i], shared, cache, id, ahead, r.has_value() ? Status::OK() : r.error());
+      });
+}
+
+void RemoteFile::Finish(const std::shared_ptr<Fetch>& f, const std::shared_ptr<Shared>& shared,
+                        const std::shared_ptr<RangeCache>& cache, uint32_t id, bool ahead,
+                        Status s) {
+  if (cache && ahead) {
+    // Its room was reserved: kept as unread, less what readers took meanwhile; or, failed,
+    // given back.
+    if (s.ok()) {
+      cache->Insert(id, f->offset, f->bytes, true);
+    } else {
+      cache->UnreserveAhead(f->end - f->offset);
+    }
+    std::vector<RangeCache::Range> consumed;
+    {
+      MutexLock l(&f->mu);
+      f->inserted = true;
+      consumed.swap(f->consumed);
+    }
+    for (const RangeCache::Range& c : consumed) cache->MarkRead(id, c.offset, c.length);
+  } else if (s.ok() && cache) {
+    cache->Insert(id, f->offset, f->bytes, false);
+  }
+  {
+    MutexLock l(&shared->mu);
+    f->completed = true;
+    auto it = shared->pending.find(f->offset);
+    if (it != shared->pending.end() && it->second == f) {
+      const uint64_t size = f->end - f->offset;
+      const auto now = std::chrono::steady_clock::now();
+      while (!shared->landed.empty() && now - shared->landed.front()->kept_at > kLandedKept) {
+        DropOldestLandedLocked(*shared);
+      }
+      if (s.ok() && f->landed && f->to_read > 0 &&
+          g_landed_bytes.load(std::memory_order_relaxed) + size <= kMaxLandedTotal) {
+        // Kept for its reader; the oldest kept go beyond the file's bound.
+        f->kept_at = now;
+        shared->landed.push_back(f);
+        shared->landed_bytes += size;
+        g_landed_bytes.fetch_add(size, std::memory_order_relaxed);
+        while (shared->landed_bytes > kMaxLandedBytes) DropOldestLandedLocked(*shared);
+      } else {
+        shared->pending.erase(it);
+        RetireLandedLocked(*shared, *f);
+      }
+    }
+  }
+  f->promise.set_value(std::move(s));
+  {
+    MutexLock l(&f->mu);
+    f->finished = true;
+  }
+  f->arrived_cv.SignalAll();
 }
 
 bool RemoteFile::WaitArrived(Fetch& f, uint64_t until) {
@@ -325,24 +343,34 @@ Status RemoteFile::Read(uint64_t offset, size_t n, uint8_t* dst) const {
 }
 
 void RemoteFile::Prefetch(uint64_t offset, uint64_t n) const {
-  PrefetchRange(offset, n, /*ahead=*/false);
+  PrefetchRanges({{offset, n}}, /*ahead=*/false);
+}
+
+void RemoteFile::PrefetchAll(const std::vector<Span>& spans) const {
+  PrefetchRanges(spans, /*ahead=*/false);
 }
 
 bool RemoteFile::PrefetchAhead(uint64_t offset, uint64_t n) const {
-  return PrefetchRange(offset, n, /*ahead=*/true);
+  return PrefetchRanges({{offset, n}}, /*ahead=*/true);
 }
 
-bool RemoteFile::PrefetchRange(uint64_t offset, uint64_t n, bool ahead) const {
+bool RemoteFile::PrefetchAheadAll(const std::vector<Span>& spans) const {
+  return PrefetchRanges(spans, /*ahead=*/true);
+}
+
+bool RemoteFile::PrefetchRanges(const std::vector<Span>& spans, bool ahead) const {
   if (!cache_) return false;
-  if (n == 0 || offset >= size_) return true;
-  n = std::min(n, size_ - offset);
   std::vector<std::shared_ptr<Fetch>> fetches, started;
   {
     // Looked up under the lock, so a fetch ending meanwhile is either cached or still pending.
     MutexLock l(&shared_->mu);
-    CoverLocked(
-        ahead ? cache_->MissingUnread(cache_id_, offset, n) : cache_->Missing(cache_id_, offset, n),
-        &fetches, &started);
+    for (const Span& span : spans) {
+      if (span.length == 0 || span.offset >= size_) continue;
+      const uint64_t n = std::min(span.length, size_ - span.offset);
+      CoverLocked(ahead ? cache_->MissingUnread(cache_id_, span.offset, n)
+                        : cache_->Missing(cache_id_, span.offset, n),
+                  &fetches, &started);
+    }
     if (ahead && !ReserveAheadLocked(&started)) return false;
     if (!ahead) {
       // A demand read's pieces: kept for it once they arrive (Fetch::landed).

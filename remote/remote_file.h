@@ -32,7 +32,9 @@ namespace pcrfs {
 // worth reading ahead), and:
 // - Read() copies what the cache holds and fetches only the rest, exact ranges in parallel; a
 //   range already being fetched (by Prefetch or Warm) is waited for, not fetched twice.
-// - Prefetch() starts the fetches of a demand read's ranges at once (the k pieces of a file).
+// - Prefetch() starts the fetches of a demand read's ranges at once (the k pieces of a file);
+//   PrefetchAll() starts them as one request where the store takes one (ObjectClient::GetRanges:
+//   a web server's multi-range GET), and so does any call that starts two or more fetches.
 // - Warm() is a speculative read: background requests (ObjectGet::background, so demand
 //   requests always have connections), refused with ResourceExhausted unless the cache has
 //   room to keep its bytes until they are read (RangeCache::ReserveAhead, taken before the
@@ -60,7 +62,9 @@ class RemoteFile final : public RandomAccessFile, public SpeculationSource {
   // SpeculationSource: what it offers with a cache (without one: no-ops; Warm reads into
   // scratch).
   void Prefetch(uint64_t offset, uint64_t n) const override;
+  void PrefetchAll(const std::vector<Span>& spans) const override;
   bool PrefetchAhead(uint64_t offset, uint64_t n) const override;
+  bool PrefetchAheadAll(const std::vector<Span>& spans) const override;
   uint64_t AheadRoom() const override { return cache_ != nullptr ? cache_->AheadRoom() : 0; }
   // Returns the bytes it asked the origin for (0 when the cache or fetches in flight had all).
   Result<uint64_t> Warm(uint64_t offset, uint64_t n, std::vector<uint8_t>* scratch) const override;
@@ -76,6 +80,10 @@ class RemoteFile final : public RandomAccessFile, public SpeculationSource {
   // 4, ImageNet-sized crops in folders of 10 read level 1 at 2,818 files/s, with 12 at 8,301
   // (docs/notebook/2026-11-27-scale-remote.md).
   static constexpr int kSpeculativeRequests = 12;
+  // The longest fetch asked for with others in one multi-range GET: a part is handed out when
+  // the whole answer is in, so a window (512 KiB and more) keeps a GET of its own, whose first
+  // bytes a reader gets as they arrive. A file's pieces are a few KiB to tens of KiB.
+  static constexpr uint64_t kMultiRangePart = 64 << 10;
 
  private:
   // One GET in flight, shared by whoever waits for its bytes. A waiter for a part of it waits
@@ -159,12 +167,17 @@ class RemoteFile final : public RandomAccessFile, public SpeculationSource {
   // f's bytes are inserted).
   void NoteConsumed(Fetch& f, uint64_t offset, uint64_t n) const;
   // Sends the GETs of new fetches, outside any lock (a request that fails at once completes
-  // on this thread); each keeps its bytes in the cache (as fetched ahead if `ahead`) and
-  // completes its waiters. `background`: ObjectGet::background.
+  // on this thread), two or more of at most kMultiRangePart bytes as one
+  // ObjectClient::GetRanges; each keeps its bytes in the cache (as fetched ahead if `ahead`)
+  // and completes its waiters. `background`: ObjectGet::background.
   void Submit(const std::vector<std::shared_ptr<Fetch>>& started, bool background,
               bool ahead) const;
-  // Prefetch and PrefetchAhead (false: no room ahead, nothing fetched).
-  bool PrefetchRange(uint64_t offset, uint64_t n, bool ahead) const;
+  // A fetch's answer: its bytes to the cache, kept for its reader (landed) or not, its waiters
+  // woken. Runs on the client's thread, maybe after the file is gone: only shared state.
+  static void Finish(const std::shared_ptr<Fetch>& f, const std::shared_ptr<Shared>& shared,
+                     const std::shared_ptr<RangeCache>& cache, uint32_t id, bool ahead, Status s);
+  // Prefetch, PrefetchAll and PrefetchAhead (false: no room ahead, nothing fetched).
+  bool PrefetchRanges(const std::vector<Span>& spans, bool ahead) const;
 
   std::shared_ptr<ObjectClient> client_;
   std::string key_;

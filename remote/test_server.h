@@ -8,12 +8,15 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <condition_variable>
+#include <cstdio>
 #include <functional>
 #include <mutex>
 #include <string>
 #include <thread>
+#include <utility>
 #include <vector>
 
 namespace pcrfs {
@@ -90,6 +93,51 @@ class TestHttpServer {
                          const std::string& headers = "") {
     return {"HTTP/1.1 " + std::to_string(status) + " " + reason + "\r\nContent-Length: " +
             std::to_string(body.size()) + "\r\nConnection: close\r\n" + headers + "\r\n" + body};
+  }
+
+  // How ServeRanges answers a request for several ranges.
+  enum class Ranges {
+    kMultipart,  // 206 multipart/byteranges, as nginx does
+    kFirst,      // 206 of the first range only (a server without multi-range support)
+    kWhole,      // 200 with the whole object (a server that ignores Range)
+  };
+  // Serves `obj`: 200 without a Range header, 206 for one range ("bytes=A-B"), and for several
+  // as `mode` says. Every answer carries ETag "v1".
+  static TestReply ServeRanges(const std::string& obj, const std::string& req,
+                               Ranges mode = Ranges::kMultipart) {
+    const size_t p = req.find("Range: bytes=");
+    if (p == std::string::npos || mode == Ranges::kWhole) {
+      return Reply(200, "OK", obj, "ETag: \"v1\"\r\n");
+    }
+    std::vector<std::pair<size_t, size_t>> ranges;  // [a, b], clipped to the object
+    const std::string spec = req.substr(p + 13, req.find("\r\n", p) - p - 13);
+    for (size_t at = 0; at < spec.size();) {
+      size_t comma = spec.find(',', at);
+      if (comma == std::string::npos) comma = spec.size();
+      size_t a = 0, b = 0;
+      std::sscanf(spec.substr(at, comma - at).c_str(), "%zu-%zu", &a, &b);
+      ranges.emplace_back(a, std::min(b, obj.size() - 1));
+      at = comma + 1;
+    }
+    const auto content_range = [&obj](size_t a, size_t b) {
+      return "Content-Range: bytes " + std::to_string(a) + "-" + std::to_string(b) + "/" +
+             std::to_string(obj.size()) + "\r\n";
+    };
+    if (ranges.size() == 1 || mode == Ranges::kFirst) {
+      const auto [a, b] = ranges.front();
+      return Reply(206, "Partial Content", obj.substr(a, b - a + 1),
+                   "ETag: \"v1\"\r\n" + content_range(a, b));
+    }
+    const std::string boundary = "00000000000000000042";
+    std::string body;
+    for (const auto& [a, b] : ranges) {
+      body += "\r\n--" + boundary + "\r\nContent-Type: application/octet-stream\r\n" +
+              content_range(a, b) + "\r\n" + obj.substr(a, b - a + 1);
+    }
+    body += "\r\n--" + boundary + "--\r\n";
+    return Reply(
+        206, "Partial Content", body,
+        "ETag: \"v1\"\r\nContent-Type: multipart/byteranges; boundary=" + boundary + "\r\n");
   }
 
  private:

@@ -444,7 +444,7 @@ def pcrfs_level(env, size, k, subset, cache_cfg=None, hints=False):
     a, proxy = env["args"], env["proxy"]
     url = f"{proxy.url}/{size['store_link']}"
     tag = (f"{size['n']}-L{k}" + (f"-{cache_cfg['tag']}" if cache_cfg else "")
-           + ("-hints" if hints else ""))
+           + ("-hints" if hints else "") + (f"-{env['label']}" if env.get("label") else ""))
     cache = tempfile.mkdtemp(prefix=f"cache-{tag}-", dir=env["tmp"])
     mfile = os.path.join(env["tmp"], f"metrics-{tag}.prom")
     if cache_cfg:
@@ -632,6 +632,13 @@ def inner_main(args):
                                         time.gmtime(os.path.getmtime(pcrfs)))
     with open(pcrfs, "rb") as f:
         meta["pcrfs_sha256"] = hashlib.sha256(f.read()).hexdigest()[:16]
+    pcrfs_b = args.pcrfs_b
+    if pcrfs_b:
+        if not axis_mode(args):
+            fail("--pcrfs-b compares binaries on the cache axis (--cache-fractions or --quick)")
+        meta["pcrfs_b"] = pcrfs_b
+        with open(pcrfs_b, "rb") as f:
+            meta["pcrfs_b_sha256"] = hashlib.sha256(f.read()).hexdigest()[:16]
     sizes = []
     www = os.path.join(WORK, "www")
     os.makedirs(www, exist_ok=True)
@@ -656,6 +663,10 @@ def inner_main(args):
         sizes.append(dict(facts, **p, subset=subset))
     tmp = tempfile.mkdtemp(prefix="scale-remote-")
     programs = benchlib.program_files(pcrfs) + benchlib.program_files(shutil.which("rclone"))
+    if pcrfs_b:
+        programs += benchlib.program_files(pcrfs_b)
+    binaries = [("A", pcrfs), ("B", pcrfs_b)] if pcrfs_b else [("", pcrfs)]
+    row_index = 0
     results, last_rclone = [], None
     if args.rclone_from:
         with open(args.rclone_from) as f:
@@ -681,8 +692,15 @@ def inner_main(args):
                         continue
                     for cfg in cache_configs(args, size, k):
                         for h in HINT_MODES[args.hints]:
-                            rec.setdefault("cache_axis", []).append(
-                                pcrfs_level(env, size, k, size["subset"], cfg, h))
+                            # A then B, B then A on the next row: a drift in the machine's
+                            # load favours neither.
+                            order = binaries if row_index % 2 == 0 else binaries[::-1]
+                            row_index += 1
+                            for label, binary in order:
+                                lv = pcrfs_level(dict(env, pcrfs=binary, label=label), size, k,
+                                                 size["subset"], cfg, h)
+                                lv["binary"] = label
+                                rec.setdefault("cache_axis", []).append(lv)
                 if args.no_rclone:
                     pass
                 elif (size["n"] <= args.rclone_max and not args.rclone_from) or \
@@ -802,7 +820,7 @@ def analyse_axis(data):
                    "daemon_cpu_s": e.get("daemon_cpu_s"), "proxy_cpu_s": e.get("proxy_cpu_s"),
                    "rss_epoch": lv.get("rss_epoch", {}).get("VmRSS"),
                    "error": lv.get("error"), "rclone_fps": rc.get("files_per_s"),
-                   "hints": lv.get("hints", {}),
+                   "hints": lv.get("hints", {}), "binary": lv.get("binary", ""),
                    "rclone_gets": rc.get("origin_requests")}
             row["amp"] = row["origin"] / row["served"] if row["served"] else None
             row["gets_per_file"] = (row["gets"] / e["files"]
@@ -880,8 +898,9 @@ def finish_axis(args, data):
         if r["fraction"] is not None:  # as asked, and as it is once the 1 MiB floor applies
             frac = (f"{r['fraction']:g}" if abs(actual / r["fraction"] - 1) < 0.01 else
                     f"{r['fraction']:g} ({frac}: 1 MiB floor)")
+        binary = f" {r['binary']}" if r.get("binary") else ""
         L.append(
-            f"| {size_label} | {r['level']} | {frac} | {mib_label(r['remote_cache'])} / "
+            f"| {size_label} | {r['level']}{binary} | {frac} | {mib_label(r['remote_cache'])} / "
             f"{mib_label(r['cache_size'])} | {r['level_bytes'] / 1e6:.1f} | "
             f"{fmt(r['files_per_s'])} | {fmt(r['rclone_fps'])} | "
             f"{fmt(r.get('vs_rclone'), '.2f')} {chk(r.get('vs_rclone'), lambda x: x >= 1.0)} | "
@@ -891,6 +910,27 @@ def finish_axis(args, data):
             f"{fmt(r['daemon_cpu_s'], '.1f')} | {fmt(r['proxy_cores'], '.2f')} | "
             f"{hint_label(r['hints'])} | {fmt(r['errors'])}"
             f"{' ' + r['error'] if r.get('error') else ''} |")
+    if m.get("pcrfs_b"):
+        L += ["", f"A = {m['pcrfs']} (sha256 {m.get('pcrfs_sha256', '?')}), B = {m['pcrfs_b']} "
+              f"(sha256 {m.get('pcrfs_b_sha256', '?')}), mounted in turn for each row (the level "
+              "column's A / B), the order alternating row by row.", "",
+              "| N | level | cache (of level) | hints | files/s A | files/s B | B / A | "
+              "GETs/file A | GETs/file B | origin / served A | B |",
+              "|--:|--:|--:|--|--:|--:|--:|--:|--:|--:|--:|"]
+        pairs, seen = {}, {}
+        for r in rows:  # a level asked twice (--levels 10,10) is two pairs
+            key = (r["n"], r["level"], r["fraction"], hint_label(r["hints"]).startswith("yes"))
+            nth = seen[key + (r["binary"],)] = seen.get(key + (r["binary"],), -1) + 1
+            pairs.setdefault(key + (nth,), {})[r["binary"]] = r
+        for (n, k, frac, hinted, _), p in pairs.items():
+            a_row, b_row = p.get("A", {}), p.get("B", {})
+            ratio = (b_row["files_per_s"] / a_row["files_per_s"]
+                     if a_row.get("files_per_s") and b_row.get("files_per_s") else None)
+            L.append(f"| {n:,} | {k} | {fmt(frac, 'g')} | {'yes' if hinted else 'no'} | "
+                     f"{fmt(a_row.get('files_per_s'))} | {fmt(b_row.get('files_per_s'))} | "
+                     f"{fmt(ratio, '.2f')} | {fmt(a_row.get('gets_per_file'), '.2f')} | "
+                     f"{fmt(b_row.get('gets_per_file'), '.2f')} | {fmt(a_row.get('amp'), '.3f')} | "
+                     f"{fmt(b_row.get('amp'), '.3f')} |")
     if quick:
         L += ["", f"The issue's numbers (2026-11-28, the Python fault proxy): {ISSUE40}."]
     levels = sorted({r["level"] for r in rows})
@@ -928,9 +968,9 @@ def plot_axis(rows, path):
     ns = sorted({r["n"] for r in rows})
     fig, ax = plt.subplots(len(ns), 2, figsize=(11, 3.6 * len(ns)), squeeze=False)
 
-    def key(r):  # one line per cache and hints
+    def key(r):  # one line per cache, hints and binary (--pcrfs-b)
         return (r["fraction"] if r["fraction"] is not None else -1.0,
-                bool(r["hints"].get("wanted")))
+                bool(r["hints"].get("wanted")), r.get("binary", ""))
 
     for i, n in enumerate(ns):
         rs = [r for r in rows if r["n"] == n]
@@ -939,7 +979,8 @@ def plot_axis(rows, path):
             lab = (f"cache {kk[0]:g} of level" if kk[0] >= 0 else
                    f"remote_cache={mib_label(cr[0]['remote_cache'])}")
             lab += ", hints" if kk[1] else ""
-            ls = "s--" if kk[1] else "o-"
+            lab += f", {kk[2]}" if kk[2] else ""
+            ls = ("s" if kk[1] else "o") + (":" if kk[2] == "A" else "--" if kk[1] else "-")
             ax[i][0].plot([r["level"] for r in cr], [r["files_per_s"] or 0 for r in cr], ls,
                           color=f"C{j}", label=f"pcrfs, {lab}")
             ax[i][1].plot([r["level"] for r in cr], [r["amp"] or 0 for r in cr], ls,
@@ -1184,6 +1225,9 @@ def main():
     ap.add_argument("--build-only", action="store_true", help="data and stores only")
     ap.add_argument("--pcr")
     ap.add_argument("--pcrfs")
+    ap.add_argument("--pcrfs-b", help="a second pcrfs binary to compare (the cache axis and "
+                    "--quick): every row is mounted with --pcrfs (A) and with this one (B) in "
+                    "turn, the order alternating row by row; the report adds B / A per row")
     ap.add_argument("--mtu", type=int, default=1500)
     ap.add_argument("--short-side", default=None, metavar="LO:HI",
                     help=f"the crops' short side in px (make_dataset.py; default "

@@ -10,6 +10,7 @@ import os
 import shutil
 import subprocess
 import sys
+import time
 import unittest
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -270,6 +271,14 @@ class RemoteMountCase(LoopbackServersCase):
         err = self.pcrfs_fails(f"http://127.0.0.1:{port}/store", "-o",
                                "cache_dir=" + self.cache("err2") + ",remote_timeout=2")
         self.assertIn(f"127.0.0.1:{port}/store", err)
+        # With the default remote_timeout too: a refused connection before any answer is not
+        # retried for the deadline (issue 46: 8.9 s at mount).
+        t0 = time.monotonic()
+        err = self.pcrfs_fails(f"http://127.0.0.1:{port}/store", "-o",
+                               "cache_dir=" + self.cache("err3"))
+        took = time.monotonic() - t0
+        self.assertIn("cannot connect", err)
+        self.assertLess(took, 5.0, f"a mount of a dead port failed after {took:.1f} s: {err}")
         err = self.pcrfs_fails(self.store, "-o", "endpoint=http://127.0.0.1:1")
         self.assertIn("only for a remote store", err)
 
