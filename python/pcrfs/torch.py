@@ -183,16 +183,37 @@ class RecordDataset(torch.utils.data.IterableDataset):
         # to back.
         self.records = [(record, [i for _, i in sorted(files)])
                         for record, files in sorted(by_record.items())]
-        self.epoch = 0
-        self._resume = {}
+        # The epoch and the state to resume from live in shared memory (made before any
+        # DataLoader worker exists), so that persistent workers, which keep their copy of the
+        # dataset from one epoch to the next, see set_epoch and load_state_dict: [epoch, kind
+        # (0: none, 1: samples, 2: batches), samples or batches, batch_size].
+        self._shared = torch.zeros(4, dtype=torch.int64).share_memory_()
         self._yielded = 0
+
+    @property
+    def epoch(self):
+        return int(self._shared[0])
+
+    @epoch.setter
+    def epoch(self, epoch):
+        self._shared[0] = int(epoch)
+
+    @property
+    def _resume(self):
+        kind, a, b = (int(x) for x in self._shared[1:])
+        if kind == 1:
+            return {"samples": a}
+        if kind == 2:
+            return {"batches": a, "batch_size": b}
+        return {}
 
     def __len__(self):
         return len(self.samples)
 
     def set_epoch(self, epoch):
-        self.epoch = int(epoch)
-        self._resume = {}
+        """Reshuffles for epoch `epoch`; call between epochs, before iter(loader) (persistent
+        workers too)."""
+        self._shared[:] = torch.tensor([int(epoch), 0, 0, 0])
 
     def state_dict(self, batches=None, batch_size=None):
         state = {"epoch": self.epoch, "seed": self.seed}
@@ -205,8 +226,11 @@ class RecordDataset(torch.utils.data.IterableDataset):
     def load_state_dict(self, state):
         if state["seed"] != self.seed:
             raise ValueError(f"state of seed {state['seed']}, dataset of seed {self.seed}")
-        self.epoch = state["epoch"]
-        self._resume = dict(state)
+        if "batches" in state:
+            resume = [2, int(state["batches"]), int(state["batch_size"])]
+        else:
+            resume = [1, int(state.get("samples", 0)), 0]
+        self._shared[:] = torch.tensor([int(state["epoch"])] + resume)
 
     def _partition(self):
         """(shard, shards, worker, workers): this iterator's share of the epoch's records."""

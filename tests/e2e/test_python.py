@@ -318,6 +318,28 @@ class PythonStoreTest(LoopbackServersCase):
         resumed.load_state_dict(state)
         self.assertEqual(head + list(resumed), second)
 
+    def test_record_dataset_epochs_with_persistent_workers(self):
+        """Persistent workers keep their copy of the dataset across epochs: set_epoch still
+        reshuffles there (each epoch every file once, epoch 1's order not epoch 0's), and a
+        resumed epoch's skip does not carry into the next."""
+        import torch.utils.data
+        data = self.record_dataset(seed=5)
+        loader = torch.utils.data.DataLoader(data, batch_size=None, num_workers=2,
+                                             persistent_workers=True,
+                                             multiprocessing_context="fork")
+        epochs = []
+        for e in range(2):
+            data.set_epoch(e)
+            epochs.append([(h, int(t)) for h, t in loader])
+            self.assertEqual(sorted(epochs[-1]), self.want_hashes(data), f"epoch {e}")
+        self.assertNotEqual(epochs[0], epochs[1])
+        # Resume epoch 1 after 4 batches of 1, then epoch 2 whole.
+        data.load_state_dict(data.state_dict(batches=4, batch_size=1) | {"epoch": 1})
+        rest = [(h, int(t)) for h, t in loader]
+        self.assertEqual(len(rest), len(data) - 4)
+        data.set_epoch(2)
+        self.assertEqual(sorted((h, int(t)) for h, t in loader), self.want_hashes(data))
+
     def test_pickle_carries_url_and_options_only(self):
         import pickle
         store = pcrfs.Store(self.store, scans=2, cache_size="16M")
