@@ -33,27 +33,6 @@ constexpr size_t kMaxXml = size_t{64} << 10;
 constexpr size_t kMaxField = 8192;
 constexpr size_t kMaxTokenFile = size_t{64} << 10;
 
-// ---- Text helpers -------------------------------------------------------------------------------
-
-// Printable, one line, at most `max` characters: for anything a server or process says that
-// goes into an error message.
-std::string OneLine(std::string_view s, size_t max = 200) {
-  std::string out;
-  for (char c : s) {
-    if (out.size() >= max) {
-      out += "...";
-      break;
-    }
-    const unsigned char u = static_cast<unsigned char>(c);
-    if (c == '\n' || c == '\r') {
-      if (!out.empty()) break;  // the first line only
-      continue;
-    }
-    out.push_back(u >= 0x20 && u < 0x7f ? c : '?');
-  }
-  return out;
-}
-
 using aws_chain::ValidCredentialField;
 
 Status CheckCredentials(const FetchedCredentials& f, std::string_view what) {

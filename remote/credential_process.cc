@@ -17,10 +17,8 @@
 extern char** environ;
 
 namespace pcrfs {
-namespace {
 
-// The first line of a helper's text, printable and bounded, for an error message.
-std::string OneLine(std::string_view s, size_t max = 200) {
+std::string OneLine(std::string_view s, size_t max) {
   std::string out;
   for (char c : s) {
     if (out.size() >= max) {
@@ -36,8 +34,6 @@ std::string OneLine(std::string_view s, size_t max = 200) {
   }
   return out;
 }
-
-}  // namespace
 
 Result<std::vector<std::string>> SplitCommandLine(std::string_view command) {
   // Python's shlex in POSIX mode with whitespace_split and no comments (shlex.split), the

@@ -17,6 +17,10 @@ namespace pcrfs {
 // only, never to user.pcrfs.remote, which every user may read under allow_other.
 inline constexpr std::string_view kCredentialProcessSaid = "; it said: ";
 
+// The first line of text a server or a helper process said, printable (other bytes as '?') and
+// at most `max` characters (then "..."): for error messages.
+std::string OneLine(std::string_view s, size_t max = 200);
+
 // A credential_process command line split into words as botocore splits it (Python's
 // shlex.split: POSIX rules, no comments): blanks separate words; '...' keeps everything;
 // "..." keeps everything but \" and \\; a backslash outside quotes keeps the next character.

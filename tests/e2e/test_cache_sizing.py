@@ -151,7 +151,7 @@ class CacheSizingCase(LoopbackServersCase):
     def test_disk_cache_auto_takes_half_the_free_space_and_says_so(self):
         cache_dir = self.cache("tight")
         os.makedirs(cache_dir)
-        p = run(["mount", "-t", "tmpfs", "-o", "size=2M", "tmpfs", cache_dir], check=False)
+        p = run(["mount", "-t", "tmpfs", "-o", "size=2M,mode=0700", "tmpfs", cache_dir], check=False)
         if p.returncode != 0:
             self.skipTest(f"cannot mount a tmpfs: {p.stderr.decode().strip()}")
         self.addCleanup(subprocess.run, ["umount", "-l", cache_dir])
