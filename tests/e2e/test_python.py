@@ -407,9 +407,9 @@ def run_unprivileged(script, args, env=None):
 
 
 class PythonObjectStoreTest(LoopbackServersCase):
-    """pcrfs.Store and RecordDataset over S3 (the S3 test server, every request's SigV4
-    checked) and Azure (Azurite, Shared Key), as nobody without /dev/fuse: every file at levels
-    1, 5 and 10 equal to pcr extract; a refused credential is PermissionError."""
+    """pcrfs.Store and RecordDataset over HTTP (nginx), S3 (the S3 test server, every request's
+    SigV4 checked) and Azure (Azurite, Shared Key), as nobody without /dev/fuse: every file at
+    levels 1, 5 and 10 equal to pcr extract; a refused credential is PermissionError."""
 
     tmp_prefix = "python-object-e2e-"
 
@@ -439,6 +439,15 @@ class PythonObjectStoreTest(LoopbackServersCase):
         p = run_unprivileged(UNPRIVILEGED_READER, [url, cache],
                              dict(env, PCRFS_TEST_OPTIONS=json.dumps(options)))
         return json.loads(p.stdout)
+
+    def test_http(self):
+        www = os.path.join(self.tmp, "www")
+        os.makedirs(www, exist_ok=True)
+        if not os.path.exists(os.path.join(www, "store")):
+            shutil.copytree(self.store, os.path.join(www, "store"))
+        nginx = self.serve(Nginx(www))
+        got = self.read_as_nobody(nginx.url + "/store", self.nobody_cache("http"), {}, {})
+        self.assertEqual(got, self.want)
 
     def test_s3(self):
         from remote_servers import S3Server
