@@ -531,17 +531,20 @@ Result<PieceBytes> Filesystem::GetBlock(const SourceFile& file, const index::Ent
 }
 
 Result<size_t> Filesystem::Read(uint64_t ino, uint64_t offset, size_t size, uint8_t* dst) const {
-  pusher_.Forget(ino);  // before the read, which may plan this very file (ReadPredictor)
+  // Before the read, which may plan this very file (ReadPredictor).
+  const bool pushed_before = pusher_.Forget(ino) > 0;
   int level = 0;
   uint64_t scaled = 0;
   auto n = ReadUncounted(ino, offset, size, dst, &level, &scaled);
   if (n && *n > 0 && level >= 1 && level <= index::kNumGroups) {
     // Bytes a push of this file counted already are not counted again (level_counters).
-    const uint64_t pushed = pusher_.CountedByPush(ino, *n);
+    // (A push that ends after Forget is not counted: it sees the READ in its recent files.)
+    const uint64_t pushed = pushed_before ? pusher_.CountedByPush(ino, *n) : 0;
     if (pushed == *n) return n;
     const uint64_t bytes = *n - pushed;
-    if (pushed > 0)
+    if (pushed > 0) {
       scaled = static_cast<uint64_t>(static_cast<unsigned __int128>(scaled) * bytes / *n);
+    }
     const auto i = static_cast<size_t>(level - 1);
     served_.bytes[i].fetch_add(bytes, std::memory_order_relaxed);
     served_.source_bytes[i].fetch_add(scaled, std::memory_order_relaxed);

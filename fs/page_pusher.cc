@@ -78,19 +78,22 @@ void PagePusher::Arrived(const SpeculationSource* record, uint64_t offset, uint6
   cv_.Signal();
 }
 
-void PagePusher::Forget(uint64_t ino) {
-  if (!enabled_) return;
+uint64_t PagePusher::Forget(uint64_t ino) {
+  if (!enabled_) return 0;
   MutexLock l(&mu_);
   auto it = files_.find(ino);
   if (it != files_.end()) EraseFileLocked(it);
-  if (!recent_.insert(ino).second) return;
+  auto pushed = pushed_left_.find(ino);
+  const uint64_t left = pushed == pushed_left_.end() ? 0 : pushed->second;
+  if (!recent_.insert(ino).second) return left;
   if (recent_ring_.size() < kRecentReads) {
     recent_ring_.push_back(ino);
-    return;
+    return left;
   }
   recent_.erase(recent_ring_[recent_next_]);
   recent_ring_[recent_next_] = ino;
   recent_next_ = (recent_next_ + 1) % kRecentReads;
+  return left;
 }
 
 uint64_t PagePusher::CountedByPush(uint64_t ino, uint64_t n) {

@@ -113,8 +113,10 @@ class PagePusher {
   // cache. Returns at once (the work happens on the pusher's thread).
   void Arrived(const SpeculationSource* record, uint64_t offset, uint64_t end) EXCLUDES(mu_);
   // A reader asks the daemon for `ino`: pushing it is pointless now, and for a while (the
-  // last kRecentReads files asked for) an Expect of it is ignored.
-  void Forget(uint64_t ino) EXCLUDES(mu_);
+  // last kRecentReads files asked for) an Expect of it is ignored. Returns the bytes of `ino`
+  // a push counted as served that no READ has counted off yet (0 for a file never pushed, the
+  // common case): only then need the READ ask CountedByPush.
+  uint64_t Forget(uint64_t ino) EXCLUDES(mu_);
   static constexpr size_t kRecentReads = 16384;
   // A READ of `n` bytes of `ino` was answered: how many of them a push of `ino` counted as
   // served already (a push that raced with the reader's READ, or whose pages the kernel dropped

@@ -123,7 +123,10 @@ TEST(PagePusherTest, AFileIsPushedOnceEveryPieceHasArrived) {
   EXPECT_EQ(s.bytes_by_level[2], 62u);
   EXPECT_EQ(s.source_bytes_by_level[2], 500u);
   EXPECT_EQ(s.files_by_level[0] + s.files_by_level[9], 0u);
-  // A READ of 7 after its push counts only what the push did not: nothing, up to its 62 bytes.
+  // A READ of 7 after its push counts only what the push did not: nothing, up to its 62 bytes
+  // (Forget says there is something to count off; of a file never pushed, nothing).
+  EXPECT_EQ(pusher.Forget(7), 62u);
+  EXPECT_EQ(pusher.Forget(8), 0u);
   EXPECT_EQ(pusher.CountedByPush(7, 40), 40u);
   EXPECT_EQ(pusher.CountedByPush(7, 40), 22u);
   EXPECT_EQ(pusher.CountedByPush(7, 40), 0u);
