@@ -295,6 +295,20 @@ class LoopbackServersCase(unittest.TestCase):
                      env=env or self.env)
 
 
+class Indexed:
+    """A map-style dataset over `dataset` whose items are (index, dataset[index][0]): which
+    sample each item of a DataLoader was (picklable, for spawn)."""
+
+    def __init__(self, dataset):
+        self.dataset = dataset
+
+    def __len__(self):
+        return len(self.dataset)
+
+    def __getitem__(self, i):
+        return i, self.dataset[i][0]
+
+
 def photo(w, h, seed, mode="RGB"):
     """A deterministic photo-like image: smooth colour fields, edges and noise."""
     rng = np.random.default_rng(seed)

@@ -25,7 +25,7 @@ sys.path.insert(0, os.path.join(os.path.dirname(HERE), "remote"))
 PYTHONPATH = os.environ.get("PCRFS_PYTHONPATH", os.path.join(TOP, "build", "python"))
 sys.path.insert(0, PYTHONPATH)
 
-from pcrtest import (PCR, LoopbackServersCase, Mount, pcr_extract, photo, run,  # noqa: E402
+from pcrtest import (PCR, Indexed, LoopbackServersCase, Mount, pcr_extract, photo, run,  # noqa: E402
                      save_jpeg)
 from remote_servers import Nginx  # noqa: E402
 
@@ -39,19 +39,6 @@ warnings.filterwarnings("ignore", message="This DataLoader will create")
 def sha_loader(f):
     """A loader for the DataLoader tests: the sample's bytes, hashed (picklable for spawn)."""
     return hashlib.sha256(f.read()).hexdigest()
-
-
-class Indexed:
-    """A dataset that yields (index, dataset[index]): which sample each item was."""
-
-    def __init__(self, dataset):
-        self.dataset = dataset
-
-    def __len__(self):
-        return len(self.dataset)
-
-    def __getitem__(self, i):
-        return i, self.dataset[i][0]
 
 
 def walk_store(store):

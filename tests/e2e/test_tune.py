@@ -27,7 +27,8 @@ TOP = os.path.dirname(os.path.dirname(HERE))
 PYTHONPATH = os.environ.get("PCRFS_PYTHONPATH", os.path.join(TOP, "build", "python"))
 sys.path.insert(0, PYTHONPATH)
 
-from pcrtest import PCR, Mount, TempDirTest, pcr_extract, photo, run, save_jpeg  # noqa: E402
+from pcrtest import (PCR, Indexed, Mount, TempDirTest, pcr_extract, photo, run,  # noqa: E402
+                     save_jpeg)
 
 import torch  # noqa: E402
 import torchvision.transforms as T  # noqa: E402
@@ -56,17 +57,6 @@ def tiny_model(seed=0):
         torch.nn.Conv2d(3, 6, 3, stride=2), torch.nn.BatchNorm2d(6), torch.nn.ReLU(),
         torch.nn.Dropout(0.3), torch.nn.AdaptiveAvgPool2d(2), torch.nn.Flatten(),
         torch.nn.Linear(24, len(CLASSES)))
-
-
-class Indexed(torch.utils.data.Dataset):
-    def __init__(self, dataset):
-        self.dataset = dataset
-
-    def __len__(self):
-        return len(self.dataset)
-
-    def __getitem__(self, i):
-        return i, self.dataset[i][0]
 
 
 class TuneTest(TempDirTest):
