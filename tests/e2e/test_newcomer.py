@@ -183,7 +183,9 @@ class FstabTest(TempDirTest):
     'rw'" for the README's `mount -t fuse.pcrfs` line. Runs in a private mount namespace
     (unshare -m) where this tree's mount.pcrfs and pcrfs are bound over the installed ones."""
 
-    def test_mount_a_twice_and_the_mount_table_source(self):
+    def tools(self):
+        """(this tree's mount.pcrfs, this tree's pcrfs, the installed pcrfs), or a skip without
+        root and unshare(1)."""
         if shutil.which("unshare") is None or os.geteuid() != 0:
             self.skipTest("needs root and unshare(1) for a private mount namespace")
         helper = os.path.join(os.path.dirname(os.path.dirname(HERE)), "mount-tools",
@@ -192,6 +194,10 @@ class FstabTest(TempDirTest):
         installed = shutil.which("pcrfs", path="/usr/local/bin:/usr/bin:/bin")
         if not os.path.exists("/sbin/mount.pcrfs") or installed is None:
             self.fail("mount.pcrfs or pcrfs is not installed: run ./setup.sh")
+        return helper, pcrfs, installed
+
+    def test_mount_a_twice_and_the_mount_table_source(self):
+        helper, pcrfs, installed = self.tools()
         src = self.path("src")
         small_tree(src, 6)
         # A store named through a symlink: mount(8) resolves it, so must the daemon.
@@ -230,15 +236,8 @@ umount {mnt}
     def test_mount_a_twice_with_a_url(self):
         """The README's fstab and systemd lines for remote stores name a URL: the mount table's
         source is that URL."""
-        if shutil.which("unshare") is None or os.geteuid() != 0:
-            self.skipTest("needs root and unshare(1) for a private mount namespace")
+        helper, pcrfs, installed = self.tools()
         from remote_servers import Nginx
-        helper = os.path.join(os.path.dirname(os.path.dirname(HERE)), "mount-tools",
-                              "mount.pcrfs")
-        pcrfs = shutil.which(PCRFS) or PCRFS
-        installed = shutil.which("pcrfs", path="/usr/local/bin:/usr/bin:/bin")
-        if not os.path.exists("/sbin/mount.pcrfs") or installed is None:
-            self.fail("mount.pcrfs or pcrfs is not installed: run ./setup.sh")
         src = self.path("src")
         small_tree(src, 4)
         www = self.path("www")
