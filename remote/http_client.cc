@@ -704,6 +704,24 @@ class HttpClient::Impl {
     std::string detail;
   };
 
+  // A 206's Content-Range, or nullopt with *v failed ("206 with a bad Content-Range").
+  static std::optional<ContentRange> ContentRangeOf(const Transfer& t, Verdict* v) {
+    auto cr = ParseContentRange(t.content_range);
+    if (!cr) {
+      v->result = Err(Status::IOError(t.shown_url + ": 206 with a bad Content-Range '" +
+                                      ServerText(t.content_range) + "'"));
+    }
+    return cr;
+  }
+  // Whether the body is shorter than its Content-Range says (*v set to retry it).
+  static bool ShortBody(const Transfer& t, const ContentRange& cr, Verdict* v) {
+    if (t.written == cr.end - cr.start + 1) return false;
+    v->reason = RetryReason::kShortBody;
+    v->detail = "short body: " + std::to_string(t.written) + " of " +
+                std::to_string(cr.end - cr.start + 1) + " bytes";
+    return true;
+  }
+
   Verdict Judge(Transfer* t, CURLcode rc) {
     Verdict v;
     auto fail = [&](Status s) {
@@ -838,12 +856,8 @@ class HttpClient::Impl {
       return v;
     }
     if (status == 206) {
-      auto cr = ParseContentRange(t->content_range);
-      if (!cr) {
-        v.result = Err(Status::IOError(u + ": 206 with a bad Content-Range '" +
-                                       ServerText(t->content_range) + "'"));
-        return v;
-      }
+      auto cr = ContentRangeOf(*t, &v);
+      if (!cr) return v;
       uint64_t want_start = range ? range->offset : 0;
       uint64_t want_end = range ? range->offset + range->length - 1 : cr->end;
       // A server may end a range early at the end of the object: the caller sees the total.
@@ -854,12 +868,7 @@ class HttpClient::Impl {
                                        ServerText(t->content_range)));
         return v;
       }
-      if (t->written != cr->end - cr->start + 1) {
-        v.reason = RetryReason::kShortBody;
-        v.detail = "short body: " + std::to_string(t->written) + " of " +
-                   std::to_string(cr->end - cr->start + 1) + " bytes";
-        return v;
-      }
+      if (ShortBody(*t, *cr, &v)) return v;
       r.content_range = cr;
       ignores_range_ = false;
     } else {  // 200: the whole object
@@ -889,7 +898,6 @@ class HttpClient::Impl {
   // range whose bytes all came is copied to its buffer; the others get 0 in range_bytes.
   Verdict AcceptRanges(Transfer* t, long status, HttpResponse r) {
     Verdict v;
-    const std::string& u = t->shown_url;
     std::vector<BytePart> parts;
     uint64_t total = 0;
     r.range_bytes.assign(t->req.ranges.size(), 0);
@@ -902,18 +910,8 @@ class HttpClient::Impl {
           r.multipart = true;
         }
       } else {
-        auto cr = ParseContentRange(t->content_range);
-        if (!cr) {
-          v.result = Err(Status::IOError(u + ": 206 with a bad Content-Range '" +
-                                         ServerText(t->content_range) + "'"));
-          return v;
-        }
-        if (t->written != cr->end - cr->start + 1) {
-          v.reason = RetryReason::kShortBody;
-          v.detail = "short body: " + std::to_string(t->written) + " of " +
-                     std::to_string(cr->end - cr->start + 1) + " bytes";
-          return v;
-        }
+        auto cr = ContentRangeOf(*t, &v);
+        if (!cr || ShortBody(*t, *cr, &v)) return v;
         parts.push_back({*cr, t->body});
       }
       if (!parts.empty()) total = parts.front().range.total;
