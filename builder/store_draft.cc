@@ -78,6 +78,11 @@ Status StoreDraft::Prepare(const std::string& options, bool resume) const {
   PCRFS_RETURN_IF_ERROR(MakeDir(dir_));
   PCRFS_RETURN_IF_ERROR(MakeDir(dir_ + "/" + index::kRecordsDir));
   PCRFS_RETURN_IF_ERROR(MakeDir(state));
+  // A run killed between a write and its rename left NAME.tmp.PID.N; the draft is this
+  // build's alone, so none of them is a live writer's.
+  for (const std::string& d : {dir_, dir_ + "/" + index::kRecordsDir, state}) {
+    if (auto r = RemoveAtomicWriteLeftovers(d); !r) return r.error();
+  }
   return WriteFileAtomic(state + "/" + kOptionsFile, options.data(), options.size());
 }
 

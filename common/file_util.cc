@@ -1,5 +1,6 @@
 #include "common/file_util.h"
 
+#include <dirent.h>
 #include <fcntl.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -157,6 +158,36 @@ Status WriteFileAtomic(const std::string& path, const void* data, size_t n, int 
     return s;
   }
   return Status::OK();
+}
+
+bool IsAtomicWriteLeftover(std::string_view name) {
+  const size_t at = name.rfind(".tmp.");
+  if (at == std::string_view::npos || at == 0) return false;
+  const std::string_view tail = name.substr(at + 5);  // PID.N
+  const size_t dot = tail.find('.');
+  if (dot == 0 || dot == std::string_view::npos || dot + 1 == tail.size()) return false;
+  for (size_t i = 0; i < tail.size(); ++i) {
+    if (i != dot && (tail[i] < '0' || tail[i] > '9')) return false;
+  }
+  return true;
+}
+
+Result<size_t> RemoveAtomicWriteLeftovers(const std::string& dir) {
+  DIR* d = ::opendir(dir.c_str());
+  if (d == nullptr) return Err(Status::FromErrno("cannot list " + dir, errno));
+  size_t removed = 0;
+  Status status;
+  while (const dirent* e = ::readdir(d)) {
+    if (!IsAtomicWriteLeftover(e->d_name)) continue;
+    if (::unlinkat(::dirfd(d), e->d_name, 0) == 0) {
+      ++removed;
+    } else if (errno != ENOENT && status.ok()) {
+      status = Status::FromErrno("cannot remove " + dir + "/" + e->d_name, errno);
+    }
+  }
+  ::closedir(d);
+  if (!status.ok()) return Err(status);
+  return removed;
 }
 
 namespace {

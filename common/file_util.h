@@ -69,6 +69,13 @@ std::string ReadSmallFile(const char* path, size_t max = 4096);
 // there is removed, never followed. `mode`: 0600 for a cache folder's files.
 Status WriteFileAtomic(const std::string& path, const void* data, size_t n, int mode = 0644);
 
+// True for a name WriteFileAtomic's temporary files take (NAME.tmp.PID.N): what a process
+// killed between the write and the rename leaves behind.
+bool IsAtomicWriteLeftover(std::string_view name);
+// Removes such leftovers directly in `dir` (not below); for a folder only this process writes
+// (a build's STORE.partial), never for one shared with live writers. The count removed.
+Result<size_t> RemoveAtomicWriteLeftovers(const std::string& dir);
+
 // Creates `dir` and its missing parents (each new one 0700) and checks it: a folder owned by
 // another user, or writable by group or others, is refused with one line naming it (its files
 // could be replaced or read by someone else); ours with group or other bits is narrowed to 0700.

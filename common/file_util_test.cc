@@ -168,5 +168,32 @@ TEST(FileUtilTest, RootRunsNoCommandFromAnotherUsersFile) {
   std::filesystem::remove_all(tmp);
 }
 
+TEST(FileUtilTest, AKilledWritersLeftoversAreKnownAndRemoved) {
+  EXPECT_TRUE(IsAtomicWriteLeftover("index.pcri.tmp.9013.16"));
+  EXPECT_TRUE(IsAtomicWriteLeftover("a.tmp.1.0"));
+  EXPECT_FALSE(IsAtomicWriteLeftover("index.pcri"));
+  EXPECT_FALSE(IsAtomicWriteLeftover("a.tmp"));
+  EXPECT_FALSE(IsAtomicWriteLeftover("a.tmp.12"));
+  EXPECT_FALSE(IsAtomicWriteLeftover("a.tmp.12."));
+  EXPECT_FALSE(IsAtomicWriteLeftover("a.tmp..3"));
+  EXPECT_FALSE(IsAtomicWriteLeftover("a.tmp.1x.3"));
+  EXPECT_FALSE(IsAtomicWriteLeftover(".tmp.1.3"));
+  char tmp[] = "/tmp/pcrfs-leftovers-XXXXXX";
+  ASSERT_NE(::mkdtemp(tmp), nullptr);
+  const std::string root = tmp;
+  ASSERT_TRUE(WriteFileAtomic(root + "/keep", "k", 1).ok());
+  for (const char* name : {"/keep.tmp.77.0", "/index.pcri.tmp.9013.16"}) {
+    ASSERT_TRUE(WriteFileAtomic(root + name + std::string(".x"), "t", 1).ok());
+    ASSERT_EQ(::rename((root + name + ".x").c_str(), (root + name).c_str()), 0);
+  }
+  auto removed = RemoveAtomicWriteLeftovers(root);
+  ASSERT_TRUE(removed) << removed.error().ToString();
+  EXPECT_EQ(*removed, 2u);
+  EXPECT_EQ(ReadSmallFile((root + "/keep").c_str()), "k");
+  EXPECT_NE(::access((root + "/keep.tmp.77.0").c_str(), F_OK), 0);
+  EXPECT_FALSE(RemoveAtomicWriteLeftovers(root + "/missing"));
+  std::filesystem::remove_all(root);
+}
+
 }  // namespace
 }  // namespace pcrfs
