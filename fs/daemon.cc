@@ -447,19 +447,24 @@ class SighupReload {
   std::thread thread_;
 };
 
+// The FUSE worker threads: a remote read waits on the network, not a core, so enough workers
+// that the FUSE threads are not what limits the reads in flight (a reader's READ sends its
+// file's k pieces at once, so 64 reads keep hundreds of requests busy).
+unsigned ServeThreads(const MountConfig& config, bool remote) {
+  const unsigned cores = std::max(1u, std::thread::hardware_concurrency());
+  unsigned threads = config.threads ? config.threads : std::max(4u, 2 * cores);
+  if (remote && config.threads == 0) {
+    threads = std::max(threads, std::min(64u, static_cast<unsigned>(config.remote.connections)));
+  }
+  return threads;
+}
+
 // Serves requests until unmounted or signalled. Returns the session loop's result.
 int ServeLoop(fuse_session* se, const MountConfig& config, const fuse_cmdline_opts& opts,
               bool remote) {
   if (opts.singlethread) return fuse_session_loop(se);
   fuse_loop_config* loop = fuse_loop_cfg_create();
-  const unsigned cores = std::max(1u, std::thread::hardware_concurrency());
-  unsigned threads = config.threads ? config.threads : std::max(4u, 2 * cores);
-  // A remote read waits on the network, not a core: enough workers that the FUSE threads are
-  // not what limits the reads in flight (a reader's READ sends its file's k pieces at once, so
-  // 64 reads keep hundreds of requests busy).
-  if (remote && config.threads == 0) {
-    threads = std::max(threads, std::min(64u, static_cast<unsigned>(config.remote.connections)));
-  }
+  const unsigned threads = ServeThreads(config, remote);
   fuse_loop_cfg_set_max_threads(loop, threads);
   fuse_loop_cfg_set_idle_threads(loop, threads);
   fuse_loop_cfg_set_clone_fd(loop, opts.clone_fd);
@@ -583,6 +588,9 @@ int OpenAndServe(fuse_session* se, Filesystem** fs_slot, const MountConfig& conf
   if (config.kernel_readahead != 0) {
     fs_options.max_readahead = static_cast<uint32_t>(config.kernel_readahead);
   }
+  // Two readahead READs in flight per worker (FsOptions::max_background).
+  fs_options.max_background =
+      static_cast<uint16_t>(std::clamp(2 * ServeThreads(config, location.remote), 64u, 1024u));
   // Pushed bytes go to the kernel's page cache of an inode it holds (FUSE_NOTIFY_STORE).
   fs_options.push = [se](uint64_t ino, const uint8_t* data, size_t n) {
     fuse_bufvec bufv = FUSE_BUFVEC_INIT(n);

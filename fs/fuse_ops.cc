@@ -130,6 +130,10 @@ void OpInit(void* userdata, fuse_conn_info* conn) {
   if (conn->capable & FUSE_CAP_SPLICE_WRITE) conn->want |= FUSE_CAP_SPLICE_WRITE;
   conn->want &= ~FUSE_CAP_AUTO_INVAL_DATA;  // nothing ever changes: never invalidate on mtime
   conn->max_readahead = fs ? fs->options().max_readahead : 1u << 20;
+  if (fs != nullptr && fs->options().max_background > 0) {
+    conn->max_background = fs->options().max_background;
+    conn->congestion_threshold = static_cast<unsigned>(conn->max_background * 3 / 4);
+  }
 }
 
 void OpLookup(fuse_req_t req, fuse_ino_t parent, const char* name) {

@@ -252,7 +252,8 @@ def metrics(path):
                     continue
                 name, _, value = line.rpartition(" ")
                 base = name.split("{")[0]
-                if any(w in base for w in ("cache", "memory", "resident", "bytes")):
+                if any(w in base for w in ("cache", "memory", "resident", "bytes", "duration",
+                                             "first_byte", "requests", "reads_total")):
                     key = re.sub(r'mount="[^"]*",?', "", name).replace(",}", "}")
                     key = key.replace("{}", "")
                     try:
