@@ -840,6 +840,7 @@ int RunDaemon(int argc, char** argv) {
     if (const std::string line = CacheSizingWarning(*sizing); !line.empty()) {
       Log(LogLevel::kWarning, line);  // on the terminal, and in the log file
     }
+    config->fs.windows_for_several_pieces = LevelFits(*sizing);
   }
   // Its transcoded files get 3/4 of a remote store's disk budget (the record bytes are read
   // once per file, to transcode it) and all of a local one's.

@@ -648,7 +648,8 @@ Result<size_t> Filesystem::ReadStored(const index::Entry& entry, int level, uint
         wanted.push_back({s.piece.offset + begin, stop - begin});
       }
     }
-    scheduler_.WillRead(*file, wanted);
+    scheduler_.WillRead(*file, wanted,
+                        plan.pieces_used() == 1 || options_.windows_for_several_pieces);
   }
 
   for (const index::LevelSpan& s : plan.spans()) {

@@ -101,7 +101,8 @@ Status RecordScheduler::Demand(const SourceFile& file, uint64_t n,
   return s;
 }
 
-void RecordScheduler::WillRead(const SourceFile& file, const std::vector<Range>& ranges) {
+void RecordScheduler::WillRead(const SourceFile& file, const std::vector<Range>& ranges,
+                               bool windows) {
   const SpeculationSource* source = file.speculation();
   if (source == nullptr) return;
   std::vector<Range> promoted;
@@ -116,7 +117,7 @@ void RecordScheduler::WillRead(const SourceFile& file, const std::vector<Range>&
     // kPromoteAtDemandReads other demand reads run. A piece not promoted leaves the queue all
     // the same: it is being fetched now.
     const bool busy = demand_active_.load(std::memory_order_acquire) >= kPromoteAtDemandReads;
-    const uint64_t room = busy ? source->AheadRoom() / ranges.size() : 0;
+    const uint64_t room = busy && windows ? source->AheadRoom() / ranges.size() : 0;
     MutexLock l(&mu_);
     const uint64_t window = std::min(std::max(model_.chunk(), kMinConcurrentChunk), room);
     for (const Range& r : ranges) {

@@ -92,8 +92,11 @@ class RecordScheduler {
   // single-piece fetches; a reader or two would only wait longer for its own file. The window
   // is speculation (SpeculationSource::PrefetchAhead: unread until read, kept until read): at
   // most the room the source has for such bytes (AheadRoom), shared by the read's pieces, and
-  // none without room (the pieces alone are fetched).
-  void WillRead(const SourceFile& file, const std::vector<Range>& ranges) EXCLUDES(mu_);
+  // none without room (the pieces alone are fetched). windows == false: no window at all (the
+  // pieces alone, each taken out of the queue), for a read whose windows would not pay
+  // (FsOptions::windows_for_several_pieces).
+  void WillRead(const SourceFile& file, const std::vector<Range>& ranges, bool windows = true)
+      EXCLUDES(mu_);
   // Queues speculative reads of these ranges (in this order), minus every byte already read
   // or queued for `file`; nothing if the file has no speculation hooks. Never blocks on I/O.
   void Speculate(const SourceFile& file, const std::vector<Range>& ranges) EXCLUDES(mu_);

@@ -467,6 +467,21 @@ TEST(RecordSchedulerTest, APromotedWindowOfARemoteSourceIsAtLeastOneSpeculativeR
   ASSERT_EQ(after.size(), 7u);
   EXPECT_EQ(after[6], (std::pair<uint64_t, uint64_t>{19 * mib + 100, 5000}));
   EXPECT_EQ(s.stats().promoted_bytes, RecordScheduler::kMinConcurrentChunk + 2 * 64 * 1024);
+
+  // A read told to take no windows (a file of several pieces, a level larger than the caches:
+  // FsOptions::windows_for_several_pieces) gets its pieces alone, with all the room there is,
+  // and they leave the queue.
+  src->set_room(64 * mib);
+  const uint64_t queued = s.stats().queued_bytes;
+  WhileDemandReadsRun(s, file, [&] {
+    s.WillRead(file, {{19 * mib + 200000, 5000}, {19 * mib + 400000, 5000}}, false);
+  });
+  after = src->prefetched();
+  ASSERT_EQ(after.size(), 9u);
+  EXPECT_EQ(after[7], (std::pair<uint64_t, uint64_t>{19 * mib + 200000, 5000}));
+  EXPECT_EQ(after[8], (std::pair<uint64_t, uint64_t>{19 * mib + 400000, 5000}));
+  EXPECT_EQ(s.stats().promoted_bytes, RecordScheduler::kMinConcurrentChunk + 2 * 64 * 1024);
+  EXPECT_EQ(s.stats().queued_bytes, queued - 2 * 5000);
 }
 
 // Ranges planned apart (folder by folder, group region by group region) that lie side by side

@@ -136,6 +136,33 @@ class KernelReadaheadTest(unittest.TestCase):
             self.assertEqual(bdi_read_ahead_kb(mnt), 128)  # the kernel's own for FUSE
 
 
+def fuse_connection_value(mnt, name):
+    """A value of the mount's FUSE connection (/sys/fs/fuse/connections/DEV/NAME)."""
+    dev = None
+    with open("/proc/self/mountinfo") as f:
+        for line in f:
+            fields = line.split()
+            if fields[4] == os.path.realpath(mnt):
+                dev = fields[2]
+    major, minor = (int(x) for x in dev.split(":"))
+    with open(f"/sys/fs/fuse/connections/{(major << 20) | minor}/{name}") as f:
+        return int(f.read())
+
+
+class BackgroundRequestsTest(unittest.TestCase):
+    @unittest.skipUnless(os.path.isdir("/sys/fs/fuse/connections"), "no fusectl file system")
+    def test_readers_get_more_background_reads_than_the_kernels_twelve(self):
+        # The kernel's readahead READs are background requests: with its default of 12
+        # (congested at 9), 16 readers of a remote store fell back to one 4 KiB page per READ.
+        mnt = os.path.join(WORK, "mnt-bg")
+        with Mount(STORE, mnt, "-o", "threads=8"):
+            self.assertEqual(fuse_connection_value(mnt, "max_background"), 64)
+            self.assertEqual(fuse_connection_value(mnt, "congestion_threshold"), 48)
+        with Mount(STORE, mnt, "-o", "threads=100"):
+            self.assertEqual(fuse_connection_value(mnt, "max_background"), 200)
+            self.assertEqual(fuse_connection_value(mnt, "congestion_threshold"), 150)
+
+
 class XattrTest(unittest.TestCase):
     def test_foreign_namespaces_are_not_supported_and_ls_works(self):
         mnt = os.path.join(WORK, "mnt-xattr")
