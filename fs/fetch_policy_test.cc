@@ -115,16 +115,17 @@ class FetchPolicyTest : public ::testing::Test {
 
   struct Epoch {
     uint64_t served = 0, origin = 0, gets = 0;
+    uint64_t promoted = 0;  // bytes of windows taken by demand reads
     RangeCacheStats cache;
   };
   // Reads every file once in `order` (indexes into names_) with `readers` threads, each file
   // whole in 128 KiB READs as the kernel sends them; checks each against the local store.
   static Epoch RunEpoch(int level, uint64_t cache_bytes, const std::vector<size_t>& order,
-                        int readers) {
+                        int readers, FsOptions options = {}) {
     auto mem = Bucket();
     Epoch out;
     {
-      auto m = Open(mem, level, cache_bytes);
+      auto m = Open(mem, level, cache_bytes, options);
       std::vector<uint64_t> inos;
       for (const auto& n : *names_) inos.push_back(Walk(*m.fs, n));
       std::atomic<size_t> next{0};
@@ -152,6 +153,7 @@ class FetchPolicyTest : public ::testing::Test {
       for (auto& t : threads) t.join();
       EXPECT_EQ(failures.load(), 0);
       out.served = served.load();
+      out.promoted = m.fs->scheduler_stats().promoted_bytes;
       m.fs.reset();  // its scheduler's pool stops: no fetch is in flight after this
       out.cache = m.cache->stats();
       // Every file was read: a byte still unread was fetched ahead for nothing. Which files
@@ -339,6 +341,25 @@ TEST_F(FetchPolicyTest, ALevelThatFitsIsFetchedAheadInFewRequests) {
   EXPECT_LE(static_cast<double>(e.origin), 1.10 * static_cast<double>(e.served));
   EXPECT_LT(e.gets, names_->size() * level);
   EXPECT_GT(e.cache.memory_hit_bytes, e.served / 2);
+}
+
+// Where the level does not fit (the daemon then sets windows_for_several_pieces false), a cold
+// read of several pieces takes its pieces alone, never a window around them: at level 10 a
+// window holds a tenth of each neighbour, and a file's windows were k GETs sharing the link
+// (10k files, caches 1/10, 16 readers, 20 ms: 484 files/s with windows, 553-694 without). A
+// level-1 read (one piece) still may: its window holds whole neighbours.
+TEST_F(FetchPolicyTest, ALevelLargerThanTheCachesTakesNoWindowsForSeveralPieces) {
+  FsOptions options;
+  options.windows_for_several_pieces = false;
+  for (int level : {3, 10}) {
+    const uint64_t level_bytes = LevelBytes(level);
+    const Epoch e = RunEpoch(level, level_bytes / 10, Shuffled(11), 16, options);
+    SCOPED_TRACE("level " + std::to_string(level) + ": origin " + std::to_string(e.origin) +
+                 ", served " + std::to_string(e.served) + ", " + e.cache.ToJson());
+    EXPECT_EQ(e.promoted, 0u);
+    EXPECT_EQ(e.served, level_bytes);
+    EXPECT_LE(static_cast<double>(e.origin), 1.10 * static_cast<double>(e.served));
+  }
 }
 
 // A file at level k that is not cached costs one round trip: its k pieces are asked for at once,
