@@ -6,6 +6,7 @@
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
+#include <map>
 
 #include "codec/baseline.h"
 #include "common/crc32c.h"
@@ -111,6 +112,10 @@ void Filesystem::ConsumeHints() {
       if (hint_stop_) return;
       hint_room_.WaitFor(&hint_mu_, kRoomRecheck);
     }
+    if (hinted_remote_ != nullptr) {
+      FetchHintedBatch();
+      continue;
+    }
     const std::optional<uint64_t> ino = hints_.TryPop();
     if (!ino) continue;  // read, or reset, meanwhile
     const NodeId id = FromFuseIno(*ino);
@@ -162,6 +167,52 @@ bool Filesystem::FetchHinted(index::Entry e, int level) {
   }
   hinted_fetched_.fetch_add(1, std::memory_order_relaxed);
   return true;
+}
+
+void Filesystem::FetchHintedBatch() {
+  struct Hinted {
+    index::Entry entry;
+    int level;
+  };
+  std::map<uint32_t, std::vector<Hinted>> by_record;  // in record order: one GET each
+  const uint64_t room = hinted_remote_->AheadRoom();
+  uint64_t planned = 0;
+  for (size_t taken = 0; taken < kHintBatchFiles && planned < room;) {
+    const std::optional<uint64_t> ino = hints_.TryPop();
+    if (!ino) break;  // none left (or all read meanwhile)
+    const NodeId id = FromFuseIno(*ino);
+    auto e = store_->index().Get(id.store_ino);
+    if (!e || e->is_dir()) continue;  // a damaged index: reads report it
+    ++taken;
+    planned += e->SizeAtLevel(id.level);
+    by_record[e->record].push_back({std::move(*e), id.level});
+  }
+  for (auto& [record, files] : by_record) {
+    auto file = OpenRecord(record);
+    if (!file) continue;  // reported when its files are read
+    const std::shared_ptr<const SpeculationSource> source = file->shared_speculation();
+    if (!source || source->ConcurrentSpeculativeReads() == 0) {
+      for (Hinted& h : files) {
+        PlannedFiles plan(*store_, &pusher_);
+        if (plan.Add(std::move(h.entry), h.level)) plan.Queue(scheduler_);
+      }
+      continue;
+    }
+    std::vector<SpeculationSource::Span> pieces;
+    for (const Hinted& h : files) {
+      index::Entry e = h.entry;
+      if (!store_->ResolvePieces(&e, h.level).ok()) continue;  // its read reports the damage
+      const index::LevelPlan plan(e.kind, e.pieces, h.level, 0, e.SizeAtLevel(h.level));
+      for (const index::LevelSpan& span : plan.spans()) {
+        pieces.push_back({span.piece.offset, span.piece.length});
+      }
+    }
+    if (source->PrefetchAheadAll(pieces)) {
+      hinted_fetched_.fetch_add(files.size(), std::memory_order_relaxed);
+      continue;
+    }
+    for (Hinted& h : files) FetchHinted(std::move(h.entry), h.level);  // as room frees
+  }
 }
 
 void Filesystem::FillLevel(int level) {
