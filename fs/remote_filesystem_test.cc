@@ -336,8 +336,8 @@ TEST_F(RemoteFilesystemTest, AnswersOfTheWrongExtentAreNeverServed) {
 
 // Revalidation. A remount asks for each metadata file conditionally (its saved ETag: the
 // answer is "not modified", no byte sent) and serves the same bytes. A store rebuilt at the URL
-// is no damage: a mount that had not opened a record reads "the object changed ...: remount"
-// (EIO), and a remount fetches the new metadata (new ETags) and serves the new store exactly.
+// under a mount: a record it had not opened reads "the object changed ...: remount" (EIO), and
+// a remount fetches the new metadata (new ETags) and serves the new store exactly.
 TEST_F(RemoteFilesystemTest, ARemountRevalidatesAndARebuildNeedsOne) {
   auto bucket = Bucket(1);
   const std::string cache = CacheDir();
