@@ -56,7 +56,8 @@ class FakeClock final : public Clock {
   std::cv_status WaitUntil(CondVar* cv, Mutex* mu, TimePoint deadline) const override REQUIRES(mu)
       EXCLUDES(mu_);
 
-  // Moves both clocks forward by `d` and wakes every wait whose deadline that reaches.
+  // Moves both clocks forward by `d` and wakes every wait whose deadline that reaches. Takes
+  // each such waiter's mutex: never call it holding a mutex that a thread waits on it with.
   void Advance(std::chrono::nanoseconds d) EXCLUDES(mu_);
   // Threads in WaitUntil now whose deadline is still ahead.
   size_t waiters() const EXCLUDES(mu_);
