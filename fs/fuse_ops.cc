@@ -2,6 +2,7 @@
 #include "fs/fuse_ops.h"
 
 #include <fuse3/fuse_lowlevel.h>
+#include <unistd.h>
 
 #include <atomic>
 #include <cerrno>
@@ -219,7 +220,12 @@ void OpRead(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off, fuse_file_in
       fuse_reply_err(req, n.error().ToErrno());
       return;
     }
-    if (g_push_under_read && off == 0 && *n > 0) g_push_under_read(ino, tls_read_buffer.data(), *n);
+    if (g_push_under_read && off == 0 && *n > 0) {
+      // What the test waits for: this thread then blocks on the page its READ holds locked.
+      Log(LogLevel::kInfo,
+          "test hook: thread " + std::to_string(::gettid()) + " pushes the bytes of its own READ");
+      g_push_under_read(ino, tls_read_buffer.data(), *n);
+    }
     fuse_reply_buf(req, reinterpret_cast<const char*>(tls_read_buffer.data()), *n);
   });
 }

@@ -18,7 +18,7 @@ namespace {
 // 0 if the kernel does not say. The model takes a read's wall time minus this as the time
 // the source took (a worker woken by its read's completion on busy cores may wait for a core
 // for several ms).
-double RunDelaySeconds(const UniqueFd& fd) {
+double ThreadRunDelaySeconds(const UniqueFd& fd) {
   if (fd.get() < 0) return 0;
   char buf[96];
   const ssize_t n = ::pread(fd.get(), buf, sizeof(buf) - 1, 0);
@@ -30,8 +30,9 @@ double RunDelaySeconds(const UniqueFd& fd) {
   return static_cast<double>(delay) * 1e-9;
 }
 
-double SecondsSince(std::chrono::steady_clock::time_point start) {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+// ThreadRunDelaySeconds on the real clock; 0 on another, whose time no thread waits a CPU in.
+double RunDelaySeconds(const timing::Clock* clock, const UniqueFd& fd) {
+  return clock == timing::Clock::Real() ? ThreadRunDelaySeconds(fd) : 0;
 }
 
 // Speculative reads the source takes at once beside demand reads (0: one queue, a disk).
@@ -41,8 +42,9 @@ int ConcurrentSpeculativeReads(const SourceFile& file) {
 
 }  // namespace
 
-RecordScheduler::RecordScheduler(OnArrived on_arrived, uint64_t forget_after)
-    : on_arrived_(std::move(on_arrived)), queue_(forget_after) {
+RecordScheduler::RecordScheduler(OnArrived on_arrived, uint64_t forget_after,
+                                 const timing::Clock* clock)
+    : on_arrived_(std::move(on_arrived)), clock_(clock), queue_(forget_after) {
   for (int i = 0; i < kWorkers; ++i) pool_.emplace_back([this] { Worker(); });
 }
 
@@ -75,11 +77,11 @@ Status RecordScheduler::Demand(const SourceFile& file, uint64_t n,
   // (Opened by the thread that reads it; the daemon forks before any demand read.)
   thread_local const UniqueFd schedstat(
       ::open("/proc/thread-self/schedstat", O_RDONLY | O_CLOEXEC));
-  const double delay_before = RunDelaySeconds(schedstat);
-  const auto start = Clock::now();
+  const double delay_before = RunDelaySeconds(clock_, schedstat);
+  const auto start = clock_->Now();
   Status s = read();
   d.wall = SecondsSince(start);
-  d.run_delay = RunDelaySeconds(schedstat) - delay_before;
+  d.run_delay = RunDelaySeconds(clock_, schedstat) - delay_before;
   // One in flight at its start had not finished at its end: this read overtook it. Alone all
   // along: none in flight at its start, and none started during it.
   d.overtook = !d.alone && speculative_finished_.load(std::memory_order_acquire) < started_before;
@@ -88,13 +90,13 @@ Status RecordScheduler::Demand(const SourceFile& file, uint64_t n,
   bool wake = false;
   {
     MutexLock l(&mu_);
-    const bool paused = model_.NoteDemand(d, Clock::now());
+    const bool paused = model_.NoteDemand(d, clock_->Now());
     queue_.NoteDemand(n);
     // Wake a worker only if one is waiting and could start now (a page-cache hit per piece
     // must not cost two thread wake-ups), or must now wait for the pause's end, not for a
     // signal.
     wake = (demand_active_.fetch_sub(1, std::memory_order_acq_rel) == 1 && idle_workers_ > 0 &&
-            CanStartLocked(Clock::now())) ||
+            CanStartLocked(clock_->Now())) ||
            (paused && idle_workers_ > 0);
   }
   if (wake) cv_.Signal();
@@ -154,7 +156,7 @@ void RecordScheduler::Speculate(const SourceFile& file, const std::vector<Range>
     if (stop_) return;
     const bool was_empty = queue_.empty();
     added = !queue_.Add(source, ranges, size).empty();
-    if (added && was_empty) model_.NoteQueuedIntoEmpty(Clock::now());
+    if (added && was_empty) model_.NoteQueuedIntoEmpty(clock_->Now());
   }
   if (added) cv_.Signal();
 }
@@ -176,7 +178,7 @@ void RecordScheduler::Worker() {
       for (;;) {
         // One reading of the clock per pass: a deadline that passes between two readings must
         // not leave the worker in an untimed wait.
-        const auto now = Clock::now();
+        const auto now = clock_->Now();
         if (stop_ || CanStartLocked(now)) break;
         if (queue_.empty() || yield_.load(std::memory_order_acquire)) {  // Yield(false) signals
           cv_.Wait(&mu_);
@@ -184,10 +186,10 @@ void RecordScheduler::Worker() {
         }
         const auto not_before = model_.NotBefore(queue_.front().file->ConcurrentSpeculativeReads());
         if (not_before > now) {
-          cv_.WaitUntil(&mu_, not_before);
+          clock_->WaitUntil(&cv_, &mu_, not_before);
         } else if (model_.in_flight() == 0) {
           // A gap between demand reads signals; if none comes, start once starved.
-          cv_.WaitUntil(&mu_, model_.StarvedAt());
+          clock_->WaitUntil(&cv_, &mu_, model_.StarvedAt());
         } else {
           cv_.Wait(&mu_);
         }
@@ -205,11 +207,11 @@ void RecordScheduler::Worker() {
       taken = queue_.TakeFront(n);
       speculative_started_.fetch_add(1, std::memory_order_acq_rel);
       // A source that takes several at once: another worker may start too.
-      if (idle_workers_ > 0 && CanStartLocked(Clock::now())) cv_.Signal();
+      if (idle_workers_ > 0 && CanStartLocked(clock_->Now())) cv_.Signal();
     }
     const uint64_t n = taken.end - taken.offset;
-    const double delay_before = RunDelaySeconds(schedstat);
-    const auto start = Clock::now();
+    const double delay_before = RunDelaySeconds(clock_, schedstat);
+    const auto start = clock_->Now();
     // Errors are ignored: the demand read of these bytes will report them.
     const Result<uint64_t> moved = taken.file->Warm(taken.offset, n, &buffer);
     speculative_finished_.fetch_add(1, std::memory_order_acq_rel);
@@ -220,11 +222,11 @@ void RecordScheduler::Worker() {
     // had brought in costs no transfer (and took no time).
     sp.moved = moved.value_or(n);
     sp.wall = SecondsSince(start);
-    sp.run_delay = RunDelaySeconds(schedstat) - delay_before;
+    sp.run_delay = RunDelaySeconds(clock_, schedstat) - delay_before;
     sp.one_queue = concurrent == 0;
     {
       MutexLock l(&mu_);
-      const auto now = Clock::now();
+      const auto now = clock_->Now();
       model_.NoteFinished(now);
       if (s.code() == Status::Code::kResourceExhausted) {
         // The source keeps enough unread bytes: the range goes back to the front, for later.
@@ -251,7 +253,11 @@ void RecordScheduler::Yield(bool yield) {
   cv_.SignalAll();
 }
 
-bool RecordScheduler::CanStartLocked(Clock::time_point now) const {
+double RecordScheduler::SecondsSince(timing::Clock::TimePoint start) const {
+  return std::chrono::duration<double>(clock_->Now() - start).count();
+}
+
+bool RecordScheduler::CanStartLocked(timing::Clock::TimePoint now) const {
   return !queue_.empty() && !yield_.load(std::memory_order_acquire) &&
          model_.CanStart(now, queue_.front().file->ConcurrentSpeculativeReads(),
                          demand_active_.load(std::memory_order_acquire));

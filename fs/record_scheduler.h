@@ -12,8 +12,10 @@
 //
 // The scheduler is three parts: SourceModel (fs/source_model.h) decides from timings;
 // SpeculationQueue (fs/speculation_queue.h) holds the ranges to read; this class is the shell
-// that times reads (wall clock and the thread's waits for a CPU, /proc/thread-self/schedstat),
-// feeds the model, and runs its decisions on a pool of threads.
+// that times reads (its clock, and the thread's waits for a CPU, /proc/thread-self/schedstat),
+// feeds the model, and runs its decisions on a pool of threads. Its clock is injected
+// (common/clock.h): on a timing::FakeClock its timed waits (a pause, starvation) end only when the
+// test advances the clock, so its tests follow an exact timeline (record_scheduler_test.cc).
 //
 // Speculation only pays if the source keeps what it read (the page cache for a local file, a
 // block cache for a remote one), since the later demand read must find the bytes there: the
@@ -35,6 +37,7 @@
 #include <thread>
 #include <vector>
 
+#include "common/clock.h"
 #include "common/mutex.h"
 #include "common/random_access_file.h"
 #include "common/speculation_source.h"
@@ -60,9 +63,12 @@ class RecordScheduler {
   // bytes [offset, end) of the file are in the source's cache now (PagePusher::Arrived).
   using OnArrived = std::function<void(const SpeculationSource&, uint64_t offset, uint64_t end)>;
 
-  // forget_after: SpeculationQueue's.
+  // forget_after: SpeculationQueue's. `clock` times reads and ends timed waits (must outlive
+  // the scheduler); with another than Clock::Real() the threads' waits for a CPU are not read
+  // (no thread waits for a CPU in a fake clock's time).
   explicit RecordScheduler(OnArrived on_arrived = nullptr,
-                           uint64_t forget_after = SpeculationQueue::kForgetAfter);
+                           uint64_t forget_after = SpeculationQueue::kForgetAfter,
+                           const timing::Clock* clock = timing::Clock::Real());
   ~RecordScheduler();  // drops queued speculative work and joins the pool
   RecordScheduler(const RecordScheduler&) = delete;
   RecordScheduler& operator=(const RecordScheduler&) = delete;
@@ -112,13 +118,14 @@ class RecordScheduler {
   std::string Describe() const;
 
  private:
-  using Clock = std::chrono::steady_clock;
-
   void Worker() EXCLUDES(mu_);
   // Whether the front of the queue may start at `now`.
-  bool CanStartLocked(Clock::time_point now) const REQUIRES(mu_);
+  bool CanStartLocked(timing::Clock::TimePoint now) const REQUIRES(mu_);
+  // Seconds since `start` on clock_.
+  double SecondsSince(timing::Clock::TimePoint start) const;
 
   const OnArrived on_arrived_;
+  const timing::Clock* const clock_;
   mutable Mutex mu_;
   CondVar cv_;
   bool stop_ GUARDED_BY(mu_) = false;

@@ -5,82 +5,114 @@
 #include <algorithm>
 #include <atomic>
 #include <chrono>
-#include <condition_variable>
 #include <cstring>
 #include <functional>
 #include <map>
-#include <mutex>
+#include <set>
 #include <thread>
 #include <vector>
 
-// The scheduler's thread shell with real threads and a simulated device: what it does in
-// which order, never how long it takes. Its decisions (chunk size, pauses, overlap) are
-// SourceModel's, tested exactly on synthetic timelines in source_model_test.cc; the queue's
-// in speculation_queue_test.cc.
+#include "common/clock.h"
+#include "common/mutex.h"
+
+// The scheduler's thread shell with real threads, a simulated device and a FakeClock: what it
+// does in which order, never how long it takes. Time passes only where a device takes it or the
+// test moves the clock, so a pause, a starvation or a measured rate is the same on any machine,
+// and nothing sleeps. Its decisions (chunk size, pauses, overlap) are SourceModel's, tested
+// exactly on synthetic timelines in source_model_test.cc; the queue's in
+// speculation_queue_test.cc.
 namespace pcrfs::fs {
 namespace {
 
-using Clock = std::chrono::steady_clock;
+using std::chrono::milliseconds;
+using timing::FakeClock;
 using Seconds = std::chrono::duration<double>;
 
-// A source with a latency (requests overlap in it, as on a network) and a bandwidth (one
-// transfer at a time, first come first served, as in a blkio throttle or on one link), with
-// a cache like the page cache: bytes transferred once are served again at no cost. It logs
-// every transfer from the device.
+// Bounds for a broken test, never timings: a wait that reaches one has failed.
+constexpr auto kBound = std::chrono::seconds(30);
+
+// What the scheduler reports through OnArrived (after each speculative read that succeeded):
+// a test waits for the bytes it expects instead of polling.
+class Arrivals {
+ public:
+  explicit Arrivals(const FakeClock* clock) : clock_(clock) {}
+  RecordScheduler::OnArrived Callback() {
+    return [this](const SpeculationSource&, uint64_t offset, uint64_t end) {
+      {
+        MutexLock l(&mu_);
+        bytes_ += end - offset;
+        ++reads_;
+      }
+      cv_.SignalAll();
+      clock_->Poke();  // Drive asks again
+    };
+  }
+  uint64_t bytes() const {
+    MutexLock l(&mu_);
+    return bytes_;
+  }
+  // Waits (at most kBound) until `bytes` have arrived; returns whether they did.
+  bool AwaitBytes(uint64_t bytes) {
+    MutexLock l(&mu_);
+    return cv_.WaitFor(&mu_, kBound, [&]() REQUIRES(mu_) { return bytes_ >= bytes; });
+  }
+  bool AwaitReads(uint64_t reads) {
+    MutexLock l(&mu_);
+    return cv_.WaitFor(&mu_, kBound, [&]() REQUIRES(mu_) { return reads_ >= reads; });
+  }
+
+ private:
+  const FakeClock* const clock_;
+  mutable Mutex mu_;
+  CondVar cv_;
+  uint64_t bytes_ GUARDED_BY(mu_) = 0;
+  uint64_t reads_ GUARDED_BY(mu_) = 0;
+};
+
+// Moves `clock` on by `step` whenever a thread waits on it, until done() (what a Poke or a new
+// wait makes it ask again), or for a bound without either (a failure). Returns done().
+bool Drive(FakeClock& clock, milliseconds step, const std::function<bool()>& done) {
+  for (;;) {
+    if (clock.AwaitWaiterOr(done, std::chrono::duration_cast<milliseconds>(kBound))) return true;
+    if (clock.waiters() == 0) return done();  // the bound passed
+    clock.Advance(step);
+  }
+}
+
+// A source with a bandwidth (one transfer at a time, first come first served, as in a blkio
+// throttle or on one link) whose transfers take the FakeClock's time, with a cache like the
+// page cache: bytes transferred once are served again at no cost. It logs every transfer from
+// the device, in the order of events (stamps), not of times.
 class SimulatedSource final : public RandomAccessFile, public SpeculationSource {
  public:
   struct Transfer {
     uint64_t offset, n;           // the read asked for
     std::vector<uint64_t> pages;  // the pages moved from the device (uncached)
     std::thread::id thread;
-    uint64_t ticket;  // the place in the device's queue
-    Clock::time_point start, end;
+    uint64_t ticket;     // the place in the device's queue
+    uint64_t end_stamp;  // Stamp() when it ended
   };
-  // burst_seconds > 0: a blkio throttle's token bucket, which after an idle spell lets that
-  // many seconds of bandwidth through at once, as cgroup v1's throttle does with its 100 ms
-  // slices (docs/notebook/2026-11-23-to-27-record-scheduler.md).
-  SimulatedSource(uint64_t size, double bandwidth, double latency, bool keeps = true,
-                  double burst_seconds = 0)
-      : size_(size),
-        bandwidth_(bandwidth),
-        latency_(latency),
-        keeps_(keeps),
-        burst_bytes_(burst_seconds * bandwidth),
-        tokens_(burst_bytes_) {}
-
-  // Transfers side by side, each at the full bandwidth (an SSD with requests in flight at
-  // once), not one at a time. Call before the first read.
-  void ServeSideBySide() { side_by_side_ = true; }
+  SimulatedSource(FakeClock* clock, uint64_t size, double bandwidth, bool keeps = true)
+      : clock_(clock), size_(size), bandwidth_(bandwidth), keeps_(keeps) {}
 
   Status Read(uint64_t offset, size_t n, uint8_t* dst) const override {
     if (offset > size_ || n > size_ - offset) return Status::Corruption("read past the end");
-    if (latency_ > 0) std::this_thread::sleep_for(Seconds(latency_));
-    std::unique_lock<std::mutex> l(mu_);
+    MutexLock l(&mu_);
     const uint64_t ticket = next_ticket_++;
-    if (!side_by_side_) cv_.wait(l, [&] { return serving_ == ticket; });
+    cv_.Wait(&mu_, [&]() REQUIRES(mu_) { return serving_ == ticket; });
     std::vector<uint64_t> pages;
     for (uint64_t b = offset / kPage; b <= (offset + n - 1) / kPage && n > 0; ++b) {
       if (!keeps_ || cached_.insert(b).second) pages.push_back(b);
     }
-    const auto start = Clock::now();
-    double wait = static_cast<double>(pages.size() * kPage) / bandwidth_;
-    if (burst_bytes_ > 0) {
-      tokens_ = std::min(burst_bytes_, tokens_ + Seconds(start - tokens_at_).count() * bandwidth_);
-      const double bytes = static_cast<double>(pages.size() * kPage);
-      const double used = std::min(tokens_, bytes);
-      tokens_ -= used;
-      wait = (bytes - used) / bandwidth_;
-      tokens_at_ = start + std::chrono::duration_cast<Clock::duration>(Seconds(wait));
-    }
-    l.unlock();
-    if (wait > 0) std::this_thread::sleep_for(Seconds(wait));
-    l.lock();
+    const double wait = static_cast<double>(pages.size() * kPage) / bandwidth_;
+    l.Unlock();
+    // The transfer takes its time on the clock (the device serves one at a time: ours).
+    clock_->Advance(std::chrono::duration_cast<std::chrono::nanoseconds>(Seconds(wait)));
+    l.Lock();
     transfers_.push_back(
-        {offset, n, std::move(pages), std::this_thread::get_id(), ticket, start, Clock::now()});
+        {offset, n, std::move(pages), std::this_thread::get_id(), ticket, ++stamp_});
     ++serving_;
-    cv_.notify_all();
-    // One memset, not a loop: under ThreadSanitizer a byte loop over MBs would take longer
-    // than the simulated transfer.
+    cv_.SignalAll();
     std::memset(dst, static_cast<int>(offset % 251), n);
     return Status::OK();
   }
@@ -90,7 +122,7 @@ class SimulatedSource final : public RandomAccessFile, public SpeculationSource 
   Result<uint64_t> Warm(uint64_t offset, uint64_t n, std::vector<uint8_t>* scratch) const override {
     uint64_t uncached = 0;
     {
-      std::lock_guard<std::mutex> l(mu_);
+      MutexLock l(&mu_);
       for (uint64_t b = offset / kPage; n > 0 && b <= (offset + n - 1) / kPage; ++b) {
         if (!keeps_ || cached_.count(b) == 0) uncached += kPage;
       }
@@ -100,61 +132,58 @@ class SimulatedSource final : public RandomAccessFile, public SpeculationSource 
     return std::min(uncached, n);
   }
 
+  // A point in the order of events: transfers that ended before it have smaller end stamps.
+  uint64_t Stamp() const {
+    MutexLock l(&mu_);
+    return ++stamp_;
+  }
   std::vector<Transfer> transfers() const {
-    std::lock_guard<std::mutex> l(mu_);
+    MutexLock l(&mu_);
     return transfers_;
   }
   static constexpr uint64_t kPage = 4096;
 
  private:
+  FakeClock* const clock_;
   const uint64_t size_;
-  const double bandwidth_, latency_;
+  const double bandwidth_;
   const bool keeps_;
-  bool side_by_side_ = false;
-  const double burst_bytes_;
   const std::string name_ = "simulated";
-  mutable std::mutex mu_;
-  mutable double tokens_;  // the throttle's burst budget left (burst_bytes_ > 0)
-  mutable Clock::time_point tokens_at_ = Clock::now();
-  mutable std::condition_variable cv_;
-  mutable uint64_t next_ticket_ = 0, serving_ = 0;
-  mutable std::set<uint64_t> cached_;  // pages
-  mutable std::vector<Transfer> transfers_;
+  mutable Mutex mu_;
+  mutable CondVar cv_;
+  mutable uint64_t next_ticket_ GUARDED_BY(mu_) = 0;
+  mutable uint64_t serving_ GUARDED_BY(mu_) = 0;
+  mutable uint64_t stamp_ GUARDED_BY(mu_) = 0;
+  mutable std::set<uint64_t> cached_ GUARDED_BY(mu_);  // pages
+  mutable std::vector<Transfer> transfers_ GUARDED_BY(mu_);
 };
-
-// Waits until the scheduler has nothing queued or in flight (at most 30 s).
-void WaitIdle(const RecordScheduler& s, uint64_t expect_bytes) {
-  const auto deadline = Clock::now() + std::chrono::seconds(30);
-  while (Clock::now() < deadline && s.stats().speculative_bytes < expect_bytes) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(2));
-  }
-}
 
 TEST(RecordSchedulerTest, DemandReadQueuesBehindAtMostOneSpeculativeRead) {
   constexpr double kBandwidth = 50e6;  // a throttled volume: one transfer at a time
-  auto src = std::make_shared<SimulatedSource>(uint64_t{256} << 20, kBandwidth, 0);
+  FakeClock clock;
+  auto src = std::make_shared<SimulatedSource>(&clock, uint64_t{256} << 20, kBandwidth);
   const SourceFile file = SourceFile::Speculative(src);
-  RecordScheduler s;
+  Arrivals arrivals(&clock);
+  RecordScheduler s(arrivals.Callback(), SpeculationQueue::kForgetAfter, &clock);
   s.Speculate(file, {{0, uint64_t{128} << 20}});
   // Let the chunk size settle on the measured rate (4 ms at 50 MB/s is ~200 KB).
-  std::this_thread::sleep_for(std::chrono::milliseconds(150));
+  ASSERT_TRUE(arrivals.AwaitReads(20));
   std::vector<uint8_t> buf(16384);
-  std::vector<Clock::time_point> issued;
+  std::vector<uint64_t> issued;
   for (int i = 0; i < 20; ++i) {
-    // The time is taken inside the scheduler's demand read (Demand, which Read uses), i.e.
+    // The stamp is taken inside the scheduler's demand read (Demand, which Read uses), i.e.
     // once the scheduler counts the read as in progress.
     const uint64_t off = (uint64_t{200} << 20) + i * buf.size();
     ASSERT_TRUE(s.Demand(file, buf.size(), [&] {
-                   issued.push_back(Clock::now());
+                   issued.push_back(src->Stamp());
                    return src->Read(off, buf.size(), buf.data());
                  }).ok());
-    std::this_thread::sleep_for(std::chrono::milliseconds(3));
+    clock.Advance(milliseconds(3));  // a gap between demand reads
   }
   EXPECT_GT(s.stats().speculative_reads, 10u);
   EXPECT_LE(s.stats().chunk, uint64_t{512} << 10) << "a chunk should take a few ms";
   // Ahead of each demand read in the device's queue there is at most one speculative read
-  // that had not finished when the demand read was issued: the one in flight. (By order of
-  // events, not by durations, so a slow machine cannot fail it.)
+  // that had not finished when the demand read was issued: the one in flight.
   const auto log = src->transfers();
   size_t demand = 0;
   for (const auto& d : log) {
@@ -162,7 +191,7 @@ TEST(RecordSchedulerTest, DemandReadQueuesBehindAtMostOneSpeculativeRead) {
     ASSERT_LT(demand, issued.size());
     int ahead = 0;
     for (const auto& x : log) {
-      if (x.thread != d.thread && x.ticket < d.ticket && x.end > issued[demand]) ++ahead;
+      if (x.thread != d.thread && x.ticket < d.ticket && x.end_stamp > issued[demand]) ++ahead;
     }
     EXPECT_LE(ahead, 1) << "demand read " << demand;
     ++demand;
@@ -175,11 +204,13 @@ TEST(RecordSchedulerTest, DemandReadQueuesBehindAtMostOneSpeculativeRead) {
 TEST(RecordSchedulerTest, SpeculationKeepsAnIdleSourceBusy) {
   constexpr double kBandwidth = 100e6;
   constexpr uint64_t kBytes = uint64_t{24} << 20;
-  auto src = std::make_shared<SimulatedSource>(kBytes, kBandwidth, 0);
+  FakeClock clock;
+  auto src = std::make_shared<SimulatedSource>(&clock, kBytes, kBandwidth);
   const SourceFile file = SourceFile::Speculative(src);
-  RecordScheduler s;
+  Arrivals arrivals(&clock);
+  RecordScheduler s(arrivals.Callback(), SpeculationQueue::kForgetAfter, &clock);
   s.Speculate(file, {{0, kBytes}});
-  WaitIdle(s, kBytes);
+  ASSERT_TRUE(arrivals.AwaitBytes(kBytes));
   EXPECT_EQ(s.stats().speculative_bytes, kBytes);
   EXPECT_EQ(s.stats().queued_bytes, 0u);
   uint64_t moved = 0;
@@ -189,9 +220,11 @@ TEST(RecordSchedulerTest, SpeculationKeepsAnIdleSourceBusy) {
 
 TEST(RecordSchedulerTest, NothingIsReadTwice) {
   constexpr uint64_t kSize = uint64_t{16} << 20;
-  auto src = std::make_shared<SimulatedSource>(kSize, 400e6, 0);
+  FakeClock clock;
+  auto src = std::make_shared<SimulatedSource>(&clock, kSize, 400e6);
   const SourceFile file = SourceFile::Speculative(src);
-  RecordScheduler s;
+  Arrivals arrivals(&clock);
+  RecordScheduler s(arrivals.Callback(), SpeculationQueue::kForgetAfter, &clock);
   // Overlapping and repeated requests, some past the end, while demand reads run.
   s.Speculate(file, {{0, 4 << 20}, {2 << 20, 4 << 20}});
   std::thread::id reader_id;
@@ -206,8 +239,12 @@ TEST(RecordSchedulerTest, NothingIsReadTwice) {
   s.Speculate(file, {{3 << 20, 1}});
   reader_id = reader.get_id();
   reader.join();
-  WaitIdle(s, kSize - (4 << 20));
-  EXPECT_EQ(s.stats().speculative_bytes, kSize - (4 << 20));  // [0, 8M) and [12M, 16M)
+  // Speculation waiting for a gap or for starvation gets it once time passes.
+  const uint64_t want = kSize - (4 << 20);  // [0, 8M) and [12M, 16M)
+  ASSERT_TRUE(Drive(clock, milliseconds(5), [&] { return arrivals.bytes() >= want; }))
+      << s.Describe();
+  ASSERT_TRUE(arrivals.AwaitBytes(want));
+  EXPECT_EQ(s.stats().speculative_bytes, want);
   // The device moved each page once, and the scheduler's own reads (not from this test's
   // threads) never asked for a byte twice.
   std::map<uint64_t, int> moved, asked;
@@ -219,111 +256,167 @@ TEST(RecordSchedulerTest, NothingIsReadTwice) {
   }
   for (const auto& [page, count] : moved) EXPECT_EQ(count, 1) << "page " << page;
   for (const auto& [at, count] : asked) EXPECT_EQ(count, 1) << "speculative read at " << at;
-  EXPECT_EQ(asked.size() * 512, kSize - (4 << 20));
+  EXPECT_EQ(asked.size() * 512, want);
 }
 
 TEST(RecordSchedulerTest, NoSpeculationFromASourceThatKeepsNothing) {
-  auto src = std::make_shared<SimulatedSource>(1 << 20, 400e6, 0, /*keeps=*/false);
-  RecordScheduler s;
+  FakeClock clock;
+  auto src = std::make_shared<SimulatedSource>(&clock, 1 << 20, 400e6, /*keeps=*/false);
+  RecordScheduler s(nullptr, SpeculationQueue::kForgetAfter, &clock);
   // A file without speculation hooks (SourceFile::speculation() null): what a store hands out
-  // for a source that keeps nothing.
+  // for a source that keeps nothing. Nothing is queued, so nothing can ever be read.
   s.Speculate(SourceFile(std::shared_ptr<const RandomAccessFile>(src)), {{0, 1 << 20}});
-  std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  EXPECT_EQ(s.stats().queued_bytes, 0u);
   EXPECT_EQ(s.stats().speculative_reads, 0u);
   EXPECT_TRUE(src->transfers().empty());
 }
 
 // A remote store's file as the scheduler sees it: it orders its own requests
-// (SpeculationSource::ConcurrentSpeculativeReads), each speculative read takes a latency, and it
-// refuses speculation while `busy` is set (its cache holds enough unread bytes).
+// (SpeculationSource::ConcurrentSpeculativeReads), each speculative read takes 20 ms of the
+// FakeClock's time (overlapping), and it refuses speculation while `busy` is set (its cache
+// holds enough unread bytes).
 class ConcurrentSource final : public RandomAccessFile, public SpeculationSource {
  public:
-  explicit ConcurrentSource(uint64_t size) : size_(size) {}
+  static constexpr auto kLatency = milliseconds(20);
+  ConcurrentSource(const FakeClock* clock, uint64_t size) : clock_(clock), size_(size) {}
   Status Read(uint64_t, size_t n, uint8_t* dst) const override {
-    std::this_thread::sleep_for(std::chrono::milliseconds(10));
     std::memset(dst, 0, n);
     return Status::OK();
   }
   Result<uint64_t> Warm(uint64_t offset, uint64_t n, std::vector<uint8_t>*) const override {
-    {
-      std::lock_guard<std::mutex> l(mu_);
-      if (busy_) {
-        ++refused_;
-        return Err(Status::ResourceExhausted("enough unread"));
-      }
-      max_in_flight_ = std::max(max_in_flight_, ++in_flight_);
+    MutexLock l(&mu_);
+    if (busy_) {
+      ++refused_;
+      cv_.SignalAll();
+      return Err(Status::ResourceExhausted("enough unread"));
     }
-    std::this_thread::sleep_for(std::chrono::milliseconds(20));
-    std::lock_guard<std::mutex> l(mu_);
+    max_in_flight_ = std::max(max_in_flight_, ++in_flight_);
+    const auto done = clock_->Now() + kLatency;
+    while (clock_->Now() < done) clock_->WaitUntil(&cv_, &mu_, done);
     --in_flight_;
     warmed_.push_back({offset, n});
     return n;
   }
   void Prefetch(uint64_t offset, uint64_t n) const override {
-    std::lock_guard<std::mutex> l(mu_);
+    MutexLock l(&mu_);
     prefetched_.push_back({offset, n});
   }
   uint64_t Size() const override { return size_; }
   const std::string& name() const override { return name_; }
   int ConcurrentSpeculativeReads() const override { return 4; }
   uint64_t AheadRoom() const override {
-    std::lock_guard<std::mutex> l(mu_);
+    MutexLock l(&mu_);
     return room_;
   }
   void set_room(uint64_t room) {
-    std::lock_guard<std::mutex> l(mu_);
+    MutexLock l(&mu_);
     room_ = room;
   }
   std::vector<std::pair<uint64_t, uint64_t>> prefetched() const {
-    std::lock_guard<std::mutex> l(mu_);
+    MutexLock l(&mu_);
     return prefetched_;
   }
-
   void set_busy(bool b) {
-    std::lock_guard<std::mutex> l(mu_);
+    MutexLock l(&mu_);
     busy_ = b;
   }
   int max_in_flight() const {
-    std::lock_guard<std::mutex> l(mu_);
+    MutexLock l(&mu_);
     return max_in_flight_;
   }
   int refused() const {
-    std::lock_guard<std::mutex> l(mu_);
+    MutexLock l(&mu_);
     return refused_;
   }
+  // Waits (at most kBound) until Warm has been refused n times in all.
+  bool AwaitRefused(int n) const {
+    MutexLock l(&mu_);
+    return cv_.WaitFor(&mu_, kBound, [&]() REQUIRES(mu_) { return refused_ >= n; });
+  }
   std::vector<std::pair<uint64_t, uint64_t>> warmed() const {
-    std::lock_guard<std::mutex> l(mu_);
+    MutexLock l(&mu_);
     return warmed_;
   }
 
  private:
+  const FakeClock* const clock_;
   const uint64_t size_;
   const std::string name_ = "concurrent";
-  mutable std::mutex mu_;
-  mutable bool busy_ = false;
-  uint64_t room_ = UINT64_MAX;  // AheadRoom
-  mutable int in_flight_ = 0, max_in_flight_ = 0, refused_ = 0;
-  mutable std::vector<std::pair<uint64_t, uint64_t>> warmed_, prefetched_;
+  mutable Mutex mu_;
+  mutable CondVar cv_;
+  bool busy_ GUARDED_BY(mu_) = false;
+  uint64_t room_ GUARDED_BY(mu_) = UINT64_MAX;  // AheadRoom
+  mutable int in_flight_ GUARDED_BY(mu_) = 0;
+  mutable int max_in_flight_ GUARDED_BY(mu_) = 0;
+  mutable int refused_ GUARDED_BY(mu_) = 0;
+  mutable std::vector<std::pair<uint64_t, uint64_t>> warmed_ GUARDED_BY(mu_);
+  mutable std::vector<std::pair<uint64_t, uint64_t>> prefetched_ GUARDED_BY(mu_);
 };
 
-TEST(RecordSchedulerTest, ConcurrentSourceSpeculatesWhileDemandReadsRun) {
-  auto src = std::make_shared<ConcurrentSource>(uint64_t{64} << 20);
-  const SourceFile file = SourceFile::Speculative(src);
-  RecordScheduler s;
-  std::atomic<bool> stop{false};
-  // Demand reads back to back from two threads: a local disk's policy would never speculate.
-  std::vector<std::thread> readers;
-  for (int t = 0; t < 2; ++t) {
-    readers.emplace_back([&] {
-      std::vector<uint8_t> buf(4096);
-      while (!stop.load()) (void)s.Read(file, 0, buf.size(), buf.data());
-    });
+// Keeps n demand reads of `file` in progress (readers that outrun their fetches) from its
+// construction, once all n have started, until its destruction.
+class DemandReadsInProgress {
+ public:
+  DemandReadsInProgress(RecordScheduler& s, const SourceFile& file, int n) {
+    for (int i = 0; i < n; ++i) {
+      readers_.emplace_back([this, &s, &file] {
+        (void)s.Demand(file, 1, [this] {
+          MutexLock l(&mu_);
+          ++reading_;
+          cv_.SignalAll();
+          cv_.Wait(&mu_, [&]() REQUIRES(mu_) { return released_; });
+          return Status::OK();
+        });
+      });
+    }
+    MutexLock l(&mu_);
+    EXPECT_TRUE(cv_.WaitFor(&mu_, kBound, [&]() REQUIRES(mu_) { return reading_ == n; }));
   }
-  std::this_thread::sleep_for(std::chrono::milliseconds(20));
-  s.Speculate(file, {{0, uint64_t{16} << 20}});
-  WaitIdle(s, uint64_t{16} << 20);
-  stop = true;
-  for (auto& t : readers) t.join();
+  ~DemandReadsInProgress() {
+    {
+      MutexLock l(&mu_);
+      released_ = true;
+    }
+    cv_.SignalAll();
+    for (auto& t : readers_) t.join();
+  }
+
+ private:
+  Mutex mu_;
+  CondVar cv_;
+  int reading_ GUARDED_BY(mu_) = 0;
+  bool released_ GUARDED_BY(mu_) = false;
+  std::vector<std::thread> readers_;
+};
+
+// Waits (at most kBound) until exactly `bytes` are queued: after a busy source's refusal, every
+// part a worker took is back in the queue once they are, and the pool takes nothing more until
+// the clock passes the pause (SourceModel::kBusyRetry), so what is queued is what the test sees.
+// The parts come back microseconds after the refusal: this polls, it does not sleep.
+bool AwaitQueued(const RecordScheduler& s, uint64_t bytes) {
+  const auto deadline = std::chrono::steady_clock::now() + kBound;
+  while (s.stats().queued_bytes != bytes) {
+    if (std::chrono::steady_clock::now() > deadline) return false;
+    std::this_thread::yield();
+  }
+  return true;
+}
+
+TEST(RecordSchedulerTest, ConcurrentSourceSpeculatesWhileDemandReadsRun) {
+  FakeClock clock;
+  auto src = std::make_shared<ConcurrentSource>(&clock, uint64_t{64} << 20);
+  const SourceFile file = SourceFile::Speculative(src);
+  Arrivals arrivals(&clock);
+  RecordScheduler s(arrivals.Callback(), SpeculationQueue::kForgetAfter, &clock);
+  {
+    // Demand reads in progress all along: a local disk's policy would never speculate.
+    DemandReadsInProgress reading(s, file, 2);
+    s.Speculate(file, {{0, uint64_t{16} << 20}});
+    // Several speculative reads at once, each waiting for its answer.
+    ASSERT_TRUE(clock.AwaitWaiters(2));
+    ASSERT_TRUE(Drive(clock, ConcurrentSource::kLatency,
+                      [&] { return arrivals.bytes() >= (uint64_t{16} << 20); }));
+  }
   EXPECT_EQ(s.stats().speculative_bytes, uint64_t{16} << 20) << s.Describe();
   EXPECT_GE(src->max_in_flight(), 2);
   EXPECT_LE(src->max_in_flight(), 4);
@@ -334,16 +427,23 @@ TEST(RecordSchedulerTest, ConcurrentSourceSpeculatesWhileDemandReadsRun) {
 }
 
 TEST(RecordSchedulerTest, ABusySourceIsAskedAgainAndLosesNothing) {
-  auto src = std::make_shared<ConcurrentSource>(uint64_t{8} << 20);
+  FakeClock clock;
+  auto src = std::make_shared<ConcurrentSource>(&clock, uint64_t{8} << 20);
   const SourceFile file = SourceFile::Speculative(src);
   src->set_busy(true);
-  RecordScheduler s;
+  Arrivals arrivals(&clock);
+  RecordScheduler s(arrivals.Callback(), SpeculationQueue::kForgetAfter, &clock);
   s.Speculate(file, {{0, uint64_t{4} << 20}});
-  std::this_thread::sleep_for(std::chrono::milliseconds(100));
-  EXPECT_GT(src->refused(), 0);
+  ASSERT_TRUE(src->AwaitRefused(1));
+  ASSERT_TRUE(AwaitQueued(s, uint64_t{4} << 20));
+  const int refused = src->refused();
+  // Asked again once the pause (SourceModel::kBusyRetry) has passed.
+  clock.Advance(SourceModel::kBusyRetry);
+  ASSERT_TRUE(src->AwaitRefused(refused + 1));
   EXPECT_TRUE(src->warmed().empty());
   src->set_busy(false);
-  WaitIdle(s, uint64_t{4} << 20);
+  ASSERT_TRUE(Drive(clock, ConcurrentSource::kLatency,
+                    [&] { return arrivals.bytes() >= (uint64_t{4} << 20); }));
   // Every byte warmed exactly once, in order.
   uint64_t pos = 0;
   auto warmed = src->warmed();
@@ -362,33 +462,22 @@ TEST(RecordSchedulerTest, ABusySourceIsAskedAgainAndLosesNothing) {
 // outrun single-piece fetches, the condition for promotions).
 void WhileDemandReadsRun(RecordScheduler& s, const SourceFile& file,
                          const std::function<void()>& body) {
-  std::atomic<int> reading{0};
-  std::atomic<bool> release{false};
-  std::vector<std::thread> readers;
-  for (int i = 0; i < RecordScheduler::kPromoteAtDemandReads; ++i) {
-    readers.emplace_back([&] {
-      (void)s.Demand(file, 1, [&] {
-        ++reading;
-        while (!release.load()) std::this_thread::sleep_for(std::chrono::milliseconds(1));
-        return Status::OK();
-      });
-    });
-  }
-  while (reading.load() < RecordScheduler::kPromoteAtDemandReads) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(1));
-  }
+  DemandReadsInProgress reading(s, file, RecordScheduler::kPromoteAtDemandReads);
   body();
-  release = true;
-  for (auto& t : readers) t.join();
 }
 
 TEST(RecordSchedulerTest, ADemandPieceInAQueuedRangeTakesAChunkOfIt) {
-  auto src = std::make_shared<ConcurrentSource>(uint64_t{8} << 20);
+  FakeClock clock;
+  auto src = std::make_shared<ConcurrentSource>(&clock, uint64_t{8} << 20);
   const SourceFile file = SourceFile::Speculative(src);
   src->set_busy(true);  // keep the range queued
-  RecordScheduler s;
+  Arrivals arrivals(&clock);
+  RecordScheduler s(arrivals.Callback(), SpeculationQueue::kForgetAfter, &clock);
   const uint64_t mib = uint64_t{1} << 20;
   s.Speculate(file, {{0, 4 * mib}});
+  // The source refused the range and it is queued again, whole: no worker holds a part of it.
+  ASSERT_TRUE(src->AwaitRefused(1));
+  ASSERT_TRUE(AwaitQueued(s, 4 * mib));
   // A lone reader (a decoding DataLoader's worker): only its pieces, which leave the queue (a
   // speculative read would fetch them again once the cache let them go).
   s.WillRead(file, {{2 * mib, 5000}});
@@ -411,7 +500,8 @@ TEST(RecordSchedulerTest, ADemandPieceInAQueuedRangeTakesAChunkOfIt) {
   EXPECT_EQ(s.stats().promoted_bytes, window);
   EXPECT_EQ(s.stats().queued_bytes, 4 * mib - 5000 - window);
   src->set_busy(false);
-  WaitIdle(s, 4 * mib - 5000 - window);
+  const uint64_t rest = 4 * mib - 5000 - window;
+  ASSERT_TRUE(Drive(clock, ConcurrentSource::kLatency, [&] { return arrivals.bytes() >= rest; }));
   auto covered = src->warmed();
   covered.push_back(prefetched[0]);
   covered.push_back(lone);
@@ -430,15 +520,20 @@ TEST(RecordSchedulerTest, ADemandPieceInAQueuedRangeTakesAChunkOfIt) {
 // queued ranges into one small request each (ImageNet-sized crops at level 5: 6,676 requests of
 // ~20 KB for an epoch that takes 1,069 with these windows).
 TEST(RecordSchedulerTest, APromotedWindowOfARemoteSourceIsAtLeastOneSpeculativeRead) {
-  auto src = std::make_shared<ConcurrentSource>(uint64_t{64} << 20);
+  FakeClock clock;
+  auto src = std::make_shared<ConcurrentSource>(&clock, uint64_t{64} << 20);
   const SourceFile file = SourceFile::Speculative(src);
-  RecordScheduler s;
+  Arrivals arrivals(&clock);
+  RecordScheduler s(arrivals.Callback(), SpeculationQueue::kForgetAfter, &clock);
   const uint64_t mib = uint64_t{1} << 20;
   s.Speculate(file, {{0, 8 * mib}});  // reads of 512 KiB, 20 ms each: ~26 MB/s per read
-  WaitIdle(s, 8 * mib);
+  ASSERT_TRUE(
+      Drive(clock, ConcurrentSource::kLatency, [&] { return arrivals.bytes() >= 8 * mib; }));
   ASSERT_LT(s.stats().chunk, RecordScheduler::kMinConcurrentChunk);
   src->set_busy(true);  // keep the next range queued
   s.Speculate(file, {{16 * mib, 4 * mib}});
+  ASSERT_TRUE(src->AwaitRefused(1));
+  ASSERT_TRUE(AwaitQueued(s, 4 * mib));
   WhileDemandReadsRun(s, file, [&] { s.WillRead(file, {{16 * mib + 100, 5000}}); });
   const auto prefetched = src->prefetched();
   ASSERT_EQ(prefetched.size(), 2u);
@@ -488,25 +583,26 @@ TEST(RecordSchedulerTest, APromotedWindowOfARemoteSourceIsAtLeastOneSpeculativeR
 // in the record are one queued range, so a speculative read is a chunk, not one folder's
 // region (40 class folders at level 1: ~50 KiB per request, each a round trip).
 TEST(RecordSchedulerTest, QueuedRangesThatTouchAreReadAsOne) {
-  auto src = std::make_shared<ConcurrentSource>(uint64_t{8} << 20);
+  FakeClock clock;
+  auto src = std::make_shared<ConcurrentSource>(&clock, uint64_t{8} << 20);
   const SourceFile file = SourceFile::Speculative(src);
   src->set_busy(true);  // keep everything queued until all is planned
-  RecordScheduler s;
+  Arrivals arrivals(&clock);
+  RecordScheduler s(arrivals.Callback(), SpeculationQueue::kForgetAfter, &clock);
   const uint64_t kib = 1024;
   s.Speculate(file, {{0, 64 * kib}});
+  // Refused and queued again: from now on the pool waits for the clock, and takes nothing.
+  ASSERT_TRUE(src->AwaitRefused(1));
+  ASSERT_TRUE(AwaitQueued(s, 64 * kib));
   s.Speculate(file, {{256 * kib, 64 * kib}, {128 * kib, 64 * kib}});
   s.Speculate(file, {{64 * kib, 64 * kib}});    // joins [0, 64K) and [128K, 192K)
   s.Speculate(file, {{192 * kib, 64 * kib}});   // joins [0, 192K) and [256K, 320K)
   s.Speculate(file, {{1024 * kib, 64 * kib}});  // apart
   s.Speculate(file, {{960 * kib, 64 * kib}});   // ends where the one before starts
-  // A worker may be handing a range back (the source is busy) just now: not queued for that
-  // instant.
-  for (int i = 0; i < 1000 && s.stats().queued_bytes != 448 * kib; ++i) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(1));
-  }
   EXPECT_EQ(s.stats().queued_bytes, 448 * kib);
   src->set_busy(false);
-  WaitIdle(s, 448 * kib);
+  ASSERT_TRUE(
+      Drive(clock, ConcurrentSource::kLatency, [&] { return arrivals.bytes() >= 448 * kib; }));
   auto warmed = src->warmed();
   std::sort(warmed.begin(), warmed.end());
   ASSERT_EQ(warmed.size(), 2u) << s.Describe();

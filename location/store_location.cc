@@ -260,6 +260,7 @@ Result<std::shared_ptr<ObjectClient>> MakeObjectClient(const StoreLocation& loca
   if (!location.remote) {
     return Err(Status::InvalidArgument(location.name + ": a local store has no object client"));
   }
+  if (location.client_factory) return location.client_factory(location);
   auto http = HttpClient::Create(ClientOptionsFor(location));
   if (!http) return Err(http.error());
   std::unique_ptr<ObjectProtocol> protocol;
@@ -346,10 +347,11 @@ Result<StoreLocation> ResolveLocation(const std::string& store, const RemoteOpti
 }
 
 Result<StoreLocation> FetchMetadata(const std::string& store, const RemoteOptions& options,
-                                    const EnvLookup& env) {
+                                    const EnvLookup& env, ObjectClientFactory client_factory) {
   auto resolved = ResolveLocation(store, options, env);
   if (!resolved || !resolved->remote) return resolved;
   StoreLocation loc = std::move(*resolved);
+  loc.client_factory = std::move(client_factory);
   loc.dir = loc.options.cache_dir.empty() ? DefaultCacheDir(loc.name, env) : loc.options.cache_dir;
   if (loc.dir.empty()) {
     return Err(Status::InvalidArgument(

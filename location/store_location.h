@@ -10,6 +10,7 @@
 #pragma once
 
 #include <chrono>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
@@ -51,6 +52,15 @@ struct RemoteOptions {
   bool disk_cache_fill = false;
 };
 
+struct StoreLocation;
+
+// Makes the object client of a remote location. Tests pass one that hands out a
+// MemoryObjectClient or a FaultyObjectClient (remote/fake_object_client.h), so everything above
+// the client (the metadata's download and revalidation, RemoteFile, the range cache, the
+// Filesystem) runs as the daemon runs it, without a socket (fs/remote_filesystem_test.cc).
+using ObjectClientFactory =
+    std::function<Result<std::shared_ptr<ObjectClient>>(const StoreLocation&)>;
+
 struct StoreLocation {
   std::string name;  // what to show: the local path, or the redacted URL
   bool remote = false;
@@ -69,6 +79,8 @@ struct StoreLocation {
   // older store's index as converted into it): OpenStoreAt uses it instead of parsing index.pcri
   // again (nullptr: none).
   std::shared_ptr<const index::IndexReader> converted_index;
+  // What MakeObjectClient calls (FetchMetadata's factory); nullptr: the real clients.
+  ObjectClientFactory client_factory;
 };
 
 // The cache folder of a store URL when -o cache_dir is not given:
@@ -86,8 +98,8 @@ std::string PlainHttpCredentialsWarning(const StoreLocation& location);
 // The client options a location's requests need (signer, headers, TLS, timeout, connections).
 HttpClientOptions ClientOptionsFor(const StoreLocation& location);
 
-// A new object client for a remote location (its own HTTP client: create it after a fork).
-// Errors: the HTTP client's (an unreadable headers file).
+// A new object client for a remote location (its own HTTP client: create it after a fork), or
+// what location.client_factory makes. Errors: the HTTP client's (an unreadable headers file).
 Result<std::shared_ptr<ObjectClient>> MakeObjectClient(const StoreLocation& location);
 
 // A store or source URL's location without any request: the URL parsed, S3's configuration
@@ -104,8 +116,11 @@ Result<StoreLocation> ResolveLocation(const std::string& store, const RemoteOpti
 // kept for the next mount. Errors are one line naming the
 // redacted URL: "not a pcrfs store (no manifest.json)" for a 404 manifest, the client's
 // errors otherwise (403 with the S3 code, connection refused, ...).
+// client_factory (nullptr: the real clients) makes this call's client and, kept in the
+// location, every client MakeObjectClient makes for it.
 Result<StoreLocation> FetchMetadata(const std::string& store, const RemoteOptions& options,
-                                    const EnvLookup& env = nullptr);
+                                    const EnvLookup& env = nullptr,
+                                    ObjectClientFactory client_factory = nullptr);
 
 // Step 2. Opens the store at the location: local exactly as index::Store::Open; remote from the
 // cache folder, record files as RemoteFiles over `client` (which the store keeps alive; nullptr

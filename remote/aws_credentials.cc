@@ -615,7 +615,8 @@ Result<std::optional<FetchedCredentials>> FromProfile(const ChainInputs& in, boo
 RenewingCredentials::RenewingCredentials(CredentialProvider provider, FetchedCredentials first,
                                          Options options)
     : provider_(std::move(provider)),
-      now_(options.now ? std::move(options.now) : [] { return Clock::now(); }),
+      clock_(options.clock != nullptr ? options.clock : timing::Clock::Real()),
+      now_(options.now ? std::move(options.now) : [clock = clock_] { return clock->WallNow(); }),
       jitter_(options.jitter ? std::move(options.jitter) : [] {
         thread_local std::mt19937_64 rng(std::random_device{}());
         return std::uniform_real_distribution<double>(0.0, 1.0)(rng);
@@ -830,11 +831,11 @@ void RenewingCredentials::Run() {
     }
     const bool due = next && *next <= now;
     if (!due) {
-      // Wait in real time for the injected clock's distance, at most a minute: a suspended
+      // Wait on the steady clock for the wall clock's distance, at most a minute: a suspended
       // machine or a clock step is noticed within a minute.
       Clock::duration wait = std::chrono::minutes(1);
       if (next) wait = std::min(wait, *next - now);
-      cv_.WaitFor(&mu_, wait);
+      clock_->WaitFor(&cv_, &mu_, wait);
       continue;
     }
     l.Unlock();

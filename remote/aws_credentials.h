@@ -56,6 +56,7 @@
 #include <thread>
 #include <vector>
 
+#include "common/clock.h"
 #include "common/mutex.h"
 #include "common/status.h"
 #include "remote/aws_credential_source.h"
@@ -168,7 +169,11 @@ struct CredentialProvider {
 class RenewingCredentials final : public AwsCredentialSource {
  public:
   struct Options {
-    std::function<Clock::time_point()> now;  // nullptr: the system clock
+    std::function<Clock::time_point()> now;  // nullptr: clock's WallNow()
+    // What the renewal thread waits on, and the time without `now` (nullptr: the real clocks).
+    // A timing::FakeClock makes the thread renew exactly when the test advances it past the
+    // schedule (aws_credentials_test.cc), with no sleep.
+    const timing::Clock* clock = nullptr;
     // Jitter in [0, 1) for each new schedule; nullptr: random.
     std::function<double()> jitter;
   };
@@ -221,6 +226,7 @@ class RenewingCredentials final : public AwsCredentialSource {
   void Run();
 
   const CredentialProvider provider_;
+  const timing::Clock* const clock_;
   const std::function<Clock::time_point()> now_;
   const std::function<double()> jitter_;
 

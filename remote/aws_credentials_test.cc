@@ -10,6 +10,8 @@
 #include <map>
 #include <thread>
 
+#include "common/clock.h"
+#include "common/mutex.h"
 #include "common/test_support.h"
 #include "remote/url.h"
 
@@ -946,7 +948,7 @@ FetchedCredentials Temp(const std::string& id, Clock::time_point expiration) {
 }
 
 TEST(RenewingCredentialsTest, FailureKeepsOldCredentialsCountsAndBacksOff) {
-  Clock::time_point now = kT0;
+  timing::FakeClock clock(kT0);
   int calls = 0;
   Status next_error = Status::IOError(std::string("STS unreachable"));
   CredentialProvider p;
@@ -954,148 +956,183 @@ TEST(RenewingCredentialsTest, FailureKeepsOldCredentialsCountsAndBacksOff) {
   p.fetch = [&](bool) -> Result<FetchedCredentials> {
     ++calls;
     if (!next_error.ok()) return Err(next_error);
-    return Temp("ASIA2", now + 1h);
+    return Temp("ASIA2", clock.WallNow() + 1h);
   };
   RenewingCredentials::Options o;
-  o.now = [&] { return now; };
+  o.clock = &clock;
   o.jitter = [] { return 0.0; };
   RenewingCredentials r(p, Temp("ASIA1", kT0 + 1h), o);
   EXPECT_EQ(*r.next_renewal(), kT0 + 50min);
-  now = kT0 + 50min;
+  clock.Advance(50min);
   EXPECT_FALSE(r.RenewNow().ok());
   EXPECT_EQ(r.Current()->credentials.access_key_id(), "ASIA1");
   EXPECT_EQ(r.Current()->generation, 1u);
   EXPECT_EQ(*r.next_renewal(), kT0 + 50min + 1s);
-  now += 1s;
+  clock.Advance(1s);
   EXPECT_FALSE(r.RenewNow().ok());
-  EXPECT_EQ(*r.next_renewal(), now + 2s);
+  EXPECT_EQ(*r.next_renewal(), clock.WallNow() + 2s);
   std::string json = r.DescribeJson();
   EXPECT_TRUE(Has(json, "\"renewal_failures\":2")) << json;
   EXPECT_TRUE(Has(json, "\"last_error\":\"STS unreachable\"")) << json;
   EXPECT_TRUE(Has(json, "\"renewals\":0")) << json;
   ExpectClean(json);
   next_error = Status::OK();
-  now += 2s;
+  clock.Advance(2s);
   EXPECT_TRUE(r.RenewNow().ok());
   EXPECT_EQ(r.Current()->credentials.access_key_id(), "ASIA2");
   EXPECT_EQ(r.Current()->generation, 2u);
-  EXPECT_EQ(*r.next_renewal(), now + 50min);
+  EXPECT_EQ(*r.next_renewal(), clock.WallNow() + 50min);
   json = r.DescribeJson();
   EXPECT_TRUE(Has(json, "\"renewals\":1")) << json;
   EXPECT_FALSE(Has(json, "last_error")) << json;
   EXPECT_EQ(calls, 3);
 }
 
+// The thread on a FakeClock: it renews exactly when the clock passes the schedule, waiting in
+// between (a thread waiting on the clock has done all it had to do until then).
 TEST(RenewingCredentialsTest, ThreadRenewsShortLivedCredentialsBeforeExpiry) {
+  timing::FakeClock clock(kT0);
   std::atomic<int> calls{0};
   CredentialProvider p;
   p.kind = CredentialProvider::Kind::kFetched;
   p.fetch = [&](bool) -> Result<FetchedCredentials> {
     ++calls;
-    return Temp("ASIA" + std::to_string(calls.load() + 1), Clock::now() + 2s);
+    return Temp("ASIA" + std::to_string(calls.load() + 1), clock.WallNow() + 2s);
   };
-  RenewingCredentials r(p, Temp("ASIA1", Clock::now() + 2s), {});
-  // Nothing renews before StartRenewal (the daemon forks in between).
-  std::this_thread::sleep_for(1800ms);
+  RenewingCredentials::Options o;
+  o.clock = &clock;
+  o.jitter = [] { return 0.0; };
+  RenewingCredentials r(p, Temp("ASIA1", kT0 + 2s), o);
+  // Nothing renews before StartRenewal (the daemon forks in between), even once due.
+  clock.Advance(1800ms);
   EXPECT_EQ(calls, 0);
   EXPECT_EQ(r.Current()->generation, 1u);
   ASSERT_TRUE(r.StartRenewal().ok());
   ASSERT_TRUE(r.StartRenewal().ok());  // idempotent
-  // 2 s credentials: a margin of 0.5 s; the thread renews at once (already due), then again
-  // about 1.5 s later.
-  const auto deadline = std::chrono::steady_clock::now() + 10s;
-  while (r.Current()->generation < 3 && std::chrono::steady_clock::now() < deadline) {
-    std::this_thread::sleep_for(20ms);
-  }
-  EXPECT_GE(r.Current()->generation, 3u);
-  EXPECT_LT(Clock::now(), *r.Current()->expiration);
+  // 2 s credentials: a margin of 0.5 s. Already due: renewed at once, then the thread waits
+  // 1.5 s of the clock for the next renewal, and renews when the clock gets there.
+  ASSERT_TRUE(clock.AwaitWaiters(1));
+  EXPECT_EQ(calls, 1);
+  EXPECT_EQ(r.Current()->generation, 2u);
+  EXPECT_EQ(clock.NextDeadline(), clock.Now() + 1500ms);
+  clock.Advance(1499ms);
+  ASSERT_TRUE(clock.AwaitWaiters(1));
+  EXPECT_EQ(r.Current()->generation, 2u) << "not before its time";
+  clock.Advance(1ms);
+  ASSERT_TRUE(clock.AwaitWaiters(1));
+  EXPECT_EQ(calls, 2);
+  EXPECT_EQ(r.Current()->generation, 3u);
+  EXPECT_LT(clock.WallNow(), *r.Current()->expiration);
 }
 
 TEST(RenewingCredentialsTest, RequestRenewalIsSingleFlight) {
-  std::atomic<int> calls{0};
+  timing::FakeClock clock(kT0);
   Mutex mu;
   CondVar cv;
+  int calls = 0;
   bool release = false;
   CredentialProvider p;
   p.kind = CredentialProvider::Kind::kFetched;
   p.fetch = [&](bool) -> Result<FetchedCredentials> {
-    ++calls;
     MutexLock l(&mu);
-    cv.Wait(&mu, [&] { return release; });
-    return Temp("ASIANEW", Clock::now() + 1h);
+    ++calls;
+    cv.SignalAll();
+    cv.Wait(&mu, [&]() REQUIRES(mu) { return release; });
+    return Temp("ASIANEW", clock.WallNow() + 1h);
   };
-  RenewingCredentials r(p, Temp("ASIA1", Clock::now() + 1h), {});
+  RenewingCredentials::Options o;
+  o.clock = &clock;
+  RenewingCredentials r(p, Temp("ASIA1", kT0 + 1h), o);
   ASSERT_TRUE(r.StartRenewal().ok());
   EXPECT_TRUE(r.RequestRenewal(1));
-  const auto deadline = std::chrono::steady_clock::now() + 10s;
-  while (calls == 0 && std::chrono::steady_clock::now() < deadline) {
-    std::this_thread::sleep_for(5ms);
+  {
+    MutexLock l(&mu);
+    ASSERT_TRUE(cv.WaitFor(&mu, 30s, [&]() REQUIRES(mu) { return calls == 1; }));
   }
-  ASSERT_EQ(calls, 1);
   for (int i = 0; i < 5; ++i) EXPECT_TRUE(r.RequestRenewal(1));  // running: nothing queued
   {
     MutexLock l(&mu);
     release = true;
   }
   cv.SignalAll();
-  while (r.Current()->generation < 2 && std::chrono::steady_clock::now() < deadline) {
-    std::this_thread::sleep_for(5ms);
-  }
+  // The thread waits for the next renewal (in about 50 minutes) once it has nothing to do: a
+  // renewal queued by the requests above would have run before.
+  ASSERT_TRUE(clock.AwaitWaiters(1));
   EXPECT_EQ(r.Current()->generation, 2u);
+  {
+    MutexLock l(&mu);
+    EXPECT_EQ(calls, 1);
+  }
   EXPECT_TRUE(r.RequestRenewal(1));  // stale generation: the newer one is there already
-  std::this_thread::sleep_for(100ms);
-  EXPECT_EQ(calls, 1);
 }
 
 // Every refused request asks for a renewal; while fetches fail, the thread still waits for
 // RenewalBackoff between them (99 refusals in 5 s made 99 fetches).
 TEST(RenewingCredentialsTest, RefusalsDoNotHurryAFailingRenewal) {
-  std::atomic<int> calls{0};
+  timing::FakeClock clock(kT0);
+  Mutex mu;
+  CondVar cv;
+  int calls = 0;
   CredentialProvider p;
   p.kind = CredentialProvider::Kind::kFetched;
   p.fetch = [&](bool) -> Result<FetchedCredentials> {
+    MutexLock l(&mu);
     ++calls;
+    cv.SignalAll();
     return Err(Status::IOError(std::string("STS unreachable")));
   };
-  RenewingCredentials r(p, Temp("ASIA1", Clock::now() + 1h), {});
+  auto fetches = [&] {
+    MutexLock l(&mu);
+    return calls;
+  };
+  RenewingCredentials::Options o;
+  o.clock = &clock;
+  RenewingCredentials r(p, Temp("ASIA1", kT0 + 1h), o);
   ASSERT_TRUE(r.StartRenewal().ok());
-  // 1.5 s of refusals: a fetch at once, the next after 1 s, the third not before 3 s.
-  const auto end = std::chrono::steady_clock::now() + 1500ms;
-  int refusals = 0;
-  while (std::chrono::steady_clock::now() < end) {
-    EXPECT_TRUE(r.RequestRenewal(1));
-    ++refusals;
-    std::this_thread::sleep_for(10ms);
+  // The first refusal: a fetch at once, which fails; the next not before 1 s, the third not
+  // before 3 s.
+  EXPECT_TRUE(r.RequestRenewal(1));
+  {
+    MutexLock l(&mu);
+    ASSERT_TRUE(cv.WaitFor(&mu, 30s, [&]() REQUIRES(mu) { return calls == 1; }));
   }
-  EXPECT_GT(refusals, 50);
-  EXPECT_GE(calls, 1);
-  EXPECT_LE(calls, 2);
+  ASSERT_TRUE(clock.AwaitWaiters(1));  // after the failure, for its backoff
+  // A refusal every 10 ms of the clock for 1.5 s.
+  for (int i = 0; i < 150; ++i) {
+    EXPECT_TRUE(r.RequestRenewal(1));
+    clock.Advance(10ms);
+  }
+  // Waiting again, for a deadline after now: the fetch at 1 s has failed, the next is at 3 s.
+  ASSERT_TRUE(clock.AwaitWaiters(1));
+  EXPECT_EQ(fetches(), 2);
+  EXPECT_EQ(*r.next_renewal(), r.times().last_failure + 2s);
+  EXPECT_GE(r.times().last_failure, kT0 + 1s);  // (when the thread ran: this test moved on)
 }
 
 // Credentials a renewal got seconds ago, refused again: the request fails (false) instead of
 // starting one renewal per refusal; after kRefusedAfterRenewal a refusal renews again.
 TEST(RenewingCredentialsTest, RefusedFreshCredentialsFailTheRequest) {
-  Clock::time_point now = kT0;
+  timing::FakeClock clock(kT0);
   int calls = 0;
   CredentialProvider p;
   p.kind = CredentialProvider::Kind::kFetched;
   p.fetch = [&](bool) -> Result<FetchedCredentials> {
     ++calls;
-    return Temp("ASIA" + std::to_string(calls + 1), now + 1h);
+    return Temp("ASIA" + std::to_string(calls + 1), clock.WallNow() + 1h);
   };
   RenewingCredentials::Options o;
-  o.now = [&] { return now; };
+  o.clock = &clock;
   o.jitter = [] { return 0.0; };
   RenewingCredentials r(p, Temp("ASIA1", kT0 + 1h), o);
-  now += 1s;
+  clock.Advance(1s);
   EXPECT_TRUE(r.RequestRenewal(1));  // the first credentials: renew
   ASSERT_TRUE(r.RenewNow().ok());
   ASSERT_EQ(r.Current()->generation, 2u);
   EXPECT_TRUE(r.RequestRenewal(1));  // refused with the old ones: retry with the new
-  now += 3s;
+  clock.Advance(3s);
   for (int i = 0; i < 20; ++i) EXPECT_FALSE(r.RequestRenewal(2));  // fresh and refused: fail
   EXPECT_EQ(calls, 1);
-  now += RenewingCredentials::kRefusedAfterRenewal;
+  clock.Advance(RenewingCredentials::kRefusedAfterRenewal);
   EXPECT_TRUE(r.RequestRenewal(2));
   ASSERT_TRUE(r.RenewNow().ok());
   EXPECT_EQ(calls, 2);

@@ -117,6 +117,11 @@ void FaultyObjectClient::Arm(Fault fault, int times, std::string key_part, Statu
   rules_.push_back({fault, times, std::move(key_part), std::move(error)});
 }
 
+void FaultyObjectClient::Disarm() {
+  MutexLock lock(&mu_);
+  rules_.clear();
+}
+
 uint64_t FaultyObjectClient::fired() const {
   MutexLock lock(&mu_);
   return fired_;
@@ -141,6 +146,14 @@ void FaultyObjectClient::DoGet(ObjectGet request, GetCallback done) {
   }
   // Progress is withheld for a damaged answer: its bytes must never be handed out.
   if (hit) request.on_progress = nullptr;
+  if (hit && hit->fault == Fault::kWholeObject && request.range) {
+    // The whole object, into a body of its own: dst holds only the range asked for.
+    request.range.reset();
+    request.dst = nullptr;
+    request.dst_size = 0;
+    request.body_file.clear();
+    request.max_body_bytes = 0;
+  }
   // The base checks nothing here (DoGet, not Get): this client's Get checks the damaged answer.
   base_->GetUnchecked(std::move(request), [hit, done = std::move(done)](Result<ObjectData> r) {
     if (r && hit) {

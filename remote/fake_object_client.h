@@ -55,10 +55,15 @@ class FaultyObjectClient final : public ObjectClient {
     kError,      // fail with `error`, the base never sees the request
     kShortBody,  // the answer claims one byte less than it got (a cut connection)
     kOtherSize,  // the answer says the object is one byte longer (it changed)
+    // A server that ignores Range: a ranged request gets the whole object (nothing of it
+    // written to dst; the answer says how many bytes came).
+    kWholeObject,
   };
   explicit FaultyObjectClient(std::shared_ptr<ObjectClient> base) : base_(std::move(base)) {}
 
   void Arm(Fault fault, int times, std::string key_part = "", Status error = Status::OK());
+  // Forgets every fault armed: the base answers every request from now on.
+  void Disarm();
   // Faults fired so far.
   uint64_t fired() const;
 

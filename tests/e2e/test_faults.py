@@ -140,7 +140,10 @@ class SigtermUnderLoadTest(TempDirTest):
             # A file held open, as a training job holds its files: SIGTERM leaves the busy
             # mount up (as fusermount3 -u does) and says so; the readers go on, exactly.
             held = open(os.path.join(mnt, "scan5", files[0]), "rb")
-            time.sleep(1.5)
+            deadline = time.monotonic() + 20  # the readers under way: 50 exact files read
+            while good[0] < 50 and time.monotonic() < deadline:
+                time.sleep(0.02)
+            self.assertGreaterEqual(good[0], 50, "the readers did not get going")
             m.proc.send_signal(signal.SIGTERM)
             deadline = time.monotonic() + 20
             while "stays mounted" not in m.log() and time.monotonic() < deadline:

@@ -177,8 +177,13 @@ class HostileServerTest(unittest.TestCase):
             started = time.time()  # the origin serves every test: only this one's requests
             p = subprocess.Popen(["cat", self.files(m.mnt)[0]], stdout=subprocess.DEVNULL,
                                  stderr=subprocess.DEVNULL)
-            time.sleep(1.0)
-            first = [r for r in self.origin.requests("records/") if r[0] >= started]
+            # Until the first record request is 0.5 s old (at most 20 s for it to come).
+            deadline = time.time() + 20
+            while True:
+                first = [r for r in self.origin.requests("records/") if r[0] >= started]
+                if (first and time.time() >= first[0][0] + 0.5) or time.time() > deadline:
+                    break
+                time.sleep(0.02)
             self.assertTrue(first)
             t0 = first[0][0]
             early = [r for r in first if r[0] - t0 < 0.5]

@@ -191,7 +191,13 @@ class RemoteCacheCase(LoopbackServersCase):
                         break
                     time.sleep(0.1)
                 self.assertGreaterEqual(cache["disk_bytes"], want, cache)
-                time.sleep(0.3)  # the last chunk's callback
+                # The last chunk's request ended too (the daemon's count of requests in flight).
+                while True:
+                    client = json.loads(os.getxattr(m.mnt, "user.pcrfs.remote"))["client"]
+                    if client["in_flight"] == 0 or time.monotonic() > deadline:
+                        break
+                    time.sleep(0.02)
+                self.assertEqual(client["in_flight"], 0, client)
                 proxy.reset()
                 got = read_tree(m.mnt, seed=5)
                 for rel, data in got.items():

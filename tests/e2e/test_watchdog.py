@@ -11,6 +11,7 @@ Every stuck mount is freed through fusectl's abort file in the test's cleanup.""
 import ctypes
 import errno
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -139,10 +140,31 @@ except OSError as e:
 """
 
 
-def armed(watchdog):
+def armed(watchdog, device):
     """Whether the watchdog has the daemon's pid: run as root, it then holds its connection's abort
-    file open (descriptor 4). Before that, a killed daemon is one it cannot yet act for."""
-    return os.geteuid() != 0 or os.path.exists(f"/proc/{watchdog}/fd/4")
+    file open (descriptor 4). Before that, a killed daemon is one it cannot yet act for. Descriptor
+    4 alone says nothing: while it starts, the watchdog reads /proc/PID/stat and mountinfo through
+    it (test_watchdog_holds_nothing failed at load ~10, finding mountinfo there)."""
+    if os.geteuid() != 0:
+        return True
+    try:
+        return os.readlink(f"/proc/{watchdog}/fd/4") == abort_file(device)
+    except OSError:
+        return False
+
+
+def open_files(pid):
+    """{descriptor: target} of a process, without the /proc files the watchdog reads for a moment
+    every 250 ms (the daemon's stat, mountinfo): polled until a listing has none (at most 10 s)."""
+    def listing():
+        fds = {}
+        for n in os.listdir(f"/proc/{pid}/fd"):
+            try:
+                fds[n] = os.readlink(f"/proc/{pid}/fd/{n}")
+            except OSError:  # closed between the listing and the link
+                return None
+        return None if any(t.startswith("/proc/") for t in fds.values()) else fds
+    return wait_for(f"pid {pid} between its /proc reads", listing, 10)
 
 
 class Daemon:
@@ -178,7 +200,7 @@ class Daemon:
         """The watchdog's pid (a child of the daemon named pcrfs-watchdog), once armed."""
         pid = wait_for("the watchdog", lambda: (children_named(self.pid, "pcrfs-watchdog") or
                                                 [None])[0], 10)
-        wait_for("the watchdog armed", lambda: armed(pid), 10)
+        wait_for("the watchdog armed", lambda: armed(pid, self.device), 10)
         return pid
 
     def start_reader(self, rel):
@@ -189,13 +211,19 @@ class Daemon:
         return r
 
     def wait_stuck(self, reader):
-        """Until the reader and a thread of the daemon both sit in D state (the READ waits for
-        its reply, the push waits for the page that READ holds)."""
+        """Until the reader and the daemon's thread that pushes the bytes of its READ both sit in
+        D state (the READ waits for its reply, the push for the page that READ holds): the
+        thread is the one the daemon names (PCRFS_TEST_PUSH_UNDER_READ's log line), so a thread
+        in D for a moment (a disk read) is not taken for it."""
         def stuck():
+            m = re.search(r"test hook: thread (\d+) pushes the bytes of its own READ", self.log())
+            if not m:
+                return False
+            self.stuck_tid = m.group(1)
             s = proc_stat(reader.pid)
-            return s and s[0] == "D" and "D" in thread_states(self.pid)
+            t = proc_stat(f"{self.pid}/task/{self.stuck_tid}")
+            return s and t and s[0] == "D" and t[0] == "D"
         wait_for("reader and daemon stuck", stuck, 10)
-        time.sleep(0.5)
         self.assertable = proc_stat(reader.pid)
         return self.assertable[0] == "D"
 
@@ -263,8 +291,20 @@ class WatchdogTest(unittest.TestCase):
         reader = d.start_reader(FILES[0])
         self.assertTrue(d.wait_stuck(reader))
         os.kill(d.pid, signal.SIGKILL)
-        time.sleep(3)
+        # The kill ends every thread but the stuck one, which never leaves the kernel by itself:
+        # the process stays, its other threads gone (its main thread a zombie).
+        def others_ended():
+            if not exists(d.pid):
+                return True
+            try:
+                tids = os.listdir(f"/proc/{d.pid}/task")
+            except OSError:
+                return True
+            return all(t == d.stuck_tid or (proc_stat(f"{d.pid}/task/{t}") or ("Z",))[0] in "ZX"
+                       for t in tids)
+        wait_for("the kill delivered to every other thread", others_ended, 10)
         self.assertTrue(exists(d.pid), "the killed daemon went away by itself")
+        self.assertEqual(proc_stat(f"{d.pid}/task/{d.stuck_tid}")[0], "D")
         self.assertIsNone(reader.poll(), "the reader was freed without an abort")
         self.assertEqual(proc_stat(reader.pid)[0], "D")
         d.abort()
@@ -389,7 +429,7 @@ class WatchdogTest(unittest.TestCase):
         self.assertEqual(sorted(procs), ["pcrfs", "pcrfs-watchdog"], procs)
         self.assertEqual((len(procs["pcrfs"]), len(procs["pcrfs-watchdog"])), (1, 1), procs)
         daemon, watchdog = procs["pcrfs"][0], procs["pcrfs-watchdog"][0]
-        wait_for("the watchdog armed", lambda: armed(watchdog), 10)
+        wait_for("the watchdog armed", lambda: armed(watchdog, device_of(mnt)), 10)
         self.assertEqual(proc_stat(watchdog)[2], "pcrfs-watchdog")
         with open(os.path.join(mnt, "scan10", FILES[0]), "rb") as f:
             self.assertGreater(len(f.read()), 0)
@@ -428,7 +468,7 @@ class WatchdogTest(unittest.TestCase):
     def test_watchdog_holds_nothing(self):
         d = self.daemon()
         watchdog = d.watchdog()
-        fds = {n: os.readlink(f"/proc/{watchdog}/fd/{n}") for n in os.listdir(f"/proc/{watchdog}/fd")}
+        fds = open_files(watchdog)
         # /dev/null, /dev/null, the daemon's stderr (-f), the socket to the daemon, and (root
         # only: the file is root's, mode 0200) the abort file of its own connection, opened while
         # the mount was certainly the daemon's; never /dev/fuse nor anything in the mount.
