@@ -365,6 +365,7 @@ class RecordStage {
           placement_->Place(r, *layout, begin, &(*writer)->block_crcs(), draft_.RecordPath(r)));
       PCRFS_RETURN_IF_ERROR(
           WriteFileAtomic(draft_.FingerprintPath(r), fps[r].data(), fps[r].size()));
+      PCRFS_RETURN_IF_ERROR(draft_.RecordFinished(r, fps[r]));
     }
     return Status::OK();
   }
