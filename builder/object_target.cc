@@ -87,6 +87,12 @@ Result<Clients> MakeClients(const StoreLocation& loc) {
   if (!http) return Err(http.error());
   std::shared_ptr<HttpClient> shared(std::move(*http));
   Clients c;
+  if (loc.azure) {
+    c.client = std::shared_ptr<ObjectClient>(
+        MakeHttpObjectClient(shared, std::make_unique<AzureProtocol>(*loc.azure)));
+    c.writer = std::make_unique<AzureObjectWriter>(shared, *loc.azure);
+    return c;
+  }
   c.client = std::shared_ptr<ObjectClient>(
       MakeHttpObjectClient(shared, std::make_unique<S3Protocol>(*loc.s3)));
   c.writer = std::make_unique<S3ObjectWriter>(shared, *loc.s3);
@@ -97,10 +103,10 @@ Result<StoreLocation> ResolveOutput(const std::string& url, const RemoteOptions&
   PCRFS_RETURN_ERR_IF_ERROR(CheckOutputUrl(url));
   auto loc = ResolveLocation(url, options);
   if (!loc) return Err(loc.error());
-  if (!loc->s3) return Err(Status::InvalidArgument(url + ": not an s3:// URL"));
-  if (loc->s3->prefix.empty()) {
-    return Err(Status::InvalidArgument(
-        loc->name + ": a store needs a prefix in the bucket (s3://BUCKET/NAME)"));
+  if (!loc->s3 && !loc->azure) return Err(Status::InvalidArgument(url + ": not a bucket URL"));
+  if (loc->s3 ? loc->s3->prefix.empty() : loc->azure->prefix.empty()) {
+    return Err(Status::InvalidArgument(loc->name + ": a store needs a prefix in the bucket "
+                                                   "(s3://BUCKET/NAME, az://CONTAINER/NAME)"));
   }
   PCRFS_RETURN_ERR_IF_ERROR(StartCredentialRenewal(*loc));  // a long build outlives a token
   return loc;
@@ -125,9 +131,10 @@ Status CheckOutputUrl(const std::string& store) {
   if (store.size() > 5 && (store.starts_with("s3://") || store.starts_with("S3://"))) {
     return Status::OK();
   }
+  if (IsAzureUrl(store)) return Status::OK();
   return Status::InvalidArgument(shown +
                                  ": cannot write a store there (pcr build and pcr merge write to "
-                                 "a local folder or s3://BUCKET/PREFIX)");
+                                 "a local folder, s3://BUCKET/PREFIX or az://CONTAINER/PREFIX)");
 }
 
 Result<std::unique_ptr<ObjectTarget>> ObjectTarget::Open(const std::string& url,

@@ -33,7 +33,8 @@ namespace pcrfs::tools {
 
 // Whether `store` is a URL ("scheme://..."), not a local path.
 bool IsOutputUrl(const std::string& store);
-// s3:// is written; anything else is InvalidArgument, one line naming the URL.
+// s3:// and Azure (az://, https://ACCOUNT.blob.core.windows.net/...) are written; anything else
+// is InvalidArgument, one line naming the URL.
 Status CheckOutputUrl(const std::string& store);
 
 class ObjectTarget final : public DraftSink {

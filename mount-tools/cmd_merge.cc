@@ -12,6 +12,7 @@
 #include "mount-tools/cli.h"
 #include "mount-tools/commands.h"
 #include "mount-tools/progress_line.h"
+#include "remote/azure.h"
 #include "remote/url.h"
 
 namespace pcrfs::tools {
@@ -67,6 +68,10 @@ int RunMerge(const std::vector<std::string>& args) {
       if (s.ok() && !IsOutputUrl(p)) {
         s = Status::InvalidArgument(p + ": a local part cannot be merged into " +
                                     RedactUrl(config.store) + " (upload it, or merge locally)");
+      } else if (s.ok() && IsAzureUrl(p) != IsAzureUrl(config.store)) {
+        s = Status::InvalidArgument(RedactUrl(p) + ": cannot be merged into " +
+                                    RedactUrl(config.store) +
+                                    " (another service: records are copied on the server)");
       }
     }
     if (s.ok()) {

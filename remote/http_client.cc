@@ -360,6 +360,7 @@ struct Transfer {
   long status = 0;
   std::string etag, content_range, retry_after, error_code;  // error_code: x-ms-error-code
   std::string content_type;                                  // of a multi-range GET's answer
+  std::string copy_status;                                   // x-ms-copy-status
   uint64_t signed_generation = 0;                            // SignedParts::generation of this try
   uint64_t header_generation = 0;                            // HeaderFile::generation() of this try
   uint64_t written = 0;
@@ -469,6 +470,9 @@ class HttpClient::Impl {
       t->retry_after.clear();
       t->error_code.clear();
       t->content_type.clear();
+      t->copy_status.clear();
+    } else if (StartsWithNoCase(line, "x-ms-copy-status:")) {
+      t->copy_status = TrimWs(line.substr(17)).substr(0, 64);
     } else if (StartsWithNoCase(line, "content-type:")) {
       t->content_type = TrimWs(line.substr(13)).substr(0, 256);
     } else if (StartsWithNoCase(line, "x-ms-error-code:")) {
@@ -571,6 +575,7 @@ class HttpClient::Impl {
     t->retry_after.clear();
     t->error_code.clear();
     t->content_type.clear();
+    t->copy_status.clear();
     t->written = 0;
     t->overflow = false;
     t->progress = 0;
@@ -891,6 +896,7 @@ class HttpClient::Impl {
       return v;
     }
     if (!t->req.ranges.empty()) return AcceptRanges(t, status, std::move(r));
+    r.copy_status = t->copy_status;
     if (IsWrite(t->req)) {
       r.body = std::move(t->body);
       v.result = std::move(r);

@@ -143,6 +143,7 @@ struct HttpResponse {
   // caller asks for that range alone. `multipart`: the answer was multipart/byteranges.
   std::vector<uint64_t> range_bytes;
   bool multipart = false;
+  std::string copy_status;  // Azure's x-ms-copy-status ("success", "pending", ...), if sent
 };
 
 // Why a try was retried. kFullBody: a 200 with more than the asked range. kAuth: the server

@@ -19,6 +19,7 @@
 #include <vector>
 
 #include "common/status.h"
+#include "remote/azure.h"
 #include "remote/http_client.h"
 #include "remote/s3_config.h"
 
@@ -86,6 +87,43 @@ class S3ObjectWriter final : public ObjectWriter {
   S3Config config_;
   uint64_t part_size_;
 };
+
+// Azure Blob Storage: Put Blob; above part_size, Put Block of part_size blocks (read one at a
+// time) and Put Block List; Copy Blob (the source in the same account, authorized by the
+// destination's Shared Key; a "pending" copy is polled with HEAD until it is done); Delete
+// Blob. A SAS-authorized copy is not supported (the source URL would need its own SAS).
+class AzureObjectWriter final : public ObjectWriter {
+ public:
+  static constexpr uint64_t kDefaultPartSize = uint64_t{8} << 20;
+  static constexpr uint32_t kMaxBlocks = 50000;
+
+  AzureObjectWriter(std::shared_ptr<HttpClient> http, AzureConfig config,
+                    uint64_t part_size = kDefaultPartSize);
+
+  Status Put(std::string_view key, std::string bytes) override;
+  Status PutFile(std::string_view key, const std::string& path) override;
+  // `from` must be an AzureObjectWriter of the same account (InvalidArgument otherwise).
+  Status Copy(const ObjectWriter& from, std::string_view src_key, uint64_t size,
+              std::string_view key) override;
+  Status Delete(std::string_view key) override;
+  std::string Name(std::string_view key) const override;
+  uint64_t part_size() const override { return part_size_; }
+  const AzureConfig& config() const { return config_; }
+
+ private:
+  Result<HttpResponse> Send(HttpRequest req) const;
+
+  std::shared_ptr<HttpClient> http_;
+  AzureConfig config_;
+  AzureProtocol protocol_;
+  uint64_t part_size_;
+};
+
+// The block id of block n (1-based): the base64 of its 6 decimal digits, the same length for
+// every block of a blob, as Azure requires.
+std::string AzureBlockId(uint32_t n);
+// The body of a Put Block List request committing `ids` in order.
+std::string AzureBlockListBody(const std::vector<std::string>& ids);
 
 // The parts of a multipart upload of `size` bytes: part_size each (the last one shorter),
 // grown when part_size would make more than max_parts. Empty for size 0.

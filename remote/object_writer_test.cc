@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <string>
 #include <vector>
@@ -184,6 +185,48 @@ TEST_F(ObjectWriterServerTest, CopyNamesItsSourceAndRefusedPartsAreOneLine) {
   ASSERT_FALSE(s.ok());
   EXPECT_NE(s.message().find("403 Forbidden (AccessDenied)"), std::string::npos) << s.message();
   EXPECT_EQ(s.message().find('\n'), std::string::npos);
+}
+
+TEST_F(ObjectWriterServerTest, CopyAboveFiveGibIsUploadPartCopyOfRanges) {
+  TestHttpServer server([](const std::string& req, int) {
+    const std::string line = RequestLine(req);
+    if (line.find("?uploads") != std::string::npos) {
+      return TestHttpServer::Reply(
+          200, "OK",
+          "<InitiateMultipartUploadResult><UploadId>U3</UploadId></InitiateMultipartUploadResult>");
+    }
+    if (line.starts_with("PUT")) {
+      return TestHttpServer::Reply(200, "OK",
+                                   "<CopyPartResult><ETag>\"cp\"</ETag></CopyPartResult>");
+    }
+    return TestHttpServer::Reply(
+        200, "OK", "<CompleteMultipartUploadResult><ETag>x</ETag></CompleteMultipartUploadResult>");
+  });
+  auto w = Writer(server, S3ObjectWriter::kMinPartSize);
+  const uint64_t size = S3ObjectWriter::kMaxCopyObject + 1;
+  ASSERT_TRUE(w->Copy(*w, "records/big.pcr", size, "records/big2.pcr").ok());
+  auto got = server.received();
+  const uint64_t parts = (size + S3ObjectWriter::kCopyPartSize - 1) / S3ObjectWriter::kCopyPartSize;
+  ASSERT_EQ(got.size(), parts + 2);
+  for (uint64_t i = 0; i < parts; ++i) {
+    const std::string& req = got[1 + i];
+    EXPECT_NE(req.find("x-amz-copy-source: /bkt/store/records/big.pcr"), std::string::npos);
+    const uint64_t a = i * S3ObjectWriter::kCopyPartSize;
+    const uint64_t b = std::min(size, a + S3ObjectWriter::kCopyPartSize) - 1;
+    EXPECT_NE(
+        req.find("x-amz-copy-source-range: bytes=" + std::to_string(a) + "-" + std::to_string(b)),
+        std::string::npos)
+        << req;
+  }
+  EXPECT_EQ(Body(got.back()), CompleteMultipartBody(std::vector<std::string>(parts, "\"cp\"")));
+}
+
+TEST(AzureObjectWriterTest, BlockIdsAndList) {
+  EXPECT_EQ(AzureBlockId(1), "MDAwMDAx");  // base64("000001")
+  EXPECT_EQ(AzureBlockId(42).size(), AzureBlockId(49999).size());
+  EXPECT_EQ(AzureBlockListBody({"MDAwMDAx", "MDAwMDAy"}),
+            "<?xml version=\"1.0\" encoding=\"utf-8\"?><BlockList><Latest>MDAwMDAx</Latest>"
+            "<Latest>MDAwMDAy</Latest></BlockList>");
 }
 
 }  // namespace
