@@ -80,6 +80,8 @@ class StoreDraft {
   // The sink's hooks (no-ops, or the local files, without one).
   Status RecordFinished(uint32_t id, const std::string& fingerprint) const;
   Result<std::unique_ptr<RandomAccessFile>> OpenRecord(uint32_t id) const;
+  // The sink's size and CRC32C of a record it holds (false: none, read the local file).
+  bool RecordSizeAndCrc(uint32_t id, uint64_t* size, uint32_t* crc) const;
   Result<std::unique_ptr<index::Store>> OpenStore() const;
 
  private:

@@ -21,6 +21,9 @@ class DraftSink {
   // Record `id` (the file at `path`, with its members' `fingerprint`) is finished.
   virtual Status RecordFinished(uint32_t id, const std::string& path,
                                 const std::string& fingerprint) = 0;
+  // The size and CRC32C of record `id` when the sink holds it and the draft no longer does
+  // (false: read the local file).
+  virtual bool RecordSizeAndCrc(uint32_t id, uint64_t* size, uint32_t* crc) = 0;
   // Record `id` for reading, where it is (nullptr: the local file at `path`).
   virtual Result<std::unique_ptr<RandomAccessFile>> OpenRecord(uint32_t id,
                                                                const std::string& path) = 0;

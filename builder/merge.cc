@@ -364,7 +364,9 @@ Status WritePart(const StoreDraft& draft, const BuildConfig& config, const Build
   for (uint32_t r = part.record_begin; r < part.record_end; ++r) {
     PartRecord rec;
     rec.id = r;
-    PCRFS_RETURN_IF_ERROR(CopyChecked(draft.RecordPath(r), "", &rec.size, &rec.crc32c));
+    if (!draft.RecordSizeAndCrc(r, &rec.size, &rec.crc32c)) {  // uploaded: not on disk
+      PCRFS_RETURN_IF_ERROR(CopyChecked(draft.RecordPath(r), "", &rec.size, &rec.crc32c));
+    }
     rec.has_blocks = true;
     const uint64_t per = config.images_per_record;
     for (uint64_t i = r * per; i < std::min<uint64_t>(tree.files.size(), (r + 1) * per); ++i) {

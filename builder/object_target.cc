@@ -20,6 +20,7 @@
 #include "index/store_index.h"
 #include "remote/object_protocols.h"
 #include "remote/remote_file.h"
+#include "remote/sigv4.h"
 
 namespace pcrfs::tools {
 namespace fs = std::filesystem;
@@ -154,10 +155,13 @@ Result<std::unique_ptr<ObjectTarget>> ObjectTarget::Open(const std::string& url,
     return Err(Status::InvalidArgument(t->location_.name +
                                        ": no folder for the local draft (set -o cache_dir)"));
   }
-  std::error_code ec;
-  fs::create_directories(cache + "/build", ec);
-  if (ec) return Err(Status::IOError(cache + "/build: cannot create: " + ec.message()));
-  t->local_store_ = cache + "/build/store";
+  // Private (the draft holds the source's images), and one folder per URL: builds of several
+  // URLs (shards on one node) may share a cache_dir.
+  const std::string dir = cache + "/build/" + Sha256Hex(t->location_.name).substr(0, 16);
+  for (const std::string& d : {cache, cache + "/build", dir}) {
+    if (Status s = MakePrivateDir(d); !s.ok()) return Err(std::move(s));
+  }
+  t->local_store_ = dir + "/store";
   return t;
 }
 
@@ -263,11 +267,14 @@ Status ObjectTarget::PrepareResume() {
         continue;
       }
     }
+    ::unlink(path.c_str());  // checked: read from the bucket from now on (bounded local disk)
     const std::string fingerprint = fp;
     PCRFS_RETURN_IF_ERROR(WriteFileAtomic(StoreDraft(local_store_).FingerprintPath(id),
                                           fingerprint.data(), fingerprint.size()));
     MutexLock lock(&mu_);
     written_.insert(id);
+    copied_[id] = want_size;
+    crcs_[id] = want_crc;
   }
   return Status::OK();
 }
@@ -292,9 +299,23 @@ Status ObjectTarget::RecordFinished(uint32_t id, const std::string& path,
   PCRFS_RETURN_IF_ERROR(writer_->PutFile(RecordKey(id), path));
   PCRFS_RETURN_IF_ERROR(writer_->Put(
       MembersKey(id), fingerprint + " " + std::to_string(size) + " " + std::to_string(crc) + "\n"));
+  // Local disk holds the record being written only: the rest is read from the bucket.
+  if (::unlink(path.c_str()) != 0) return Status::FromErrno(path, errno);
   MutexLock lock(&mu_);
   written_.insert(id);
+  copied_[id] = size;
+  crcs_[id] = crc;
   return Status::OK();
+}
+
+bool ObjectTarget::RecordSizeAndCrc(uint32_t id, uint64_t* size, uint32_t* crc) {
+  MutexLock lock(&mu_);
+  const auto s = copied_.find(id);
+  const auto c = crcs_.find(id);
+  if (s == copied_.end() || c == crcs_.end()) return false;
+  *size = s->second;
+  *crc = c->second;
+  return true;
 }
 
 Result<std::unique_ptr<RandomAccessFile>> ObjectTarget::OpenRecord(uint32_t id,
@@ -358,8 +379,12 @@ Status ObjectTarget::Publish(const std::string& dir) {
     written = written_;
   }
   for (uint32_t id : written) {
-    MutexLock lock(&mu_);
-    if (!copied_.contains(id)) PCRFS_RETURN_IF_ERROR(writer_->Delete(MembersKey(id)));
+    bool built;  // by this build (a merge's copies have no .build object)
+    {
+      MutexLock lock(&mu_);
+      built = crcs_.contains(id);
+    }
+    if (built) PCRFS_RETURN_IF_ERROR(writer_->Delete(MembersKey(id)));
   }
   return Status::OK();
 }

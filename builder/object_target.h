@@ -3,15 +3,17 @@
 //
 // The draft is a local STORE.partial as for a local store, in the URL's cache folder
 // (-o cache_dir, else DefaultCacheDir). Each record is uploaded as soon as it is finished
-// (S3ObjectWriter::PutFile: multipart above 8 MiB), then its members' fingerprint, size and
-// CRC32C as P/.build/NNNNNNNN.members. Publishing uploads the other files, manifest.json and
-// index.pcri (a part: listing.bin, then part.json) last, then removes P/.build/: a mount needs
-// index.pcri and a merge needs part.json, so nothing at P is taken for a store or a part
-// before it is whole.
+// (ObjectWriter::PutFile: multipart above 8 MiB), then its members' fingerprint, size and
+// CRC32C as P/.build/NNNNNNNN.members, and removed from the draft: local disk holds one record
+// and the index; the index stage reads the records' tables from the bucket. Publishing uploads the
+// other files, manifest.json and index.pcri (a part: listing.bin, then part.json) last, then
+// removes P/.build/: a mount needs index.pcri and a merge needs part.json, so nothing at P is taken
+// for a store or a part before it is whole.
 //
 // --resume lists P: a record whose .build members object is there and whose object has the
 // size it gives is kept, its bytes checked against the CRC32C it gives (read from the draft
-// when this machine has it, else downloaded into it: a task requeued on another node resumes).
+// when this machine has it, else downloaded into it: a task requeued on another node resumes),
+// then read from the bucket.
 //
 // A merge copies the parts' records on the server (CopyObject; UploadPartCopy above 5 GiB)
 // and reads only their tables (ranged GETs) and the quality sample's pieces.
@@ -56,15 +58,19 @@ class ObjectTarget final : public DraftSink {
   // the half-replaced store for a whole one); InvalidArgument when it holds objects that are
   // not a store's, or an interrupted build's records without resume or force.
   Status CheckAndClear(bool force, bool resume);
-  // --resume: the local draft's build state made the remote one's (see above). Before
-  // StoreDraft::Prepare.
+  // --resume: the local draft's build state made the remote one's (see above): each kept
+  // record checked (downloaded when the draft has not got it) and then read from the bucket.
+  // Before StoreDraft::Prepare.
   Status PrepareResume();
   // A merge: record `id` is copied to the target (size bytes): read from there, not the draft.
   void AddCopiedRecord(uint32_t id, uint64_t size);
 
   // DraftSink.
+  // Uploads the record and its .build object, then removes the local file: from then on the
+  // record is read from the bucket (its table for the index, the quality sample's pieces).
   Status RecordFinished(uint32_t id, const std::string& path,
                         const std::string& fingerprint) override;
+  bool RecordSizeAndCrc(uint32_t id, uint64_t* size, uint32_t* crc) override;
   Result<std::unique_ptr<RandomAccessFile>> OpenRecord(uint32_t id,
                                                        const std::string& path) override;
   Result<std::unique_ptr<index::Store>> OpenStore(const std::string& dir) override;
@@ -81,8 +87,11 @@ class ObjectTarget final : public DraftSink {
   std::unique_ptr<ObjectWriter> writer_;
   bool options_uploaded_ = false;
   Mutex mu_;
-  std::map<uint32_t, uint64_t> copied_ GUARDED_BY(mu_);  // a merge's records: id -> size
-  std::set<uint32_t> written_ GUARDED_BY(mu_);           // records of this store
+  // Records in the bucket and not in the draft (uploaded, kept by --resume, copied by a
+  // merge): id -> size, and CRC32C where known.
+  std::map<uint32_t, uint64_t> copied_ GUARDED_BY(mu_);
+  std::map<uint32_t, uint32_t> crcs_ GUARDED_BY(mu_);
+  std::set<uint32_t> written_ GUARDED_BY(mu_);  // records of this store
 };
 
 // The object writer (S3ObjectWriter) and client of a part or a store at `url`, for reading a

@@ -51,6 +51,10 @@ Result<std::unique_ptr<RandomAccessFile>> StoreDraft::OpenRecord(uint32_t id) co
   return std::unique_ptr<RandomAccessFile>(std::move(*file));
 }
 
+bool StoreDraft::RecordSizeAndCrc(uint32_t id, uint64_t* size, uint32_t* crc) const {
+  return sink_ != nullptr && sink_->RecordSizeAndCrc(id, size, crc);
+}
+
 Result<std::unique_ptr<index::Store>> StoreDraft::OpenStore() const {
   if (sink_ != nullptr) return sink_->OpenStore(dir_);
   return index::Store::Open(dir_);

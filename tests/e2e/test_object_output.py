@@ -6,6 +6,7 @@ S3 server of tests/remote (s3rver behind a front that checks every SigV4 signatu
 is downloaded and compared, byte for byte, with the local build of the same source. Needs
 tests/remote/install.sh."""
 
+import glob
 import os
 import random
 import re
@@ -50,8 +51,9 @@ class ObjectOutputTest(LoopbackServersCase):
         cls.src = cls.path("src")
         make_source(cls.src)
         cls.s3 = cls.serve(S3Server(None, BUCKET, ACCESS_KEY, SECRET_KEY))
+        # The local drafts go to PCRFS_CACHE_DIR (root's default is /var/cache/pcrfs).
         cls.s3env = dict(cls.env, AWS_ACCESS_KEY_ID=ACCESS_KEY, AWS_SECRET_ACCESS_KEY=SECRET_KEY,
-                         AWS_ENDPOINT_URL=cls.s3.endpoint)
+                         AWS_ENDPOINT_URL=cls.s3.endpoint, PCRFS_CACHE_DIR=cls.path("cache"))
         cls.local = cls.path("local")
         run([PCR, "build", cls.src, cls.local, "--quiet", *OPTS])
 
@@ -193,12 +195,18 @@ class ObjectOutputTest(LoopbackServersCase):
         # Nothing that a mount or a merge takes for whole.
         for name in ("index.pcri", "manifest.json", "part.json"):
             self.assertNotIn(name, keys)
+        # Bounded local disk: uploaded records left the draft; at most the one being written.
+        drafts = glob.glob(os.path.join(self.s3env["PCRFS_CACHE_DIR"], "build", "*",
+                                        "store.partial", "records"))
+        self.assertEqual(len(drafts), 1, drafts)
+        self.assertLessEqual(len(os.listdir(drafts[0])), 1, os.listdir(drafts[0]))
         p = self.pcr("verify", url, expect=2)
         # Without --resume or --force: refused, naming what would be lost.
         p = self.pcr("build", src, url, "--quiet", *opts, expect=2)
         self.assertIn("--resume keeps them", self.one_line(p, url))
         # Another machine (its own HOME: no local draft) resumes from the bucket.
-        other = dict(self.s3env, HOME=self.path("other-home"))
+        other = dict(self.s3env, HOME=self.path("other-home"),
+                     PCRFS_CACHE_DIR=self.path("other-cache"))
         os.makedirs(other["HOME"])
         p = self.pcr("build", src, url, "--resume", *opts, env=other)
         kept = re.search(r"\((\d+) kept from the interrupted build\)", p.stdout)
@@ -223,7 +231,8 @@ class AzureOutputTest(LoopbackServersCase):
         make_source(cls.src)
         cls.az = cls.serve(Azurite())
         cls.az.create_container(cls.container).close()
-        cls.azenv = dict(cls.env, AZURE_STORAGE_CONNECTION_STRING=cls.az.connection_string)
+        cls.azenv = dict(cls.env, AZURE_STORAGE_CONNECTION_STRING=cls.az.connection_string,
+                         PCRFS_CACHE_DIR=os.path.join(cls.tmp, "cache"))
         cls.local = os.path.join(cls.tmp, "local")
         run([PCR, "build", cls.src, cls.local, "--quiet", *OPTS])
 
