@@ -23,7 +23,7 @@ sys.path.insert(0, os.path.join(os.path.dirname(HERE), "remote"))
 from pcrtest import (PCR, LoopbackServersCase, make_messy_tree, photo, run,  # noqa: E402
                      save_jpeg, store_bytes)
 from azurite import Azurite  # noqa: E402
-from remote_servers import S3Server  # noqa: E402
+from remote_servers import FaultProxy, S3Server  # noqa: E402
 
 ACCESS_KEY = "AKIDPCRFSOUTPUT"
 SECRET_KEY = "output/test+secret"
@@ -171,6 +171,28 @@ class ObjectOutputTest(LoopbackServersCase):
                      f"s3://{BUCKET}/merged3", expect=2)
         self.one_line(p, "shard 1/3 is missing")
         self.assertEqual(self.keys("merged3"), {})
+
+    def test_writes_are_retried_and_refusals_are_one_line(self):
+        with FaultProxy(self.s3.endpoint) as proxy:
+            env = dict(self.s3env, AWS_ENDPOINT_URL=proxy.url)
+            # 503 SlowDown-like answers to the first PUTs (a record, a multipart part) and the
+            # first POSTs (CreateMultipartUpload, CompleteMultipartUpload): retried.
+            proxy.fault(fault="status", status=503, count=3, method="PUT")
+            proxy.fault(fault="status", status=500, count=2, method="POST")
+            self.pcr("build", self.src, f"s3://{BUCKET}/retried", "--quiet", *OPTS, env=env)
+            statuses = [r["status"] for r in proxy.requests()
+                        if r["method"] in ("PUT", "POST")]
+            self.assertEqual(statuses.count(503), 3)
+            self.assertEqual(statuses.count(500), 2)
+        self.assert_identical(self.download("retried", "retried"), self.local)
+        # A wrong secret: the first write is refused, one line naming the object, no secret.
+        bad = dict(self.s3env, AWS_SECRET_ACCESS_KEY="wrong" + SECRET_KEY)
+        p = self.pcr("build", self.src, f"s3://{BUCKET}/refused", "--quiet", *OPTS, env=bad,
+                     expect=1)
+        line = self.one_line(p, "403")
+        self.assertIn(BUCKET, line)
+        self.assertNotIn("wrong", line)
+        self.assertEqual(self.keys("refused"), {})
 
     def test_killed_build_resumes_on_another_machine(self):
         src = self.path("big")
