@@ -15,6 +15,7 @@
 #include "builder/build_options.h"
 #include "builder/build_source.h"
 #include "builder/builder.h"
+#include "builder/draft_sink.h"
 #include "builder/provenance.h"
 #include "builder/shard_part.h"
 #include "builder/source_tree.h"
@@ -50,7 +51,8 @@ inline Provenance NewProvenance(const char* command, int64_t started_ms, unsigne
 // Publish: the folder a store is written in, STORE.partial, renamed to STORE when complete.
 class StoreDraft {
  public:
-  explicit StoreDraft(std::string store);
+  // sink: where the store goes when STORE is only the local draft's name (may be null).
+  explicit StoreDraft(std::string store, DraftSink* sink = nullptr);
   static std::string PartialDir(const std::string& store) { return store + ".partial"; }
 
   const std::string& dir() const { return dir_; }
@@ -71,12 +73,21 @@ class StoreDraft {
   // counts of the listing and the report (files listed, not stored, changed, records kept).
   Status WriteProvenance(Provenance p, const SourceTree& tree, const BuildReport& report) const;
   // Removes the build state, syncs, and renames STORE.partial to STORE (an existing STORE,
-  // with --force, is kept until the new one is in place).
+  // with --force, is kept until the new one is in place). With a sink: the sink publishes,
+  // then STORE.partial is removed.
   Status Publish() const;
+
+  // The sink's hooks (no-ops, or the local files, without one).
+  Status RecordFinished(uint32_t id, const std::string& fingerprint) const;
+  Result<std::unique_ptr<RandomAccessFile>> OpenRecord(uint32_t id) const;
+  // The sink's size and CRC32C of a record it holds (false: none, read the local file).
+  bool RecordSizeAndCrc(uint32_t id, uint64_t* size, uint32_t* crc) const;
+  Result<std::unique_ptr<index::Store>> OpenStore() const;
 
  private:
   std::string store_;
   std::string dir_;
+  DraftSink* sink_;
 };
 
 // Placement: where each file of the listing is stored, by position in SourceTree::files: file
@@ -101,8 +112,10 @@ class Placement {
   // are stored, in record `record` at `record_path`, and the block CRCs of their large pieces:
   // `blocks` from the writer, or (blocks null: a record kept by --resume or copied by a merge)
   // computed by reading those pieces again.
+  // record_file: the record to read them from instead of record_path (may be null).
   Status Place(uint32_t record, const index::RecordLayout& layout, size_t begin,
-               const std::vector<index::PieceBlockCrcs>* blocks, const std::string& record_path);
+               const std::vector<index::PieceBlockCrcs>* blocks, const std::string& record_path,
+               const RandomAccessFile* record_file = nullptr);
 
   // File `file`'s place (not stored if it was never placed).
   Location at(size_t file) const;
@@ -140,8 +153,10 @@ Status WriteRecords(BuildSource* source, SourceTree* tree, const BuildConfig& co
                     Placement* placement, BuildReport* report, std::vector<ChangedFile>* changed);
 
 // Shard: part.json and listing.bin of a shard's part, after its records (shard_part.h).
+// The placement gives each record's block CRCs (PartRecord::blocks).
 Status WritePart(const StoreDraft& draft, const BuildConfig& config, const BuildOptions& options,
                  const SourceTree& tree, const std::string& listing, uint32_t num_records,
-                 const BuildReport& report, const std::vector<ChangedFile>& changed);
+                 const BuildReport& report, const std::vector<ChangedFile>& changed,
+                 const Placement& placement);
 
 }  // namespace pcrfs::tools

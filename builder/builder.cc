@@ -71,7 +71,7 @@ class StoreBuilder {
         options_(OptionsOf(config)),
         options_text_(options_.Encode() + "\n"),
         threads_(ResolveThreads(config.threads)),
-        draft_(config.store) {}
+        draft_(config.store, config.sink) {}
 
   Result<BuildReport> Run() {
     const auto start = std::chrono::steady_clock::now();
@@ -107,7 +107,7 @@ class StoreBuilder {
     }
     if (s.ok() && shard) {
       s = WritePart(draft_, config_, options_, tree, listing_bytes, report_.num_records, report_,
-                    changed);
+                    changed, placement);
     } else if (s.ok()) {
       s = WriteIndexAndManifest(draft_, &tree, &placement, report_.num_records, options_, threads_,
                                 config_.progress, &report_.manifest);

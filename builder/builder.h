@@ -22,6 +22,10 @@
 
 namespace pcrfs::tools {
 
+class DraftSink;
+class ObjectTarget;
+struct ObjectPart;
+
 // Where a build is, for a progress line (BuildConfig::progress, MergeConfig::progress).
 struct BuildProgress {
   enum class Stage {
@@ -64,6 +68,9 @@ struct BuildConfig {
   // Build only shard I of N into the part folder `store` (shard_part.h); merge with MergeParts.
   ShardSpec shard;
   ProgressFn progress;  // may be empty
+  // Where the store goes when `store` names only the local draft (object_target.h); null: the
+  // local folder `store`.
+  DraftSink* sink = nullptr;
 };
 
 struct PassthroughNote {
@@ -125,12 +132,25 @@ Result<BuildReport> Build(const BuildConfig& config);
 Result<BuildReport> BuildLocked(const BuildConfig& config, const StoreWriterLock& lock);
 
 struct MergeConfig {
-  std::vector<std::string> parts;  // in any order
-  std::string store;
+  // In any order. With remote_parts: the local folders holding each remote part's part.json and
+  // listing.bin (FetchRemoteParts).
+  std::vector<std::string> parts;
+  std::string store;  // with target: its local draft's STORE
+  // A merge into object storage (object_target.h): the target, and the parts there, by the
+  // position of `parts`; their records are copied on the server.
+  ObjectTarget* target = nullptr;
+  std::vector<std::shared_ptr<ObjectPart>> remote_parts;
   unsigned threads = 0;  // for the quality sample; 0: every core
   bool force = false;
   ProgressFn progress;  // may be empty
 };
+
+// `pcr merge URL... STORE-URL`: the parts at `urls` (s3://, each a part, or one prefix whose
+// folders are the parts: those holding part.json) opened, their part.json and listing.bin
+// downloaded into folders under `dir`; sets config->parts and config->remote_parts. Errors:
+// the URLs' (one line each), NotFound for a prefix without parts.
+Status FetchRemoteParts(const std::vector<std::string>& urls, const RemoteOptions& options,
+                        const std::string& dir, MergeConfig* config);
 
 // Checks the parts before any work: each is a complete, undamaged part (part.json checksum), and
 // together they are the N shards 0..N-1 of one source listing with one set of options.

@@ -16,7 +16,7 @@ namespace pcrfs::tools {
 
 Status Placement::Place(uint32_t record, const index::RecordLayout& layout, size_t begin,
                         const std::vector<index::PieceBlockCrcs>* blocks,
-                        const std::string& record_path) {
+                        const std::string& record_path, const RandomAccessFile* record_file) {
   std::string item;
   for (size_t s = 0; s < layout.images.size(); ++s) {
     const index::RecordImage& img = layout.images[s];
@@ -32,15 +32,17 @@ Status Placement::Place(uint32_t record, const index::RecordLayout& layout, size
     for (const index::PieceBlockCrcs& b : *blocks) block_crcs_[begin + b.slot].push_back(b);
     return Status::OK();
   }
-  std::unique_ptr<RandomAccessFile> file;
+  std::unique_ptr<RandomAccessFile> opened_file;
+  const RandomAccessFile* file = record_file;
   for (size_t s = 0; s < layout.images.size(); ++s) {
     for (int g = 1; g <= index::kNumGroups; ++g) {
       const index::PieceRef& p = layout.images[s].pieces[static_cast<size_t>(g - 1)];
       if (!index::HasBlockCrcs(p.length)) continue;
-      if (!file) {
+      if (file == nullptr) {
         auto opened = PosixRandomAccessFile::Open(record_path);
         if (!opened) return opened.error();
-        file = std::move(*opened);
+        opened_file = std::move(*opened);
+        file = opened_file.get();
       }
       auto crcs = index::ComputeBlockCrcs(*file, p);
       if (!crcs) return crcs.error();
@@ -193,7 +195,7 @@ class IndexStage {
   // Each record's layout, read back from the finished record file.
   Status AddRecords(index::CompactIndexWriter* writer) const {
     for (uint32_t r = 0; r < num_records_; ++r) {
-      auto file = PosixRandomAccessFile::Open(draft_.RecordPath(r));
+      auto file = draft_.OpenRecord(r);
       if (!file) return file.error();
       auto layout = index::ReadRecordLayout(**file);
       if (!layout) return layout.error();
@@ -211,7 +213,7 @@ class IndexStage {
   // Measures a sample's fidelity on the finished store and adds it to the manifest, so
   // `pcr inspect` and `pcrfs -o msssim=X` can answer at once.
   Status AddQualitySample(index::Manifest* m) {
-    auto store = index::Store::Open(draft_.dir());
+    auto store = draft_.OpenStore();
     if (!store) return store.error();
     uint32_t skipped = 0;
     auto quality = MeasureStoreQuality(

@@ -7,9 +7,12 @@
 #include <algorithm>
 #include <cerrno>
 #include <chrono>
+#include <filesystem>
+#include <map>
 #include <memory>
 
 #include "builder/build_stages.h"
+#include "builder/object_target.h"
 #include "common/crc32c.h"
 #include "common/file_util.h"
 #include "common/parallel.h"
@@ -70,11 +73,11 @@ class Merger {
         options_(std::move(options)),
         options_text_(options_.Encode() + "\n"),
         threads_(ResolveThreads(config.threads)),
-        draft_(config.store) {}
+        draft_(config.store, config.sink) {}
 
   // parts[i] (in folder dirs[i]) is shard i of parts.size(), checked by LoadParts.
-  Result<BuildReport> Run(const std::vector<std::string>& dirs,
-                          const std::vector<ShardPart>& parts) {
+  Result<BuildReport> Run(const std::vector<std::string>& dirs, const std::vector<ShardPart>& parts,
+                          const std::vector<std::shared_ptr<ObjectPart>>& remote) {
     const auto start = std::chrono::steady_clock::now();
     const int64_t started_ms = UnixMillisNow();
     auto bytes = ReadWholeFile(dirs[0] + "/" + kListingFile, UINT64_MAX);
@@ -103,7 +106,8 @@ class Merger {
     ReportProgress(config_.progress, BuildProgress::Stage::kRecords, 0, num_records_, 0,
                    merge_bytes_total_);
     for (size_t p = 0; p < parts.size(); ++p) {
-      if (Status s = MergePart(dirs[p], parts[p]); !s.ok()) return Err(std::move(s));
+      ObjectPart* from = remote.empty() ? nullptr : remote[p].get();
+      if (Status s = MergePart(dirs[p], parts[p], from); !s.ok()) return Err(std::move(s));
     }
     Status s = WriteIndexAndManifest(draft_, &tree_, placement_.get(), num_records_, options_,
                                      threads_, config_.progress, &report_.manifest);
@@ -119,19 +123,32 @@ class Merger {
 
   // Copies the records of one part into the store, checking each against part.json, and
   // places their files; then applies the part's changed file stats.
-  Status MergePart(const std::string& dir, const ShardPart& part) {
+  // remote: the part is in object storage, its records copied to the target on the server
+  // (their size was checked against part.json when the part was loaded; no byte is read here
+  // but their tables).
+  Status MergePart(const std::string& local_dir, const ShardPart& part, ObjectPart* remote) {
+    const std::string dir = remote != nullptr ? remote->location.name : local_dir;
     const size_t n = tree_.files.size(), per = config_.images_per_record;
     for (const PartRecord& rec : part.records) {
-      const std::string from = dir + "/" + index::RecordFileName(rec.id);
-      uint64_t size = 0;
-      uint32_t crc = 0;
-      PCRFS_RETURN_IF_ERROR(LinkOrCopyChecked(from, draft_.RecordPath(rec.id), &size, &crc));
-      if (size != rec.size || crc != rec.crc32c) {
-        return Status::Corruption(from + ": damaged part: the record does not match its " +
-                                  kPartFile + " (size or CRC32C)");
+      const std::string key = index::RecordFileName(rec.id);
+      const std::string from = remote != nullptr ? remote->writer->Name(key) : dir + "/" + key;
+      uint64_t size = rec.size;
+      if (remote != nullptr) {
+        auto* target = dynamic_cast<ObjectTarget*>(config_.sink);
+        if (target == nullptr)
+          return Status::InvalidArgument(from + ": no object store to copy to");
+        PCRFS_RETURN_IF_ERROR(target->writer().Copy(*remote->writer, key, rec.size, key));
+        target->AddCopiedRecord(rec.id, rec.size);
+      } else {
+        uint32_t crc = 0;
+        PCRFS_RETURN_IF_ERROR(LinkOrCopyChecked(from, draft_.RecordPath(rec.id), &size, &crc));
+        if (size != rec.size || crc != rec.crc32c) {
+          return Status::Corruption(from + ": damaged part: the record does not match its " +
+                                    kPartFile + " (size or CRC32C)");
+        }
       }
       const size_t begin = rec.id * per, end = std::min(n, begin + per);
-      auto file = PosixRandomAccessFile::Open(draft_.RecordPath(rec.id));
+      auto file = draft_.OpenRecord(rec.id);
       if (!file) return file.error();
       auto layout = index::ReadRecordLayout(**file);
       if (!layout) return Status::Corruption(from + ": " + layout.error().message());
@@ -142,8 +159,10 @@ class Merger {
       if (!same) {
         return Status::Corruption(from + ": its files are not those of the source listing");
       }
-      PCRFS_RETURN_IF_ERROR(
-          placement_->Place(rec.id, *layout, begin, nullptr, draft_.RecordPath(rec.id)));
+      // A remote part's block CRCs come from its part.json: its large pieces are not read.
+      const bool known = remote != nullptr && rec.has_blocks;
+      PCRFS_RETURN_IF_ERROR(placement_->Place(rec.id, *layout, begin, known ? &rec.blocks : nullptr,
+                                              draft_.RecordPath(rec.id), file->get()));
       ++merged_records_;
       merged_bytes_ += size;
       ReportProgress(config_.progress, BuildProgress::Stage::kRecords, merged_records_,
@@ -204,16 +223,19 @@ void ApplyOptions(const BuildOptions& o, BuildConfig* c) {
 struct LoadedParts {
   std::vector<std::string> dirs;  // by shard index
   std::vector<ShardPart> parts;
+  std::vector<std::shared_ptr<ObjectPart>> remote;  // by shard index, when remote
 };
 
 std::string ShardName(const ShardSpec& s) {
   return std::to_string(s.index) + "/" + std::to_string(s.count);
 }
 
-Result<ShardPart> LoadPart(const std::string& dir) {
-  const std::string path = dir + "/" + kPartFile;
+// remote: the part in object storage whose part.json and listing.bin are in `dir`.
+Result<ShardPart> LoadPart(const std::string& local_dir, const ObjectPart* remote) {
+  const std::string dir = remote != nullptr ? remote->location.name : local_dir;
+  const std::string path = local_dir + "/" + kPartFile;
   struct stat st;
-  if (::stat(dir.c_str(), &st) != 0 || !S_ISDIR(st.st_mode)) {
+  if (::stat(local_dir.c_str(), &st) != 0 || !S_ISDIR(st.st_mode)) {
     return Err(Status::NotFound(dir + ": no such part folder"));
   }
   if (::access(path.c_str(), F_OK) != 0) {
@@ -227,7 +249,7 @@ Result<ShardPart> LoadPart(const std::string& dir) {
     return Err(
         Status::Corruption(dir + ": damaged part: " + kPartFile + ": " + part.error().message()));
   }
-  auto listing = ReadWholeFile(dir + "/" + kListingFile, UINT64_MAX);
+  auto listing = ReadWholeFile(local_dir + "/" + kListingFile, UINT64_MAX);
   if (!listing)
     return Err(Status::Corruption(dir + ": damaged part: " + listing.error().message()));
   Fingerprint fp;
@@ -236,10 +258,24 @@ Result<ShardPart> LoadPart(const std::string& dir) {
     return Err(Status::Corruption(dir + ": damaged part: " + kListingFile + " does not match " +
                                   kPartFile));
   }
+  std::map<std::string, uint64_t> listed;  // a remote part's objects
+  if (remote != nullptr) {
+    std::string token;
+    for (;;) {
+      auto page = remote->client->List(token, 1000);
+      if (!page) return Err(page.error());
+      for (const auto& e : page->entries) listed[e.key] = e.size;
+      if (page->next_token.empty() || page->next_token == token) break;
+      token = page->next_token;
+    }
+  }
   for (const PartRecord& r : part->records) {
-    const std::string rec = dir + "/" + index::RecordFileName(r.id);
-    if (::lstat(rec.c_str(), &st) != 0 || !S_ISREG(st.st_mode) ||
-        static_cast<uint64_t>(st.st_size) != r.size) {
+    const std::string key = index::RecordFileName(r.id);
+    const std::string rec = remote != nullptr ? remote->writer->Name(key) : dir + "/" + key;
+    const auto it = listed.find(key);
+    if (remote != nullptr ? it == listed.end() || it->second != r.size
+                          : ::lstat(rec.c_str(), &st) != 0 || !S_ISREG(st.st_mode) ||
+                                static_cast<uint64_t>(st.st_size) != r.size) {
       return Err(Status::Corruption(rec + ": damaged part: missing, or not the size " + kPartFile +
                                     " gives"));
     }
@@ -252,19 +288,25 @@ Result<ShardPart> LoadPart(const std::string& dir) {
 Result<LoadedParts> LoadParts(const MergeConfig& config) {
   if (config.parts.empty()) return Err(Status::InvalidArgument("no PART given"));
   std::vector<ShardPart> given;
-  for (const std::string& dir : config.parts) {
-    auto part = LoadPart(dir);
+  std::vector<std::string> shown;  // what messages call each part
+  const bool remote = !config.remote_parts.empty();
+  for (size_t i = 0; i < config.parts.size(); ++i) {
+    const ObjectPart* from = remote ? config.remote_parts[i].get() : nullptr;
+    auto part = LoadPart(config.parts[i], from);
     if (!part) return Err(part.error());
     given.push_back(std::move(*part));
+    shown.push_back(from != nullptr ? from->location.name : config.parts[i]);
   }
   const ShardPart& first = given[0];
-  const std::string& first_dir = config.parts[0];
+  const std::string& first_dir = shown[0];
   LoadedParts out;
   out.dirs.resize(first.shard.count);
   out.parts.resize(first.shard.count);
+  if (remote) out.remote.resize(first.shard.count);
+  std::vector<std::string> shown_at(first.shard.count);
   for (size_t i = 0; i < given.size(); ++i) {
     const ShardPart& p = given[i];
-    const std::string& dir = config.parts[i];
+    const std::string& dir = shown[i];
     if (p.shard.count != first.shard.count) {
       return Err(Status::InvalidArgument(dir + ": is shard " + ShardName(p.shard) + ", but " +
                                          first_dir + " is shard " + ShardName(first.shard) +
@@ -282,10 +324,12 @@ Result<LoadedParts> LoadParts(const MergeConfig& config) {
     }
     if (!out.dirs[p.shard.index].empty()) {
       return Err(Status::InvalidArgument("shard " + ShardName(p.shard) + " given twice: " +
-                                         out.dirs[p.shard.index] + " and " + dir));
+                                         shown_at[p.shard.index] + " and " + dir));
     }
-    out.dirs[p.shard.index] = dir;
+    shown_at[p.shard.index] = dir;
+    out.dirs[p.shard.index] = config.parts[i];
     out.parts[p.shard.index] = p;
+    if (remote) out.remote[p.shard.index] = config.remote_parts[i];
   }
   for (uint32_t i = 0; i < first.shard.count; ++i) {
     if (out.dirs[i].empty()) {
@@ -302,7 +346,8 @@ Result<LoadedParts> LoadParts(const MergeConfig& config) {
 
 Status WritePart(const StoreDraft& draft, const BuildConfig& config, const BuildOptions& options,
                  const SourceTree& tree, const std::string& listing, uint32_t num_records,
-                 const BuildReport& report, const std::vector<ChangedFile>& changed) {
+                 const BuildReport& report, const std::vector<ChangedFile>& changed,
+                 const Placement& placement) {
   ShardPart part;
   part.generator = std::string("pcrfs ") + PCRFS_VERSION;
   part.source = config.source;
@@ -317,13 +362,84 @@ Status WritePart(const StoreDraft& draft, const BuildConfig& config, const Build
   part.listing_digest = fp.Hex();
   part.listing_crc32c = crc32c::Value(listing.data(), listing.size());
   for (uint32_t r = part.record_begin; r < part.record_end; ++r) {
-    PartRecord rec{r, 0, 0};
-    PCRFS_RETURN_IF_ERROR(CopyChecked(draft.RecordPath(r), "", &rec.size, &rec.crc32c));
+    PartRecord rec;
+    rec.id = r;
+    if (!draft.RecordSizeAndCrc(r, &rec.size, &rec.crc32c)) {  // uploaded: not on disk
+      PCRFS_RETURN_IF_ERROR(CopyChecked(draft.RecordPath(r), "", &rec.size, &rec.crc32c));
+    }
+    rec.has_blocks = true;
+    const uint64_t per = config.images_per_record;
+    for (uint64_t i = r * per; i < std::min<uint64_t>(tree.files.size(), (r + 1) * per); ++i) {
+      if (const auto* blocks = placement.BlockCrcs(i)) {
+        rec.blocks.insert(rec.blocks.end(), blocks->begin(), blocks->end());
+      }
+    }
     part.records.push_back(rec);
   }
   part.changed = changed;
   PCRFS_RETURN_IF_ERROR(draft.WriteFile(kListingFile, listing));
   return draft.WriteFile(kPartFile, part.ToJson());
+}
+
+Status FetchRemoteParts(const std::vector<std::string>& urls, const RemoteOptions& options,
+                        const std::string& dir, MergeConfig* config) {
+  std::vector<std::shared_ptr<ObjectPart>> parts;
+  for (const std::string& url : urls) {
+    auto part = ObjectPart::Open(url, options);
+    if (!part) return part.error();
+    // A part, or a prefix whose folders are parts: one listing tells.
+    std::vector<std::string> found;
+    bool is_part = false;
+    std::string token;
+    for (;;) {
+      auto page = (*part)->client->List(token, 1000);
+      if (!page) return page.error();
+      for (const auto& e : page->entries) {
+        if (e.key == kPartFile) is_part = true;
+        const size_t slash = e.key.find('/');
+        if (slash != std::string::npos && e.key.substr(slash + 1) == kPartFile) {
+          found.push_back(e.key.substr(0, slash));
+        }
+      }
+      if (page->next_token.empty() || page->next_token == token) break;
+      token = page->next_token;
+    }
+    if (is_part) {
+      parts.push_back(std::move(*part));
+      continue;
+    }
+    if (found.empty()) {
+      return Status::NotFound((*part)->location.name + ": no " + kPartFile +
+                              " there nor in its folders (was pcr build --shard completed?)");
+    }
+    std::string base = url;
+    while (base.ends_with('/')) base.pop_back();
+    for (const std::string& name : found) {
+      auto sub = ObjectPart::Open(base + "/" + name, options);
+      if (!sub) return sub.error();
+      parts.push_back(std::move(*sub));
+    }
+  }
+  config->parts.clear();
+  for (size_t i = 0; i < parts.size(); ++i) {
+    const std::string local = dir + "/part-" + std::to_string(i);
+    PCRFS_RETURN_IF_ERROR(RemoveTree(local));
+    std::error_code ec;
+    std::filesystem::create_directories(local, ec);
+    if (ec) return Status::IOError(local + ": cannot create: " + ec.message());
+    for (const char* name : {kPartFile, kListingFile}) {
+      const std::string path = local + "/" + name;
+      ObjectGet req;
+      req.key = name;
+      req.body_file = path;
+      auto r = parts[i]->client->GetBlocking(std::move(req));
+      if (!r && !r.error().IsNotFound()) return r.error();  // a missing one: LoadPart says
+      if (!r) ::unlink(path.c_str());
+    }
+    config->parts.push_back(local);
+  }
+  config->remote_parts = std::move(parts);
+  return Status::OK();
 }
 
 Status CheckMergeParts(const MergeConfig& config) {
@@ -346,8 +462,9 @@ Result<BuildReport> MergeLocked(const MergeConfig& config, const StoreWriterLock
   build.threads = config.threads;
   build.force = config.force;
   build.progress = config.progress;
+  build.sink = config.target;
   Merger merger(build, std::move(*options));
-  auto report = merger.Run(loaded->dirs, loaded->parts);
+  auto report = merger.Run(loaded->dirs, loaded->parts, loaded->remote);
   // Unlike a build's, a merge's STORE.partial holds only copies: nothing to resume.
   if (!report) (void)RemoveTree(StoreDraft::PartialDir(config.store));
   return report;

@@ -284,7 +284,7 @@ class RecordStage {
     if (!config_.resume) return std::nullopt;
     auto saved = ReadWholeFile(draft_.FingerprintPath(id), 1024);
     if (!saved || std::string(saved->begin(), saved->end()) != fp) return std::nullopt;
-    auto file = PosixRandomAccessFile::Open(draft_.RecordPath(id));
+    auto file = draft_.OpenRecord(id);  // in the bucket, for a build into one
     if (!file) return std::nullopt;
     auto layout = index::ReadRecordLayout(**file);
     if (!layout || layout->images.size() != end - begin) return std::nullopt;
@@ -341,8 +341,10 @@ class RecordStage {
     for (uint32_t r = first; r < last; ++r) {
       const size_t begin = r * per, end = std::min(n, begin + per);
       if (reused[r]) {
+        auto file = draft_.OpenRecord(r);
+        if (!file) return file.error();
         PCRFS_RETURN_IF_ERROR(
-            placement_->Place(r, *reused[r], begin, nullptr, draft_.RecordPath(r)));
+            placement_->Place(r, *reused[r], begin, nullptr, draft_.RecordPath(r), file->get()));
         ++report_.records_reused;
         tick(begin, end);
         continue;
@@ -365,6 +367,7 @@ class RecordStage {
           placement_->Place(r, *layout, begin, &(*writer)->block_crcs(), draft_.RecordPath(r)));
       PCRFS_RETURN_IF_ERROR(
           WriteFileAtomic(draft_.FingerprintPath(r), fps[r].data(), fps[r].size()));
+      PCRFS_RETURN_IF_ERROR(draft_.RecordFinished(r, fps[r]));
     }
     return Status::OK();
   }

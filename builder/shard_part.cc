@@ -44,7 +44,13 @@ nlohmann::ordered_json WithoutChecksum(const ShardPart& p) {
   j["listing_crc32c"] = Hex32(p.listing_crc32c);
   auto records = nlohmann::ordered_json::array();
   for (const PartRecord& r : p.records) {
-    records.push_back({{"id", r.id}, {"size", r.size}, {"crc32c", Hex32(r.crc32c)}});
+    nlohmann::ordered_json rec = {{"id", r.id}, {"size", r.size}, {"crc32c", Hex32(r.crc32c)}};
+    if (r.has_blocks) {
+      auto blocks = nlohmann::ordered_json::array();
+      for (const index::PieceBlockCrcs& b : r.blocks) blocks.push_back({b.slot, b.group, b.masked});
+      rec["blocks"] = std::move(blocks);
+    }
+    records.push_back(std::move(rec));
   }
   j["records"] = std::move(records);
   auto changed = nlohmann::ordered_json::array();
@@ -210,8 +216,18 @@ Result<ShardPart> ShardPart::FromJson(const std::string& text) {
     p.listing_digest = j.at("listing_digest").get<std::string>();
     p.listing_crc32c = ParseHex32(j.at("listing_crc32c"));
     for (const auto& r : j.at("records")) {
-      p.records.push_back(
-          {r.at("id").get<uint32_t>(), r.at("size").get<uint64_t>(), ParseHex32(r.at("crc32c"))});
+      PartRecord rec;
+      rec.id = r.at("id").get<uint32_t>();
+      rec.size = r.at("size").get<uint64_t>();
+      rec.crc32c = ParseHex32(r.at("crc32c"));
+      if (r.contains("blocks")) {
+        rec.has_blocks = true;
+        for (const auto& b : r.at("blocks")) {
+          rec.blocks.push_back(
+              {b.at(0).get<uint32_t>(), b.at(1).get<int>(), b.at(2).get<std::vector<uint32_t>>()});
+        }
+      }
+      p.records.push_back(std::move(rec));
     }
     for (const auto& c : j.at("changed")) {
       p.changed.push_back({c.at(0).get<uint64_t>(), c.at(1).get<uint64_t>(), c.at(2).get<int64_t>(),

@@ -15,6 +15,7 @@
 
 #include "builder/source_tree.h"
 #include "common/status.h"
+#include "index/record_format.h"
 
 namespace pcrfs::tools {
 
@@ -77,6 +78,11 @@ struct PartRecord {
   uint32_t id = 0;
   uint64_t size = 0;
   uint32_t crc32c = 0;  // of the whole file, unmasked
+  // The block CRCs of its pieces longer than a checksum block (the index holds them), so a
+  // merge need not read those pieces again. has_blocks: part.json gave them (older parts
+  // do not).
+  bool has_blocks = false;
+  std::vector<index::PieceBlockCrcs> blocks;
 };
 
 // part.json.

@@ -119,7 +119,10 @@ TEST(ShardPartTest, JsonRoundTripsAndChecksItself) {
   p.record_end = 3;
   p.listing_digest = "0123456789abcdef";
   p.listing_crc32c = 0xdeadbeef;
-  p.records = {{1, 100, 0x1234}, {2, 200, 0xffffffff}};
+  // Record 2 carries the block CRCs of a long piece (slot 1, group 10); record 1 is of an older
+  // part, without them.
+  p.records = {{1, 100, 0x1234, false, {}},
+               {2, 200, 0xffffffff, true, {{1, 10, {0x11, 0xffffffff, 7}}}}};
   p.changed = {{3, 7, -5, 999999999}};
   const std::string json = p.ToJson();
   auto back = ShardPart::FromJson(json);
@@ -127,6 +130,9 @@ TEST(ShardPartTest, JsonRoundTripsAndChecksItself) {
   EXPECT_EQ(back->ToJson(), json);
   EXPECT_EQ(back->changed[0].mtime_sec, -5);
   EXPECT_EQ(back->records[1].crc32c, 0xffffffffu);
+  EXPECT_FALSE(back->records[0].has_blocks);
+  ASSERT_TRUE(back->records[1].has_blocks);
+  EXPECT_EQ(back->records[1].blocks, p.records[1].blocks);
 
   std::string edited = json;
   edited.replace(edited.find("\"num_files\": 10"), 15, "\"num_files\": 11");
@@ -138,7 +144,7 @@ TEST(ShardPartTest, JsonRoundTripsAndChecksItself) {
   // A record range that is not the shard's is refused even with a right checksum.
   ShardPart wrong = p;
   wrong.record_end = 4;
-  wrong.records.push_back({3, 1, 1});
+  wrong.records.push_back({3, 1, 1, false, {}});
   EXPECT_FALSE(ShardPart::FromJson(wrong.ToJson()).has_value());
 }
 

@@ -34,7 +34,31 @@ Status RemoveTree(const std::string& path) {
   return Status::OK();
 }
 
-StoreDraft::StoreDraft(std::string store) : store_(std::move(store)), dir_(PartialDir(store_)) {}
+StoreDraft::StoreDraft(std::string store, DraftSink* sink)
+    : store_(std::move(store)), dir_(PartialDir(store_)), sink_(sink) {}
+
+Status StoreDraft::RecordFinished(uint32_t id, const std::string& fingerprint) const {
+  return sink_ != nullptr ? sink_->RecordFinished(id, RecordPath(id), fingerprint) : Status::OK();
+}
+
+Result<std::unique_ptr<RandomAccessFile>> StoreDraft::OpenRecord(uint32_t id) const {
+  if (sink_ != nullptr) {
+    auto file = sink_->OpenRecord(id, RecordPath(id));
+    if (!file || *file != nullptr) return file;
+  }
+  auto file = PosixRandomAccessFile::Open(RecordPath(id));
+  if (!file) return Err(file.error());
+  return std::unique_ptr<RandomAccessFile>(std::move(*file));
+}
+
+bool StoreDraft::RecordSizeAndCrc(uint32_t id, uint64_t* size, uint32_t* crc) const {
+  return sink_ != nullptr && sink_->RecordSizeAndCrc(id, size, crc);
+}
+
+Result<std::unique_ptr<index::Store>> StoreDraft::OpenStore() const {
+  if (sink_ != nullptr) return sink_->OpenStore(dir_);
+  return index::Store::Open(dir_);
+}
 
 std::string StoreDraft::RecordPath(uint32_t id) const {
   return dir_ + "/" + index::RecordFileName(id);
@@ -104,6 +128,10 @@ Status StoreDraft::WriteProvenance(Provenance p, const SourceTree& tree,
 }
 
 Status StoreDraft::Publish() const {
+  if (sink_ != nullptr) {
+    PCRFS_RETURN_IF_ERROR(sink_->Publish(dir_));
+    return RemoveTree(dir_);
+  }
   PCRFS_RETURN_IF_ERROR(RemoveTree(dir_ + "/" + kBuildStateDir));
   PCRFS_RETURN_IF_ERROR(FsyncPath(dir_ + "/" + index::kRecordsDir));
   PCRFS_RETURN_IF_ERROR(FsyncPath(dir_));

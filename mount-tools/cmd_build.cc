@@ -9,6 +9,7 @@
 #include <optional>
 
 #include "builder/builder.h"
+#include "builder/object_target.h"
 #include "builder/quality_window.h"
 #include "mount-tools/cli.h"
 #include "mount-tools/commands.h"
@@ -202,12 +203,26 @@ int RunBuild(const std::vector<std::string>& args) {
   config.store = store;
   config.nested_archives = !vm.count("no-nested");
   if (auto exit = ConfigureSource(vm, &config)) return *exit;
+  // STORE in object storage (builder/object_target.h): the draft is local, in its cache folder.
+  std::unique_ptr<ObjectTarget> target;
+  if (IsOutputUrl(store)) {
+    auto remote = RemoteOptionsFromEnv();
+    Result<std::unique_ptr<ObjectTarget>> opened =
+        remote ? ObjectTarget::Open(store, *remote) : Err(remote.error());
+    if (!opened) {
+      std::fprintf(stderr, "pcr build: %s\n", opened.error().message().c_str());
+      return kExitUsage;
+    }
+    target = std::move(*opened);
+    config.store = target->local_store();
+    config.sink = target.get();
+  }
   if (Status s = CheckBuildArguments(config); !s.ok()) {
     std::fprintf(stderr, "pcr build: %s\n", s.message().c_str());
     return kExitUsage;
   }
   // One writer per store, from here until STORE.partial has become STORE (store_lock.h).
-  auto lock = StoreWriterLock::Acquire(store);
+  auto lock = StoreWriterLock::Acquire(config.store);
   if (!lock) {
     std::fprintf(stderr, "pcr build: %s\n", lock.error().message().c_str());
     return lock.error().code() == Status::Code::kAlreadyExists ? kExitBusy : kExitFailed;
@@ -217,7 +232,21 @@ int RunBuild(const std::vector<std::string>& args) {
     std::fprintf(stderr, "pcr build: %s\n", s.message().c_str());
     return kExitUsage;
   }
-  if (Status s = CheckInterruptedBuild(config); !s.ok()) {
+  if (target != nullptr) {
+    // The bucket's state, not the local draft's, says what exists and what is resumed.
+    Status s = target->CheckAndClear(config.force, config.resume);
+    if (!s.ok()) {
+      std::fprintf(stderr, "pcr build: %s\n", s.message().c_str());
+      return s.code() == Status::Code::kAlreadyExists || s.code() == Status::Code::kInvalidArgument
+                 ? kExitUsage
+                 : kExitFailed;
+    }
+    if (config.resume) s = target->PrepareResume();
+    if (!s.ok()) {
+      std::fprintf(stderr, "pcr build: %s\n", s.message().c_str());
+      return kExitFailed;
+    }
+  } else if (Status s = CheckInterruptedBuild(config); !s.ok()) {
     std::fprintf(stderr, "pcr build: %s\n", s.message().c_str());
     return kExitUsage;
   }
@@ -226,7 +255,7 @@ int RunBuild(const std::vector<std::string>& args) {
                     &progress, &config.progress);
   auto report = BuildLocked(config, *lock);
   if (progress) progress->Finish();
-  if (!report) return FailedBuildExit(report.error(), store);
+  if (!report) return FailedBuildExit(report.error(), config.store);
   if (config.shard.enabled()) {
     PrintShardReport(*report, store, config.shard);
   } else {

@@ -1,15 +1,19 @@
 // pcr merge PART... STORE
 #include <unistd.h>
 
+#include <algorithm>
 #include <boost/program_options.hpp>
 #include <cstdio>
 #include <iostream>
 #include <optional>
 
 #include "builder/builder.h"
+#include "builder/object_target.h"
 #include "mount-tools/cli.h"
 #include "mount-tools/commands.h"
 #include "mount-tools/progress_line.h"
+#include "remote/azure.h"
+#include "remote/url.h"
 
 namespace pcrfs::tools {
 namespace po = boost::program_options;
@@ -45,6 +49,49 @@ int RunMerge(const std::vector<std::string>& args) {
   config.store = paths.back();
   paths.pop_back();
   config.parts = std::move(paths);
+  const std::string shown_store = config.store;
+  // Into object storage (builder/object_target.h): parts there too, their records copied on
+  // the server; the draft (index, manifest) is local, in the store URL's cache folder.
+  std::unique_ptr<ObjectTarget> target;
+  const bool remote_parts = std::any_of(config.parts.begin(), config.parts.end(),
+                                        [](const std::string& p) { return IsOutputUrl(p); });
+  if (IsOutputUrl(config.store) || remote_parts) {
+    Status s;
+    auto remote = RemoteOptionsFromEnv();
+    if (!remote) s = remote.error();
+    if (s.ok() && !IsOutputUrl(config.store)) {
+      s = Status::InvalidArgument(config.store +
+                                  ": parts in object storage merge into object storage only "
+                                  "(give an s3:// STORE)");
+    }
+    for (const std::string& p : config.parts) {
+      if (s.ok() && !IsOutputUrl(p)) {
+        s = Status::InvalidArgument(p + ": a local part cannot be merged into " +
+                                    RedactUrl(config.store) + " (upload it, or merge locally)");
+      } else if (s.ok() && IsAzureUrl(p) != IsAzureUrl(config.store)) {
+        s = Status::InvalidArgument(RedactUrl(p) + ": cannot be merged into " +
+                                    RedactUrl(config.store) +
+                                    " (another service: records are copied on the server)");
+      }
+    }
+    if (s.ok()) {
+      auto opened = ObjectTarget::Open(config.store, *remote);
+      if (opened) {
+        target = std::move(*opened);
+      } else {
+        s = opened.error();
+      }
+    }
+    if (s.ok()) {
+      s = FetchRemoteParts(config.parts, *remote, target->local_store() + ".parts", &config);
+    }
+    if (!s.ok()) {
+      std::fprintf(stderr, "pcr merge: %s\n", s.message().c_str());
+      return kExitUsage;
+    }
+    config.store = target->local_store();
+    config.target = target.get();
+  }
   for (Status s : {CheckMergeParts(config), CheckStoreTarget(config.store, config.force)}) {
     if (!s.ok()) {
       std::fprintf(stderr, "pcr merge: %s\n", s.message().c_str());
@@ -60,8 +107,16 @@ int RunMerge(const std::vector<std::string>& args) {
     std::fprintf(stderr, "pcr merge: %s\n", s.message().c_str());
     return kExitUsage;
   }
+  if (target != nullptr) {
+    if (Status s = target->CheckAndClear(config.force, /*resume=*/false); !s.ok()) {
+      std::fprintf(stderr, "pcr merge: %s\n", s.message().c_str());
+      return s.code() == Status::Code::kAlreadyExists || s.code() == Status::Code::kInvalidArgument
+                 ? kExitUsage
+                 : kExitFailed;
+    }
+  }
   std::optional<ProgressLine> progress;
-  StartProgressLine("merge", config.store, vm.count("quiet") > 0, vm.count("progress") > 0,
+  StartProgressLine("merge", shown_store, vm.count("quiet") > 0, vm.count("progress") > 0,
                     &progress, &config.progress);
   auto report = MergeLocked(config, *lock);
   if (progress) progress->Finish();
@@ -70,7 +125,7 @@ int RunMerge(const std::vector<std::string>& args) {
     std::fprintf(stderr, "pcr merge: no store was written\n");
     return kExitFailed;
   }
-  PrintReport(*report, config.store, "merge");
+  PrintReport(*report, shown_store, "merge");
   if (!report->problems.empty()) {
     std::fprintf(stderr, "pcr merge: %zu source entries could not be stored (listed above)\n",
                  report->problems.size());

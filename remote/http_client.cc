@@ -1,6 +1,7 @@
 #include "remote/http_client.h"
 
 #include <curl/curl.h>
+#include <strings.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -359,6 +360,7 @@ struct Transfer {
   long status = 0;
   std::string etag, content_range, retry_after, error_code;  // error_code: x-ms-error-code
   std::string content_type;                                  // of a multi-range GET's answer
+  std::string copy_status;                                   // x-ms-copy-status
   uint64_t signed_generation = 0;                            // SignedParts::generation of this try
   uint64_t header_generation = 0;                            // HeaderFile::generation() of this try
   uint64_t written = 0;
@@ -468,6 +470,9 @@ class HttpClient::Impl {
       t->retry_after.clear();
       t->error_code.clear();
       t->content_type.clear();
+      t->copy_status.clear();
+    } else if (StartsWithNoCase(line, "x-ms-copy-status:")) {
+      t->copy_status = TrimWs(line.substr(17)).substr(0, 64);
     } else if (StartsWithNoCase(line, "content-type:")) {
       t->content_type = TrimWs(line.substr(13)).substr(0, 256);
     } else if (StartsWithNoCase(line, "x-ms-error-code:")) {
@@ -486,7 +491,7 @@ class HttpClient::Impl {
     auto* t = static_cast<Transfer*>(user);
     size_t len = size * n;
     if (t->status == 0) curl_easy_getinfo(t->easy, CURLINFO_RESPONSE_CODE, &t->status);
-    if (t->status != 200 && t->status != 206) {
+    if (!IsSuccess(t)) {
       size_t room = kErrorBodyCap - std::min(kErrorBodyCap, t->error_body.size());
       t->error_body.append(data, std::min(room, len));
       return len;
@@ -525,6 +530,31 @@ class HttpClient::Impl {
     return len;
   }
 
+  static bool IsWrite(const HttpRequest& req) {
+    return req.method == HttpRequest::Method::kPut || req.method == HttpRequest::Method::kPost ||
+           req.method == HttpRequest::Method::kDelete;
+  }
+  static const char* MethodName(HttpRequest::Method m) {
+    switch (m) {
+      case HttpRequest::Method::kHead:
+        return "HEAD";
+      case HttpRequest::Method::kPut:
+        return "PUT";
+      case HttpRequest::Method::kPost:
+        return "POST";
+      case HttpRequest::Method::kDelete:
+        return "DELETE";
+      case HttpRequest::Method::kGet:
+        break;
+    }
+    return "GET";
+  }
+  // A status whose body is the answer's (not an error's): 200 and 206; a write's 201, 202, 204.
+  static bool IsSuccess(const Transfer* t) {
+    if (t->status == 200 || t->status == 206) return true;
+    return IsWrite(t->req) && (t->status == 201 || t->status == 202 || t->status == 204);
+  }
+
   // Whether this try's body may be handed out as it arrives: a 206 for exactly the asked range.
   static bool ProgressiveTry(Transfer* t) {
     if (t->status != 206 || !t->req.range) return false;
@@ -545,6 +575,7 @@ class HttpClient::Impl {
     t->retry_after.clear();
     t->error_code.clear();
     t->content_type.clear();
+    t->copy_status.clear();
     t->written = 0;
     t->overflow = false;
     t->progress = 0;
@@ -587,6 +618,15 @@ class HttpClient::Impl {
     curl_easy_setopt(e, CURLOPT_WRITEFUNCTION, &Impl::OnBody);
     curl_easy_setopt(e, CURLOPT_WRITEDATA, t);
     if (t->req.method == HttpRequest::Method::kHead) curl_easy_setopt(e, CURLOPT_NOBODY, 1L);
+    if (IsWrite(t->req)) {
+      curl_easy_setopt(e, CURLOPT_CUSTOMREQUEST, MethodName(t->req.method));
+      if (t->req.method != HttpRequest::Method::kDelete) {
+        // Not copied: t->req.upload lives until the transfer is done.
+        curl_easy_setopt(e, CURLOPT_POSTFIELDSIZE_LARGE,
+                         static_cast<curl_off_t>(t->req.upload.size()));
+        curl_easy_setopt(e, CURLOPT_POSTFIELDS, t->req.upload.data());
+      }
+    }
 
     // The headers that are signed are sent exactly as signed: Host and Range set here, not by
     // curl. Accept-Encoding stays off: ranges are of the stored bytes.
@@ -602,11 +642,20 @@ class HttpClient::Impl {
       signed_headers.emplace_back("If-None-Match", t->req.if_none_match);
     }
     if (!t->req.if_match.empty()) signed_headers.emplace_back("If-Match", t->req.if_match);
+    bool has_content_type = false;
+    for (const auto& [k, v] : t->req.headers) {
+      signed_headers.emplace_back(k, v);
+      has_content_type = has_content_type || strcasecmp(k.c_str(), "Content-Type") == 0;
+    }
     HeaderList all = signed_headers;
+    // curl's own for a body is a form's: none unless asked.
+    if (IsWrite(t->req) && !has_content_type) all.emplace_back("Content-Type", "");
     std::string url = t->req.url;
     if (options_.signer != nullptr) {
       SignableRequest sr;
-      sr.method = t->req.method == HttpRequest::Method::kHead ? "HEAD" : "GET";
+      sr.method = MethodName(t->req.method);
+      sr.content_length = t->req.upload.size();
+      sr.payload_sha256 = t->req.upload_sha256;
       sr.host = t->url.host_header;
       sr.path = t->url.path;
       sr.query = t->url.query;
@@ -779,7 +828,9 @@ class HttpClient::Impl {
     long status = 0;
     curl_easy_getinfo(t->easy, CURLINFO_RESPONSE_CODE, &status);
     t->status = status;
-    if (status == 200 || status == 206 || status == 304) return Accept(t, status);
+    if (status == 200 || status == 206 || status == 304 || IsSuccess(t)) {
+      return Accept(t, status);
+    }
     std::string code = S3ErrorCode(t->error_body);
     if (code.empty()) code = t->error_code;
     std::string msg = u + ": " + std::to_string(status) +
@@ -845,6 +896,12 @@ class HttpClient::Impl {
       return v;
     }
     if (!t->req.ranges.empty()) return AcceptRanges(t, status, std::move(r));
+    r.copy_status = t->copy_status;
+    if (IsWrite(t->req)) {
+      r.body = std::move(t->body);
+      v.result = std::move(r);
+      return v;
+    }
     if (t->req.method == HttpRequest::Method::kHead) {
       curl_off_t len = -1;
       curl_easy_getinfo(t->easy, CURLINFO_CONTENT_LENGTH_DOWNLOAD_T, &len);

@@ -77,9 +77,19 @@ struct ContentRange {
 };
 
 struct HttpRequest {
-  enum class Method { kGet, kHead };
+  // kPut, kPost and kDelete write (remote/object_writer.h): their answer is 200, 201, 202 or
+  // 204, its body (capped by max_body_bytes) in HttpResponse::body.
+  enum class Method { kGet, kHead, kPut, kPost, kDelete };
   Method method = Method::kGet;
   std::string url;  // http(s)://..., already URI-encoded
+  // The body of a PUT or POST, sent whole on every try (so a retry sends it again).
+  std::string upload;
+  // The hex SHA-256 of `upload`, computed by the caller off the I/O thread: S3's
+  // x-amz-content-sha256 signs it. Empty: UNSIGNED-PAYLOAD for a body, the empty body's hash
+  // for none.
+  std::string upload_sha256;
+  // Headers sent and signed with the request (x-amz-copy-source, x-ms-blob-type, Content-Type).
+  HeaderList headers;
   std::optional<ByteRange> range;
   std::string if_none_match;  // an ETag: a 304 answer means "not modified"
   // An ETag: the object must still have it, else a 412, which fails the request with
@@ -133,6 +143,7 @@ struct HttpResponse {
   // caller asks for that range alone. `multipart`: the answer was multipart/byteranges.
   std::vector<uint64_t> range_bytes;
   bool multipart = false;
+  std::string copy_status;  // Azure's x-ms-copy-status ("success", "pending", ...), if sent
 };
 
 // Why a try was retried. kFullBody: a 200 with more than the asked range. kAuth: the server

@@ -28,12 +28,16 @@ using HeaderList = std::vector<std::pair<std::string, std::string>>;
 
 // What a signer sees of one try of a request.
 struct SignableRequest {
-  std::string method = "GET";  // "GET" or "HEAD"
+  std::string method = "GET";  // "GET", "HEAD", "PUT", "POST" or "DELETE"
   std::string host;            // the Host header's value
   std::string path = "/";      // as sent, URI-encoded once
   HeaderList query;            // decoded name/value pairs, in the URL's order
   // Headers that will be sent and that a signature may cover (Host, Range, If-None-Match).
   HeaderList headers;
+  // The body's length and hex SHA-256 ("" when not computed: S3 signs UNSIGNED-PAYLOAD, or
+  // the empty body's hash when content_length is 0).
+  uint64_t content_length = 0;
+  std::string payload_sha256;
 };
 
 struct SignedParts {

@@ -188,7 +188,9 @@ Result<SignedParts> SigV4RequestSigner::Sign(const SignableRequest& request,
   sr.path = request.path;
   sr.query = request.query;
   sr.headers = request.headers;
-  sr.payload_hash = std::string(kEmptyPayloadSha256);
+  sr.payload_hash = !request.payload_sha256.empty() ? request.payload_sha256
+                    : request.content_length == 0   ? std::string(kEmptyPayloadSha256)
+                                                    : std::string(kUnsignedPayload);
   SignedParts out;
   out.headers = signer->Sign(sr, now);
   out.generation = current->generation;

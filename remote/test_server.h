@@ -12,6 +12,7 @@
 #include <atomic>
 #include <condition_variable>
 #include <cstdio>
+#include <cstdlib>
 #include <functional>
 #include <mutex>
 #include <string>
@@ -156,6 +157,17 @@ class TestHttpServer {
       ssize_t n = ::recv(c, buf, sizeof(buf), 0);
       if (n <= 0) break;
       req.append(buf, static_cast<size_t>(n));
+    }
+    // A request's body (a PUT's, a POST's) is read whole, by its Content-Length.
+    const size_t head_end = req.find("\r\n\r\n");
+    const size_t cl = req.find("Content-Length: ");
+    if (head_end != std::string::npos && cl != std::string::npos && cl < head_end) {
+      const size_t want = head_end + 4 + std::strtoull(req.c_str() + cl + 16, nullptr, 10);
+      while (req.size() < want) {
+        ssize_t n = ::recv(c, buf, sizeof(buf), 0);
+        if (n <= 0) break;
+        req.append(buf, static_cast<size_t>(n));
+      }
     }
     int n = ++count_;
     {
