@@ -4,6 +4,7 @@
 #include <cmath>
 #include <limits>
 #include <string>
+#include <utility>
 
 namespace pcrfs::codec {
 namespace {
@@ -52,57 +53,59 @@ Plane Downsample(const Plane& p) {
 
 // The 11x11 Gaussian window applied separably, streaming: the horizontal pass fills a ring of
 // 11 rows, and each output row is the vertical pass over the ring. Every sum is accumulated
-// over the 11 taps in the order i = 0..10, starting from 0, exactly as a pass with the tap loop
-// innermost does, so the results do not depend on the loop order (which is chosen so that the
-// compiler can vectorize along the row: quality.cc is compiled with -fvect-cost-model=dynamic).
+// over the 11 taps in the order i = 0..10, starting from 0, as the first implementation's tap
+// loop did, so the results are the same doubles; the taps are unrolled (a fold over an index
+// sequence) so that the compiler can vectorize along the row, each lane one sum (quality.cc is
+// compiled with -fvect-cost-model=dynamic).
+using Taps = std::make_index_sequence<kSsimWindow>;
+
 const std::array<double, kSsimWindow>& Kernel() {
   static const std::array<double, kSsimWindow> kKernel = GaussianKernel();
   return kKernel;
 }
 
-// out[c] = sum_i g_i in[c + i] (and of in^2, and of in * other) for c < n.
+// mean[c] = sum_i g_i in[c + i], mean_sq[c] = sum_i g_i in[c + i]^2, for c < n.
+template <size_t... I>
 void HorizontalMeans(const double* __restrict in, int n, double* __restrict mean,
-                     double* __restrict mean_sq) {
-  const auto& g = Kernel();
-  std::fill(mean, mean + n, 0.0);
-  std::fill(mean_sq, mean_sq + n, 0.0);
-  for (int i = 0; i < kSsimWindow; ++i) {
-    const double gi = g[i];
-    const double* __restrict a = in + i;
-    for (int c = 0; c < n; ++c) {
-      mean[c] += gi * a[c];
-      mean_sq[c] += gi * a[c] * a[c];
-    }
+                     double* __restrict mean_sq, std::index_sequence<I...>) {
+  const std::array<double, kSsimWindow> g = Kernel();
+  for (int c = 0; c < n; ++c) {
+    const double* a = in + c;
+    double s = 0, ss = 0;
+    ((s += g[I] * a[I], ss += g[I] * a[I] * a[I]), ...);
+    mean[c] = s;
+    mean_sq[c] = ss;
   }
 }
 
+// The same sums of x, x^2 and x * y (x first in each product, as SSIM's moments always were).
+template <size_t... I>
 void HorizontalMoments(const double* __restrict x, const double* __restrict y, int n,
-                       double* __restrict mx, double* __restrict mxx, double* __restrict mxy) {
-  const auto& g = Kernel();
-  std::fill(mx, mx + n, 0.0);
-  std::fill(mxx, mxx + n, 0.0);
-  std::fill(mxy, mxy + n, 0.0);
-  for (int i = 0; i < kSsimWindow; ++i) {
-    const double gi = g[i];
-    const double* __restrict a = x + i;
-    const double* __restrict b = y + i;
-    for (int c = 0; c < n; ++c) {
-      mx[c] += gi * a[c];
-      mxx[c] += gi * a[c] * a[c];
-      mxy[c] += gi * a[c] * b[c];
-    }
+                       double* __restrict mx, double* __restrict mxx, double* __restrict mxy,
+                       std::index_sequence<I...>) {
+  const std::array<double, kSsimWindow> g = Kernel();
+  for (int c = 0; c < n; ++c) {
+    const double* a = x + c;
+    const double* b = y + c;
+    double s = 0, ss = 0, sp = 0;
+    ((s += g[I] * a[I], ss += g[I] * a[I] * a[I], sp += g[I] * a[I] * b[I]), ...);
+    mx[c] = s;
+    mxx[c] = ss;
+    mxy[c] = sp;
   }
 }
 
 // out[c] = sum_i g_i rows[(first + i) % 11][c] for c < n.
+template <size_t... I>
 void VerticalMean(const std::vector<std::vector<double>>& rows, int first, int n,
-                  double* __restrict out) {
-  const auto& g = Kernel();
-  std::fill(out, out + n, 0.0);
-  for (int i = 0; i < kSsimWindow; ++i) {
-    const double gi = g[i];
-    const double* __restrict h = rows[(first + i) % kSsimWindow].data();
-    for (int c = 0; c < n; ++c) out[c] += gi * h[c];
+                  double* __restrict out, std::index_sequence<I...>) {
+  const std::array<double, kSsimWindow> g = Kernel();
+  const std::array<const double*, kSsimWindow> h = {
+      rows[(static_cast<size_t>(first) + I) % kSsimWindow].data()...};
+  for (int c = 0; c < n; ++c) {
+    double s = 0;
+    ((s += g[I] * h[I][c]), ...);
+    out[c] = s;
   }
 }
 
@@ -192,12 +195,12 @@ Result<MsSsimReference> MsSsimReference::Make(const DecodedImage& reference) {
     auto h_mean = Ring(ow), h_sq = Ring(ow);
     for (int t = 0; t < y.height; ++t) {
       HorizontalMeans(&y.v[static_cast<size_t>(t) * y.width], ow,
-                      h_mean[t % kSsimWindow].data(), h_sq[t % kSsimWindow].data());
+                      h_mean[t % kSsimWindow].data(), h_sq[t % kSsimWindow].data(), Taps());
       const int r0 = t - (kSsimWindow - 1);  // the output row whose window ends at row t
       if (r0 < 0) continue;
       const size_t o = static_cast<size_t>(r0) * ow;
-      VerticalMean(h_mean, r0, ow, &s.mean[o]);
-      VerticalMean(h_sq, r0, ow, &s.mean_sq[o]);
+      VerticalMean(h_mean, r0, ow, &s.mean[o], Taps());
+      VerticalMean(h_sq, r0, ow, &s.mean_sq[o], Taps());
     }
     // The last scale's plane is never downsampled; every plane is read by Compare.
     s.luma = j + 1 < scales ? y.v : std::move(y.v);
@@ -237,12 +240,12 @@ Result<double> MsSsimReference::Compare(const DecodedImage& image) const {
       const size_t row = static_cast<size_t>(t) * w;
       const int slot = t % kSsimWindow;
       HorizontalMoments(&x.v[row], &y.luma[row], ow, hx[slot].data(), hxx[slot].data(),
-                        hxy[slot].data());
+                        hxy[slot].data(), Taps());
       const int r0 = t - (kSsimWindow - 1);
       if (r0 < 0) continue;
-      VerticalMean(hx, r0, ow, mx.data());
-      VerticalMean(hxx, r0, ow, mxx.data());
-      VerticalMean(hxy, r0, ow, mxy.data());
+      VerticalMean(hx, r0, ow, mx.data(), Taps());
+      VerticalMean(hxx, r0, ow, mxx.data(), Taps());
+      VerticalMean(hxy, r0, ow, mxy.data(), Taps());
       const double* __restrict my = &y.mean[static_cast<size_t>(r0) * ow];
       const double* __restrict myy = &y.mean_sq[static_cast<size_t>(r0) * ow];
       for (int c = 0; c < ow; ++c) {
