@@ -153,6 +153,38 @@ TEST(QualityWindowTest, DamagedInputIsAnErrorNeverACrash) {
   EXPECT_FALSE(CutCentredWindow({}, kQualityWindowSide).has_value());
   std::vector<uint8_t> cut_short(top.begin(), top.begin() + static_cast<long>(top.size() / 2));
   EXPECT_FALSE(CutCentredWindow(cut_short, kQualityWindowSide).has_value());
+  // Every prefix that ends inside the headers, and each byte of the frame header damaged (it
+  // is read before libjpeg runs, to shorten the image to the window's bottom edge).
+  size_t first_scan = 0;
+  for (size_t i = 2; i + 1 < top.size(); ++i) {
+    if (top[i] == 0xFF && top[i + 1] == 0xDA) {
+      first_scan = i;
+      break;
+    }
+  }
+  ASSERT_GT(first_scan, 0u);
+  for (size_t n = 0; n <= first_scan + 16; ++n) {
+    std::vector<uint8_t> prefix(top.begin(), top.begin() + static_cast<long>(n));
+    EXPECT_FALSE(CutCentredWindow(prefix, kQualityWindowSide).has_value()) << n;
+  }
+  size_t sof = 0;
+  for (size_t i = 2; i + 1 < first_scan; ++i) {
+    if (top[i] == 0xFF && top[i + 1] == 0xC2) {
+      sof = i;
+      break;
+    }
+  }
+  ASSERT_GT(sof, 0u);
+  for (size_t i = sof; i < sof + 2 + 17; ++i) {  // a 3-component frame header
+    for (uint8_t v : {uint8_t{0x00}, uint8_t{0xFF}, uint8_t{0x11}}) {
+      std::vector<uint8_t> damaged(top);
+      damaged[i] = v;
+      auto r = CutCentredWindow(damaged, kQualityWindowSide);  // an error or a window: no crash
+      if (r && *r) {
+        EXPECT_FALSE((*r)->empty());
+      }
+    }
+  }
   std::vector<uint8_t> noise(top.begin(), top.begin() + 600);
   for (size_t i = 200; i < noise.size(); ++i) noise[i] = static_cast<uint8_t>(i * 131);
   EXPECT_FALSE(CutCentredWindow(noise, kQualityWindowSide).has_value());
