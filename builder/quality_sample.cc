@@ -92,12 +92,10 @@ Result<ImageQuality> MeasureImage(const index::Store& store, const index::Entry&
   if (!ms_ref) return Err(ms_ref.error());
   q.psnr[kLevels - 1] = std::numeric_limits<double>::infinity();
   q.msssim[kLevels - 1] = 1.0;
-  Mutex mu;  // guards `error` (a local: the analysis checks members and globals only)
-  std::optional<Status> error;  // the failure of the lowest level
-  int error_level = kLevels;
-  std::atomic<bool> failed{false};
+  Mutex mu;  // guards the two below (locals: the analysis checks members and globals only)
+  std::optional<Status> error;  // the failure of the lowest level (every level runs: the
+  int error_level = kLevels;    // same error whatever the threads)
   ParallelFor(kLevels - 1, threads, [&](size_t i) {
-    if (failed) return;
     const int k = static_cast<int>(i) + 1;
     Status status;
     if (auto bytes = level_bytes(k); !bytes) {
@@ -116,7 +114,6 @@ Result<ImageQuality> MeasureImage(const index::Store& store, const index::Entry&
       error_level = k;
       error = status;
     }
-    failed = true;
   });
   if (error) return Err(*error);
   q.measured = true;
