@@ -5,10 +5,13 @@
 #include <algorithm>
 #include <array>
 #include <cmath>
+#include <cstdlib>
+#include <filesystem>
 #include <thread>
 #include <vector>
 
 #include "codec/transcoder.h"
+#include "common/file_util.h"
 #include "tests/testdata/jpeg_factory.h"
 
 namespace pcrfs::codec {
@@ -356,6 +359,56 @@ TEST(MsSsimReferenceTest, EqualsTheOldComputationBitForBit) {
     }
     EXPECT_EQ(shared[9], 1.0);
     EXPECT_GE(differing, 5) << c.w << "x" << c.h << ": the levels should differ from level 10";
+  }
+}
+
+// The same on photographs: the Debian wallpapers that tests/data/make_dataset.py caches
+// ($PCRFS_CACHE/photos, else /var/cache/pcrfs-wallpapers/photos), transcoded, each level
+// decoded and its centre cropped to 480x360 (the old computation is slow on whole photos).
+TEST(MsSsimReferenceTest, EqualsTheOldComputationOnPhotos) {
+  const char* cache = std::getenv("PCRFS_CACHE");
+  const std::filesystem::path dir =
+      std::filesystem::path(cache ? cache : "/var/cache/pcrfs-wallpapers") / "photos";
+  std::vector<std::filesystem::path> photos;
+  std::error_code ec;
+  for (const auto& e : std::filesystem::directory_iterator(dir, ec)) {
+    if (e.path().extension() == ".jpg") photos.push_back(e.path());
+  }
+  if (photos.empty()) GTEST_SKIP() << "no photos in " << dir << " (run make_dataset.py once)";
+  std::sort(photos.begin(), photos.end());
+  photos.resize(std::min<size_t>(photos.size(), 4));
+  for (const auto& path : photos) {
+    auto bytes = ReadWholeFile(path.string(), uint64_t{1} << 26);
+    ASSERT_TRUE(bytes.has_value()) << path;
+    TranscodeResult t = Transcode(*bytes, TranscodeOptions{});
+    ASSERT_TRUE(t.transcoded()) << path << ": " << t.detail;
+    std::vector<DecodedImage> levels;
+    for (int k = 1; k <= kNumGroups; ++k) {
+      auto d = DecodeJpeg(t.image.Level(k));
+      ASSERT_TRUE(d.has_value()) << path << " level " << k;
+      const int w = std::min(d->width, 480), h = std::min(d->height, 360);
+      const int x0 = (d->width - w) / 2, y0 = (d->height - h) / 2;
+      const size_t c = static_cast<size_t>(d->components);
+      DecodedImage crop;
+      crop.width = w;
+      crop.height = h;
+      crop.components = d->components;
+      for (int y = y0; y < y0 + h; ++y) {
+        const uint8_t* row = d->pixels.data() + (static_cast<size_t>(y) * d->width + x0) * c;
+        crop.pixels.insert(crop.pixels.end(), row, row + static_cast<size_t>(w) * c);
+      }
+      levels.push_back(std::move(crop));
+    }
+    auto ref = MsSsimReference::Make(levels[9]);
+    ASSERT_TRUE(ref.has_value()) << path;
+    int below_one = 0;
+    for (int k = 1; k <= 9; ++k) {
+      auto v = ref->Compare(levels[k - 1]);
+      ASSERT_TRUE(v.has_value());
+      EXPECT_EQ(*v, before::MsSsim(levels[k - 1], levels[9])) << path << " level " << k;
+      below_one += *v < 1.0;
+    }
+    EXPECT_GE(below_one, 5) << path << ": the levels should differ from level 10";
   }
 }
 
