@@ -136,8 +136,8 @@ size_t FrameHeightOffset(std::span<const uint8_t> jpeg) {
     }
     if (marker == 0xD9 || marker == 0xDA) return 0;  // EOI, or a scan before any frame
     const size_t length = size_t{jpeg[i + 2]} << 8 | jpeg[i + 3];
-    const bool sof = marker >= 0xC0 && marker <= 0xCF && marker != 0xC4 && marker != 0xC8 &&
-                     marker != 0xCC;
+    const bool sof =
+        marker >= 0xC0 && marker <= 0xCF && marker != 0xC4 && marker != 0xC8 && marker != 0xCC;
     if (sof) return length >= 8 && i + 10 <= jpeg.size() ? i + 5 : 0;
     if (length < 2) return 0;
     i += 2 + length;

@@ -69,11 +69,10 @@ TEST(QualityWindowTest, TheWindowsCoefficientsAreTheImagesBlocks) {
     JpegColor color;
     std::array<int, 4> h_samp, v_samp;
   };
-  const Case cases[] = {
-      {1500, 3000, JpegColor::kYCbCr, {2, 1, 1, 0}, {2, 1, 1, 0}},  // 4:2:0
-      {1400, 2200, JpegColor::kYCbCr, {1, 1, 1, 0}, {2, 1, 1, 0}},  // 4:4:0
-      {1100, 2500, JpegColor::kCMYK, {1, 1, 1, 1}, {1, 1, 1, 1}},
-      {3000, 1200, JpegColor::kGray, {1, 0, 0, 0}, {1, 0, 0, 0}}};
+  const Case cases[] = {{1500, 3000, JpegColor::kYCbCr, {2, 1, 1, 0}, {2, 1, 1, 0}},  // 4:2:0
+                        {1400, 2200, JpegColor::kYCbCr, {1, 1, 1, 0}, {2, 1, 1, 0}},  // 4:4:0
+                        {1100, 2500, JpegColor::kCMYK, {1, 1, 1, 1}, {1, 1, 1, 1}},
+                        {3000, 1200, JpegColor::kGray, {1, 0, 0, 0}, {1, 0, 0, 0}}};
   for (const Case& c : cases) {
     JpegSpec spec{.width = c.width, .height = c.height, .color = c.color, .seed = 11};
     spec.h_samp = c.h_samp;

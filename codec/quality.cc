@@ -194,8 +194,8 @@ Result<MsSsimReference> MsSsimReference::Make(const DecodedImage& reference) {
     s.mean_sq.resize(s.mean.size());
     auto h_mean = Ring(ow), h_sq = Ring(ow);
     for (int t = 0; t < y.height; ++t) {
-      HorizontalMeans(&y.v[static_cast<size_t>(t) * y.width], ow,
-                      h_mean[t % kSsimWindow].data(), h_sq[t % kSsimWindow].data(), Taps());
+      HorizontalMeans(&y.v[static_cast<size_t>(t) * y.width], ow, h_mean[t % kSsimWindow].data(),
+                      h_sq[t % kSsimWindow].data(), Taps());
       const int r0 = t - (kSsimWindow - 1);  // the output row whose window ends at row t
       if (r0 < 0) continue;
       const size_t o = static_cast<size_t>(r0) * ow;
