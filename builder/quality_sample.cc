@@ -56,7 +56,10 @@ std::string EntryPath(const index::IndexReader& idx, const index::Entry& e) {
 // Level k of an image: its bytes in the store, or of its window (quality_window.h).
 using LevelBytes = std::function<Result<std::vector<uint8_t>>(int k)>;
 
-Result<ImageQuality> MeasureImage(const index::Store& store, const index::Entry& e) {
+// Measures one image; its levels 1..9 on up to `threads` threads (the sample is spread over
+// the images first: a sample of one camera photo would otherwise leave all but one core idle).
+Result<ImageQuality> MeasureImage(const index::Store& store, const index::Entry& e,
+                                  unsigned threads) {
   ImageQuality q;
   std::vector<uint8_t> top;
   if (Status s = store.ReadFile(e, kLevels, &top); !s.ok()) return Err(s);
@@ -71,36 +74,48 @@ Result<ImageQuality> MeasureImage(const index::Store& store, const index::Entry&
     codec::TranscodeResult t = codec::Transcode(**window, codec::TranscodeOptions{});
     if (!t.transcoded()) return Err(Status::Corruption("quality window: " + t.detail));
     cut = std::move(t.image);
+    top = cut->Level(kLevels);
     level_bytes = [&cut](int k) -> Result<std::vector<uint8_t>> { return cut->Level(k); };
   } else {
     level_bytes = [&](int k) -> Result<std::vector<uint8_t>> {
-      if (k == kLevels) return std::move(top);
       std::vector<uint8_t> bytes;
       if (Status s = store.ReadFile(e, k, &bytes); !s.ok()) return Err(s);
       return bytes;
     };
   }
-  auto decode = [&](int k) -> Result<codec::DecodedImage> {
-    auto bytes = level_bytes(k);
-    if (!bytes) return Err(bytes.error());
-    return codec::DecodeJpeg(*bytes);
-  };
-  auto ref = decode(kLevels);
+  auto ref = codec::DecodeJpeg(top);
   if (!ref) return Err(ref.error());
+  std::vector<uint8_t>().swap(top);
   if (codec::MsSsimScales(ref->width, ref->height) == 0) return q;  // too small: not measured
-  for (int k = 1; k <= kLevels; ++k) {
-    if (k == kLevels) {
-      q.psnr[k - 1] = std::numeric_limits<double>::infinity();
-      q.msssim[k - 1] = 1.0;
-      continue;
+  // The reference's luma pyramid and local statistics, once for the 9 levels.
+  auto ms_ref = codec::MsSsimReference::Make(*ref);
+  if (!ms_ref) return Err(ms_ref.error());
+  q.psnr[kLevels - 1] = std::numeric_limits<double>::infinity();
+  q.msssim[kLevels - 1] = 1.0;
+  Mutex mu;  // guards the two below (locals: the analysis checks members and globals only)
+  std::optional<Status> error;  // the failure of the lowest level (every level runs: the
+  int error_level = kLevels;    // same error whatever the threads)
+  ParallelFor(kLevels - 1, threads, [&](size_t i) {
+    const int k = static_cast<int>(i) + 1;
+    Status status;
+    if (auto bytes = level_bytes(k); !bytes) {
+      status = bytes.error();
+    } else if (auto level = codec::DecodeJpeg(*bytes); !level) {
+      status = level.error();
+    } else if (auto ms = ms_ref->Compare(*level); !ms) {
+      status = ms.error();
+    } else {
+      q.psnr[k - 1] = codec::Psnr(*level, *ref);
+      q.msssim[k - 1] = *ms;
+      return;
     }
-    auto level = decode(k);
-    if (!level) return Err(level.error());
-    q.psnr[k - 1] = codec::Psnr(*level, *ref);
-    auto ms = codec::MsSsim(*level, *ref);
-    if (!ms) return Err(ms.error());
-    q.msssim[k - 1] = *ms;
-  }
+    MutexLock lock(&mu);
+    if (k < error_level) {
+      error_level = k;
+      error = status;
+    }
+  });
+  if (error) return Err(*error);
   q.measured = true;
   return q;
 }
@@ -157,9 +172,13 @@ Result<std::array<LevelQuality, codec::kNumGroups>> MeasureStoreQuality(
   size_t error_index = n;
   uint64_t done = 0;
   if (progress) progress(0, n);
+  // Fewer images than threads: each image's levels share the rest.
+  const unsigned all_threads = ResolveThreads(threads);
+  const unsigned level_threads =
+      n == 0 || n >= all_threads ? 1 : all_threads / static_cast<unsigned>(n);
   ParallelFor(n, threads, [&](size_t i) {
     if (failed) return;
-    auto q = MeasureImage(store, jpegs[i]);
+    auto q = MeasureImage(store, jpegs[i], level_threads);
     if (q) {
       results[i] = *q;
       if (progress) {

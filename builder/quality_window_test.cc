@@ -4,6 +4,10 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <array>
+
+#include "codec/baseline.h"
 #include "codec/decoder.h"
 #include "codec/transcoder.h"
 #include "tests/testdata/jpeg_factory.h"
@@ -55,6 +59,62 @@ TEST(QualityWindowTest, TheCentreOnWholeMcusWithTheSourcesPixels) {
   }
 }
 
+// The cut reads the image only down to the window's bottom edge (a copy whose frame header
+// says the image ends there). The window's coefficients are still exactly the image's blocks
+// there, in every component, whatever the sampling: checked block by block against the whole
+// image's coefficients, for images far taller than the window, where most rows are skipped.
+TEST(QualityWindowTest, TheWindowsCoefficientsAreTheImagesBlocks) {
+  struct Case {
+    int width, height;
+    JpegColor color;
+    std::array<int, 4> h_samp, v_samp;
+  };
+  const Case cases[] = {{1500, 3000, JpegColor::kYCbCr, {2, 1, 1, 0}, {2, 1, 1, 0}},  // 4:2:0
+                        {1400, 2200, JpegColor::kYCbCr, {1, 1, 1, 0}, {2, 1, 1, 0}},  // 4:4:0
+                        {1100, 2500, JpegColor::kCMYK, {1, 1, 1, 1}, {1, 1, 1, 1}},
+                        {3000, 1200, JpegColor::kGray, {1, 0, 0, 0}, {1, 0, 0, 0}}};
+  for (const Case& c : cases) {
+    JpegSpec spec{.width = c.width, .height = c.height, .color = c.color, .seed = 11};
+    spec.h_samp = c.h_samp;
+    spec.v_samp = c.v_samp;
+    const std::vector<uint8_t> top = StoredLevel10(spec);
+    auto cut = CutCentredWindow(top, kQualityWindowSide);
+    ASSERT_TRUE(cut.has_value()) << cut.error().ToString();
+    ASSERT_TRUE(cut->has_value());
+    auto whole = codec::ReadCoefficients(top);
+    auto window = codec::ReadCoefficients(**cut);
+    ASSERT_TRUE(whole.has_value() && window.has_value());
+    ASSERT_EQ(window->components.size(), whole->components.size());
+    int max_h = 1, max_v = 1;
+    for (const auto& comp : whole->components) {
+      max_h = std::max(max_h, comp.h_samp);
+      max_v = std::max(max_v, comp.v_samp);
+    }
+    const int mcu_w = 8 * max_h, mcu_h = 8 * max_v;
+    const int w = c.width > 1024 ? 1024 / mcu_w * mcu_w : c.width;
+    const int h = c.height > 1024 ? 1024 / mcu_h * mcu_h : c.height;
+    EXPECT_EQ(window->width, static_cast<uint32_t>(w));
+    EXPECT_EQ(window->height, static_cast<uint32_t>(h));
+    const int mcu_x0 = (c.width - w) / 2 / mcu_w, mcu_y0 = (c.height - h) / 2 / mcu_h;
+    for (size_t ci = 0; ci < whole->components.size(); ++ci) {
+      const auto& from = whole->components[ci];
+      const auto& to = window->components[ci];
+      EXPECT_EQ(to.quant, from.quant);
+      const uint32_t bx0 = static_cast<uint32_t>(mcu_x0 * from.h_samp);
+      const uint32_t by0 = static_cast<uint32_t>(mcu_y0 * from.v_samp);
+      ASSERT_LE(by0 + to.height_in_blocks, from.height_in_blocks);
+      int differing_rows = 0;
+      for (uint32_t r = 0; r < to.height_in_blocks; ++r) {
+        const int16_t* a = &to.coef[static_cast<size_t>(r) * to.width_in_blocks * 64];
+        const int16_t* b =
+            &from.coef[(static_cast<size_t>(by0 + r) * from.width_in_blocks + bx0) * 64];
+        differing_rows += !std::equal(a, a + to.width_in_blocks * 64, b);
+      }
+      EXPECT_EQ(differing_rows, 0) << c.width << "x" << c.height << " component " << ci;
+    }
+  }
+}
+
 TEST(QualityWindowTest, ASideThatFitsIsKeptWholeAndASmallImageIsNotCut) {
   JpegSpec wide{.width = 3000, .height = 200, .seed = 3};  // 4:2:0: 16x16 MCUs
   auto cut = CutCentredWindow(StoredLevel10(wide), kQualityWindowSide);
@@ -92,6 +152,38 @@ TEST(QualityWindowTest, DamagedInputIsAnErrorNeverACrash) {
   EXPECT_FALSE(CutCentredWindow({}, kQualityWindowSide).has_value());
   std::vector<uint8_t> cut_short(top.begin(), top.begin() + static_cast<long>(top.size() / 2));
   EXPECT_FALSE(CutCentredWindow(cut_short, kQualityWindowSide).has_value());
+  // Every prefix that ends inside the headers, and each byte of the frame header damaged (it
+  // is read before libjpeg runs, to shorten the image to the window's bottom edge).
+  size_t first_scan = 0;
+  for (size_t i = 2; i + 1 < top.size(); ++i) {
+    if (top[i] == 0xFF && top[i + 1] == 0xDA) {
+      first_scan = i;
+      break;
+    }
+  }
+  ASSERT_GT(first_scan, 0u);
+  for (size_t n = 0; n <= first_scan + 16; ++n) {
+    std::vector<uint8_t> prefix(top.begin(), top.begin() + static_cast<long>(n));
+    EXPECT_FALSE(CutCentredWindow(prefix, kQualityWindowSide).has_value()) << n;
+  }
+  size_t sof = 0;
+  for (size_t i = 2; i + 1 < first_scan; ++i) {
+    if (top[i] == 0xFF && top[i + 1] == 0xC2) {
+      sof = i;
+      break;
+    }
+  }
+  ASSERT_GT(sof, 0u);
+  for (size_t i = sof; i < sof + 2 + 17; ++i) {  // a 3-component frame header
+    for (uint8_t v : {uint8_t{0x00}, uint8_t{0xFF}, uint8_t{0x11}}) {
+      std::vector<uint8_t> damaged(top);
+      damaged[i] = v;
+      auto r = CutCentredWindow(damaged, kQualityWindowSide);  // an error or a window: no crash
+      if (r && *r) {
+        EXPECT_FALSE((*r)->empty());
+      }
+    }
+  }
   std::vector<uint8_t> noise(top.begin(), top.begin() + 600);
   for (size_t i = 200; i < noise.size(); ++i) noise[i] = static_cast<uint8_t>(i * 131);
   EXPECT_FALSE(CutCentredWindow(noise, kQualityWindowSide).has_value());

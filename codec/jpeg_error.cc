@@ -20,7 +20,9 @@ void EmitMessage(j_common_ptr cinfo, int msg_level) {
   auto* err = reinterpret_cast<JpegErrorManager*>(cinfo->err);
   if (msg_level < 0) {
     // A warning: corrupt data that libjpeg would silently "repair".
-    if (err->warnings_fatal) StopWithMessage(cinfo);
+    if (err->warnings_fatal && err->pub.msg_code != err->tolerated_warning) {
+      StopWithMessage(cinfo);
+    }
     err->pub.num_warnings++;
   }
   // Trace messages (msg_level >= 0) are dropped.
@@ -80,6 +82,7 @@ jpeg_error_mgr* InitJpegErrorManager(JpegErrorManager* err, bool warnings_fatal)
   err->pub.emit_message = EmitMessage;
   err->pub.output_message = OutputMessage;
   err->warnings_fatal = warnings_fatal;
+  err->tolerated_warning = -1;
   err->msg_code = 0;
   err->message[0] = '\0';
   return &err->pub;

@@ -24,12 +24,14 @@ struct JpegErrorManager {
   jpeg_error_mgr pub;  // first, so that a cinfo->err pointer is also a JpegErrorManager*
   std::jmp_buf jump;
   bool warnings_fatal;
+  int tolerated_warning;          // a warning code counted but never fatal; -1: none
   int msg_code;                   // code of the error or warning that stopped libjpeg
   char message[JMSG_LENGTH_MAX];  // its formatted text
 };
 
 // Fills in `err` and returns &err->pub, to be stored in cinfo.err before jpeg_create_*.
-// With warnings_fatal, any warning (emit_message with level < 0) longjmps like an error.
+// With warnings_fatal, any warning (emit_message with level < 0) longjmps like an error, but
+// the one whose code is tolerated_warning (none, as set here).
 jpeg_error_mgr* InitJpegErrorManager(JpegErrorManager* err, bool warnings_fatal);
 
 // Blocks of scan work allowed per allowed scan: with the default 1000 scans, 5 * 10^7 blocks,

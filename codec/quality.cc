@@ -4,6 +4,7 @@
 #include <cmath>
 #include <limits>
 #include <string>
+#include <utility>
 
 namespace pcrfs::codec {
 namespace {
@@ -50,64 +51,67 @@ Plane Downsample(const Plane& p) {
   return out;
 }
 
-struct ScaleSsim {
-  double cs = 0;    // mean contrast-structure term
-  double ssim = 0;  // mean of luminance * contrast-structure, per window
-};
+// The 11x11 Gaussian window applied separably, streaming: the horizontal pass fills a ring of
+// 11 rows, and each output row is the vertical pass over the ring. Every sum is accumulated
+// over the 11 taps in the order i = 0..10, starting from 0, as the first implementation's tap
+// loop did, so the results are the same doubles; the taps are unrolled (a fold over an index
+// sequence) so that the compiler can vectorize along the row, each lane one sum (quality.cc is
+// compiled with -fvect-cost-model=dynamic).
+using Taps = std::make_index_sequence<kSsimWindow>;
 
-// SSIM terms over every position where the 11x11 window lies inside the image ("valid").
-// REQUIRES: x and y of the same size, at least 11x11.
-ScaleSsim SsimAtScale(const Plane& x, const Plane& y) {
+const std::array<double, kSsimWindow>& Kernel() {
   static const std::array<double, kSsimWindow> kKernel = GaussianKernel();
-  const int w = x.width, h = x.height;
-  const int ow = w - 2 * kRadius, oh = h - 2 * kRadius;
-  // Horizontal pass over every row for the five moments: x, y, x^2, y^2, xy.
-  const size_t hsize = static_cast<size_t>(ow) * h;
-  std::vector<double> hx(hsize), hy(hsize), hxx(hsize), hyy(hsize), hxy(hsize);
-  for (int r = 0; r < h; ++r) {
-    const double* xr = &x.v[static_cast<size_t>(r) * w];
-    const double* yr = &y.v[static_cast<size_t>(r) * w];
-    size_t o = static_cast<size_t>(r) * ow;
-    for (int c = 0; c < ow; ++c) {
-      double sx = 0, sy = 0, sxx = 0, syy = 0, sxy = 0;
-      for (int i = 0; i < kSsimWindow; ++i) {
-        double g = kKernel[i], a = xr[c + i], b = yr[c + i];
-        sx += g * a;
-        sy += g * b;
-        sxx += g * a * a;
-        syy += g * b * b;
-        sxy += g * a * b;
-      }
-      hx[o + c] = sx;
-      hy[o + c] = sy;
-      hxx[o + c] = sxx;
-      hyy[o + c] = syy;
-      hxy[o + c] = sxy;
-    }
+  return kKernel;
+}
+
+// mean[c] = sum_i g_i in[c + i], mean_sq[c] = sum_i g_i in[c + i]^2, for c < n.
+template <size_t... I>
+void HorizontalMeans(const double* __restrict in, int n, double* __restrict mean,
+                     double* __restrict mean_sq, std::index_sequence<I...>) {
+  const std::array<double, kSsimWindow> g = Kernel();
+  for (int c = 0; c < n; ++c) {
+    const double* a = in + c;
+    double s = 0, ss = 0;
+    ((s += g[I] * a[I], ss += g[I] * a[I] * a[I]), ...);
+    mean[c] = s;
+    mean_sq[c] = ss;
   }
-  // Vertical pass, and the SSIM terms at each output position.
-  double cs_sum = 0, ssim_sum = 0;
-  for (int r = 0; r < oh; ++r) {
-    for (int c = 0; c < ow; ++c) {
-      double mx = 0, my = 0, mxx = 0, myy = 0, mxy = 0;
-      for (int i = 0; i < kSsimWindow; ++i) {
-        size_t k = static_cast<size_t>(r + i) * ow + c;
-        double g = kKernel[i];
-        mx += g * hx[k];
-        my += g * hy[k];
-        mxx += g * hxx[k];
-        myy += g * hyy[k];
-        mxy += g * hxy[k];
-      }
-      double vx = mxx - mx * mx, vy = myy - my * my, vxy = mxy - mx * my;
-      double cs = (2 * vxy + kC2) / (vx + vy + kC2);
-      double l = (2 * mx * my + kC1) / (mx * mx + my * my + kC1);
-      cs_sum += cs;
-      ssim_sum += l * cs;
-    }
+}
+
+// The same sums of x, x^2 and x * y (x first in each product, as SSIM's moments always were).
+template <size_t... I>
+void HorizontalMoments(const double* __restrict x, const double* __restrict y, int n,
+                       double* __restrict mx, double* __restrict mxx, double* __restrict mxy,
+                       std::index_sequence<I...>) {
+  const std::array<double, kSsimWindow> g = Kernel();
+  for (int c = 0; c < n; ++c) {
+    const double* a = x + c;
+    const double* b = y + c;
+    double s = 0, ss = 0, sp = 0;
+    ((s += g[I] * a[I], ss += g[I] * a[I] * a[I], sp += g[I] * a[I] * b[I]), ...);
+    mx[c] = s;
+    mxx[c] = ss;
+    mxy[c] = sp;
   }
-  double n = static_cast<double>(ow) * oh;
-  return {cs_sum / n, ssim_sum / n};
+}
+
+// out[c] = sum_i g_i rows[(first + i) % 11][c] for c < n.
+template <size_t... I>
+void VerticalMean(const std::vector<std::vector<double>>& rows, int first, int n,
+                  double* __restrict out, std::index_sequence<I...>) {
+  const std::array<double, kSsimWindow> g = Kernel();
+  const std::array<const double*, kSsimWindow> h = {
+      rows[(static_cast<size_t>(first) + I) % kSsimWindow].data()...};
+  for (int c = 0; c < n; ++c) {
+    double s = 0;
+    ((s += g[I] * h[I][c]), ...);
+    out[c] = s;
+  }
+}
+
+// A ring of 11 rows of `width` doubles.
+std::vector<std::vector<double>> Ring(int width) {
+  return std::vector<std::vector<double>>(kSsimWindow, std::vector<double>(width));
 }
 
 Plane LumaPlane(const DecodedImage& image) {
@@ -118,6 +122,14 @@ bool SameShape(const DecodedImage& a, const DecodedImage& b) {
   return a.width == b.width && a.height == b.height && a.components == b.components &&
          a.pixels.size() == b.pixels.size() &&
          a.pixels.size() == static_cast<size_t>(a.width) * a.height * a.components;
+}
+
+Status ShapeError(const DecodedImage& a, const DecodedImage& b) {
+  return Status::InvalidArgument(
+      "ms-ssim: images differ in size or components: " + std::to_string(a.width) + "x" +
+      std::to_string(a.height) + "x" + std::to_string(a.components) + " vs " +
+      std::to_string(b.width) + "x" + std::to_string(b.height) + "x" +
+      std::to_string(b.components));
 }
 
 uint8_t MulDiv255(int a, int b) { return static_cast<uint8_t>((a * b + 127) / 255); }
@@ -149,23 +161,65 @@ int MsSsimScales(int width, int height) {
 }
 
 Result<double> MsSsim(const DecodedImage& a, const DecodedImage& b) {
-  if (!SameShape(a, b)) {
-    return Err(Status::InvalidArgument(
-        "ms-ssim: images differ in size or components: " + std::to_string(a.width) + "x" +
-        std::to_string(a.height) + "x" + std::to_string(a.components) + " vs " +
-        std::to_string(b.width) + "x" + std::to_string(b.height) + "x" +
-        std::to_string(b.components)));
-  }
-  if (a.components != 1 && a.components != 3 && a.components != 4) {
+  if (!SameShape(a, b)) return Err(ShapeError(a, b));
+  auto reference = MsSsimReference::Make(b);
+  if (!reference) return Err(reference.error());
+  return reference->Compare(a);
+}
+
+Result<MsSsimReference> MsSsimReference::Make(const DecodedImage& reference) {
+  if (!SameShape(reference, reference)) return Err(ShapeError(reference, reference));
+  if (reference.components != 1 && reference.components != 3 && reference.components != 4) {
     return Err(Status::InvalidArgument("ms-ssim: unsupported component count " +
-                                       std::to_string(a.components)));
+                                       std::to_string(reference.components)));
   }
-  const int scales = MsSsimScales(a.width, a.height);
+  const int scales = MsSsimScales(reference.width, reference.height);
   if (scales == 0) {
-    return Err(Status::InvalidArgument("ms-ssim: image " + std::to_string(a.width) + "x" +
-                                       std::to_string(a.height) +
+    return Err(Status::InvalidArgument("ms-ssim: image " + std::to_string(reference.width) + "x" +
+                                       std::to_string(reference.height) +
                                        " is smaller than the 11x11 window"));
   }
+  MsSsimReference r;
+  r.width_ = reference.width;
+  r.height_ = reference.height;
+  r.components_ = reference.components;
+  Plane y = LumaPlane(reference);
+  for (int j = 0; j < scales; ++j) {
+    if (j > 0) y = Downsample(y);
+    Scale s;
+    s.width = y.width;
+    s.height = y.height;
+    const int ow = y.width - 2 * kRadius, oh = y.height - 2 * kRadius;
+    s.mean.resize(static_cast<size_t>(ow) * oh);
+    s.mean_sq.resize(s.mean.size());
+    auto h_mean = Ring(ow), h_sq = Ring(ow);
+    for (int t = 0; t < y.height; ++t) {
+      HorizontalMeans(&y.v[static_cast<size_t>(t) * y.width], ow, h_mean[t % kSsimWindow].data(),
+                      h_sq[t % kSsimWindow].data(), Taps());
+      const int r0 = t - (kSsimWindow - 1);  // the output row whose window ends at row t
+      if (r0 < 0) continue;
+      const size_t o = static_cast<size_t>(r0) * ow;
+      VerticalMean(h_mean, r0, ow, &s.mean[o], Taps());
+      VerticalMean(h_sq, r0, ow, &s.mean_sq[o], Taps());
+    }
+    // The last scale's plane is never downsampled; every plane is read by Compare.
+    s.luma = j + 1 < scales ? y.v : std::move(y.v);
+    r.scales_.push_back(std::move(s));
+  }
+  return r;
+}
+
+Result<double> MsSsimReference::Compare(const DecodedImage& image) const {
+  DecodedImage shape;  // the reference's shape, for SameShape and the message
+  shape.width = width_;
+  shape.height = height_;
+  shape.components = components_;
+  if (image.width != width_ || image.height != height_ || image.components != components_ ||
+      image.pixels.size() != static_cast<size_t>(width_) * height_ * components_) {
+    shape.pixels.resize(static_cast<size_t>(width_) * height_ * components_);
+    return Err(ShapeError(image, shape));
+  }
+  const int scales = static_cast<int>(scales_.size());
   // The published weights sum to 1.0001; they are used as they are with all 5 scales, and
   // renormalized to sum to 1 only when fewer scales fit.
   double weight_sum = 1.0;
@@ -173,16 +227,41 @@ Result<double> MsSsim(const DecodedImage& a, const DecodedImage& b) {
     weight_sum = 0;
     for (int j = 0; j < scales; ++j) weight_sum += kMsSsimWeights[j];
   }
-
-  Plane x = LumaPlane(a), y = LumaPlane(b);
+  Plane x = LumaPlane(image);
   double result = 1.0;
   for (int j = 0; j < scales; ++j) {
-    if (j > 0) {
-      x = Downsample(x);
-      y = Downsample(y);
+    if (j > 0) x = Downsample(x);
+    const Scale& y = scales_[j];
+    const int w = x.width, ow = w - 2 * kRadius, oh = x.height - 2 * kRadius;
+    auto hx = Ring(ow), hxx = Ring(ow), hxy = Ring(ow);
+    std::vector<double> mx(ow), mxx(ow), mxy(ow), cs(ow), lcs(ow);
+    double cs_sum = 0, ssim_sum = 0;
+    for (int t = 0; t < x.height; ++t) {
+      const size_t row = static_cast<size_t>(t) * w;
+      const int slot = t % kSsimWindow;
+      HorizontalMoments(&x.v[row], &y.luma[row], ow, hx[slot].data(), hxx[slot].data(),
+                        hxy[slot].data(), Taps());
+      const int r0 = t - (kSsimWindow - 1);
+      if (r0 < 0) continue;
+      VerticalMean(hx, r0, ow, mx.data(), Taps());
+      VerticalMean(hxx, r0, ow, mxx.data(), Taps());
+      VerticalMean(hxy, r0, ow, mxy.data(), Taps());
+      const double* __restrict my = &y.mean[static_cast<size_t>(r0) * ow];
+      const double* __restrict myy = &y.mean_sq[static_cast<size_t>(r0) * ow];
+      for (int c = 0; c < ow; ++c) {
+        double vx = mxx[c] - mx[c] * mx[c], vy = myy[c] - my[c] * my[c],
+               vxy = mxy[c] - mx[c] * my[c];
+        cs[c] = (2 * vxy + kC2) / (vx + vy + kC2);
+        lcs[c] = (2 * mx[c] * my[c] + kC1) / (mx[c] * mx[c] + my[c] * my[c] + kC1) * cs[c];
+      }
+      // In row-major order, one term at a time, as the sums always were.
+      for (int c = 0; c < ow; ++c) {
+        cs_sum += cs[c];
+        ssim_sum += lcs[c];
+      }
     }
-    ScaleSsim s = SsimAtScale(x, y);
-    double term = j + 1 < scales ? s.cs : s.ssim;
+    const double n = static_cast<double>(ow) * oh;
+    const double term = j + 1 < scales ? cs_sum / n : ssim_sum / n;
     result *= std::pow(std::max(term, 0.0), kMsSsimWeights[j] / weight_sum);
   }
   return result;

@@ -95,14 +95,18 @@ Result<std::vector<codec::DecodedImage>> DecodeLevels(const index::Store& store,
 std::vector<Panel> MakePanels(const std::vector<codec::DecodedImage>& decoded,
                               const index::Entry& entry, int pw, int ph, bool crop) {
   const codec::DecodedImage& ref = decoded.back();
+  auto ms_ref = codec::MsSsimReference::Make(ref);  // an error for images below 11x11
   std::vector<Panel> panels;
   for (int k = 1; k <= codec::kNumGroups; ++k) {
     Panel p;
     p.level = k;
     p.bytes = entry.SizeAtLevel(k);
     p.psnr = codec::Psnr(decoded[k - 1], ref);
-    auto ms = codec::MsSsim(decoded[k - 1], ref);
-    p.msssim = ms ? *ms : std::nan("");  // NaN (printed "nan") for images below 11x11
+    p.msssim = std::nan("");  // NaN (printed "nan") for images below 11x11
+    if (ms_ref) {
+      auto ms = ms_ref->Compare(decoded[k - 1]);
+      if (ms) p.msssim = *ms;
+    }
     RgbImage rgb = ToRgbImage(decoded[k - 1]);
     if (crop) {
       p.image = Crop(rgb, (rgb.width - pw) / 2, (rgb.height - ph) / 2, pw, ph);
