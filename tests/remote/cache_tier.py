@@ -28,7 +28,7 @@ GENERATOR = os.path.join(os.path.dirname(os.path.dirname(HERE)), "contrib", "cac
 
 
 class CacheTier:
-    def __init__(self, origin, slice_size="1m", bucket=None, token=None, endpoint=None,
+    def __init__(self, origin, slice_size="256k", bucket=None, token=None, endpoint=None,
                  env=None, workers=2, cache_size="10g", extra_args=()):
         self.origin = origin
         self.slice_size = slice_size
