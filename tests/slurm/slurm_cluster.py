@@ -3,7 +3,7 @@
 slurmctld and slurmd on loopback at free ports, every file under a temporary folder. A context
 manager and a CLI:
 
-    with SlurmCluster(cpus=2) as c:
+    with SlurmCluster(cpus=32, memory_mb=65536) as c:
         c.env                    # SLURM_CONF etc.: run sbatch, squeue, scancel, scontrol with it
         c.run("sbatch", "--parsable", "--wrap", "true")
 
@@ -74,6 +74,9 @@ SelectType=select/cons_tres
 SelectTypeParameters=CR_CPU
 SchedulerParameters=sched_interval=1
 MpiDefault=none
+# The node as configured, not as detected: a job script written for a real cluster's nodes
+# (--cpus-per-task=8, --mem=8G) runs unchanged here; nothing enforces either.
+SlurmdParameters=config_overrides
 ReturnToService=2
 KillWait=5
 InactiveLimit=0
@@ -87,6 +90,8 @@ PartitionName=test Nodes={host} Default=YES MaxTime=INFINITE State=UP
 
 class SlurmCluster:
     def __init__(self, cpus=2, memory_mb=2048):
+        """cpus, memory_mb: the node as slurm.conf declares it (config_overrides: whatever
+        this machine has), so jobs that ask for more than it has still run."""
         self.cpus = cpus
         self.memory_mb = memory_mb
         self.prefix = None
@@ -202,10 +207,11 @@ class SlurmCluster:
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--cpus", type=int, default=2)
+    ap.add_argument("--cpus", type=int, default=32)
+    ap.add_argument("--memory-mb", type=int, default=65536)
     ap.add_argument("--ready-file", required=True)
     args = ap.parse_args(argv)
-    with SlurmCluster(cpus=args.cpus) as c:
+    with SlurmCluster(cpus=args.cpus, memory_mb=args.memory_mb) as c:
         with open(args.ready_file, "w") as f:
             json.dump(c.env, f)
         stop = []
