@@ -198,10 +198,43 @@ class SlurmCluster:
         return out
 
     def __exit__(self, *exc):
+        if self.env:
+            # Jobs first, while slurmd can still hear from their slurmstepd.
+            self.run("scancel", "--full", "--user", "root", check=False)
+            deadline = time.monotonic() + 20
+            while (time.monotonic() < deadline
+                   and self.run("squeue", "-h", check=False).stdout.strip()):
+                time.sleep(0.2)
         for p in reversed(self.procs):
             stop_process(p, timeout=15)
+        # A slurmstepd that outlived slurmd (it detaches: not a child of ours) is ended here.
+        for pid in self.stray_stepds():
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
         if self.prefix:
             shutil.rmtree(self.prefix, ignore_errors=True)
+
+    def stray_stepds(self):
+        """Pids of the slurmstepd processes of this cluster (SLURM_CONF in their environment)."""
+        if not self.env:
+            return []
+        want = f"SLURM_CONF={self.env['SLURM_CONF']}".encode()
+        out = []
+        for pid in os.listdir("/proc"):
+            if not pid.isdigit():
+                continue
+            try:
+                with open(f"/proc/{pid}/cmdline", "rb") as f:
+                    if not f.read().startswith(b"slurmstepd"):
+                        continue
+                with open(f"/proc/{pid}/environ", "rb") as f:
+                    if want in f.read().split(b"\0"):
+                        out.append(int(pid))
+            except OSError:
+                continue
+        return out
 
 
 def main(argv=None):
