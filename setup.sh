@@ -34,7 +34,7 @@ deps=(
   # (tests/bench/remote_bench.py)
   squashfs-tools squashfuse rclone s3fs
   # remote-store test servers (tests/remote/install.sh installs the same and the npm packages)
-  nginx-light awscli python3-boto3 curl iproute2
+  nginx-light libnginx-mod-http-js awscli python3-boto3 curl iproute2
   libjpeg-turbo-progs time util-linux
   # metrics: promtool and a Prometheus server for tests/e2e/test_metrics.py
   prometheus

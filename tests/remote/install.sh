@@ -10,7 +10,7 @@ here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 sudo_cmd=()
 if [ "$(id -u)" -ne 0 ]; then sudo_cmd=(sudo); fi
 
-deps=(nginx-light awscli python3-boto3 python3-azure curl iproute2)
+deps=(nginx-light libnginx-mod-http-js awscli python3-boto3 python3-azure curl iproute2)
 if ! command -v node >/dev/null || ! command -v npm >/dev/null; then deps+=(nodejs npm); fi
 
 if [ "${PCRFS_SKIP_APT:-0}" != 1 ]; then

@@ -1,0 +1,279 @@
+#!/usr/bin/python3
+"""One origin for many nodes (issue 45 item 3): N mounts (N cache folders, as N nodes) read the
+same level of a store, each in its own shuffled order, at the same time, over a capped origin
+link, either straight from the origin or through the shared cache tier of contrib/cache-tier
+(nginx proxy_cache + slice). Reports each mount's time and files/s, the bytes that crossed the
+origin link, and their ratio to the level's record bytes, against one mount alone.
+
+  flock /var/tmp/pcrfs-bench/bench.lock /usr/bin/python3 tests/bench/cache_tier_bench.py \\
+      [--store DIR] [--level 5] [--mounts 4] [--cap 100] [--readers 8] [--rounds 2]
+
+Setups, interleaved in each round (the order reversed every other round):
+  alone-origin  one mount reading the origin (http://ORIGIN/store)
+  alone-tier    one mount through an empty tier (s3://pcr/store -o endpoint=TIER,no_sign)
+  N-origin      N mounts reading the origin at once
+  N-tier        N mounts through an empty tier at once
+
+Everything runs in a network namespace of its own (unshare -n, as root). The origin is nginx
+serving the store's parent folder; only its answers are capped: an HTB class at --cap Mbit/s
+takes the packets from the origin's port (a u32 filter on the source port), everything else on
+lo (mounts to tier) goes through an uncapped class. Origin bytes are that class's byte counter
+(`tc -s class show dev lo`), headers included. Needs root, nginx with njs
+(tests/remote/install.sh) and a built tree (build/fs/pcrfs, build/mount-tools/pcr).
+Targets (issue 45): N-tier origin bytes <= 1.2x the level's record bytes, and every N-tier
+mount at least as fast as alone-origin.
+"""
+
+import argparse
+import os
+import random
+import re
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+sys.path.insert(0, os.path.join(os.path.dirname(HERE), "remote"))
+
+import benchlib  # noqa: E402
+from benchlib import fail, log  # noqa: E402
+import netns  # noqa: E402
+from cache_tier import CacheTier  # noqa: E402
+from remote_servers import Nginx  # noqa: E402
+
+INNER_FLAG = "--inside-namespace"
+DEFAULT_STORE = os.path.join(benchlib.BENCH_ROOT, "remote-work", "www-imagenet4k", "store")
+OUT = os.path.join(benchlib.BENCH_ROOT, "results", "cache_tier.md")
+UNCAPPED_MBIT = 20000
+
+
+def cap_origin(port, rate_mbit):
+    """HTB on lo: packets from the origin's port at rate_mbit (class 1:20), the rest uncapped
+    (1:10)."""
+    sh = netns.sh
+    sh("tc", "qdisc", "add", "dev", "lo", "root", "handle", "1:", "htb", "default", "10")
+    for classid, rate in (("1:10", UNCAPPED_MBIT), ("1:20", rate_mbit)):
+        sh("tc", "class", "add", "dev", "lo", "parent", "1:", "classid", classid, "htb",
+           "rate", f"{rate}mbit", "ceil", f"{rate}mbit", "burst", "256k", "cburst", "256k",
+           "quantum", "65536")
+    sh("tc", "filter", "add", "dev", "lo", "parent", "1:", "protocol", "ip", "prio", "1", "u32",
+       "match", "ip", "sport", str(port), "0xffff", "flowid", "1:20")
+
+
+def origin_link_bytes():
+    """Bytes class 1:20 has sent (this tc prints no JSON for HTB classes)."""
+    out = netns.sh("tc", "-s", "class", "show", "dev", "lo", "classid", "1:20")
+    m = re.search(r"Sent (\d+) bytes", out)
+    if not m:
+        raise RuntimeError(f"tc: no byte count for class 1:20 in {out!r}")
+    return int(m.group(1))
+
+
+def level_record_bytes(pcr, store, level):
+    """The level's record bytes from `pcr inspect` (what reading the whole level reads)."""
+    out = subprocess.run([pcr, "inspect", store], capture_output=True, text=True,
+                         check=True).stdout
+    units = {"B": 1, "KiB": 1 << 10, "MiB": 1 << 20, "GiB": 1 << 30}
+    for line in out.splitlines():
+        m = re.match(rf"\s+{level}\s+.*\s([0-9.]+) (B|KiB|MiB|GiB)\s*$", line)
+        if m:
+            return float(m.group(1)) * units[m.group(2)]
+    fail(f"pcr inspect {store}: no record bytes for level {level}")
+
+
+class Node:
+    """One pcrfs mount (foreground daemon) with its own cache folder."""
+
+    def __init__(self, pcrfs, url, mnt, options, env):
+        os.makedirs(mnt, exist_ok=True)
+        self.mnt = mnt
+        self.log = open(mnt + ".log", "wb")
+        self.proc = subprocess.Popen([pcrfs, url, mnt, "-f", "-o", ",".join(options)],
+                                     stdout=subprocess.DEVNULL, stderr=self.log, env=env)
+        deadline = time.monotonic() + 60
+        while not benchlib.is_mounted(mnt):
+            if self.proc.poll() is not None or time.monotonic() > deadline:
+                self.stop()
+                with open(mnt + ".log", errors="replace") as f:
+                    fail(f"pcrfs {url} {mnt} did not mount: {f.read()[-600:]}")
+            time.sleep(0.05)
+
+    def stop(self):
+        benchlib.stop_mount(self.mnt, self.proc)
+        self.log.close()
+
+
+def run_setup(args, name, count, via_tier, origin, files, tmp, pcrfs):
+    env = {"PATH": "/usr/bin:/bin", "HOME": tmp, "no_proxy": "127.0.0.1,localhost"}
+    tier = None
+    if via_tier:
+        tier = CacheTier(origin.url, slice_size=args.slice, workers=2).__enter__()
+    nodes = []
+    try:
+        for i in range(count):
+            cache = tempfile.mkdtemp(prefix=f"{name}-{i}-cache-", dir=tmp)
+            mnt = os.path.join(tmp, f"{name}-{i}-mnt")
+            options = [f"cache_dir={cache}", f"scans={args.level}"]
+            if via_tier:
+                url = tier.store_url("store")
+                options += tier.mount_options()
+            else:
+                url = origin.url + "/store"
+            nodes.append(Node(pcrfs, url, mnt, options, env))
+        before = origin_link_bytes()
+        results = [None] * count
+        errors = []
+
+        def epoch(i):
+            order = list(files)
+            random.Random(1000 * args.round + i).shuffle(order)
+            try:
+                results[i] = benchlib.run_epoch(nodes[i].mnt, order, args.readers, args.timeout)
+            except Exception as e:  # noqa: BLE001 (reported below)
+                errors.append(f"mount {i}: {e}")
+
+        threads = [threading.Thread(target=epoch, args=(i,)) for i in range(count)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        if errors:
+            fail(f"{name}: {'; '.join(errors)}")
+        origin_bytes = origin_link_bytes() - before
+    finally:
+        for n in nodes:
+            n.stop()
+        if tier:
+            tier.__exit__(None, None, None)
+    return {"setup": name, "mounts": count, "via_tier": via_tier, "round": args.round,
+            "origin_bytes": origin_bytes,
+            "per_mount": [{"wall": r["wall"], "files_per_s": r["files_per_s"],
+                           "bytes": r["bytes"], "files": r["files"]} for r in results]}
+
+
+def inner_main(args):
+    netns.shape_loopback(None, netns.MIN_BURST_KIB)
+    pcrfs = benchlib.find_tool("fs/pcrfs", "pcrfs", args.pcrfs)
+    pcr = benchlib.find_tool("mount-tools/pcr", "pcr", args.pcr)
+    store = os.path.abspath(args.store)
+    level_bytes = level_record_bytes(pcr, store, args.level)
+    files = None
+    rows = []
+    with tempfile.TemporaryDirectory(prefix="pcrfs-tier-bench-") as tmp, \
+            Nginx(os.path.dirname(store), workers=2) as origin:
+        if os.path.basename(store) != "store":
+            fail(f"--store {store}: the folder must be named store (served as /store)")
+        cap_origin(origin.port, args.cap)
+        setups = [("alone-origin", 1, False), ("alone-tier", 1, True),
+                  (f"{args.mounts}-origin", args.mounts, False),
+                  (f"{args.mounts}-tier", args.mounts, True)]
+        for rnd in range(args.rounds):
+            args.round = rnd
+            for name, count, via_tier in (setups if rnd % 2 == 0 else setups[::-1]):
+                if files is None:
+                    # The level's file list, from a local mount of the store (no network).
+                    with tempfile.TemporaryDirectory(dir=tmp) as lm:
+                        n = Node(pcrfs, store, lm, [f"scans={args.level}"], None)
+                        try:
+                            files = benchlib.list_tree(lm)
+                        finally:
+                            n.stop()
+                    files = [f if isinstance(f, str) else f[0] for f in files]
+                log(f"round {rnd}: {name} (load {benchlib.loadavg()})")
+                row = run_setup(args, name, count, via_tier, origin, files, tmp, pcrfs)
+                row["origin_ratio"] = row["origin_bytes"] / level_bytes
+                log(f"  origin {row['origin_bytes'] / 2**20:.1f} MiB "
+                    f"({row['origin_ratio']:.2f}x the level), walls "
+                    f"{[round(m['wall'], 2) for m in row['per_mount']]}")
+                rows.append(row)
+    data = {"meta": {"date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
+                     "commit": benchlib.sh("git", "-C", benchlib.REPO, "rev-parse", "--short",
+                                           "HEAD").strip(),
+                     "args": {k: v for k, v in vars(args).items() if k != "inside_namespace"},
+                     "level_record_bytes": level_bytes, "files": len(files),
+                     "load": benchlib.loadavg()},
+            "rows": rows}
+    report(args, data)
+    return 0
+
+
+def report(args, data):
+    rows = data["rows"]
+    meta = data["meta"]
+    names = []
+    for r in rows:
+        if r["setup"] not in names:
+            names.append(r["setup"])
+    alone = [m["wall"] for r in rows if r["setup"] == "alone-origin" for m in r["per_mount"]]
+    alone_wall = sum(alone) / len(alone)
+    alone_ratio = (sum(r["origin_ratio"] for r in rows if r["setup"] == "alone-origin")
+                   / sum(1 for r in rows if r["setup"] == "alone-origin"))
+    alone_t = [m["wall"] for r in rows if r["setup"] == "alone-tier" for m in r["per_mount"]]
+    alone_tier_wall = sum(alone_t) / len(alone_t)
+    lines = [f"# Cache tier: {args.mounts} mounts, one origin ({meta['date']}, {meta['commit']})",
+             "", f"Level {args.level} of {args.store} ({meta['files']} files, record bytes "
+             f"{meta['level_record_bytes'] / 2**20:.1f} MiB), origin link {args.cap} Mbit/s, "
+             f"{args.readers} readers per mount, slice {args.slice}, {args.rounds} rounds "
+             f"interleaved; load {meta['load']}.", "",
+             "| setup | mean s per mount (slowest) | files/s per mount | origin bytes / level "
+             "| mount time / alone-origin | / alone-tier |", "|---|---:|---:|---:|---:|---:|"]
+    verdicts = []
+    for name in names:
+        rs = [r for r in rows if r["setup"] == name]
+        walls = [m["wall"] for r in rs for m in r["per_mount"]]
+        fps = [m["files_per_s"] for r in rs for m in r["per_mount"]]
+        ratio = sum(r["origin_ratio"] for r in rs) / len(rs)
+        mean_wall = sum(walls) / len(walls)
+        lines.append(f"| {name} | {mean_wall:.2f} ({max(walls):.2f}) | "
+                     f"{sum(fps) / len(fps):,.0f} | {ratio:.2f}x | "
+                     f"{mean_wall / alone_wall:.2f} | {mean_wall / alone_tier_wall:.2f} |")
+        if name.endswith("-tier") and not name.startswith("alone"):
+            worst = max(r["origin_ratio"] for r in rs)
+            verdicts.append(f"- origin bytes <= 1.2x one level: worst {worst:.2f}x "
+                            f"{benchlib.verdict(worst <= 1.2)}")
+            verdicts.append(f"- every mount at least as fast as alone-origin: slowest "
+                            f"{max(walls):.2f} s vs alone {alone_wall:.2f} s "
+                            f"{benchlib.verdict(max(walls) <= alone_wall)}; the link's floor "
+                            f"for the tier is {ratio / alone_ratio:.2f}x alone-origin (its "
+                            f"origin bytes / alone-origin's)")
+    lines += ["", *verdicts, ""]
+    out = args.out
+    benchlib.write_results("\n".join(lines), out, os.path.splitext(out)[0] + ".json", data)
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__,
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--store", default=DEFAULT_STORE, help="a store folder named store "
+                    "(default: remote_bench.py's 4,000-file ImageNet-like store)")
+    ap.add_argument("--level", type=int, default=5)
+    ap.add_argument("--mounts", type=int, default=4)
+    ap.add_argument("--cap", type=int, default=100, help="origin link, Mbit/s (default 100)")
+    ap.add_argument("--readers", type=int, default=8, help="reader processes per mount")
+    ap.add_argument("--rounds", type=int, default=2)
+    ap.add_argument("--slice", default="256k", help="the tier's slice (default 256k)")
+    ap.add_argument("--timeout", type=float, default=600, help="seconds per epoch")
+    ap.add_argument("--pcrfs")
+    ap.add_argument("--pcr")
+    ap.add_argument("--out", default=OUT)
+    ap.add_argument(INNER_FLAG, action="store_true", help=argparse.SUPPRESS)
+    args = ap.parse_args()
+    if os.geteuid() != 0:
+        fail("needs root (FUSE mounts, a network namespace, tc)")
+    if not 1 <= args.level <= 10 or args.mounts < 2 or args.cap <= 0 or args.rounds < 1:
+        fail("--level 1..10, --mounts >= 2, --cap > 0, --rounds >= 1")
+    if not os.path.isdir(os.path.join(args.store, "records")):
+        fail(f"--store {args.store}: not a store folder (build it with remote_bench.py, or "
+             f"pcr build SRC DIR/store)")
+    if getattr(args, "inside_namespace"):
+        return inner_main(args)
+    benchlib.warn_unless_bench_lock()
+    os.execvp("unshare", ["unshare", "-n", sys.executable, os.path.abspath(__file__),
+                          INNER_FLAG, *sys.argv[1:]])
+
+
+if __name__ == "__main__":
+    sys.exit(main())
