@@ -75,6 +75,9 @@ case "$mode" in
     install_deps
     build
     "$here/tests/remote/install.sh"
+    # Slurm for e2e_slurm (docs/sharding.md's script under a real scheduler); not a dependency
+    # of pcrfs itself.
+    "$here/tests/slurm/install.sh"
     echo "==> running tests"
     cd "$build_dir"
     ctest --output-on-failure --timeout 900 -j "$(nproc)"

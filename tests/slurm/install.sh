@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Installs Debian's Slurm (slurm-wlm 22.05: slurmctld, slurmd, the client commands; munge comes
 # with it) for tests/e2e/test_slurm.py, which starts its own munged, slurmctld and slurmd on
-# loopback (tests/slurm/slurm_cluster.py) and skips when they are missing. Not in setup.sh: the
-# default suite does not need a scheduler. Idempotent; PCRFS_SKIP_APT=1 does nothing.
+# loopback (tests/slurm/slurm_cluster.py) and skips when they are missing. `setup.sh test` runs
+# it (pcrfs itself needs no scheduler). Idempotent; PCRFS_SKIP_APT=1 does nothing.
 set -euo pipefail
 
 if [ "${PCRFS_SKIP_APT:-0}" = 1 ]; then exit 0; fi
