@@ -174,7 +174,10 @@ void Filesystem::FetchHintedBatch() {
     index::Entry entry;
     int level;
   };
-  std::map<uint32_t, std::vector<Hinted>> by_record;  // in record order: one GET each
+  // One group per record, in the order of each record's first hinted file: the files the
+  // readers want first are asked for first (a batch's GETs may wait for connections).
+  std::vector<std::pair<uint32_t, std::vector<Hinted>>> by_record;
+  std::map<uint32_t, size_t> group_of;
   const uint64_t room = hinted_remote_->AheadRoom();
   uint64_t planned = 0;
   for (size_t taken = 0; taken < kHintBatchFiles && planned < room;) {
@@ -185,7 +188,9 @@ void Filesystem::FetchHintedBatch() {
     if (!e || e->is_dir()) continue;  // a damaged index: reads report it
     ++taken;
     planned += e->SizeAtLevel(id.level);
-    by_record[e->record].push_back({std::move(*e), id.level});
+    const auto [g, added] = group_of.try_emplace(e->record, by_record.size());
+    if (added) by_record.emplace_back(e->record, std::vector<Hinted>{});
+    by_record[g->second].second.push_back({std::move(*e), id.level});
   }
   for (auto& [record, files] : by_record) {
     auto file = OpenRecord(record);
