@@ -112,15 +112,20 @@ class BadOptionsTest(unittest.TestCase):
                 open(os.path.join(mnt, "new"), "w")
 
 
-def bdi_read_ahead_kb(mnt):
-    """The read_ahead_kb of the bdi of the mount at mnt (from mountinfo, no FUSE request)."""
+def mount_device(mnt):
+    """MAJOR:MINOR of the mount at mnt (from mountinfo, no FUSE request)."""
     dev = None
     with open("/proc/self/mountinfo") as f:
         for line in f:
             fields = line.split()
             if fields[4] == os.path.realpath(mnt):
                 dev = fields[2]
-    with open(f"/sys/class/bdi/{dev}/read_ahead_kb") as f:
+    return dev
+
+
+def bdi_read_ahead_kb(mnt):
+    """The read_ahead_kb of the bdi of the mount at mnt."""
+    with open(f"/sys/class/bdi/{mount_device(mnt)}/read_ahead_kb") as f:
         return int(f.read())
 
 
@@ -138,13 +143,7 @@ class KernelReadaheadTest(unittest.TestCase):
 
 def fuse_connection_value(mnt, name):
     """A value of the mount's FUSE connection (/sys/fs/fuse/connections/DEV/NAME)."""
-    dev = None
-    with open("/proc/self/mountinfo") as f:
-        for line in f:
-            fields = line.split()
-            if fields[4] == os.path.realpath(mnt):
-                dev = fields[2]
-    major, minor = (int(x) for x in dev.split(":"))
+    major, minor = (int(x) for x in mount_device(mnt).split(":"))
     with open(f"/sys/fs/fuse/connections/{(major << 20) | minor}/{name}") as f:
         return int(f.read())
 
