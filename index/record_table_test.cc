@@ -45,10 +45,10 @@ std::vector<Slot> RandomSlots(uint32_t n, uint64_t max_length, uint32_t seed) {
 }
 
 std::unique_ptr<RecordTable> Fill(const std::vector<Slot>& slots,
-                                  const std::array<uint64_t, kNumGroups + 1>& regions,
-                                  int groups) {
+                                  const std::array<uint64_t, kNumGroups + 1>& regions, int groups) {
   auto t = std::make_unique<RecordTable>(static_cast<uint32_t>(slots.size()), regions, groups);
-  for (uint32_t i = 0; i < slots.size(); ++i) t->Add(i, slots[i].kind, slots[i].length, slots[i].crc);
+  for (uint32_t i = 0; i < slots.size(); ++i)
+    t->Add(i, slots[i].kind, slots[i].length, slots[i].crc);
   return t;
 }
 

@@ -350,8 +350,7 @@ Result<SourceFile> Store::OpenRecord(uint32_t id, Status* header_problem) const 
   return r->file;
 }
 
-Result<std::shared_ptr<const RecordTable>> Store::GetRecordTable(uint32_t id,
-                                                                        int groups) const {
+Result<std::shared_ptr<const RecordTable>> Store::GetRecordTable(uint32_t id, int groups) const {
   for (;;) {
     std::promise<TableResult> promise;
     {
