@@ -25,20 +25,16 @@ Result<std::shared_ptr<TableFile>> TableFile::Create(const std::string& folder) 
   return std::shared_ptr<TableFile>(new TableFile(UniqueFd(fd), name));
 }
 
-Result<uint64_t> TableFile::Append(const std::vector<uint8_t>& bytes) {
-  uint64_t offset = 0;
-  {
-    MutexLock lock(&mu_);
-    offset = end_;
-    end_ += bytes.size();
-    live_ += bytes.size();
-  }
-  Status s = PwriteFull(fd_.get(), bytes.data(), bytes.size(), offset, name_);
-  if (!s.ok()) {
-    Release(offset, bytes.size());
-    return Err(std::move(s));
-  }
+uint64_t TableFile::Take(uint64_t n) {
+  MutexLock lock(&mu_);
+  const uint64_t offset = end_;
+  end_ += n;
+  live_ += n;
   return offset;
+}
+
+Status TableFile::Write(uint64_t offset, const uint8_t* src, size_t n) const {
+  return PwriteFull(fd_.get(), src, n, offset, name_);
 }
 
 Status TableFile::Read(uint64_t offset, size_t n, uint8_t* dst) const {
@@ -108,21 +104,34 @@ Status RecordTable::MoveTo(std::shared_ptr<TableFile> file) {
   if (file == nullptr || file_ != nullptr) return Status::OK();
   const size_t n = static_cast<size_t>(groups_);
   const size_t row = RowSize();
-  std::vector<uint8_t> bytes(kinds_.size() * row);
+  const uint64_t total = uint64_t{kinds_.size()} * row;
+  const uint64_t offset = file->Take(total);
+  // Written in pieces of at most 64 KiB: no transient copy of the whole table on the heap.
+  std::vector<uint8_t> bytes;
+  bytes.reserve(std::min<uint64_t>(total, (64 << 10) / row * row));
+  uint64_t written = 0;
   const uint64_t bad = ends64_.empty() ? kBad32 : UINT64_MAX;
   for (size_t slot = 0; slot < kinds_.size(); ++slot) {
-    uint8_t* p = bytes.data() + slot * row;
+    const size_t at = bytes.size();
+    bytes.resize(at + row);
+    uint8_t* p = bytes.data() + at;
     for (size_t g = 0; g < n; ++g) {
       const uint64_t end = End(slot * n + g);
       EncodeFixed32(p + g * 4, crcs_[slot * n + g]);
       EncodeFixed64(p + n * 4 + g * 8, end == bad ? UINT64_MAX : end);
     }
     EncodeFixed32(p + n * 12, crc32c::Mask(crc32c::Value(p, n * 12)));
+    if (bytes.size() + row > bytes.capacity() || slot + 1 == kinds_.size()) {
+      if (Status s = file->Write(offset + written, bytes.data(), bytes.size()); !s.ok()) {
+        file->Release(offset, total);
+        return s;
+      }
+      written += bytes.size();
+      bytes.clear();
+    }
   }
-  auto offset = file->Append(bytes);
-  if (!offset) return offset.error();
-  file_offset_ = *offset;
-  file_bytes_ = bytes.size();
+  file_offset_ = offset;
+  file_bytes_ = total;
   file_ = std::move(file);
   // Freed, not just cleared (`v = {}` keeps the capacity).
   std::vector<uint32_t>().swap(crcs_);

@@ -30,8 +30,9 @@ class TableFile {
   TableFile(const TableFile&) = delete;
   TableFile& operator=(const TableFile&) = delete;
 
-  // Writes bytes at a new range and returns its offset.
-  Result<uint64_t> Append(const std::vector<uint8_t>& bytes) EXCLUDES(mu_);
+  // Takes a new range of n bytes and returns its offset (Release gives it back).
+  uint64_t Take(uint64_t n) EXCLUDES(mu_);
+  Status Write(uint64_t offset, const uint8_t* src, size_t n) const;
   Status Read(uint64_t offset, size_t n, uint8_t* dst) const;
   // Frees [offset, offset + n) on disk (best effort).
   void Release(uint64_t offset, uint64_t n) const;
