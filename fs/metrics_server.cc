@@ -137,6 +137,10 @@ void AppendStore(const Filesystem& fs, metrics::Exposition* e) {
            "Memory the parsed record tables take (piece offsets and CRCs of the groups read; "
            "bounded, least recently used out).",
            D(fs.store().TableMemoryBytes()));
+  e->Gauge("pcrfs_record_table_file_bytes",
+           "Bytes of the parsed record tables' rows kept in a file of the cache folder (page "
+           "cache, not the daemon's heap; bounded, least recently used out).",
+           D(fs.store().TableFileBytes()));
   e->Gauge("pcrfs_index_memory_bytes",
            "Heap memory the store's index takes (a format 4 index; an LMDB one is mapped).",
            D(fs.store().index().MemoryBytes()));

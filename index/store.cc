@@ -214,6 +214,12 @@ Result<std::unique_ptr<Store>> Store::Open(const std::string& dir, StoreOptions 
   std::unique_ptr<Store> store(new Store());
   store->dir_ = dir;
   store->options_ = std::move(options);
+  if (!store->options_.table_folder.empty()) {
+    // Without the file (a read-only or full folder) the tables stay in memory, as for a local
+    // store: slower to fill the heap, never a failed read.
+    auto table_file = TableFile::Create(store->options_.table_folder);
+    if (table_file) store->table_file_ = std::move(*table_file);
+  }
   if (!store->options_.open_record) {
     // Records are opened relative to records/ as opened now: a store renamed or moved while
     // open (`mv STORE OTHER` under a mount) is read as it was, and a store rebuilt at its path
@@ -344,59 +350,7 @@ Result<SourceFile> Store::OpenRecord(uint32_t id, Status* header_problem) const 
   return r->file;
 }
 
-Store::RecordTable::RecordTable(uint32_t num_images,
-                                const std::array<uint64_t, kNumGroups + 1>& group_offset,
-                                int groups)
-    : groups_(std::clamp(groups, 1, kNumGroups)) {
-  bool wide = false;
-  for (size_t g = 0; g < static_cast<size_t>(groups_); ++g) {
-    base_[g] = group_offset[g];
-    // The index checks that regions are in order; a reversed pair is an empty region here.
-    region_[g] = group_offset[g + 1] >= group_offset[g] ? group_offset[g + 1] - group_offset[g] : 0;
-    wide = wide || region_[g] >= kBad32;
-  }
-  kinds_.resize(num_images);
-  crcs_.resize(size_t{num_images} * static_cast<size_t>(groups_));
-  if (wide) {
-    ends64_.resize(crcs_.size());
-  } else {
-    ends32_.resize(crcs_.size());
-  }
-}
-
-void Store::RecordTable::Add(uint32_t slot, EntryKind kind,
-                             const std::array<uint64_t, kNumGroups>& length,
-                             const std::array<uint32_t, kNumGroups>& masked_crc) {
-  kinds_[slot] = kind;
-  const auto n = static_cast<size_t>(groups_);
-  for (size_t g = 0; g < n; ++g) {
-    const size_t i = size_t{slot} * n + g;
-    crcs_[i] = masked_crc[g];
-    // Derived offsets stay inside the region the index gives (docs/format.md, "Piece offsets
-    // are not stored"); a slot that does not fit is marked, and so is every later slot of the
-    // region, so only the files it touches fail.
-    const uint64_t start = slot == 0 ? 0 : End(i - n);
-    const bool fits = start <= region_[g] && length[g] <= region_[g] - start;
-    if (ends64_.empty()) {
-      ends32_[i] = fits ? static_cast<uint32_t>(start + length[g]) : kBad32;
-    } else {
-      ends64_[i] = fits ? start + length[g] : UINT64_MAX;
-    }
-  }
-}
-
-PieceRef Store::RecordTable::Piece(uint32_t slot, size_t g) const {
-  const auto n = static_cast<size_t>(groups_);
-  const size_t i = size_t{slot} * n + g;
-  const uint64_t bad = ends64_.empty() ? kBad32 : UINT64_MAX;
-  const uint64_t start = slot == 0 ? 0 : End(i - n);
-  const uint64_t end = End(i);
-  if (start == bad || end == bad) return PieceRef{UINT64_MAX, 0, crcs_[i]};
-  return PieceRef{base_[g] + start, end - start, crcs_[i]};
-}
-
-Result<std::shared_ptr<const Store::RecordTable>> Store::GetRecordTable(uint32_t id,
-                                                                        int groups) const {
+Result<std::shared_ptr<const RecordTable>> Store::GetRecordTable(uint32_t id, int groups) const {
   for (;;) {
     std::promise<TableResult> promise;
     {
@@ -426,14 +380,18 @@ Result<std::shared_ptr<const Store::RecordTable>> Store::GetRecordTable(uint32_t
       if (result.has_value()) {
         if (auto old = table_of_.find(id); old != table_of_.end()) {  // fewer groups
           table_bytes_ -= old->second->second->MemoryBytes();
+          table_file_bytes_ -= old->second->second->FileBytes();
           tables_.erase(old->second);
           table_of_.erase(old);
         }
         tables_.emplace_back(id, *result);
         table_of_[id] = std::prev(tables_.end());
         table_bytes_ += (*result)->MemoryBytes();
-        while (tables_.size() > 1 && table_bytes_ > kMaxTableBytes) {
+        table_file_bytes_ += (*result)->FileBytes();
+        while (tables_.size() > 1 &&
+               (table_bytes_ > kMaxTableBytes || table_file_bytes_ > kMaxTableFileBytes)) {
           table_bytes_ -= tables_.front().second->MemoryBytes();
+          table_file_bytes_ -= tables_.front().second->FileBytes();
           table_of_.erase(tables_.front().first);
           tables_.pop_front();
         }
@@ -482,12 +440,19 @@ Store::TableResult Store::LoadRecordTable(uint32_t id, int groups) const {
     if (!img) return bad("slot " + U(i) + ": " + img.error().message());
     table->Add(i, static_cast<EntryKind>(img->kind), img->length, img->masked_crc);
   }
+  // Kept in memory when the file fails (a full disk): the read goes on.
+  if (table_file_ != nullptr) (void)table->MoveTo(table_file_);
   return std::shared_ptr<const RecordTable>(std::move(table));
 }
 
 uint64_t Store::TableMemoryBytes() const {
   MutexLock l(&mu_);
   return table_bytes_;
+}
+
+uint64_t Store::TableFileBytes() const {
+  MutexLock l(&mu_);
+  return table_file_bytes_;
 }
 
 Status Store::ResolvePieces(Entry* e, int groups) const {
@@ -506,8 +471,8 @@ Status Store::ResolvePieces(Entry* e, int groups) const {
                               " is not of the kind the index says (\"" + e->name + "\")");
   }
   PieceRefs p = e->pieces;
+  PCRFS_RETURN_IF_ERROR(t.Pieces(e->slot, &p));
   for (size_t g = 0; g < static_cast<size_t>(t.groups()); ++g) {
-    p[g] = t.Piece(e->slot, g);
     if (p[g].length != e->pieces[g].length || p[g].offset == UINT64_MAX) {
       return Status::Corruption(file() + ": slot " + U(e->slot) + " (\"" + e->name +
                                 "\"): piece of group " + U(g + 1) +

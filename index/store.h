@@ -20,6 +20,7 @@
 #include "index/compact_index.h"
 #include "index/entry.h"
 #include "index/manifest.h"
+#include "index/record_table.h"
 #include "index/store_index.h"
 
 namespace pcrfs::index {
@@ -49,6 +50,10 @@ struct StoreOptions {
   // an earlier Open of the same folder; the daemon's check before its fork): used as it is,
   // the index file is not read again. The manifest is still checked against it.
   std::shared_ptr<const IndexReader> parsed_index;
+  // A folder for the parsed record tables' rows (index/record_table.h: an unlinked file, page
+  // cache rather than heap; a remote store's cache folder); empty: they stay in memory. A
+  // folder where the file cannot be made is the same as none.
+  std::string table_folder;
 };
 
 // The records of an index.lmdb, for ConvertLmdbIndex (an older store's index converted to
@@ -94,6 +99,8 @@ class Store {
   // Bytes the parsed record tables kept for ResolvePieces take (at most kMaxTableBytes, but
   // for the newest table).
   uint64_t TableMemoryBytes() const EXCLUDES(mu_);
+  // Bytes of the parsed record tables' rows in the table file (StoreOptions::table_folder).
+  uint64_t TableFileBytes() const EXCLUDES(mu_);
 
   // The bytes of a file entry at level k (1..10), every piece checked against its CRC.
   Status ReadFile(const Entry& e, int k, std::vector<uint8_t>* out) const;
@@ -140,41 +147,6 @@ class Store {
   // Opens record `id` and checks its header: what GetRecordFile does for the first caller.
   Result<OpenRecordFile> OpenRecordFileNow(uint32_t id) const;
 
-  // A record's image table, parsed for groups 1..groups(): each slot's kind, and per group each
-  // piece's CRC and where it ends, relative to the group's region (a piece starts where the
-  // slot before it ends: offsets are derived, docs/format.md). 32-bit ends when every region is
-  // under 4 GiB, so 1 + 8 per group bytes per image: the tables of ImageNet's 1.28M files take
-  // ~12 MB for level 1, ~104 MB for level 10.
-  class RecordTable {
-   public:
-    RecordTable(uint32_t num_images, const std::array<uint64_t, kNumGroups + 1>& group_offset,
-                int groups);
-    uint32_t size() const { return static_cast<uint32_t>(kinds_.size()); }
-    int groups() const { return groups_; }
-    EntryKind kind(uint32_t slot) const { return kinds_[slot]; }
-    // Slot `slot`'s piece of group g (0-based, < groups()); offset UINT64_MAX if it lies
-    // outside its region.
-    PieceRef Piece(uint32_t slot, size_t g) const;
-    // Sets slot `slot` (in slot order, from 0): the pieces' lengths, CRCs (groups() of them are
-    // kept) and its kind.
-    void Add(uint32_t slot, EntryKind kind, const std::array<uint64_t, kNumGroups>& length,
-             const std::array<uint32_t, kNumGroups>& masked_crc);
-    uint64_t MemoryBytes() const {
-      return sizeof(*this) + kinds_.size() + crcs_.size() * 4 + ends32_.size() * 4 +
-             ends64_.size() * 8;
-    }
-
-   private:
-    uint64_t End(size_t i) const { return ends64_.empty() ? ends32_[i] : ends64_[i]; }
-    static constexpr uint32_t kBad32 = UINT32_MAX;
-    int groups_ = kNumGroups;
-    std::array<uint64_t, kNumGroups> base_{};    // each region's offset in the record
-    std::array<uint64_t, kNumGroups> region_{};  // and its length
-    std::vector<EntryKind> kinds_;               // by slot
-    std::vector<uint32_t> crcs_;                 // slot * groups_ + g
-    std::vector<uint32_t> ends32_;               // the same index; kBad32: outside
-    std::vector<uint64_t> ends64_;               // when a region is >= 4 GiB; UINT64_MAX
-  };
   using TableResult = Result<std::shared_ptr<const RecordTable>>;
   // Record id's table with at least `groups` groups.
   TableResult GetRecordTable(uint32_t id, int groups) const EXCLUDES(mu_);
@@ -184,6 +156,8 @@ class Store {
   // whole store fits), and a record's tables section longer than kMaxTableSection is refused:
   // a hostile store's record may claim up to 2^24 images.
   static constexpr uint64_t kMaxTableBytes = uint64_t{128} << 20;
+  // The same for the rows moved to the table file (12 bytes per file and group, + 4).
+  static constexpr uint64_t kMaxTableFileBytes = uint64_t{512} << 20;
   static constexpr uint64_t kMaxTableSection = uint64_t{256} << 20;
 
   mutable Mutex mu_;
@@ -193,6 +167,9 @@ class Store {
       GUARDED_BY(mu_);
   mutable std::unordered_map<uint32_t, decltype(tables_)::iterator> table_of_ GUARDED_BY(mu_);
   mutable uint64_t table_bytes_ GUARDED_BY(mu_) = 0;
+  mutable uint64_t table_file_bytes_ GUARDED_BY(mu_) = 0;
+  // Where tables move their rows (StoreOptions::table_folder); nullptr: kept in memory.
+  std::shared_ptr<TableFile> table_file_;
   mutable std::unordered_map<uint32_t, std::shared_future<TableResult>> table_loading_
       GUARDED_BY(mu_);
   // Records being opened: later callers wait for the first one's result instead of opening

@@ -538,6 +538,47 @@ TEST(StoreTest, ARecordTableKeepsTheGroupsReadSoFar) {
   EXPECT_EQ(all.pieces, full[2].pieces);
 }
 
+// StoreOptions::table_folder (a remote store's cache folder): the parsed tables' rows go to a
+// file there, the heap keeps the kinds; every piece and every byte read is the same as with
+// the tables in memory. A folder where no file can be made keeps them in memory.
+TEST(StoreTest, RecordTablesInAFileReadTheSame) {
+  TempDir dir, cache;
+  BuildStore(dir.path());
+  auto in_memory = Store::Open(dir.path());
+  ASSERT_TRUE(in_memory.has_value());
+  for (const std::string& folder : {cache.path(), std::string("/nonexistent/pcrfs-cache")}) {
+    SCOPED_TRACE(folder);
+    StoreOptions options;
+    options.table_folder = folder;
+    auto store = Store::Open(dir.path(), std::move(options));
+    ASSERT_TRUE(store.has_value());
+    for (const char* path : {"a.jpg", "b.txt", "sub/c.jpg"}) {
+      for (int k = 1; k <= kNumGroups; ++k) {
+        Entry e = *(*store)->index().LookupPath(path);
+        Entry want = *(*in_memory)->index().LookupPath(path);
+        ASSERT_TRUE((*store)->ResolvePieces(&e, k).ok()) << path << " L" << k;
+        ASSERT_TRUE((*in_memory)->ResolvePieces(&want, k).ok());
+        // (A table keeps the groups read so far: compare the k the read needs.)
+        for (size_t g = 0; g < static_cast<size_t>(k); ++g) {
+          EXPECT_EQ(e.pieces[g], want.pieces[g]) << path << " L" << k << " g" << g;
+        }
+        Bytes got, expected;
+        ASSERT_TRUE((*store)->ReadFile(e, k, &got).ok()) << path << " L" << k;
+        ASSERT_TRUE((*in_memory)->ReadFile(want, k, &expected).ok());
+        EXPECT_EQ(got, expected) << path << " L" << k;
+      }
+    }
+    if (folder == cache.path()) {
+      // One record of 3 images, 10 groups: 3 rows of 124 bytes.
+      EXPECT_EQ((*store)->TableFileBytes(), 3u * (kNumGroups * 12 + 4));
+      EXPECT_LT((*store)->TableMemoryBytes(), (*in_memory)->TableMemoryBytes());
+    } else {
+      EXPECT_EQ((*store)->TableFileBytes(), 0u);
+      EXPECT_EQ((*store)->TableMemoryBytes(), (*in_memory)->TableMemoryBytes());
+    }
+  }
+}
+
 }  // namespace
 }  // namespace pcrfs::index
 

@@ -771,6 +771,9 @@ def analyse(data):
                                    small + m.get('pcrfs_piece_cache_bytes{cache="large"}', 0))
             row["table_memory"] = m.get("pcrfs_record_table_bytes")
             row["index_memory"] = m.get("pcrfs_index_memory_bytes")
+            # A remote store's tables' rows in a file of the cache folder (page cache, not RSS).
+            row["table_file"] = m.get("pcrfs_record_table_file_bytes")
+            row["anon_epoch"] = lv.get("rss_epoch", {}).get("RssAnon")
             row["rss_beyond"] = (row["rss_epoch"] - row["range_memory"]
                                  if row["rss_epoch"] and row["range_memory"] is not None else None)
             # Beyond the two caches a user sizes (-o remote_cache, -o cache_size).
@@ -1051,10 +1054,11 @@ def finish(args, data):
               "those two caches at the epoch's end and "
               f"{SETTLE_S} s later (once the heap trimmer has returned what the epoch freed) and, "
               "of it, the record tables (the piece offsets and CRCs of the groups read: bounded "
-              "at 128 MiB, least recently used out) and the index.", "",
+              "at 128 MiB, least recently used out) and the index; RssAnon, and the tables' "
+              "rows kept in a file of the cache folder (page cache, not RSS).", "",
               "| N | level | VmRSS | range cache | piece cache | beyond both (< 150) | "
-              f"{SETTLE_S} s later | of it: record tables | index |",
-              "|--:|--:|--:|--:|--:|--:|--:|--:|--:|"]
+              f"{SETTLE_S} s later | of it: record tables | index | RssAnon | tables' file |",
+              "|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|"]
         for r in mem:
             L.append(f"| {r['n']:,} | {r['level']} | {r['rss_epoch'] / MIB:.1f} | "
                      f"{r['range_memory'] / MIB:.1f} | {r['piece_memory'] / MIB:.1f} | "
@@ -1063,7 +1067,9 @@ def finish(args, data):
                      f"{fmt(r['rss_settled_beyond_caches'] and r['rss_settled_beyond_caches'] / MIB, '.1f')} "
                      f"{chk(r['rss_settled_beyond_caches'], lambda x: x < 150 * MIB)} | "
                      f"{fmt(r['table_memory'] and r['table_memory'] / MIB, '.1f')} | "
-                     f"{fmt(r['index_memory'] and r['index_memory'] / MIB, '.1f')} |")
+                     f"{fmt(r['index_memory'] and r['index_memory'] / MIB, '.1f')} | "
+                     f"{fmt(r.get('anon_epoch') and r['anon_epoch'] / MIB, '.1f')} | "
+                     f"{fmt(r.get('table_file') and r['table_file'] / MIB, '.1f')} |")
     L += ["", "Without tables: (origin bytes - the header and tables section of every record) / "
           "served. A reader fetches a record's tables section (136 bytes per image + its name) "
           "once, for the piece CRCs; an epoch that touches every record moves all of them.",

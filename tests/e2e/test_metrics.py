@@ -214,6 +214,8 @@ class MetricsCase(LoopbackServersCase):
             # (level 3: a kind byte and, per group, a CRC and an end: 25 bytes per image).
             self.assertGreater(value(series, "pcrfs_index_memory_bytes"), 0)
             self.assertGreaterEqual(value(series, "pcrfs_record_table_bytes"), 25 * files)
+            # A local store has no cache folder: the tables stay in memory, none in a file.
+            self.assertEqual(value(series, "pcrfs_record_table_file_bytes"), 0)
             self.assertLessEqual(value(series, "pcrfs_piece_cache_bytes", cache="small") +
                                  value(series, "pcrfs_piece_cache_bytes", cache="large"), 256 << 20)
             self.assertEqual(value(series, "pcrfs_build_info", version=re.search(
@@ -333,6 +335,12 @@ class MetricsCase(LoopbackServersCase):
                         value(series, "pcrfs_remote_received_bytes_total", kind="background"))
             self.assertGreater(received, 0)
             self.assertGreater(value(series, "pcrfs_range_cache_inserted_bytes_total"), 0)
+            # A remote store's tables keep their rows in a file of the cache folder (level 5:
+            # per image 5 CRCs, 5 ends and a row CRC, 64 bytes; the heap keeps a kind byte per
+            # image and each table's ~300 bytes: RecordTableTest).
+            table_file = value(series, "pcrfs_record_table_file_bytes")
+            self.assertGreaterEqual(table_file, 64 * files)
+            self.assertEqual(table_file % 64, 0)
             self.promtool(self.scrape(murl))
             # What `pcr top` reads: the same text without labels, under the 64 KiB xattr cap.
             text = os.getxattr(m.mnt, "user.pcrfs.metrics").decode()
