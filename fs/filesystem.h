@@ -264,10 +264,11 @@ class Filesystem {
   bool FetchHinted(index::Entry e, int level) EXCLUDES(hint_mu_);
   // Once the hinted store is known to order its own requests (hinted_remote_): takes the next
   // hinted files, up to kHintBatchFiles or the cache's room for bytes fetched ahead, and asks
-  // (in the order of each record's first file) for the pieces of those in one record at once (one multi-range GET from a web server: the
-  // files of a shuffled epoch that share a record, instead of a GET per file, which held a
-  // hinted level-1 epoch to the GETs a second the link and the proxy take). A record whose
-  // pieces find no room goes file by file (FetchHinted). On the consumer's thread only.
+  // (in the order of each record's first file) for the pieces of those in one record at once (one
+  // multi-range GET from a web server: the files of a shuffled epoch that share a record, instead
+  // of a GET per file, which held a hinted level-1 epoch to the GETs a second the link and the
+  // proxy take). A record whose pieces find no room goes file by file (FetchHinted). On the
+  // consumer's thread only.
   void FetchHintedBatch() EXCLUDES(hint_mu_);
   static constexpr size_t kHintBatchFiles = 256;
   // The cache room the consumer waits for before it takes the next hinted file, and how often
