@@ -169,7 +169,6 @@ KNOWN_LONG = {
 KNOWN_CYCLES = [
     {"common/file_util", "common/log"},
     {"remote/aws_chain", "remote/aws_credentials"},
-    {"remote/http_client", "remote/multipart"},
     {"codec/jpeg_error", "codec/scan_splitter", "codec/transcoder"},
     {"builder/build_stages", "builder/builder"},
 ]
