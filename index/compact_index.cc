@@ -296,16 +296,16 @@ class EntryChecks {
     std::sort(slots.begin(), slots.end());
     auto dup = std::adjacent_find(slots.begin(), slots.end());
     if (dup != slots.end()) {
-      *what = "record " + U(*dup >> 32) + " slot " + U(*dup & 0xffffffffu) +
-              " is used by two files";
+      *what =
+          "record " + U(*dup >> 32) + " slot " + U(*dup & 0xffffffffu) + " is used by two files";
       return false;
     }
     for (size_t r = 0; r < records_.size(); ++r) {
       if (files_in_[r] != records_[r].num_images) continue;
       for (size_t g = 0; g < static_cast<size_t>(kNumGroups); ++g) {
         if (sums_[r][g] != records_[r].group_offset[g + 1] - records_[r].group_offset[g]) {
-          *what = "record " + U(r) + ": the pieces of group " + U(g + 1) +
-                  " do not fill its region";
+          *what =
+              "record " + U(r) + ": the pieces of group " + U(g + 1) + " do not fill its region";
           return false;
         }
       }
@@ -382,8 +382,8 @@ class EntryChecks {
 
   const std::vector<RecordInfo>& records_;
   const uint64_t num_entries_;
-  std::vector<DirInfo> dirs_;    // in inode order
-  std::vector<uint64_t> slots_;  // record << 32 | slot of every file
+  std::vector<DirInfo> dirs_;                           // in inode order
+  std::vector<uint64_t> slots_;                         // record << 32 | slot of every file
   std::vector<std::array<uint64_t, kNumGroups>> sums_;  // by record, group: piece bytes so far
   std::vector<uint64_t> files_in_;                      // by record
   std::string prev_name_;

@@ -78,7 +78,8 @@ Walked Walk(const LevelPlan& plan, const PieceRefs& p) {
         EXPECT_FALSE(part.empty());
         EXPECT_LE(at + part.size(), plan.end());
         if (at < plan.offset() || at + part.size() > plan.end()) return Status::OK();
-        std::copy(part.begin(), part.end(), w.bytes.begin() + static_cast<long>(at - plan.offset()));
+        std::copy(part.begin(), part.end(),
+                  w.bytes.begin() + static_cast<long>(at - plan.offset()));
         next = at + part.size();
         return Status::OK();
       });
