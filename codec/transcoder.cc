@@ -161,15 +161,13 @@ std::span<const uint8_t> ProgressiveJpeg::piece(int group) const {
 }
 
 std::vector<uint8_t> ProgressiveJpeg::Level(int k) const {
-  if (k < 1) k = 1;
-  if (k > kNumGroups) k = kNumGroups;
+  // The pieces are stored back to back, so pieces 1..n are a prefix of `bytes`.
   uint64_t size = 0;
-  for (int g = 1; g <= k; g++) size += piece_lengths[g - 1];
+  for (int g = 1; g <= JpegLevelPieces(k); g++) size += piece_lengths[g - 1];
   if (size > bytes.size()) size = bytes.size();  // only if piece_lengths lie
-  std::vector<uint8_t> out(size + 2);
+  std::vector<uint8_t> out(size + sizeof(kEoi));
   if (size != 0) std::memcpy(out.data(), bytes.data(), size);
-  out[size] = 0xFF;
-  out[size + 1] = 0xD9;
+  std::memcpy(out.data() + size, kEoi, sizeof(kEoi));
   return out;
 }
 

@@ -56,7 +56,8 @@ struct ProgressiveJpeg {
   std::array<uint64_t, kNumGroups> piece_lengths{};  // sums to bytes.size()
 
   std::span<const uint8_t> piece(int group) const;  // group in 1..10
-  // Pieces 1..k followed by FF D9.
+  // Level k: pieces 1..JpegLevelPieces(k) followed by kEoi (FF D9), the rule of common/levels.h
+  // that index::LevelPlan follows for the stored file.
   std::vector<uint8_t> Level(int k) const;
 };
 

@@ -15,11 +15,6 @@
 
 namespace pcrfs {
 
-void UniqueFd::Reset() {
-  if (fd_ >= 0) ::close(fd_);
-  fd_ = -1;
-}
-
 Result<UniqueFd> OpenFile(const std::string& path, int flags, int mode) {
   int fd;
   do {

@@ -10,8 +10,8 @@
 #include <cstring>
 #include <ctime>
 
-#include "common/file_util.h"
 #include "common/mutex.h"
+#include "common/unique_fd.h"
 
 namespace pcrfs {
 namespace {

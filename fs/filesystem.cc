@@ -14,6 +14,7 @@
 #include "common/thread_name.h"
 #include "fs/planned_files.h"
 #include "index/level_plan.h"
+#include "index/level_walk.h"
 #include "index/record_reader.h"
 
 namespace pcrfs::fs {
@@ -708,23 +709,23 @@ Result<size_t> Filesystem::ReadStored(const index::Entry& entry, int level, uint
                         plan.pieces_used() == 1 || options_.windows_for_several_pieces);
   }
 
-  for (const index::LevelSpan& s : plan.spans()) {
-    uint8_t* out = dst + (s.file_offset - plan.offset());
-    for (uint64_t b = s.first_block(); b < s.end_block(); ++b) {
-      auto block = GetBlock(*file, e, s.group, b, !whole_file);
-      if (!block) {
-        if (IsDamage(block.error())) return Err(ReportDamage(e, level, block.error()));
-        return Err(block.error());
-      }
-      const uint64_t block_begin = b * index::kChecksumBlockSize;
-      const uint64_t a = std::max(s.begin, block_begin) - block_begin;
-      const uint64_t z = std::min(s.end, block_begin + (*block)->size()) - block_begin;
-      std::memcpy(out, (*block)->data() + a, z - a);
-      out += z - a;
-    }
+  PieceBytes held;  // the block being copied (index/level_walk.h)
+  Status walked = index::WalkLevel(
+      plan,
+      [&](const index::LevelSpan& s, uint64_t b) -> Result<std::span<const uint8_t>> {
+        auto block = GetBlock(*file, e, s.group, b, !whole_file);
+        if (!block) return Err(block.error());
+        held = std::move(*block);
+        return std::span<const uint8_t>(held->data(), held->size());
+      },
+      [&](uint64_t at, std::span<const uint8_t> bytes) {
+        std::memcpy(dst + (at - plan.offset()), bytes.data(), bytes.size());
+        return Status::OK();
+      });
+  if (!walked.ok()) {
+    if (IsDamage(walked)) return Err(ReportDamage(e, level, walked));
+    return Err(walked);
   }
-  const std::span<const uint8_t> tail = plan.tail();
-  std::copy(tail.begin(), tail.end(), dst + (plan.tail_offset() - plan.offset()));
   if (source_bytes != nullptr) {
     *source_bytes = plan.length();
     if (plan.file_size() > 0 && e.kind != index::EntryKind::kPassthrough) {

@@ -260,6 +260,136 @@ constexpr size_t kRecordInfoSize = 108;
 
 uint64_t BlockKey(uint64_t ino, int group) { return (ino << 4) | static_cast<uint64_t>(group); }
 
+// The checks of ParseEntries that span entries (docs/format.md, "What a reader of index.pcri
+// checks"): tree shape, sibling order, record slots used once, pieces that fill their
+// regions. Fed every entry in inode order (Add), then asked about the whole (Finish); each
+// returns false with *what set at the first problem.
+class EntryChecks {
+ public:
+  EntryChecks(const std::vector<RecordInfo>& records, uint64_t num_entries)
+      : records_(records),
+        num_entries_(num_entries),
+        sums_(records.size()),
+        files_in_(records.size()) {}
+
+  // Entry `ino`; the pieces long enough to have block CRCs go to *large (BlockKey, length).
+  bool Add(uint64_t ino, const Entry& e, std::vector<std::pair<uint64_t, uint64_t>>* large,
+           std::string* what) {
+    const std::string at = "entry " + U(ino) + " \"" + e.name + "\": ";
+    if (!AddToTree(ino, e, what) || (!e.is_dir() && !AddFile(ino, e, large, what))) {
+      *what = at + *what;
+      return false;
+    }
+    prev_name_ = e.name;
+    prev_parent_ = e.parent;
+    return true;
+  }
+
+  bool Finish(std::string* what) const {
+    for (const DirInfo& di : dirs_) {
+      if (di.seen_children != di.num_children || di.seen_subdirs != di.num_subdirs) {
+        *what = "directory " + U(di.ino) + ": child counts do not match its children";
+        return false;
+      }
+    }
+    std::vector<uint64_t> slots = slots_;
+    std::sort(slots.begin(), slots.end());
+    auto dup = std::adjacent_find(slots.begin(), slots.end());
+    if (dup != slots.end()) {
+      *what =
+          "record " + U(*dup >> 32) + " slot " + U(*dup & 0xffffffffu) + " is used by two files";
+      return false;
+    }
+    for (size_t r = 0; r < records_.size(); ++r) {
+      if (files_in_[r] != records_[r].num_images) continue;
+      for (size_t g = 0; g < static_cast<size_t>(kNumGroups); ++g) {
+        if (sums_[r][g] != records_[r].group_offset[g + 1] - records_[r].group_offset[g]) {
+          *what =
+              "record " + U(r) + ": the pieces of group " + U(g + 1) + " do not fill its region";
+          return false;
+        }
+      }
+    }
+    return true;
+  }
+
+ private:
+  struct DirInfo {
+    uint64_t ino, first_child, num_children, num_subdirs;
+    uint64_t seen_children = 0, seen_subdirs = 0;
+  };
+
+  // Its place in the tree: a child range inside the index, a parent that is a directory whose
+  // range holds it, names strictly increasing among siblings.
+  bool AddToTree(uint64_t ino, const Entry& e, std::string* what) {
+    if (e.is_dir()) {
+      if (e.num_children > 0 && e.first_child + e.num_children - 1 > num_entries_) {
+        *what = "child range past the last entry";
+        return false;
+      }
+      dirs_.push_back({ino, e.first_child, e.num_children, e.num_subdirs});
+    }
+    if (ino == kRootIno) return true;
+    auto p = std::lower_bound(dirs_.begin(), dirs_.end(), e.parent,
+                              [](const DirInfo& x, uint64_t v) { return x.ino < v; });
+    if (p == dirs_.end() || p->ino != e.parent) {
+      *what = "parent is not a directory";
+      return false;
+    }
+    if (ino < p->first_child || ino - p->first_child >= p->num_children) {
+      *what = "not in its parent's child range";
+      return false;
+    }
+    // The previous entry is the previous sibling.
+    if (ino > p->first_child && (prev_parent_ != e.parent || !(prev_name_ < e.name))) {
+      *what = "names not strictly increasing in directory " + U(e.parent);
+      return false;
+    }
+    ++p->seen_children;
+    if (e.is_dir()) ++p->seen_subdirs;
+    return true;
+  }
+
+  // A file: a known record and slot, pieces inside what is left of their group regions.
+  bool AddFile(uint64_t ino, const Entry& e, std::vector<std::pair<uint64_t, uint64_t>>* large,
+               std::string* what) {
+    if (e.record >= records_.size()) {
+      *what = "record " + U(e.record) + " unknown";
+      return false;
+    }
+    const RecordInfo& r = records_[e.record];
+    if (e.slot >= r.num_images) {
+      *what = "slot " + U(e.slot) + " past its record";
+      return false;
+    }
+    slots_.push_back((uint64_t{e.record} << 32) | e.slot);
+    ++files_in_[e.record];
+    for (int g = 0; g < kNumGroups; ++g) {
+      const uint64_t len = e.pieces[static_cast<size_t>(g)].length;
+      uint64_t& s = sums_[e.record][static_cast<size_t>(g)];
+      const uint64_t region =
+          r.group_offset[static_cast<size_t>(g) + 1] - r.group_offset[static_cast<size_t>(g)];
+      if (len > region - s) {
+        *what = "pieces of group " + U(static_cast<uint64_t>(g) + 1) +
+                " overflow the region of record " + U(e.record);
+        return false;
+      }
+      s += len;
+      if (HasBlockCrcs(len)) large->emplace_back(BlockKey(ino, g + 1), len);
+    }
+    return true;
+  }
+
+  const std::vector<RecordInfo>& records_;
+  const uint64_t num_entries_;
+  std::vector<DirInfo> dirs_;                           // in inode order
+  std::vector<uint64_t> slots_;                         // record << 32 | slot of every file
+  std::vector<std::array<uint64_t, kNumGroups>> sums_;  // by record, group: piece bytes so far
+  std::vector<uint64_t> files_in_;                      // by record
+  std::string prev_name_;
+  uint64_t prev_parent_ = 0;
+};
+
 }  // namespace
 
 // ---------------------------------------------------------------------------------------------
@@ -686,17 +816,7 @@ Status CompactIndex::Impl::ParseEntries(std::span<const uint8_t> directory,
   if (chunks != num_entries / per_chunk + (num_entries % per_chunk != 0 ? 1 : 0)) {
     return Damaged(U(chunks) + " entry chunks for " + U(num_entries) + " entries");
   }
-  // What the whole-index checks need, gathered in one pass.
-  struct DirInfo {
-    uint64_t ino, first_child, num_children, num_subdirs;
-    uint64_t seen_children = 0, seen_subdirs = 0;
-  };
-  std::vector<DirInfo> dirs;    // in inode order
-  std::vector<uint64_t> slots;  // record << 32 | slot of every file
-  std::vector<std::array<uint64_t, kNumGroups>> sums(records.size());
-  std::vector<uint64_t> files_in(records.size());
-  std::string prev_name;
-  uint64_t prev_parent = 0;
+  EntryChecks checks(records, num_entries);
   uint64_t data_at = 0;
   uint64_t ino = 1;
   std::string raw;
@@ -733,50 +853,7 @@ Status CompactIndex::Impl::ParseEntries(std::span<const uint8_t> directory,
         restarts.push_back(base + (raw.size() - d.remaining()));
       }
       if (!DecodeCompactEntry(&d, &st, ino, &e, &what)) return Damaged(what);
-      const std::string at = "entry " + U(ino) + " \"" + e.name + "\": ";
-      if (e.is_dir()) {
-        if (e.num_children > 0 && e.first_child + e.num_children - 1 > num_entries) {
-          return Damaged(at + "child range past the last entry");
-        }
-        dirs.push_back({ino, e.first_child, e.num_children, e.num_subdirs});
-      }
-      if (ino != kRootIno) {
-        auto p = std::lower_bound(dirs.begin(), dirs.end(), e.parent,
-                                  [](const DirInfo& x, uint64_t v) { return x.ino < v; });
-        if (p == dirs.end() || p->ino != e.parent) return Damaged(at + "parent is not a directory");
-        if (ino < p->first_child || ino - p->first_child >= p->num_children) {
-          return Damaged(at + "not in its parent's child range");
-        }
-        if (ino > p->first_child) {
-          // The previous entry is the previous sibling.
-          if (prev_parent != e.parent || !(prev_name < e.name)) {
-            return Damaged(at + "names not strictly increasing in directory " + U(e.parent));
-          }
-        }
-        ++p->seen_children;
-        if (e.is_dir()) ++p->seen_subdirs;
-      }
-      if (!e.is_dir()) {
-        if (e.record >= records.size()) return Damaged(at + "record " + U(e.record) + " unknown");
-        const RecordInfo& r = records[e.record];
-        if (e.slot >= r.num_images) return Damaged(at + "slot " + U(e.slot) + " past its record");
-        slots.push_back((uint64_t{e.record} << 32) | e.slot);
-        ++files_in[e.record];
-        for (int g = 0; g < kNumGroups; ++g) {
-          const uint64_t len = e.pieces[static_cast<size_t>(g)].length;
-          uint64_t& s = sums[e.record][static_cast<size_t>(g)];
-          const uint64_t region =
-              r.group_offset[static_cast<size_t>(g) + 1] - r.group_offset[static_cast<size_t>(g)];
-          if (len > region - s) {
-            return Damaged(at + "pieces of group " + U(static_cast<uint64_t>(g) + 1) +
-                           " overflow the region of record " + U(e.record));
-          }
-          s += len;
-          if (HasBlockCrcs(len)) large->emplace_back(BlockKey(ino, g + 1), len);
-        }
-      }
-      prev_name = e.name;
-      prev_parent = e.parent;
+      if (!checks.Add(ino, e, large, &what)) return Damaged(what);
     }
     if (!d.done()) return Damaged(chunk + ": bytes after its last entry");
     entries += raw;
@@ -785,26 +862,7 @@ Status CompactIndex::Impl::ParseEntries(std::span<const uint8_t> directory,
   if (ino - 1 != num_entries) {
     return Damaged(U(ino - 1) + " entries in the chunks, the header says " + U(num_entries));
   }
-  for (const DirInfo& di : dirs) {
-    if (di.seen_children != di.num_children || di.seen_subdirs != di.num_subdirs) {
-      return Damaged("directory " + U(di.ino) + ": child counts do not match its children");
-    }
-  }
-  std::sort(slots.begin(), slots.end());
-  auto dup = std::adjacent_find(slots.begin(), slots.end());
-  if (dup != slots.end()) {
-    return Damaged("record " + U(*dup >> 32) + " slot " + U(*dup & 0xffffffffu) +
-                   " is used by two files");
-  }
-  for (size_t r = 0; r < records.size(); ++r) {
-    if (files_in[r] != records[r].num_images) continue;
-    for (size_t g = 0; g < static_cast<size_t>(kNumGroups); ++g) {
-      if (sums[r][g] != records[r].group_offset[g + 1] - records[r].group_offset[g]) {
-        return Damaged("record " + U(r) + ": the pieces of group " + U(g + 1) +
-                       " do not fill its region");
-      }
-    }
-  }
+  if (!checks.Finish(&what)) return Damaged(what);
   return Status::OK();
 }
 

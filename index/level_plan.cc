@@ -21,7 +21,7 @@ struct LevelShape {
 LevelShape ShapeOf(EntryKind kind, int k) {
   switch (kind) {
     case EntryKind::kJpeg:
-      return {std::clamp(k, 1, kNumGroups), true};
+      return {JpegLevelPieces(k), true};
     case EntryKind::kPassthrough:
       return {1, false};
     case EntryKind::kDirectory:

@@ -30,7 +30,7 @@
 //     has a CRC too) walks groups 1..pieces_used() itself.
 //   - Spans describe bytes, not checksum blocks: a reader that checks blocks
 //     (kChecksumBlockSize) reads blocks first_block()..end_block() of each span and copies
-//     [begin, end) out of them.
+//     [begin, end) out of them, which index/level_walk.h (WalkLevel) does for every such reader.
 //   - The plan copies what it needs of the pieces; it does not refer to the entry afterwards.
 //   - Piece lengths come from a decoded index entry or record table. If the lengths of a
 //     level add up to more than 2^64 - 1 bytes (only a damaged entry can), the file's size is

@@ -64,8 +64,7 @@ struct PieceBlockCrcs {
   bool operator==(const PieceBlockCrcs&) const = default;
 };
 
-// The end-of-image marker that ends every level of a JPEG (index/level_plan.h).
-inline constexpr uint8_t kEoi[2] = {0xFF, 0xD9};
+using pcrfs::kEoi;  // common/levels.h: the end-of-image marker that ends every level of a JPEG
 
 struct RecordImage {
   std::string path;  // path relative to the dataset root, '/'-separated, exactly as in the source

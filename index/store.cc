@@ -12,6 +12,7 @@
 #include "common/file_util.h"
 #include "index/compact_index.h"
 #include "index/index_trailer.h"
+#include "index/level_walk.h"
 #include "index/lmdb_pages.h"
 #include "index/manifest_check.h"
 #include "index/record_reader.h"
@@ -534,20 +535,15 @@ Status Store::ReadFileTo(const Entry& unresolved, int k, const SourceFile& recor
     }
   }
   std::vector<uint8_t> buf;
-  for (const LevelSpan& s : plan.spans()) {
-    buf.resize(static_cast<size_t>(std::min(s.piece.length, kChecksumBlockSize)));
-    for (uint64_t b = s.first_block(); b < s.end_block(); ++b) {
-      PCRFS_RETURN_IF_ERROR(ReadBlock(file, e, s.group, b, buf.data()));
-      const uint64_t block_begin = b * kChecksumBlockSize;
-      const uint64_t from = std::max(s.begin, block_begin) - block_begin;
-      const uint64_t to =
-          std::min(s.end, block_begin + ChecksumBlockLength(s.piece.length, b)) - block_begin;
-      PCRFS_RETURN_IF_ERROR(
-          sink(std::span<const uint8_t>(buf.data() + from, static_cast<size_t>(to - from))));
-    }
-  }
-  if (!plan.tail().empty()) return sink(plan.tail());
-  return Status::OK();
+  return WalkLevel(
+      plan,
+      [&](const LevelSpan& s, uint64_t b) -> Result<std::span<const uint8_t>> {
+        const auto n = static_cast<size_t>(ChecksumBlockLength(s.piece.length, b));
+        if (buf.size() < n) buf.resize(n);
+        PCRFS_RETURN_ERR_IF_ERROR(ReadBlock(file, e, s.group, b, buf.data()));
+        return std::span<const uint8_t>(buf.data(), n);
+      },
+      [&](uint64_t, std::span<const uint8_t> bytes) { return sink(bytes); });
 }
 
 Result<uint32_t> Store::BlockCrc(const Entry& e, int group, uint64_t block) const {

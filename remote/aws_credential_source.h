@@ -9,7 +9,7 @@
 #include <optional>
 #include <string>
 
-#include "remote/sigv4.h"
+#include "remote/credentials.h"
 
 namespace pcrfs {
 

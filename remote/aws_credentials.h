@@ -59,9 +59,9 @@
 #include "common/clock.h"
 #include "common/mutex.h"
 #include "common/status.h"
+#include "remote/aws_config_files.h"
 #include "remote/aws_credential_source.h"
 #include "remote/credential_process.h"
-#include "remote/s3_config.h"
 #include "remote/simple_http.h"
 
 namespace pcrfs {

@@ -476,6 +476,184 @@ Status CheckSasToken(std::string_view token, std::string_view what) {
 
 // ----------------------------------------------------------------------------- configuration
 
+namespace {
+
+// The endpoint when one is given explicitly: the URL's, -o endpoint, or the connection
+// string's BlobEndpoint (its path may name the account).
+Status ExplicitEndpoint(const StoreParts& parts, const AzureOptions& options,
+                        const std::optional<ConnectionString>& cs, const std::string& shown,
+                        std::optional<Url>* endpoint) {
+  if (!parts.az_scheme) {
+    *endpoint = parts.endpoint;
+    if (!options.endpoint.empty()) {
+      return Status::InvalidArgument(shown + ": -o endpoint is for az:// URLs only");
+    }
+  } else if (!options.endpoint.empty()) {
+    auto ep = ParseEndpoint(options.endpoint, "option endpoint");
+    if (!ep.has_value()) return ep.error();
+    *endpoint = *ep;
+  } else if (cs.has_value() && !cs->Get("blobendpoint").empty()) {
+    auto ep =
+        ParseEndpoint(cs->Get("blobendpoint"), std::string(kConnectionStringVar) + " BlobEndpoint");
+    if (!ep.has_value()) return ep.error();
+    *endpoint = *ep;
+  }
+  return Status::OK();
+}
+
+// The storage account: the URL's, else -o account, AZURE_STORAGE_ACCOUNT, the connection
+// string's AccountName, the endpoint's path or host; checked for a valid name.
+Status ChooseAccount(const StoreParts& parts, const AzureOptions& options, const EnvLookup& env,
+                     const std::optional<ConnectionString>& cs, const std::optional<Url>& endpoint,
+                     const std::string& shown, AzureConfig* c) {
+  const std::string cs_account = cs.has_value() ? cs->Get("accountname") : "";
+  if (!parts.az_scheme) {
+    c->account = parts.account;
+    c->account_source = "URL";
+    if (!options.account.empty() && options.account != c->account) {
+      return Status::InvalidArgument("option account '" + options.account +
+                                     "' is not the URL's account '" + c->account + "'");
+    }
+  } else if (!options.account.empty()) {
+    c->account = options.account;
+    c->account_source = "option account";
+  } else if (!EnvGet(env, "AZURE_STORAGE_ACCOUNT").empty()) {
+    c->account = EnvGet(env, "AZURE_STORAGE_ACCOUNT");
+    c->account_source = "AZURE_STORAGE_ACCOUNT";
+  } else if (!cs_account.empty()) {
+    c->account = cs_account;
+    c->account_source = std::string(kConnectionStringVar) + " AccountName";
+  } else if (endpoint.has_value() && endpoint->path.size() > 1) {
+    c->account = endpoint->path.substr(1, endpoint->path.find('/', 1) - 1);
+    c->account_source = "endpoint path";
+  } else if (std::string host = endpoint.has_value() ? endpoint->host : "";
+             IsAzureUrl("https://" + host)) {
+    c->account = host.substr(0, host.find('.'));
+    c->account_source = "endpoint host";
+  } else {
+    return Status::InvalidArgument(
+        shown +
+        ": no storage account (-o account=NAME, AZURE_STORAGE_ACCOUNT or "
+        "AZURE_STORAGE_CONNECTION_STRING)");
+  }
+  if (!ValidAccount(c->account)) {
+    return Status::InvalidArgument(
+        c->account_source + ": '" + RedactAzureSecrets(c->account) +
+        "' is not a valid storage account name (3-24 lower-case letters and digits)");
+  }
+  return Status::OK();
+}
+
+// The endpoint: the explicit one, else the account's own, in the connection string's cloud
+// when it names one.
+Status ChooseEndpoint(const std::optional<Url>& endpoint, const std::optional<ConnectionString>& cs,
+                      AzureConfig* c) {
+  if (endpoint.has_value()) {
+    c->endpoint = *endpoint;
+  } else {
+    // The account's own endpoint, in the connection string's cloud when it names one.
+    std::string protocol = cs.has_value() ? ToLower(cs->Get("defaultendpointsprotocol")) : "";
+    std::string suffix = cs.has_value() ? cs->Get("endpointsuffix") : "";
+    if (protocol.empty()) protocol = "https";
+    if (suffix.empty()) suffix = "core.windows.net";
+    if (protocol != "https" && protocol != "http") {
+      return Status::InvalidArgument(std::string(kConnectionStringVar) +
+                                     ": DefaultEndpointsProtocol must be https or http");
+    }
+    auto ep = ParseEndpoint(protocol + "://" + c->account + ".blob." + suffix,
+                            std::string(kConnectionStringVar) + " EndpointSuffix");
+    if (!ep.has_value()) return ep.error();
+    c->endpoint = *ep;
+  }
+  return Status::OK();
+}
+
+// The authority, first found wins: -o no_sign, a SAS in the URL, -o sas_file,
+// AZURE_STORAGE_SAS_TOKEN, AZURE_STORAGE_KEY, the connection string's SAS or key; else
+// anonymous.
+Status ChooseAuthority(const StoreParts& parts, const AzureOptions& options, const EnvLookup& env,
+                       const std::optional<ConnectionString>& cs, const std::string& shown,
+                       AzureConfig* c) {
+  if (options.no_sign) {
+    if (!parts.query.empty()) {
+      return Status::InvalidArgument(shown + ": -o no_sign with a SAS in the URL");
+    }
+    c->auth = AzureConfig::Auth::kAnonymous;
+    c->credentials_source = "none (no_sign)";
+    return Status::OK();
+  }
+  if (!parts.query.empty()) {
+    if (!options.sas_file.empty()) {
+      return Status::InvalidArgument(shown +
+                                     ": a SAS in the URL and -o sas_file: give one of them");
+    }
+    c->sas = CleanToken(parts.query);
+    PCRFS_RETURN_IF_ERROR(CheckSasToken(c->sas, shown + " (its query)"));
+    c->auth = AzureConfig::Auth::kSas;
+    c->credentials_source = "URL query";
+    return Status::OK();
+  }
+  if (!options.sas_file.empty()) {
+    auto read = ReadSasFile(options.sas_file, QueryTokenSigner::Flavor::kAzureSas);
+    if (!read.has_value()) return read.error();
+    c->sas_file = options.sas_file;
+    c->auth = AzureConfig::Auth::kSasFile;
+    c->credentials_source = "option sas_file";
+    return Status::OK();
+  }
+  if (std::string sas = CleanToken(EnvGet(env, "AZURE_STORAGE_SAS_TOKEN")); !sas.empty()) {
+    PCRFS_RETURN_IF_ERROR(CheckSasToken(sas, "AZURE_STORAGE_SAS_TOKEN"));
+    c->sas = std::move(sas);
+    c->auth = AzureConfig::Auth::kSas;
+    c->credentials_source = "AZURE_STORAGE_SAS_TOKEN";
+    return Status::OK();
+  }
+  if (std::string key = Trim(EnvGet(env, "AZURE_STORAGE_KEY")); !key.empty()) {
+    auto decoded = Base64Decode(key);
+    if (!decoded.has_value()) {
+      return Status::InvalidArgument("AZURE_STORAGE_KEY is not valid base64");
+    }
+    c->key = std::move(*decoded);
+    c->auth = AzureConfig::Auth::kSharedKey;
+    c->credentials_source = "AZURE_STORAGE_KEY";
+    return Status::OK();
+  }
+  if (cs.has_value()) {
+    const std::string var = kConnectionStringVar;
+    const std::string cs_account = cs->Get("accountname");
+    if (std::string sas = CleanToken(cs->Get("sharedaccesssignature")); !sas.empty()) {
+      PCRFS_RETURN_IF_ERROR(CheckSasToken(sas, var + " SharedAccessSignature"));
+      c->sas = std::move(sas);
+      c->auth = AzureConfig::Auth::kSas;
+      c->credentials_source = var;
+      return Status::OK();
+    }
+    if (std::string key = cs->Get("accountkey"); !key.empty()) {
+      if (cs_account.empty()) {
+        return Status::InvalidArgument(var + ": AccountKey without AccountName");
+      }
+      if (cs_account != c->account) {
+        return Status::InvalidArgument(var + ": its AccountName '" +
+                                       RedactAzureSecrets(cs_account) +
+                                       "' is not the store's account '" + c->account + "'");
+      }
+      auto decoded = Base64Decode(key);
+      if (!decoded.has_value()) {
+        return Status::InvalidArgument(var + ": AccountKey is not valid base64");
+      }
+      c->key = std::move(*decoded);
+      c->auth = AzureConfig::Auth::kSharedKey;
+      c->credentials_source = var;
+      return Status::OK();
+    }
+  }
+  c->auth = AzureConfig::Auth::kAnonymous;
+  c->credentials_source = "none (anonymous)";
+  return Status::OK();
+}
+
+}  // namespace
+
 Result<AzureConfig> ResolveAzureConfig(std::string_view store, const AzureOptions& options,
                                        const EnvLookup& env_in) {
   EnvLookup env = env_in ? env_in : EnvLookup([](const char* n) { return std::getenv(n); });
@@ -497,154 +675,11 @@ Result<AzureConfig> ResolveAzureConfig(std::string_view store, const AzureOption
   c.container = parts->container;
   c.prefix = parts->prefix;
 
-  // The endpoint when one is given explicitly (its path may name the account).
   std::optional<Url> endpoint;
-  if (!parts->az_scheme) {
-    endpoint = parts->endpoint;
-    if (!options.endpoint.empty()) {
-      return Err(Status::InvalidArgument(shown + ": -o endpoint is for az:// URLs only"));
-    }
-  } else if (!options.endpoint.empty()) {
-    auto ep = ParseEndpoint(options.endpoint, "option endpoint");
-    if (!ep.has_value()) return Err(ep.error());
-    endpoint = *ep;
-  } else if (cs.has_value() && !cs->Get("blobendpoint").empty()) {
-    auto ep =
-        ParseEndpoint(cs->Get("blobendpoint"), std::string(kConnectionStringVar) + " BlobEndpoint");
-    if (!ep.has_value()) return Err(ep.error());
-    endpoint = *ep;
-  }
-
-  // The account.
-  const std::string cs_account = cs.has_value() ? cs->Get("accountname") : "";
-  if (!parts->az_scheme) {
-    c.account = parts->account;
-    c.account_source = "URL";
-    if (!options.account.empty() && options.account != c.account) {
-      return Err(Status::InvalidArgument("option account '" + options.account +
-                                         "' is not the URL's account '" + c.account + "'"));
-    }
-  } else if (!options.account.empty()) {
-    c.account = options.account;
-    c.account_source = "option account";
-  } else if (!EnvGet(env, "AZURE_STORAGE_ACCOUNT").empty()) {
-    c.account = EnvGet(env, "AZURE_STORAGE_ACCOUNT");
-    c.account_source = "AZURE_STORAGE_ACCOUNT";
-  } else if (!cs_account.empty()) {
-    c.account = cs_account;
-    c.account_source = std::string(kConnectionStringVar) + " AccountName";
-  } else if (endpoint.has_value() && endpoint->path.size() > 1) {
-    c.account = endpoint->path.substr(1, endpoint->path.find('/', 1) - 1);
-    c.account_source = "endpoint path";
-  } else if (std::string host = endpoint.has_value() ? endpoint->host : "";
-             IsAzureUrl("https://" + host)) {
-    c.account = host.substr(0, host.find('.'));
-    c.account_source = "endpoint host";
-  } else {
-    return Err(
-        Status::InvalidArgument(shown +
-                                ": no storage account (-o account=NAME, AZURE_STORAGE_ACCOUNT or "
-                                "AZURE_STORAGE_CONNECTION_STRING)"));
-  }
-  if (!ValidAccount(c.account)) {
-    return Err(Status::InvalidArgument(
-        c.account_source + ": '" + RedactAzureSecrets(c.account) +
-        "' is not a valid storage account name (3-24 lower-case letters and digits)"));
-  }
-
-  if (endpoint.has_value()) {
-    c.endpoint = *endpoint;
-  } else {
-    // The account's own endpoint, in the connection string's cloud when it names one.
-    std::string protocol = cs.has_value() ? ToLower(cs->Get("defaultendpointsprotocol")) : "";
-    std::string suffix = cs.has_value() ? cs->Get("endpointsuffix") : "";
-    if (protocol.empty()) protocol = "https";
-    if (suffix.empty()) suffix = "core.windows.net";
-    if (protocol != "https" && protocol != "http") {
-      return Err(Status::InvalidArgument(std::string(kConnectionStringVar) +
-                                         ": DefaultEndpointsProtocol must be https or http"));
-    }
-    auto ep = ParseEndpoint(protocol + "://" + c.account + ".blob." + suffix,
-                            std::string(kConnectionStringVar) + " EndpointSuffix");
-    if (!ep.has_value()) return Err(ep.error());
-    c.endpoint = *ep;
-  }
-
-  // The authority.
-  if (options.no_sign) {
-    if (!parts->query.empty()) {
-      return Err(Status::InvalidArgument(shown + ": -o no_sign with a SAS in the URL"));
-    }
-    c.auth = AzureConfig::Auth::kAnonymous;
-    c.credentials_source = "none (no_sign)";
-    return c;
-  }
-  if (!parts->query.empty()) {
-    if (!options.sas_file.empty()) {
-      return Err(
-          Status::InvalidArgument(shown + ": a SAS in the URL and -o sas_file: give one of them"));
-    }
-    c.sas = CleanToken(parts->query);
-    PCRFS_RETURN_ERR_IF_ERROR(CheckSasToken(c.sas, shown + " (its query)"));
-    c.auth = AzureConfig::Auth::kSas;
-    c.credentials_source = "URL query";
-    return c;
-  }
-  if (!options.sas_file.empty()) {
-    auto read = ReadSasFile(options.sas_file, QueryTokenSigner::Flavor::kAzureSas);
-    if (!read.has_value()) return Err(read.error());
-    c.sas_file = options.sas_file;
-    c.auth = AzureConfig::Auth::kSasFile;
-    c.credentials_source = "option sas_file";
-    return c;
-  }
-  if (std::string sas = CleanToken(EnvGet(env, "AZURE_STORAGE_SAS_TOKEN")); !sas.empty()) {
-    PCRFS_RETURN_ERR_IF_ERROR(CheckSasToken(sas, "AZURE_STORAGE_SAS_TOKEN"));
-    c.sas = std::move(sas);
-    c.auth = AzureConfig::Auth::kSas;
-    c.credentials_source = "AZURE_STORAGE_SAS_TOKEN";
-    return c;
-  }
-  if (std::string key = Trim(EnvGet(env, "AZURE_STORAGE_KEY")); !key.empty()) {
-    auto decoded = Base64Decode(key);
-    if (!decoded.has_value()) {
-      return Err(Status::InvalidArgument("AZURE_STORAGE_KEY is not valid base64"));
-    }
-    c.key = std::move(*decoded);
-    c.auth = AzureConfig::Auth::kSharedKey;
-    c.credentials_source = "AZURE_STORAGE_KEY";
-    return c;
-  }
-  if (cs.has_value()) {
-    const std::string var = kConnectionStringVar;
-    if (std::string sas = CleanToken(cs->Get("sharedaccesssignature")); !sas.empty()) {
-      PCRFS_RETURN_ERR_IF_ERROR(CheckSasToken(sas, var + " SharedAccessSignature"));
-      c.sas = std::move(sas);
-      c.auth = AzureConfig::Auth::kSas;
-      c.credentials_source = var;
-      return c;
-    }
-    if (std::string key = cs->Get("accountkey"); !key.empty()) {
-      if (cs_account.empty()) {
-        return Err(Status::InvalidArgument(var + ": AccountKey without AccountName"));
-      }
-      if (cs_account != c.account) {
-        return Err(Status::InvalidArgument(var + ": its AccountName '" +
-                                           RedactAzureSecrets(cs_account) +
-                                           "' is not the store's account '" + c.account + "'"));
-      }
-      auto decoded = Base64Decode(key);
-      if (!decoded.has_value()) {
-        return Err(Status::InvalidArgument(var + ": AccountKey is not valid base64"));
-      }
-      c.key = std::move(*decoded);
-      c.auth = AzureConfig::Auth::kSharedKey;
-      c.credentials_source = var;
-      return c;
-    }
-  }
-  c.auth = AzureConfig::Auth::kAnonymous;
-  c.credentials_source = "none (anonymous)";
+  PCRFS_RETURN_ERR_IF_ERROR(ExplicitEndpoint(*parts, options, cs, shown, &endpoint));
+  PCRFS_RETURN_ERR_IF_ERROR(ChooseAccount(*parts, options, env, cs, endpoint, shown, &c));
+  PCRFS_RETURN_ERR_IF_ERROR(ChooseEndpoint(endpoint, cs, &c));
+  PCRFS_RETURN_ERR_IF_ERROR(ChooseAuthority(*parts, options, env, cs, shown, &c));
   return c;
 }
 

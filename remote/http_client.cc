@@ -247,17 +247,6 @@ const char* RetryReasonName(RetryReason r) {
   return "?";
 }
 
-std::optional<ContentRange> ParseContentRange(std::string_view v) {
-  std::string s = TrimWs(v);
-  unsigned long long a = 0, b = 0, total = 0;
-  int consumed = 0;
-  if (std::sscanf(s.c_str(), "bytes %llu-%llu/%llu%n", &a, &b, &total, &consumed) != 3 ||
-      static_cast<size_t>(consumed) != s.size() || b < a || b >= total) {
-    return std::nullopt;
-  }
-  return ContentRange{a, b, total};
-}
-
 std::optional<milliseconds> ParseRetryAfter(std::string_view value,
                                             std::chrono::system_clock::time_point now) {
   std::string s = TrimWs(value);

@@ -30,6 +30,7 @@
 #include <vector>
 
 #include "common/status.h"
+#include "remote/byte_range.h"
 #include "remote/request_signer.h"
 
 namespace pcrfs {
@@ -63,17 +64,6 @@ struct HttpClientOptions {
   // deadline caps both. A request still waiting for a connection at its deadline fails then.
   std::chrono::milliseconds base_backoff{100};
   std::chrono::milliseconds max_backoff{5000};
-};
-
-struct ByteRange {
-  uint64_t offset = 0;
-  uint64_t length = 0;  // > 0
-};
-
-struct ContentRange {
-  uint64_t start = 0;
-  uint64_t end = 0;  // inclusive
-  uint64_t total = 0;
 };
 
 struct HttpRequest {
@@ -250,8 +240,6 @@ class HttpClient {
   std::unique_ptr<Impl> impl_;
 };
 
-// Parses "bytes START-END/TOTAL" (TOTAL may not be "*": pcrfs needs it). nullopt if malformed.
-std::optional<ContentRange> ParseContentRange(std::string_view value);
 // Seconds to wait from a Retry-After value (delta-seconds or an HTTP date); nullopt if invalid.
 std::optional<std::chrono::milliseconds> ParseRetryAfter(std::string_view value,
                                                          std::chrono::system_clock::time_point now);

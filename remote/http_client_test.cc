@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "remote/aws_credential_source.h"
+#include "remote/sigv4.h"
 #include "remote/test_server.h"
 
 namespace pcrfs {

@@ -25,7 +25,7 @@
 #include <vector>
 
 #include "common/status.h"
-#include "remote/http_client.h"
+#include "remote/byte_range.h"
 
 namespace pcrfs {
 

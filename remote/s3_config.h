@@ -10,6 +10,7 @@
 #include <string>
 
 #include "common/status.h"
+#include "remote/aws_config_files.h"
 #include "remote/sigv4.h"
 #include "remote/simple_http.h"
 #include "remote/url.h"
@@ -32,22 +33,8 @@ struct S3Options {
   bool no_sign = false;  // -o no_sign: anonymous, unsigned requests
 };
 
-// Reads an environment variable; nullptr when unset. Tests pass their own.
-using EnvLookup = std::function<const char*(const char*)>;
-
 class AwsCredentialSource;
 class RenewingCredentials;
-
-// An AWS CLI INI file: section name -> key -> value.
-using IniFile = std::map<std::string, std::map<std::string, std::string>>;
-// Reads the INI dialect of the AWS CLI: [section], key = value, '#' and ';' comments. Nested
-// values (indented lines under "s3 =") are read as keys of their own, which is harmless here.
-// A file that does not exist is an empty IniFile with *exists false, not an error.
-Result<IniFile> ReadIni(const std::string& path, bool* exists);
-
-// The home folder for ~/.aws: $HOME, else the password database's home of the effective user
-// (mount(8) starts helpers without HOME); "" when neither is known.
-std::string HomeDirectory(const EnvLookup& env);
 
 struct S3Config {
   // gs://: Google Cloud Storage's S3-compatible XML API (default endpoint

@@ -48,12 +48,6 @@ std::string TrimValue(std::string_view v) {
 
 }  // namespace
 
-std::string Credentials::ToString() const {
-  if (empty()) return "(no credentials)";
-  return access_key_id_ +
-         (session_token_.empty() ? " (secret hidden)" : " (secret and session token hidden)");
-}
-
 std::string Sha256Hex(std::string_view data) {
   unsigned char md[EVP_MAX_MD_SIZE];
   unsigned int len = 0;

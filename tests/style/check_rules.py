@@ -11,6 +11,14 @@
    `def test` of class `Class` in tests/e2e/file.py, `binary:Suite.Test` a GoogleTest
    TEST/TEST_F/TEST_P(Suite, Test) in some .cc file of the tree.
 
+3. Function length. No function defined in a .cc or .h file of the tree (sources, tests, fuzz
+   targets, benchmarks) has a body over MAX_FUNCTION_LINES lines (the lines between its
+   braces), but those of KNOWN_LONG, each of which must still be over it (so the list only
+   shrinks).
+4. No include cycles between units. A unit is FOLDER/name: name.h with name.cc; unit A uses
+   unit B when A.h or A.cc includes "B.h". Units that reach each other (a strongly connected
+   set of two or more) are a cycle, but those of KNOWN_CYCLES, each of which must still be one.
+
 Prints one line per violation (file and reason) and exits 1 if there is any."""
 
 import os
@@ -146,10 +154,179 @@ def check_semantics(problems):
                             f"TEST(...) in the tree defines")
 
 
+MAX_FUNCTION_LINES = 120
+# Functions over the limit that are still to be split (issue 44), "path:name". Remove an entry
+# when its function is split; never add one.
+KNOWN_LONG = {
+    "remote/http_client.cc:StartTry",
+    "fs/daemon.cc:RunDaemon",
+    "fs/daemon.cc:OpenAndServe",
+    "remote/remote_file_test.cc:TEST",
+    "tests/bench/first_bytes_index.cc:main",
+}
+# Include cycles still to be broken (issue 44), as sets of units. Remove an entry when its
+# cycle is broken; never add one.
+KNOWN_CYCLES = [
+    {"remote/aws_chain", "remote/aws_credentials"},
+    {"codec/jpeg_error", "codec/scan_splitter", "codec/transcoder"},
+    {"builder/build_stages", "builder/builder"},
+]
+
+
+def source_files():
+    """Paths (relative to TOP) of the tree's .cc and .h files."""
+    for dirpath, dirs, files in os.walk(TOP):
+        dirs[:] = sorted(d for d in dirs if not (d.startswith(".") or d == "build"
+                                                  or d.startswith("build-")
+                                                  or d == "node_modules"))
+        for name in sorted(files):
+            if name.endswith((".cc", ".h")):
+                yield os.path.relpath(os.path.join(dirpath, name), TOP)
+
+
+def blank(match):
+    return re.sub(r"[^\n]", " ", match.group(0))
+
+
+CODE_NOISE = re.compile(
+    r'//[^\n]*'                          # line comment
+    r'|/\*.*?\*/'                        # block comment
+    r'|R"([^(\s"]*)\(.*?\)\1"'            # raw string
+    r'|"(?:\\.|[^"\\\n])*"'              # string
+    r"|(?<![\w'])'(?:\\.|[^'\\\n])+'"      # character (not a digit separator: 1'000)
+    r'|^[ \t]*#(?:[^\n]*\\\n)*[^\n]*',     # preprocessor line, with its continuations
+    re.S | re.M)
+
+
+def functions(text):
+    """(name, line of its opening brace, body lines) of each function defined at namespace or
+    class scope of a C++ source text."""
+    code = CODE_NOISE.sub(blank, text)
+    found = []
+
+    def scan(begin, end):
+        head = begin
+        i = begin
+        while i < end:
+            c = code[i]
+            if c in ";}":
+                head = i + 1
+            elif c == "{":
+                depth, j = 1, i + 1
+                while j < end and depth:
+                    depth += {"{": 1, "}": -1}.get(code[j], 0)
+                    j += 1
+                h = " ".join(code[head:i].split())
+                if re.match(r"(namespace\b|extern\s*\"C\")", h) or \
+                        re.match(r"(template\s*<.*>\s*)?(class|struct|union)\b", h):
+                    scan(i + 1, j - 1)  # functions defined inside
+                elif "(" in h and not h.endswith("=") and not h.startswith("enum"):
+                    first = code.count("\n", 0, i) + 1
+                    last = code.count("\n", 0, j - 1) + 1
+                    names = re.findall(r"([\w:~]+)\s*\(", h)
+                    found.append((names[0] if names else h[:40], first, last - first - 1))
+                i = head = j
+                continue
+            i += 1
+
+    scan(0, len(code))
+    return found
+
+
+def check_function_lengths(problems):
+    long_ones = set()
+    for rel in source_files():
+        with open(os.path.join(TOP, rel), errors="replace") as f:
+            text = f.read()
+        for name, line, lines in functions(text):
+            if lines <= MAX_FUNCTION_LINES:
+                continue
+            long_ones.add(f"{rel}:{name}")
+            if f"{rel}:{name}" not in KNOWN_LONG:
+                problems.append(f"{rel}:{line}: {name} has {lines} lines (at most "
+                                f"{MAX_FUNCTION_LINES}): split it into named steps")
+    for known in sorted(KNOWN_LONG - long_ones):
+        problems.append(f"tests/style/check_rules.py: KNOWN_LONG lists {known}, which is no "
+                        f"longer over {MAX_FUNCTION_LINES} lines: remove it from the list")
+
+
+def unit_graph():
+    """{unit: set of units it uses} over the project folders."""
+    graph = {}
+    for rel in source_files():
+        folder = rel.split("/")[0]
+        if folder not in FOLDERS:
+            continue
+        unit = rel.rsplit(".", 1)[0]
+        uses = graph.setdefault(unit, set())
+        with open(os.path.join(TOP, rel), errors="replace") as f:
+            for line in f:
+                m = re.match(r'\s*#\s*include\s+"([^"]+)\.h"', line)
+                if m and m.group(1) != unit and os.path.exists(os.path.join(TOP, m.group(1) + ".h")):
+                    uses.add(m.group(1))
+    return graph
+
+
+def cycles(graph):
+    """The strongly connected sets of two or more units (Tarjan's algorithm, iterative)."""
+    index, low, on_stack, stack, out = {}, {}, set(), [], []
+    for root in sorted(graph):
+        if root in index:
+            continue
+        work = [(root, iter(sorted(graph.get(root, ()))))]
+        index[root] = low[root] = len(index)
+        stack.append(root)
+        on_stack.add(root)
+        while work:
+            v, children = work[-1]
+            w = next(children, None)
+            if w is not None:
+                if w not in index:
+                    index[w] = low[w] = len(index)
+                    stack.append(w)
+                    on_stack.add(w)
+                    work.append((w, iter(sorted(graph.get(w, ())))))
+                elif w in on_stack:
+                    low[v] = min(low[v], index[w])
+                continue
+            work.pop()
+            if work:
+                low[work[-1][0]] = min(low[work[-1][0]], low[v])
+            if low[v] == index[v]:
+                component = set()
+                while True:
+                    w = stack.pop()
+                    on_stack.discard(w)
+                    component.add(w)
+                    if w == v:
+                        break
+                if len(component) > 1:
+                    out.append(component)
+    return out
+
+
+def check_include_cycles(problems):
+    graph = unit_graph()
+    found = cycles(graph)
+    for component in found:
+        if component in KNOWN_CYCLES:
+            continue
+        edges = ", ".join(f"{a} -> {b}" for a in sorted(component)
+                          for b in sorted(graph[a] & component))
+        problems.append(f"include cycle between units {', '.join(sorted(component))} ({edges}): "
+                        f"move the declarations one of them needs into a unit of their own")
+    for known in KNOWN_CYCLES:
+        if known not in found:
+            problems.append(f"tests/style/check_rules.py: KNOWN_CYCLES lists "
+                            f"{', '.join(sorted(known))}, which is no longer a cycle: remove it")
+
+
 def main():
     problems = []
     check_dependencies(problems)
     check_semantics(problems)
+    check_function_lengths(problems)
+    check_include_cycles(problems)
     for p in problems:
         print(p)
     return 1 if problems else 0
