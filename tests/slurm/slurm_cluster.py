@@ -54,7 +54,7 @@ SlurmdPort={slurmd_port}
 SlurmUser=root
 SlurmdUser=root
 AuthType=auth/munge
-AuthInfo=socket={prefix}/munge/munge.socket
+AuthInfo=socket={prefix}/munge/munge.socket,cred_expire=10
 CredType=cred/munge
 StateSaveLocation={prefix}/state
 SlurmdSpoolDir={prefix}/spool
