@@ -145,21 +145,23 @@ class SlurmShardsTest(TempDirTest):
         array_id = self.submit(submit)
         merge = self.merge_job(array_id)
         victim = f"{array_id}_2"
-        partial_records = os.path.join(parts, "part-2.partial", "records")
+        # A record is finished once the draft's .build/N.members is written (its file under
+        # records/ may still be half written: a resume builds such a record again).
+        partial_state = os.path.join(parts, "part-2.partial", ".build")
         pids = []
 
         def first_record_written():
             pids[:] = pids_of(f"--shard 2/{SHARDS}")
             self.assertFalse(os.path.exists(os.path.join(parts, "part-2", "part.json")),
                              "task 2 finished before it could be preempted")
-            return pids and os.path.isdir(partial_records) and any(
-                n.endswith(".pcr") for n in os.listdir(partial_records))
+            return pids and os.path.isdir(partial_state) and any(
+                n.endswith(".members") for n in os.listdir(partial_state))
 
         self.wait_until(first_record_written, "task 2 writes its first record", array_id,
                         poll=0.01)
         for pid in pids:  # held still: it cannot finish before the cancel lands
             os.kill(pid, signal.SIGSTOP)
-        kept = sorted(n for n in os.listdir(partial_records) if n.endswith(".pcr"))
+        kept = sorted(n for n in os.listdir(partial_state) if n.endswith(".members"))
         self.cluster.run("scancel", victim)
         self.wait_until(lambda: self.state(victim) == "CANCELLED", "scancel", array_id)
         self.assertFalse(os.path.exists(os.path.join(parts, "part-2")))
