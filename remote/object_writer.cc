@@ -26,6 +26,27 @@ std::string Quoted(std::string_view etag) {
   return "\"" + std::string(etag) + "\"";
 }
 
+// A local file whose parts PutFile uploads, read one part at a time.
+struct LocalFile {
+  std::string path;
+  UniqueFd fd;
+  uint64_t size = 0;
+
+  Result<std::string> Read(ByteRange r) const {
+    std::string buf(r.length, '\0');
+    PCRFS_RETURN_ERR_IF_ERROR(PreadFull(fd.get(), buf.data(), buf.size(), r.offset, path));
+    return buf;
+  }
+};
+
+Result<LocalFile> OpenLocalFile(const std::string& path) {
+  auto fd = OpenFile(path, O_RDONLY | O_CLOEXEC);
+  if (!fd) return Err(fd.error());
+  struct stat st;
+  if (::fstat(fd->get(), &st) != 0) return Err(Status::FromErrno(path, errno));
+  return LocalFile{path, std::move(*fd), static_cast<uint64_t>(st.st_size)};
+}
+
 }  // namespace
 
 std::vector<ByteRange> PlanParts(uint64_t size, uint64_t part_size, uint32_t max_parts) {
@@ -120,16 +141,10 @@ Status S3ObjectWriter::Put(std::string_view key, std::string bytes) {
 }
 
 Status S3ObjectWriter::PutFile(std::string_view key, const std::string& path) {
-  auto fd = OpenFile(path, O_RDONLY | O_CLOEXEC);
-  if (!fd) return fd.error();
-  struct stat st;
-  if (::fstat(fd->get(), &st) != 0) return Status::FromErrno(path, errno);
-  const auto size = static_cast<uint64_t>(st.st_size);
-  auto read = [&](ByteRange r) -> Result<std::string> {
-    std::string buf(r.length, '\0');
-    PCRFS_RETURN_ERR_IF_ERROR(PreadFull(fd->get(), buf.data(), buf.size(), r.offset, path));
-    return buf;
-  };
+  auto file = OpenLocalFile(path);
+  if (!file) return file.error();
+  const uint64_t size = file->size;
+  auto read = [&](ByteRange r) { return file->Read(r); };
   if (size <= part_size_) {
     auto bytes = read({0, size});
     if (!bytes) return bytes.error();
@@ -300,16 +315,10 @@ Status AzureObjectWriter::Put(std::string_view key, std::string bytes) {
 }
 
 Status AzureObjectWriter::PutFile(std::string_view key, const std::string& path) {
-  auto fd = OpenFile(path, O_RDONLY | O_CLOEXEC);
-  if (!fd) return fd.error();
-  struct stat st;
-  if (::fstat(fd->get(), &st) != 0) return Status::FromErrno(path, errno);
-  const auto size = static_cast<uint64_t>(st.st_size);
-  auto read = [&](ByteRange r) -> Result<std::string> {
-    std::string buf(r.length, '\0');
-    PCRFS_RETURN_ERR_IF_ERROR(PreadFull(fd->get(), buf.data(), buf.size(), r.offset, path));
-    return buf;
-  };
+  auto file = OpenLocalFile(path);
+  if (!file) return file.error();
+  const uint64_t size = file->size;
+  auto read = [&](ByteRange r) { return file->Read(r); };
   if (size <= part_size_) {
     auto bytes = read({0, size});
     if (!bytes) return bytes.error();
