@@ -286,6 +286,47 @@ TEST_F(FetchPolicyTest, HintedFilesAreFetchedAheadWithinTheCachesRoom) {
   }
 }
 
+// While hinted files are queued, what is fetched ahead for them may take three quarters of the
+// cache (their bytes are all read, in order), more than the half the scheduler's speculation
+// gets; once the readers stop hinting, the room is half again.
+TEST_F(FetchPolicyTest, HintedFilesTakeThreeQuartersOfTheCacheAhead) {
+  const int level = 1;
+  const uint64_t cache_bytes = LevelBytes(level) / 4;
+  FsOptions options;
+  options.hints = true;
+  options.prefetch_percent = 0;  // the hints alone
+  options.readahead_slots = 0;
+  auto m = Open(Bucket(), level, cache_bytes, options);
+  const std::vector<size_t> order = Shuffled(11);
+  std::vector<uint64_t> inos;
+  for (size_t i : order) inos.push_back(Walk(*m.fs, (*names_)[i]));
+  for (uint64_t ino : inos) m.fs->hint_queue().Add(ino, 1);
+  auto ahead = [&] {
+    const RangeCacheStats st = m.cache->stats();
+    return st.unread_speculative_bytes + st.reserved_ahead_bytes;
+  };
+  // Nobody reads: the consumer fetches ahead until the room is full, beyond half the cache.
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(30);
+  while (ahead() <= cache_bytes / 2 && std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  EXPECT_GT(ahead(), cache_bytes / 2);
+  EXPECT_LE(ahead(), cache_bytes / 4 * 3);
+  std::vector<uint8_t> buf(128 << 10);
+  for (uint64_t ino : inos) {
+    auto n = m.fs->Read(ino, 0, buf.size(), buf.data());
+    ASSERT_TRUE(n.has_value()) << n.error().ToString();
+  }
+  // Every file read: the queue is empty and the consumer gives the room back to speculation.
+  const auto drained = std::chrono::steady_clock::now() + std::chrono::seconds(30);
+  while (m.cache->AheadRoom() != cache_bytes / 4 * 2 &&
+         std::chrono::steady_clock::now() < drained) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  EXPECT_EQ(m.cache->AheadRoom(), cache_bytes / 4 * 2);
+  EXPECT_EQ(m.cache->stats().evicted_unread_bytes, 0u);
+}
+
 // Counts the GetRanges calls of two or more ranges (one multi-range GET each from a web
 // server) and their ranges, passing every request on to `base`.
 class CountingObjectClient final : public ObjectClient {

@@ -95,9 +95,15 @@ void Filesystem::ConsumeHints() {
     // A remote store's hinted files are fetched here, not by the scheduler, whose own
     // speculation waits while they are queued: the cache's room for bytes fetched ahead is
     // theirs.
-    if (hints_.size() == 0) scheduler_.Yield(false);
+    if (hints_.size() == 0) {
+      scheduler_.Yield(false);
+      if (hinted_remote_ != nullptr) hinted_remote_->SetOrderKnown(false);
+    }
     if (!hints_.WaitNonEmpty()) break;
-    if (hinted_remote_ != nullptr) scheduler_.Yield(true);
+    if (hinted_remote_ != nullptr) {
+      scheduler_.Yield(true);
+      hinted_remote_->SetOrderKnown(true);
+    }
     // Through the scheduler (a local store): taken only once it has room, so that a file read
     // meanwhile is dropped from the hint queue (NoteRead) instead of being fetched after its
     // read.
@@ -137,7 +143,10 @@ bool Filesystem::FetchHinted(index::Entry e, int level) {
   const std::shared_ptr<const SpeculationSource> source = file->shared_speculation();
   // A source that keeps nothing, or a disk's page cache: the scheduler's speculative reads.
   if (!source || source->ConcurrentSpeculativeReads() == 0) return false;
-  if (hinted_remote_ == nullptr) scheduler_.Yield(true);
+  if (hinted_remote_ == nullptr) {
+    scheduler_.Yield(true);
+    source->SetOrderKnown(true);
+  }
   hinted_remote_ = source;
   if (!store_->ResolvePieces(&e, level).ok()) return true;  // a read of it reports the damage
   const index::LevelPlan plan(e.kind, e.pieces, level, 0, e.SizeAtLevel(level));

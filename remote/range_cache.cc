@@ -568,16 +568,21 @@ void RangeCache::MarkRead(uint32_t id, uint64_t offset, uint64_t n) {
   MarkRangeReadLocked(id, offset, offset + n);
 }
 
+void RangeCache::SetOrderKnown(bool known) {
+  MutexLock l(&mu_);
+  order_known_ = known;
+}
+
 uint64_t RangeCache::AheadRoom() const {
   MutexLock l(&mu_);
-  const uint64_t share = PrimaryBudgetLocked() / kAheadShareDivisor;
+  const uint64_t share = AheadShareLocked();
   const uint64_t used = unread_ + reserved_;
   return used >= share ? 0 : share - used;
 }
 
 bool RangeCache::ReserveAhead(uint64_t n) {
   MutexLock l(&mu_);
-  const uint64_t share = PrimaryBudgetLocked() / kAheadShareDivisor;
+  const uint64_t share = AheadShareLocked();
   const uint64_t used = unread_ + reserved_;
   if (used >= share || n > share - used) return false;
   reserved_ += n;

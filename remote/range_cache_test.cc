@@ -131,6 +131,28 @@ TEST(RangeCacheTest, SpeculativeBytesCountUntilRead) {
   EXPECT_EQ(cache->AheadRoom(), 312 * kKiB);
 }
 
+// While the readers name their order (hints), bytes fetched ahead may take three quarters of the
+// tier: all of them will be read, in the order fetched. Back to half when they stop; bytes
+// unread beyond it stay (no room until they are read), never evicted for it.
+TEST(RangeCacheTest, AKnownOrderWidensTheRoomAhead) {
+  constexpr uint64_t kKiB = 1024;
+  RangeCacheOptions o;
+  o.memory_bytes = 1024 * kKiB;
+  auto cache = Open(o);
+  EXPECT_EQ(cache->AheadRoom(), 512 * kKiB);
+  cache->SetOrderKnown(true);
+  EXPECT_EQ(cache->AheadRoom(), 768 * kKiB);
+  ASSERT_TRUE(cache->ReserveAhead(700 * kKiB));
+  cache->Insert(1, 0, Bytes(0, 700 * kKiB), true);
+  EXPECT_EQ(cache->AheadRoom(), 68 * kKiB);
+  cache->SetOrderKnown(false);
+  EXPECT_EQ(cache->AheadRoom(), 0u);
+  EXPECT_FALSE(cache->ReserveAhead(1));
+  EXPECT_EQ(cache->stats().unread_speculative_bytes, 700 * kKiB);
+  EXPECT_TRUE(CopiesRight(*cache, 1, 0, 700 * kKiB));  // nothing was evicted
+  EXPECT_EQ(cache->AheadRoom(), 512 * kKiB);
+}
+
 // A full tier evicts bytes already read before any unread one, whatever their recency: a level
 // many times the cache, read in a shuffled order, otherwise lost what was fetched ahead for it
 // before it was read, and fetched it again.

@@ -66,6 +66,9 @@ class RemoteFile final : public RandomAccessFile, public SpeculationSource {
   bool PrefetchAhead(uint64_t offset, uint64_t n) const override;
   bool PrefetchAheadAll(const std::vector<Span>& spans) const override;
   uint64_t AheadRoom() const override { return cache_ != nullptr ? cache_->AheadRoom() : 0; }
+  void SetOrderKnown(bool known) const override {
+    if (cache_ != nullptr) cache_->SetOrderKnown(known);
+  }
   // Returns the bytes it asked the origin for (0 when the cache or fetches in flight had all).
   Result<uint64_t> Warm(uint64_t offset, uint64_t n, std::vector<uint8_t>* scratch) const override;
   int ConcurrentSpeculativeReads() const override { return cache_ ? kSpeculativeRequests : 0; }
