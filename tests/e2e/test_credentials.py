@@ -711,12 +711,13 @@ class HeaderFileRotationTest(Base):
                 # Fetches ahead of the readers end too: then the counters and nginx's log agree.
                 wait_for(lambda: remote_xattr(m.mnt)["client"]["in_flight"] == 0,
                          "no request in flight")
-                time.sleep(1.5)  # nginx flushes its access log each second
                 xattr = remote_xattr(m.mnt)
                 log = m.log()
-                with open(nginx.access_log) as f:  # pcrfs's requests (not nginx's own probe)
-                    statuses = [line.split('"')[2].split()[0] for line in f
-                                if line.count('"') >= 2 and " /store/" in line.split('"')[1]]
+                # pcrfs's requests (not nginx's own probe), each of its attempts logged.
+                lines = nginx.wait_for_log(
+                    xattr["client"]["attempts"],
+                    lambda line: line.count('"') >= 2 and " /store/" in line.split('"')[1])
+                statuses = [line.split('"')[2].split()[0] for line in lines]
         client = xattr["client"]
         summary = (f"{readers.reads} reads, retries {client['retries']}, failed "
                    f"{client['failed']} {client.get('failed_by_reason')}, nginx 401s "

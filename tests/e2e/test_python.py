@@ -278,9 +278,8 @@ class PythonStoreTest(LoopbackServersCase):
         data = RecordDataset(nginx.url + "/store", root="train", scans=5, loader=sha_loader,
                              cache_dir=self.cache("records"))
         self.assertEqual(sorted(data), self.want_hashes(data))
-        time.sleep(1.5)  # nginx writes its access log every second
-        with open(nginx.access_log) as f:
-            record_gets = [line for line in f if "/records/" in line]
+        # At least a GET per record (its prefix), each logged as it ends.
+        record_gets = nginx.wait_for_log(len(data.records), lambda line: "/records/" in line)
         # Opening a record reads its header and footer (ranges of one GET or two); its prefix is
         # one more GET, and no file needs another.
         self.assertLessEqual(len(record_gets), 3 * len(data.records), "".join(record_gets))

@@ -138,7 +138,7 @@ http {{
     fastcgi_temp_path {prefix}/fastcgi;
     uwsgi_temp_path {prefix}/uwsgi;
     scgi_temp_path {prefix}/scgi;
-    access_log {prefix}/access.log combined buffer=64k flush=1s;
+    access_log {prefix}/access.log combined;
     sendfile on;
     tcp_nopush on;
     tcp_nodelay on;
@@ -193,7 +193,25 @@ class Nginx:
 
     @property
     def access_log(self):
+        """The access log: unbuffered, a line as each request ends (after its answer, so a
+        client may see the answer first: wait_for_log)."""
         return os.path.join(self.prefix, "access.log")
+
+    def wait_for_log(self, count, keep=lambda line: True, offset=0, timeout=10.0):
+        """The access log's lines from byte `offset` that `keep` keeps, once there are at
+        least `count` of them (a number the client side knows: requests it sent); fails after
+        `timeout` seconds with what there is."""
+        deadline = time.monotonic() + timeout
+        while True:
+            with open(self.access_log) as f:
+                f.seek(offset)
+                lines = [line for line in f.read().splitlines() if keep(line)]
+            if len(lines) >= count:
+                return lines
+            if time.monotonic() > deadline:
+                raise AssertionError(f"nginx logged {len(lines)} of {count} requests in "
+                                     f"{timeout:g} s: {lines[-5:]}")
+            time.sleep(0.02)
 
     def __enter__(self):
         self.prefix = tempfile.mkdtemp(prefix="pcrfs-nginx-")
