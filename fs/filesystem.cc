@@ -214,16 +214,18 @@ void Filesystem::FetchHintedBatch() {
       continue;
     }
     std::vector<SpeculationSource::Span> pieces;
+    uint64_t resolved = 0;  // files whose pieces are asked for (the others' reads report them)
     for (const Hinted& h : files) {
       index::Entry e = h.entry;
       if (!store_->ResolvePieces(&e, h.level).ok()) continue;  // its read reports the damage
+      ++resolved;
       const index::LevelPlan plan(e.kind, e.pieces, h.level, 0, e.SizeAtLevel(h.level));
       for (const index::LevelSpan& span : plan.spans()) {
         pieces.push_back({span.piece.offset, span.piece.length});
       }
     }
     if (source->PrefetchAheadAll(pieces)) {
-      hinted_fetched_.fetch_add(files.size(), std::memory_order_relaxed);
+      hinted_fetched_.fetch_add(resolved, std::memory_order_relaxed);
       continue;
     }
     for (Hinted& h : files) FetchHinted(std::move(h.entry), h.level);  // as room frees
