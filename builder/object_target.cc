@@ -8,6 +8,7 @@
 #include <cctype>
 #include <cerrno>
 #include <cstdio>
+#include <cstdlib>
 #include <filesystem>
 #include <vector>
 
@@ -78,6 +79,17 @@ bool IsStoreObject(const std::string& key) {
          key == kListingFile || key == "provenance.json";
 }
 
+// PCRFS_TEST_S3_COPY_LIMIT=BYTES (tests only): the largest record a merge copies with one
+// CopyObject, instead of S3's 5 GiB, so that a test server sees UploadPartCopy (parts of BYTES,
+// 5 MiB at least) for records of a few MiB. Unset or not a number: S3's limit.
+uint64_t CopyLimit() {
+  const char* v = std::getenv("PCRFS_TEST_S3_COPY_LIMIT");
+  if (v == nullptr || *v < '1' || *v > '9') return S3ObjectWriter::kMaxCopyObject;
+  char* end = nullptr;
+  const unsigned long long n = std::strtoull(v, &end, 10);
+  return *end == '\0' ? n : S3ObjectWriter::kMaxCopyObject;
+}
+
 struct Clients {
   std::shared_ptr<ObjectClient> client;
   std::unique_ptr<ObjectWriter> writer;
@@ -96,7 +108,8 @@ Result<Clients> MakeClients(const StoreLocation& loc) {
   }
   c.client = std::shared_ptr<ObjectClient>(
       MakeHttpObjectClient(shared, std::make_unique<S3Protocol>(*loc.s3)));
-  c.writer = std::make_unique<S3ObjectWriter>(shared, *loc.s3);
+  c.writer = std::make_unique<S3ObjectWriter>(shared, *loc.s3, S3ObjectWriter::kDefaultPartSize,
+                                              CopyLimit());
   return c;
 }
 

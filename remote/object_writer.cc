@@ -110,10 +110,11 @@ Result<std::string> CheckS3WriteAnswer(const std::string& name, std::string_view
 }
 
 S3ObjectWriter::S3ObjectWriter(std::shared_ptr<HttpClient> http, S3Config config,
-                               uint64_t part_size)
+                               uint64_t part_size, uint64_t max_copy_object)
     : http_(std::move(http)),
       config_(std::move(config)),
-      part_size_(std::max(part_size, kMinPartSize)) {}
+      part_size_(std::max(part_size, kMinPartSize)),
+      max_copy_object_(std::clamp(max_copy_object, kMinPartSize, kMaxCopyObject)) {}
 
 std::string S3ObjectWriter::Name(std::string_view key) const {
   return S3Protocol(config_).Name(key);
@@ -228,7 +229,7 @@ Status S3ObjectWriter::Copy(const ObjectWriter& from, std::string_view src_key, 
   }
   const std::string source = src->CopySource(src_key);
   const std::string name = Name(key);
-  if (size <= kMaxCopyObject) {
+  if (size <= max_copy_object_) {
     HttpRequest req;
     req.method = HttpRequest::Method::kPut;
     req.url = config_.ObjectUrl(key);
@@ -240,7 +241,7 @@ Status S3ObjectWriter::Copy(const ObjectWriter& from, std::string_view src_key, 
   }
   const std::string url = config_.ObjectUrl(key);
   return Multipart(
-      key, size, kCopyPartSize,
+      key, size, std::min(max_copy_object_, kCopyPartSize),
       [&](uint32_t n, ByteRange r, const std::string& id) -> Result<std::string> {
         HttpRequest req;
         req.method = HttpRequest::Method::kPut;

@@ -59,8 +59,12 @@ class S3ObjectWriter final : public ObjectWriter {
   static constexpr uint64_t kMaxCopyObject = uint64_t{5} << 30;
   static constexpr uint64_t kCopyPartSize = uint64_t{1} << 30;
 
+  // max_copy_object: the largest object Copy sends as one CopyObject (clamped to
+  // [kMinPartSize, kMaxCopyObject]); a larger one goes as UploadPartCopy parts of
+  // min(max_copy_object, kCopyPartSize). Lowered only by tests (PCRFS_TEST_S3_COPY_LIMIT, read
+  // by builder/object_target.cc), so that a test server sees a multipart copy of small records.
   S3ObjectWriter(std::shared_ptr<HttpClient> http, S3Config config,
-                 uint64_t part_size = kDefaultPartSize);
+                 uint64_t part_size = kDefaultPartSize, uint64_t max_copy_object = kMaxCopyObject);
 
   Status Put(std::string_view key, std::string bytes) override;
   Status PutFile(std::string_view key, const std::string& path) override;
@@ -86,6 +90,7 @@ class S3ObjectWriter final : public ObjectWriter {
   std::shared_ptr<HttpClient> http_;
   S3Config config_;
   uint64_t part_size_;
+  uint64_t max_copy_object_;
 };
 
 // Azure Blob Storage: Put Blob; above part_size, Put Block of part_size blocks (read one at a

@@ -67,7 +67,8 @@ std::string Body(const std::string& req) {
 
 class ObjectWriterServerTest : public ::testing::Test {
  protected:
-  std::unique_ptr<S3ObjectWriter> Writer(TestHttpServer& server, uint64_t part_size) {
+  std::unique_ptr<S3ObjectWriter> Writer(TestHttpServer& server, uint64_t part_size,
+                                         uint64_t max_copy = S3ObjectWriter::kMaxCopyObject) {
     HttpClientOptions o;
     o.base_backoff = std::chrono::milliseconds(1);
     o.max_backoff = std::chrono::milliseconds(2);
@@ -78,7 +79,7 @@ class ObjectWriterServerTest : public ::testing::Test {
     c.prefix = "store";
     c.endpoint = *ParseUrl(server.url(""));
     return std::make_unique<S3ObjectWriter>(std::shared_ptr<HttpClient>(std::move(*http)), c,
-                                            part_size);
+                                            part_size, max_copy);
   }
   std::string TempFile(const std::string& bytes) {
     char path[] = "/tmp/pcrfs-objwriter-XXXXXX";
@@ -219,6 +220,51 @@ TEST_F(ObjectWriterServerTest, CopyAboveFiveGibIsUploadPartCopyOfRanges) {
         << req;
   }
   EXPECT_EQ(Body(got.back()), CompleteMultipartBody(std::vector<std::string>(parts, "\"cp\"")));
+}
+
+// A lowered single-copy limit (PCRFS_TEST_S3_COPY_LIMIT in tests): an object of exactly the
+// limit is one CopyObject, one byte more is UploadPartCopy parts of the limit's size; a limit
+// under S3's 5 MiB part minimum is raised to it.
+TEST_F(ObjectWriterServerTest, LoweredCopyLimitSplitsAtTheLimit) {
+  TestHttpServer server([](const std::string& req, int) {
+    const std::string line = RequestLine(req);
+    if (line.find("?uploads") != std::string::npos) {
+      return TestHttpServer::Reply(
+          200, "OK",
+          "<InitiateMultipartUploadResult><UploadId>U4</UploadId></InitiateMultipartUploadResult>");
+    }
+    if (line.find("partNumber=") != std::string::npos) {
+      return TestHttpServer::Reply(200, "OK",
+                                   "<CopyPartResult><ETag>\"cp\"</ETag></CopyPartResult>");
+    }
+    if (line.starts_with("PUT")) {
+      return TestHttpServer::Reply(200, "OK",
+                                   "<CopyObjectResult><ETag>\"c\"</ETag></CopyObjectResult>");
+    }
+    return TestHttpServer::Reply(
+        200, "OK", "<CompleteMultipartUploadResult><ETag>x</ETag></CompleteMultipartUploadResult>");
+  });
+  const uint64_t limit = S3ObjectWriter::kMinPartSize;
+  auto w = Writer(server, S3ObjectWriter::kMinPartSize, /*max_copy=*/1000);
+  ASSERT_TRUE(w->Copy(*w, "records/a.pcr", limit, "records/a2.pcr").ok());
+  auto got = server.received();
+  ASSERT_EQ(got.size(), 1u);
+  EXPECT_EQ(RequestLine(got[0]).find("?"), std::string::npos) << RequestLine(got[0]);
+  const uint64_t size = 2 * limit + 7;
+  ASSERT_TRUE(w->Copy(*w, "records/b.pcr", size, "records/b2.pcr").ok());
+  got = server.received();
+  ASSERT_EQ(got.size(), 1u + 1 + 3 + 1);  // the CopyObject; create, 3 parts, complete
+  for (uint64_t i = 0; i < 3; ++i) {
+    const uint64_t a = i * limit;
+    const uint64_t b = std::min(size, a + limit) - 1;
+    EXPECT_NE(RequestLine(got[2 + i]).find("partNumber=" + std::to_string(i + 1)),
+              std::string::npos);
+    EXPECT_NE(got[2 + i].find("x-amz-copy-source-range: bytes=" + std::to_string(a) + "-" +
+                              std::to_string(b)),
+              std::string::npos)
+        << got[2 + i];
+  }
+  EXPECT_EQ(Body(got.back()), CompleteMultipartBody(std::vector<std::string>(3, "\"cp\"")));
 }
 
 TEST(AzureObjectWriterTest, BlockIdsAndList) {

@@ -166,6 +166,20 @@ class ObjectOutputTest(LoopbackServersCase):
         self.pcr("merge", *[f"s3://{BUCKET}/parts/part-{i}" for i in (2, 0, 1)],
                  f"s3://{BUCKET}/merged2")
         self.assert_identical(self.download("merged2", "merged2"), self.local)
+        # A record over the single-copy limit is copied as a multipart upload of UploadPartCopy
+        # ranges. S3's limit is 5 GiB; PCRFS_TEST_S3_COPY_LIMIT lowers it to 5 MiB here, so the
+        # blob's record (9.5 MB) goes as two 5 MiB-at-most parts (the S3 server's front does
+        # UploadPartCopy, which s3rver lacks, and refuses a short part that is not the last).
+        big = [v for k, v in keys.items() if "/records/" in k and v > 5 << 20]
+        self.assertEqual(len(big), 1, keys)
+        before = self.s3.front_stats()
+        self.pcr("merge", f"s3://{BUCKET}/parts", f"s3://{BUCKET}/merged-parts",
+                 env=dict(self.s3env, PCRFS_TEST_S3_COPY_LIMIT=str(5 << 20)))
+        after = self.s3.front_stats()
+        self.assertEqual(after["part_copies"] - before["part_copies"], -(-big[0] // (5 << 20)))
+        self.assertEqual(after["part_copy_bytes"] - before["part_copy_bytes"], big[0])
+        self.assertLess(after["bytes_to_client"] - before["bytes_to_client"], record_bytes // 4)
+        self.assert_identical(self.download("merged-parts", "merged-parts"), self.local)
         # A missing shard is named.
         p = self.pcr("merge", f"s3://{BUCKET}/parts/part-0", f"s3://{BUCKET}/parts/part-2",
                      f"s3://{BUCKET}/merged3", expect=2)

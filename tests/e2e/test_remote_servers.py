@@ -218,6 +218,48 @@ class S3Test(unittest.TestCase, Files):
         got = self.client.get_object(Bucket="pcrfs-test", Key="synced/manifest.json")
         self.assertEqual(got["Body"].read(), b'{"x": 1}')
 
+    def test_upload_part_copy_and_short_parts_like_s3(self):
+        """s3rver lacks UploadPartCopy and lets a short part through: the front does both as S3
+        does (tests/remote/README.md)."""
+        c, b = self.client, "pcrfs-test"
+        data = random.Random(7).randbytes(6 * 1024 * 1024 + 3)
+        c.put_object(Bucket=b, Key="copy/src.bin", Body=data)
+        mib5 = 5 * 1024 * 1024
+        before = self.s3.front_stats()
+        up = c.create_multipart_upload(Bucket=b, Key="copy/dst.bin")["UploadId"]
+        etags = []
+        for n, (first, last) in enumerate([(0, mib5 - 1), (mib5, len(data) - 1)], 1):
+            r = c.upload_part_copy(Bucket=b, Key="copy/dst.bin", UploadId=up, PartNumber=n,
+                                   CopySource={"Bucket": b, "Key": "copy/src.bin"},
+                                   CopySourceRange=f"bytes={first}-{last}")
+            etags.append(r["CopyPartResult"]["ETag"])
+            self.assertEqual(etags[-1].strip('"'),
+                             hashlib.md5(data[first:last + 1]).hexdigest())
+        with self.assertRaises(botocore.exceptions.ClientError) as cm:
+            c.upload_part_copy(Bucket=b, Key="copy/dst.bin", UploadId=up, PartNumber=3,
+                               CopySource={"Bucket": b, "Key": "copy/src.bin"},
+                               CopySourceRange=f"bytes=0-{len(data)}")
+        self.assertEqual(cm.exception.response["Error"]["Code"], "InvalidRange")
+        c.complete_multipart_upload(Bucket=b, Key="copy/dst.bin", UploadId=up, MultipartUpload={
+            "Parts": [{"PartNumber": n, "ETag": e} for n, e in enumerate(etags, 1)]})
+        self.assertEqual(c.get_object(Bucket=b, Key="copy/dst.bin")["Body"].read(), data)
+        after = self.s3.front_stats()
+        self.assertEqual(after["part_copies"] - before["part_copies"], 2)
+        self.assertEqual(after["part_copy_bytes"] - before["part_copy_bytes"], len(data))
+        # A part under 5 MiB that is not the last: CompleteMultipartUpload refuses it.
+        up = c.create_multipart_upload(Bucket=b, Key="copy/short.bin")["UploadId"]
+        parts = [{"PartNumber": n, "ETag": c.upload_part(
+            Bucket=b, Key="copy/short.bin", UploadId=up, PartNumber=n, Body=b"x" * 1024)["ETag"]}
+            for n in (1, 2)]
+        with self.assertRaises(botocore.exceptions.ClientError) as cm:
+            c.complete_multipart_upload(Bucket=b, Key="copy/short.bin", UploadId=up,
+                                        MultipartUpload={"Parts": parts})
+        self.assertEqual(cm.exception.response["Error"]["Code"], "EntityTooSmall")
+        # Alone, the short part is the last one: accepted.
+        c.complete_multipart_upload(Bucket=b, Key="copy/short.bin", UploadId=up,
+                                    MultipartUpload={"Parts": parts[:1]})
+        self.assertEqual(c.get_object(Bucket=b, Key="copy/short.bin")["Body"].read(), b"x" * 1024)
+
     def test_signed_ranged_gets_with_a_session_token_are_exact(self):
         data = self.files["a.bin"]
         before = self.s3.front_stats()["signed_ok"]

@@ -3,6 +3,10 @@
 // a mismatch the way S3 does (403 SignatureDoesNotMatch, S3's XML error body). It also works
 // around s3rver's range bugs (bytes=0-0 answered whole, suffix ranges wrong) so that ranged GETs
 // give exact 206s, and maps virtual-host requests (Host: BUCKET.localhost) to path style.
+// s3rver lacks UploadPartCopy (it answers NotImplemented): the front does it as S3 would, a
+// ranged GET of the source and an UploadPart of those bytes to s3rver, answering
+// <CopyPartResult>; and, as S3 does, CompleteMultipartUpload refuses (400 EntityTooSmall) a part
+// under 5 MiB that is not the last, which s3rver does not check.
 //
 //   node s3_front.js CONFIG.json
 //
@@ -65,7 +69,12 @@ const stats = {
   refused: {},
   range_fixed: 0,
   bytes_to_client: 0,
+  part_copies: 0,  // UploadPartCopy requests answered
+  part_copy_bytes: 0,
 };
+const MIN_PART = 5 * 1024 * 1024;
+const MAX_COPY_PART = 5 * 1024 * 1024 * 1024;
+const partSizes = new Map();  // uploadId -> Map(part number -> bytes)
 let s3rverPort = 0;
 
 function xmlEscape(s) {
@@ -381,6 +390,89 @@ async function fixRange(range, objectPath, headers) {
   return {range: undefined};  // multi-range or not a byte range: the whole object, like S3
 }
 
+function notePart(uploadId, partNumber, size) {
+  if (!partSizes.has(uploadId)) partSizes.set(uploadId, new Map());
+  partSizes.get(uploadId).set(Number(partNumber), size);
+}
+
+// UploadPartCopy: PUT /BUCKET/KEY?partNumber=N&uploadId=U with x-amz-copy-source: /SRCBUCKET/SRCKEY
+// and x-amz-copy-source-range: bytes=A-B (optional: the whole source).
+async function uploadPartCopy(res, rawPath, rawQuery, query, headers) {
+  const source = decodeURIComponent(headers['x-amz-copy-source'].split('?')[0]);
+  const srcPath = '/' + source.replace(/^\//, '').split('/').map(encodeURIComponent).join('/');
+  const base = {host: headers['host']};
+  const head = await s3rverRequest('HEAD', srcPath, base);
+  head.resume();
+  if (head.statusCode === 404) throw new S3Error(404, 'NoSuchKey', 'The specified key does not exist.');
+  if (head.statusCode !== 200) {
+    throw new S3Error(head.statusCode, 'InvalidRequest', `copy source: ${head.statusCode}`);
+  }
+  const size = Number(head.headers['content-length']);
+  let [a, b] = [0, size - 1];
+  const range = headers['x-amz-copy-source-range'];
+  if (range !== undefined) {
+    const m = /^bytes=(\d+)-(\d+)$/.exec(range);
+    if (!m) {
+      throw new S3Error(400, 'InvalidArgument',
+          'The x-amz-copy-source-range value must be of the form bytes=first-last');
+    }
+    [a, b] = [Number(m[1]), Number(m[2])];
+    if (a > b || b >= size) {
+      throw new S3Error(400, 'InvalidRange',
+          `Range specified is not valid for source object of size: ${size}`);
+    }
+  }
+  if (b - a + 1 > MAX_COPY_PART) {
+    throw new S3Error(400, 'InvalidRequest', 'The specified copy source is larger than 5 GiB');
+  }
+  const get = await s3rverRequest('GET', srcPath,
+      Object.assign({}, base, a === 0 && b === 0 ? {range: 'bytes=0-1'} : {range: `bytes=${a}-${b}`}));
+  let data = await readAll(get);
+  if (get.statusCode !== 206 && get.statusCode !== 200) {
+    throw new S3Error(500, 'InternalError', `copy source read: ${get.statusCode}`);
+  }
+  data = data.subarray(0, b - a + 1);
+  const putHeaders = {};
+  for (const [name, value] of Object.entries(headers)) {
+    if (!name.startsWith('x-amz-copy-source') && name !== 'content-length' &&
+        name !== 'content-md5') {
+      putHeaders[name] = value;
+    }
+  }
+  putHeaders['content-length'] = String(data.length);
+  putHeaders['x-amz-content-sha256'] = 'UNSIGNED-PAYLOAD';
+  const put = await s3rverRequest('PUT', rawPath + '?' + rawQuery, putHeaders, data);
+  const answer = await readAll(put);
+  if (put.statusCode !== 200) {
+    res.writeHead(put.statusCode, put.headers);
+    res.end(answer);
+    return;
+  }
+  notePart(query.uploadId, query.partNumber, data.length);
+  stats.part_copies++;
+  stats.part_copy_bytes += data.length;
+  const body = '<?xml version="1.0" encoding="UTF-8"?>\n<CopyPartResult>' +
+      `<LastModified>${new Date().toISOString()}</LastModified>` +
+      `<ETag>${xmlEscape(put.headers['etag'])}</ETag></CopyPartResult>`;
+  res.writeHead(200, {'Content-Type': 'application/xml', 'Content-Length': Buffer.byteLength(body)});
+  res.end(body);
+}
+
+// S3 refuses to complete an upload whose parts but the last are under 5 MiB; s3rver does not.
+function checkPartSizes(uploadId, body) {
+  const sizes = partSizes.get(uploadId);
+  if (!sizes) return;
+  const numbers = [...String(body).matchAll(/<PartNumber>\s*(\d+)\s*<\/PartNumber>/g)]
+      .map((m) => Number(m[1]));
+  for (const n of numbers.slice(0, -1)) {
+    if (sizes.has(n) && sizes.get(n) < MIN_PART) {
+      throw new S3Error(400, 'EntityTooSmall',
+          'Your proposed upload is smaller than the minimum allowed object size.',
+          {PartNumber: n, ProposedSize: sizes.get(n), MinSizeAllowed: MIN_PART});
+    }
+  }
+}
+
 async function handle(req, res) {
   stats.requests++;
   const body = await readAll(req);
@@ -430,6 +522,18 @@ async function handle(req, res) {
     } else {
       headers['range'] = fix.range;
     }
+  }
+  if ('uploadId' in query && 'partNumber' in query && req.method === 'PUT') {
+    if (headers['x-amz-copy-source'] !== undefined) {
+      await uploadPartCopy(res, rawPath, rawQuery, query, headers);
+      return;
+    }
+    notePart(query.uploadId, query.partNumber, body.length);
+  } else if ('uploadId' in query && req.method === 'POST') {
+    checkPartSizes(query.uploadId, body);
+    partSizes.delete(query.uploadId);
+  } else if ('uploadId' in query && req.method === 'DELETE') {
+    partSizes.delete(query.uploadId);
   }
   const upstream = await s3rverRequest(req.method,
       rawPath + (rawQuery ? '?' + rawQuery : ''), headers, body);
