@@ -13,7 +13,8 @@ tests/data/make_dataset.py fetches them), 96x96 JPEGs (quality 90) in a pcrfs st
 - coarse: which of 4 rotations (0, 90, 180, 270 degrees) a crop shows;
 - fine: whether a crop was sharpened (unsharp mask, radius 1.5, 300%) before the store.
 A small CNN on CPU (3 convolutions, 64x64 random crops, Adam, one torch thread) trains for
---epochs epochs at level 10 and with pcrfs.torch.FidelitySchedule(every=--every), which runs
+--epochs epochs at level 10, and for --tuned-epochs (2x) with
+pcrfs.torch.FidelitySchedule(every=--every), which runs
 pcrfs.tune.select_scans (scans 1, 2, 3, 5, 10, --tune-batches batches of 32 fixed samples,
 the current model) at epochs 0, N, 2N, ..., once per threshold of --thresholds (setup "tuned"
 is the issue's 0.8, "tunedT" another threshold T). All read the store over HTTP from
@@ -200,7 +201,8 @@ def train(args, task, url, setup, val, seed):
                                          worker_init_fn=init)
     wall = time.monotonic() - t0  # opening the store and its index count
     curve, levels, seen = [(0.0, accuracy(model, xs, ys))], [], 0
-    for epoch in range(args.epochs):
+    epochs = args.epochs if setup == "L10" else args.tuned_epochs
+    for epoch in range(epochs):
         t0 = time.monotonic()
         data.set_epoch(epoch)
         levels.append(schedule.set_epoch(epoch))
@@ -291,7 +293,9 @@ def time_to(curve, target):
 def report(args, runs, level_bytes, load=None):
     lines = ["# Training at the tuned level (tests/bench/train_bench.py)", "",
              f"{args.images} training images per task ({SIDE}x{SIDE}, {CROP}x{CROP} crops), "
-             f"{args.val_images} held out; {args.epochs} epochs; cap {args.cap_mbit:g} Mbit/s "
+             f"{args.val_images} held out; {args.epochs} epochs at level 10, "
+             f"{getattr(args, 'tuned_epochs', None) or args.epochs} tuned; "
+             f"cap {args.cap_mbit:g} Mbit/s "
              f"on loopback (nginx, pcrfs.torch.RecordDataset, remote_cache=16M); "
              f"{args.repeat} round(s); load average {load or benchlib.loadavg()}.", "",
              "Wall time: training, tuning included, validation excluded. Accuracy at an epoch: "
@@ -398,6 +402,10 @@ def main():
     ap.add_argument("--images", type=int, default=2000)
     ap.add_argument("--val-images", type=int, default=1000)
     ap.add_argument("--epochs", type=int, default=8)
+    ap.add_argument("--tuned-epochs", type=int,
+                    help="epochs of a tuned run (default: 2x --epochs: a lower level's epoch "
+                    "takes a fraction of level 10's, and the target is the time to level "
+                    "10's accuracy, which 8 epochs of level 2 missed by 1-3 points)")
     ap.add_argument("--every", type=int, default=4, help="tune every N epochs (default 4)")
     ap.add_argument("--tune-batches", type=int, default=5,
                     help="select_scans num_batches, of 32 samples (default 5)")
@@ -432,7 +440,9 @@ def main():
     if args.from_log:
         sys.path.insert(0, args.pythonpath)
         args.tasks = [t for t in args.tasks.split(",") if t]
-        runs = [r for r in runs_of_log(args.from_log) if len(r["curve"]) == args.epochs]
+        args.tuned_epochs = args.tuned_epochs or args.epochs
+        runs = [r for r in runs_of_log(args.from_log)
+                if len(r["curve"]) == (args.epochs if r["setup"] == "L10" else args.tuned_epochs)]
         level_bytes = {t: bytes_by_level(os.path.join(args.work, "www", f"{t}.pcr"))
                        for t in args.tasks}
         text, data = report(args, runs, level_bytes, "see the log")
@@ -454,6 +464,7 @@ def main():
             ap.error(f"--tasks {t}: expected coarse or fine")
     if args.quick:
         args.images, args.val_images, args.epochs, args.every = 1000, 400, 4, 2
+    args.tuned_epochs = args.tuned_epochs or 2 * args.epochs
     if args.cap_mbit <= 0:
         ap.error(f"--cap-mbit {args.cap_mbit}: a positive rate")
     try:
