@@ -12,6 +12,7 @@
 #include <memory>
 
 #include "builder/build_stages.h"
+#include "builder/builder.h"
 #include "builder/object_target.h"
 #include "common/crc32c.h"
 #include "common/file_util.h"

@@ -166,10 +166,7 @@ KNOWN_LONG = {
 }
 # Include cycles still to be broken (issue 44), as sets of units. Remove an entry when its
 # cycle is broken; never add one.
-KNOWN_CYCLES = [
-    {"codec/jpeg_error", "codec/scan_splitter", "codec/transcoder"},
-    {"builder/build_stages", "builder/builder"},
-]
+KNOWN_CYCLES = []
 
 
 def source_files():
