@@ -17,7 +17,7 @@
 #include "common/crc32c.h"
 #include "common/file_util.h"
 #include "common/parallel.h"
-#include "index/store_index.h"
+#include "index/index_reader.h"
 #include "location/store_location.h"
 
 namespace pcrfs::tools {

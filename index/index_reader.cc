@@ -1,5 +1,7 @@
-// IndexReader (index/store_index.h): lock-free lookups and listings over a verified,
+// IndexReader (index/index_reader.h): lock-free lookups and listings over a verified,
 // read-only LMDB map, with the map's resident footprint kept under a budget.
+#include "index/index_reader.h"
+
 #include <fcntl.h>
 #include <lmdb.h>
 #include <sys/mman.h>
@@ -17,9 +19,9 @@
 #include "common/mutex.h"
 #include "common/proc_self.h"
 #include "index/compact_index.h"
-#include "index/index_trailer.h"
-#include "index/lmdb_util.h"
-#include "index/store_index.h"
+#include "index/lmdb/index_trailer.h"
+#include "index/lmdb/index_writer.h"
+#include "index/lmdb/lmdb_util.h"
 
 namespace pcrfs::index {
 
@@ -582,6 +584,16 @@ void IndexReader::ReleaseMappedPages() const { impl_->Release(); }
 
 void IndexReader::SetMappedBudget(uint64_t bytes) const {
   impl_->mapped_budget.store(bytes, std::memory_order_relaxed);
+}
+
+Result<uint64_t> StoreBytesAtLevel(const IndexReader& index, int k) {
+  uint64_t bytes = 0;
+  for (uint64_t id = 0; id < index.NumRecords(); ++id) {
+    auto info = index.GetRecord(static_cast<uint32_t>(id));
+    if (!info) return Err(info.error());
+    bytes += RecordBytesAtLevel(*info, k);
+  }
+  return bytes;
 }
 
 }  // namespace pcrfs::index
