@@ -16,8 +16,8 @@
 
 namespace pcrfs::index {
 
-// Read-only, lock-free access for many threads at once (MDB_RDONLY | MDB_NOLOCK: the store is
-// immutable). Each call uses a short read transaction that is reset and renewed per thread.
+// Read-only, lock-free access for many threads at once (an LMDB index is LmdbIndexReader's,
+// index/lmdb/lmdb_index_reader.h: a short read transaction per call).
 class CompactIndex;
 
 // Reads either index form: format 4 (index.pcri, CompactIndex, held in memory) or the LMDB one
@@ -53,11 +53,7 @@ class IndexReader {
   // per child instead of a whole entry (~160). What a plain readdir needs. `start_name`, when
   // not empty, is the name of child `start` (a caller continuing a listing knows it) and saves
   // looking it up; a wrong one is detected and ignored. `name` is valid during the call only.
-  struct DirEntry {
-    std::string_view name;
-    uint64_t ino = 0;
-    EntryKind kind = EntryKind::kDirectory;
-  };
+  using DirEntry = index::DirEntry;  // index/entry.h
   Status ListNames(const Entry& dir, uint64_t start, std::string_view start_name,
                    const std::function<bool(const DirEntry&)>& fn) const;
   Result<RecordInfo> GetRecord(uint32_t id) const;
