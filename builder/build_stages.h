@@ -12,9 +12,9 @@
 #include <unordered_map>
 #include <vector>
 
+#include "builder/build_config.h"
 #include "builder/build_options.h"
 #include "builder/build_source.h"
-#include "builder/builder.h"
 #include "builder/draft_sink.h"
 #include "builder/provenance.h"
 #include "builder/shard_part.h"

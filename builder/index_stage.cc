@@ -9,8 +9,8 @@
 #include "common/coding.h"
 #include "common/file_util.h"
 #include "index/compact_index.h"
+#include "index/index_reader.h"
 #include "index/store.h"
-#include "index/store_index.h"
 
 namespace pcrfs::tools {
 

@@ -12,11 +12,12 @@
 #include <memory>
 
 #include "builder/build_stages.h"
+#include "builder/builder.h"
 #include "builder/object_target.h"
 #include "common/crc32c.h"
 #include "common/file_util.h"
 #include "common/parallel.h"
-#include "index/store_index.h"
+#include "index/index_reader.h"
 #include "location/store_location.h"
 
 namespace pcrfs::tools {

@@ -11,8 +11,8 @@
 #include "codec/transcoder.h"
 #include "common/file_util.h"
 #include "common/mutex.h"
+#include "index/index_reader.h"
 #include "index/record_writer.h"
-#include "index/store_index.h"
 
 namespace pcrfs::tools {
 namespace {

@@ -8,8 +8,8 @@
 
 #include "builder/build_stages.h"
 #include "common/file_util.h"
+#include "index/index_reader.h"
 #include "index/store.h"
-#include "index/store_index.h"
 
 namespace pcrfs::tools {
 namespace fs = std::filesystem;

@@ -11,7 +11,7 @@
 #include <cstdint>
 
 #include "codec/libjpeg.h"
-#include "codec/transcoder.h"
+#include "codec/passthrough_reason.h"
 
 namespace pcrfs::codec {
 

@@ -12,7 +12,7 @@
 #include <span>
 #include <vector>
 
-#include "codec/transcoder.h"
+#include "codec/progressive_jpeg.h"
 #include "common/status.h"
 
 namespace pcrfs::codec {

@@ -531,6 +531,85 @@ DaemonHooks HooksFor(const std::shared_ptr<ObjectClient>& client) {
   return hooks;
 }
 
+// A remote store's client, made after the fork, with the credential renewal started first; the
+// memory budgets and the client's counters go into *fs_options.
+Result<std::shared_ptr<ObjectClient>> StartRemoteClient(const MountConfig& config,
+                                                        const StoreLocation& location,
+                                                        const std::shared_ptr<RangeCache>& cache,
+                                                        const std::string& sizing_json,
+                                                        FsOptions* fs_options) {
+  fs_options->speculation_memory = config.remote.memory_cache;
+  fs_options->cache_bytes = PieceCacheBytes(config, /*remote=*/true);
+  if (Status s = StartCredentialRenewal(location); !s.ok()) return Err(s);
+  if (location.signer != nullptr) {  // where the authority came from; never a secret
+    Log(LogLevel::kInfo, location.name + ": authorized by " + location.signer->DescribeJson());
+  }
+  auto created = MakeObjectClient(location);
+  if (!created) return Err(created.error());
+  std::shared_ptr<ObjectClient> client = std::move(*created);
+  // The client's counters, with the cache's as "cache", the authority as "auth" and the
+  // caches against the level (fs/cache_sizing.h) as "sizing".
+  fs_options->remote_stats = [c = client.get(), k = cache.get(), sizing_json] {
+    std::string json = c->stats().ToJson();
+    json.insert(json.size() - 1, ",\"cache\":" + k->stats().ToJson() + ",\"auth\":" +
+                                     c->DescribeAuthJson() + ",\"sizing\":" + sizing_json);
+    return json;
+  };
+  return client;
+}
+
+// How the Filesystem serves this mount: the kernel's readahead and background READs, pushes to
+// the page cache through `se`, user.pcrfs.metrics, the owner.
+void SetServingOptions(fuse_session* se, const MountConfig& config, bool remote,
+                       ObjectClient* client, RangeCache* cache, FsOptions* fs_options) {
+  if (config.kernel_readahead != 0) {
+    fs_options->max_readahead = static_cast<uint32_t>(config.kernel_readahead);
+  }
+  // Two readahead READs in flight per worker (FsOptions::max_background).
+  fs_options->max_background =
+      static_cast<uint16_t>(std::clamp(2 * ServeThreads(config, remote), 64u, 1024u));
+  // Pushed bytes go to the kernel's page cache of an inode it holds (FUSE_NOTIFY_STORE).
+  fs_options->push = [se](uint64_t ino, const uint8_t* data, size_t n) {
+    fuse_bufvec bufv = FUSE_BUFVEC_INIT(n);
+    bufv.buf[0].mem = const_cast<uint8_t*>(data);
+    // No splice: libfuse prints every failed splice to stderr ("fuse: splice from pipe: No
+    // such file or directory" for each file the kernel has forgotten), while a plain write's
+    // ENOENT is returned quietly; for bytes in memory a write is one copy either way.
+    return fuse_lowlevel_notify_store(se, ino, 0, &bufv, FUSE_BUF_NO_SPLICE);
+  };
+  // Without labels: user.pcrfs.metrics must stay under the kernel's 64 KiB xattr limit.
+  fs_options->metrics_text = [c = client, k = cache,
+                              level = config.fs.fixed_level](const Filesystem& f) {
+    return RenderMountMetrics({&f, c, k, level}, {});
+  };
+  // For tests only (tests/e2e/test_watchdog.py): every read from offset 0 pushes the bytes it
+  // answers before replying, which blocks on the page its own READ holds locked: the wedge of
+  // issue 34, made certain.
+  if (const char* t = std::getenv("PCRFS_TEST_PUSH_UNDER_READ"); t && std::strcmp(t, "1") == 0) {
+    SetPushUnderReadForTest(fs_options->push);
+  }
+  fs_options->uid = config.uid.value_or(::getuid());
+  fs_options->gid = config.gid.value_or(::getgid());
+}
+
+// The hint socket (fs/hint_server.h), made by the daemon itself, so that it is the daemon's
+// user's and goes when the daemon does; null without -o hints or when it cannot be made (a
+// warning: a mount without one still serves, hints only fetch ahead).
+std::unique_ptr<HintServer> OpenHintServer(const MountConfig& config, FsOptions* fs_options) {
+  if (!config.hints) return nullptr;
+  auto dir = HintServer::MakeSocketDir(config.allow_other);
+  auto listening = dir ? HintServer::Listen(*dir, config.allow_other)
+                       : Result<std::unique_ptr<HintServer>>(Err(dir.error()));
+  if (!listening) {
+    if (dir) ::rmdir(dir->c_str());
+    Log(LogLevel::kWarning, "no hint socket: " + listening.error().message());
+    return nullptr;
+  }
+  fs_options->hints = true;
+  fs_options->hint_socket = (*listening)->path();
+  return std::move(*listening);
+}
+
 // After mounting and daemonizing: opens the store (with the index parsed and verified before
 // mounting: it is not read again) and serves,
 // running `sighup`'s thread while it does. `cache`: a remote store's cache of record bytes,
@@ -550,29 +629,12 @@ int OpenAndServe(fuse_session* se, Filesystem** fs_slot, const MountConfig& conf
   FsOptions fs_options = config.fs;
   std::shared_ptr<ObjectClient> client;
   if (location.remote) {  // after the fork: curl's threads and handles do not survive one
-    fs_options.speculation_memory = config.remote.memory_cache;
-    fs_options.cache_bytes = PieceCacheBytes(config, /*remote=*/true);
-    if (Status s = StartCredentialRenewal(location); !s.ok()) {
-      Log(LogLevel::kError, location.name + ": " + s.message());
+    auto started = StartRemoteClient(config, location, cache, sizing_json, &fs_options);
+    if (!started) {
+      Log(LogLevel::kError, location.name + ": " + started.error().message());
       return 2;
     }
-    if (location.signer != nullptr) {  // where the authority came from; never a secret
-      Log(LogLevel::kInfo, location.name + ": authorized by " + location.signer->DescribeJson());
-    }
-    auto created = MakeObjectClient(location);
-    if (!created) {
-      Log(LogLevel::kError, location.name + ": " + created.error().message());
-      return 2;
-    }
-    client = std::move(*created);
-    // The client's counters, with the cache's as "cache", the authority as "auth" and the
-    // caches against the level (fs/cache_sizing.h) as "sizing".
-    fs_options.remote_stats = [c = client.get(), k = cache.get(), sizing_json] {
-      std::string json = c->stats().ToJson();
-      json.insert(json.size() - 1, ",\"cache\":" + k->stats().ToJson() + ",\"auth\":" +
-                                       c->DescribeAuthJson() + ",\"sizing\":" + sizing_json);
-      return json;
-    };
+    client = std::move(*started);
   }
   auto store = OpenStoreAt(location, client, verified, cache);
   if (!store) {
@@ -585,51 +647,8 @@ int OpenAndServe(fuse_session* se, Filesystem** fs_slot, const MountConfig& conf
                              std::to_string(index::CompactIndex::ParseCount()) +
                              " time(s) by this process");
   }
-  if (config.kernel_readahead != 0) {
-    fs_options.max_readahead = static_cast<uint32_t>(config.kernel_readahead);
-  }
-  // Two readahead READs in flight per worker (FsOptions::max_background).
-  fs_options.max_background =
-      static_cast<uint16_t>(std::clamp(2 * ServeThreads(config, location.remote), 64u, 1024u));
-  // Pushed bytes go to the kernel's page cache of an inode it holds (FUSE_NOTIFY_STORE).
-  fs_options.push = [se](uint64_t ino, const uint8_t* data, size_t n) {
-    fuse_bufvec bufv = FUSE_BUFVEC_INIT(n);
-    bufv.buf[0].mem = const_cast<uint8_t*>(data);
-    // No splice: libfuse prints every failed splice to stderr ("fuse: splice from pipe: No
-    // such file or directory" for each file the kernel has forgotten), while a plain write's
-    // ENOENT is returned quietly; for bytes in memory a write is one copy either way.
-    return fuse_lowlevel_notify_store(se, ino, 0, &bufv, FUSE_BUF_NO_SPLICE);
-  };
-  // Without labels: user.pcrfs.metrics must stay under the kernel's 64 KiB xattr limit.
-  fs_options.metrics_text = [c = client.get(), k = cache.get(),
-                             level = config.fs.fixed_level](const Filesystem& f) {
-    return RenderMountMetrics({&f, c, k, level}, {});
-  };
-  // For tests only (tests/e2e/test_watchdog.py): every read from offset 0 pushes the bytes it
-  // answers before replying, which blocks on the page its own READ holds locked: the wedge of
-  // issue 34, made certain.
-  if (const char* t = std::getenv("PCRFS_TEST_PUSH_UNDER_READ"); t && std::strcmp(t, "1") == 0) {
-    SetPushUnderReadForTest(fs_options.push);
-  }
-  fs_options.uid = config.uid.value_or(::getuid());
-  fs_options.gid = config.gid.value_or(::getgid());
-  // The hint socket (fs/hint_server.h), made by the daemon itself, so that it is the daemon's
-  // user's and goes when the daemon does. A mount without one still serves: hints only fetch
-  // ahead.
-  std::unique_ptr<HintServer> hint_server;
-  if (config.hints) {
-    auto dir = HintServer::MakeSocketDir(config.allow_other);
-    auto listening = dir ? HintServer::Listen(*dir, config.allow_other)
-                         : Result<std::unique_ptr<HintServer>>(Err(dir.error()));
-    if (!listening) {
-      if (dir) ::rmdir(dir->c_str());
-      Log(LogLevel::kWarning, "no hint socket: " + listening.error().message());
-    } else {
-      hint_server = std::move(*listening);
-      fs_options.hints = true;
-      fs_options.hint_socket = hint_server->path();
-    }
-  }
+  SetServingOptions(se, config, location.remote, client.get(), cache.get(), &fs_options);
+  std::unique_ptr<HintServer> hint_server = OpenHintServer(config, &fs_options);
   Filesystem fs(std::move(*store), fs_options);
   *fs_slot = &fs;
   if (hint_server != nullptr) {
@@ -744,6 +763,73 @@ void MakeFileOptionsAbsolute(RemoteOptions* r) {
   }
 }
 
+// The log file opened (before anything else, so a bad path is one line and nothing is fetched
+// or mounted), and the paths the daemon uses after it changes to / made absolute.
+Status OpenLogFileAndMakePathsAbsolute(MountConfig* config) {
+  // Absolute, because the daemon changes to / once it detaches (and SIGHUP reopens it).
+  if (!config->log_file.empty()) {
+    std::error_code ec;
+    const std::string path = std::filesystem::absolute(config->log_file, ec).string();
+    PCRFS_RETURN_IF_ERROR(SetLogFile(ec ? config->log_file : path));
+    if (!ec) config->log_file = path;  // the watchdog opens it again from /
+  }
+  MakeFileOptionsAbsolute(&config->remote);
+  if (!config->metrics_file.empty()) {  // absolute: the daemon changes to /; its folder must exist
+    std::error_code ec;
+    const std::filesystem::path path = std::filesystem::absolute(config->metrics_file, ec);
+    if (!ec) config->metrics_file = path.string();
+    if (!std::filesystem::is_directory(path.parent_path(), ec)) {
+      return Status::InvalidArgument("-o metrics_file=" + config->metrics_file + ": folder " +
+                                     path.parent_path().string() + " does not exist");
+    }
+  }
+  return Status::OK();
+}
+
+// The caches against the mounted level (fs/cache_sizing.h) into *sizing, for a remote store or
+// a baseline disk cache: -o disk_cache=auto's size, one line when the level does not fit, and
+// the disk budget shared between the record bytes and the transcoded files. Errors are the
+// caches' folders'.
+Status BudgetCaches(MountConfig* config, StoreLocation* location,
+                    const index::IndexReader& verified, std::optional<CacheSizing>* sizing) {
+  // -o form=baseline with -o disk_cache: its transcoded files' folder.
+  const bool baseline_disk = config->fs.form == ServedForm::kBaseline &&
+                             (config->remote.disk_cache > 0 || config->disk_cache_auto);
+  std::string baseline_dir;
+  if (baseline_disk) {
+    auto dir = BaselineCacheDir(*location, config->remote.cache_dir);
+    if (!dir) return dir.error();
+    baseline_dir = *dir;
+  }
+  // The caches against the mounted level: -o disk_cache=auto's size, and one line when the
+  // level does not fit them (fs/cache_sizing.h). The cache folder: a remote store's, or the one
+  // that holds a local store's baseline/ folder.
+  if (location->remote || baseline_disk) {
+    const std::string cache_dir =
+        location->remote ? location->dir
+                         : std::filesystem::path(baseline_dir).parent_path().parent_path().string();
+    auto sized = SizeCaches(config, *location, verified, cache_dir);
+    if (!sized) return sized.error();
+    *sizing = std::move(*sized);
+    location->options.disk_cache = config->remote.disk_cache;
+    // auto found no room at all: nothing to fill (the line says why).
+    if (config->remote.disk_cache == 0) location->options.disk_cache_fill = false;
+    if (const std::string line = CacheSizingWarning(**sizing); !line.empty()) {
+      Log(LogLevel::kWarning, line);  // on the terminal, and in the log file
+    }
+    config->fs.windows_for_several_pieces = LevelFits(**sizing);
+  }
+  // Its transcoded files get 3/4 of a remote store's disk budget (the record bytes are read
+  // once per file, to transcode it) and all of a local one's.
+  if (baseline_disk && config->remote.disk_cache > 0) {
+    config->fs.baseline_disk_dir = baseline_dir;
+    const uint64_t budget = config->remote.disk_cache;
+    config->fs.baseline_disk_bytes = location->remote ? budget - budget / 4 : budget;
+    if (location->remote) location->options.disk_cache = budget / 4;
+  }
+  return Status::OK();
+}
+
 }  // namespace
 
 int RunDaemon(int argc, char** argv) {
@@ -768,28 +854,9 @@ int RunDaemon(int argc, char** argv) {
     fuse_lowlevel_version();  // "using FUSE kernel interface version", fusermount3's version
     return 0;
   }
-  // Opened before anything else, so a bad path is one line and nothing is fetched or mounted;
-  // absolute, because the daemon changes to / once it detaches (and SIGHUP reopens it).
-  if (!config->log_file.empty()) {
-    std::error_code ec;
-    const std::string path = std::filesystem::absolute(config->log_file, ec).string();
-    const Status opened = SetLogFile(ec ? config->log_file : path);
-    if (!opened.ok()) {
-      std::fprintf(stderr, "pcrfs: %s\n", opened.message().c_str());
-      return 1;
-    }
-    if (!ec) config->log_file = path;  // the watchdog opens it again from /
-  }
-  MakeFileOptionsAbsolute(&config->remote);
-  if (!config->metrics_file.empty()) {  // absolute: the daemon changes to /; its folder must exist
-    std::error_code ec;
-    const std::filesystem::path path = std::filesystem::absolute(config->metrics_file, ec);
-    if (!ec) config->metrics_file = path.string();
-    if (!std::filesystem::is_directory(path.parent_path(), ec)) {
-      std::fprintf(stderr, "pcrfs: -o metrics_file=%s: folder %s does not exist\n",
-                   config->metrics_file.c_str(), path.parent_path().c_str());
-      return 1;
-    }
+  if (Status s = OpenLogFileAndMakePathsAbsolute(&*config); !s.ok()) {
+    std::fprintf(stderr, "pcrfs: %s\n", s.message().c_str());
+    return 1;
   }
   if (config->retired_options) {
     Log(LogLevel::kWarning,
@@ -808,47 +875,10 @@ int RunDaemon(int argc, char** argv) {
     Log(LogLevel::kError, verified.error().message());
     return 1;
   }
-  // -o form=baseline with -o disk_cache: its transcoded files' folder.
-  const bool baseline_disk = config->fs.form == ServedForm::kBaseline &&
-                             (config->remote.disk_cache > 0 || config->disk_cache_auto);
-  std::string baseline_dir;
-  if (baseline_disk) {
-    auto dir = BaselineCacheDir(*location, config->remote.cache_dir);
-    if (!dir) {
-      Log(LogLevel::kError, location->name + ": " + dir.error().message());
-      return 1;
-    }
-    baseline_dir = *dir;
-  }
-  // The caches against the mounted level: -o disk_cache=auto's size, and one line when the
-  // level does not fit them (fs/cache_sizing.h). The cache folder: a remote store's, or the one
-  // that holds a local store's baseline/ folder.
   std::optional<CacheSizing> sizing;
-  if (location->remote || baseline_disk) {
-    const std::string cache_dir =
-        location->remote ? location->dir
-                         : std::filesystem::path(baseline_dir).parent_path().parent_path().string();
-    auto sized = SizeCaches(&*config, *location, **verified, cache_dir);
-    if (!sized) {
-      Log(LogLevel::kError, location->name + ": " + sized.error().message());
-      return 1;
-    }
-    sizing = std::move(*sized);
-    location->options.disk_cache = config->remote.disk_cache;
-    // auto found no room at all: nothing to fill (the line says why).
-    if (config->remote.disk_cache == 0) location->options.disk_cache_fill = false;
-    if (const std::string line = CacheSizingWarning(*sizing); !line.empty()) {
-      Log(LogLevel::kWarning, line);  // on the terminal, and in the log file
-    }
-    config->fs.windows_for_several_pieces = LevelFits(*sizing);
-  }
-  // Its transcoded files get 3/4 of a remote store's disk budget (the record bytes are read
-  // once per file, to transcode it) and all of a local one's.
-  if (baseline_disk && config->remote.disk_cache > 0) {
-    config->fs.baseline_disk_dir = baseline_dir;
-    const uint64_t budget = config->remote.disk_cache;
-    config->fs.baseline_disk_bytes = location->remote ? budget - budget / 4 : budget;
-    if (location->remote) location->options.disk_cache = budget / 4;
+  if (Status s = BudgetCaches(&*config, &*location, **verified, &sizing); !s.ok()) {
+    Log(LogLevel::kError, location->name + ": " + s.message());
+    return 1;
   }
   // A remote store's cache of record bytes, opened before the fork (it starts no thread; its
   // disk folder's lock is inherited), so that "the disk cache is in use by another pcrfs

@@ -8,9 +8,9 @@
 #include "common/log.h"
 #include "fs/inode.h"
 #include "fs/mount_options.h"
+#include "index/index_reader.h"
 #include "index/manifest.h"
 #include "index/record_format.h"
-#include "index/store_index.h"
 #include "location/store_location.h"
 
 namespace pcrfs::fs {

@@ -16,8 +16,8 @@
 #include "common/coding.h"
 #include "common/crc32c.h"
 #include "common/file_util.h"
-#include "index/index_trailer.h"
-#include "index/lmdb_util.h"
+#include "index/lmdb/index_trailer.h"
+#include "index/lmdb/lmdb_util.h"
 
 namespace pcrfs::index {
 namespace {

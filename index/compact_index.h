@@ -16,7 +16,7 @@
 
 #include "common/status.h"
 #include "index/entry.h"
-#include "index/store_index.h"
+#include "index/record_info.h"
 
 namespace pcrfs::index {
 
@@ -119,7 +119,7 @@ void ResealCompactIndex(std::string* bytes);
 
 // Where the converter reads an LMDB index: calls fn for every (key, value) of the named
 // database in key order, and returns fn's first error (NotFound when the database does not
-// exist). index/lmdb_pages.h's ForEachLmdbRecord over the file's bytes has this shape.
+// exist). index/lmdb/lmdb_pages.h's ForEachLmdbRecord over the file's bytes has this shape.
 using LmdbRecordFn = std::function<Status(std::string_view key, std::string_view value)>;
 using LmdbRecordSource = std::function<Status(std::string_view db, const LmdbRecordFn& fn)>;
 

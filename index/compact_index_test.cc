@@ -9,7 +9,8 @@
 #include "common/coding.h"
 #include "common/crc32c.h"
 #include "common/test_support.h"
-#include "index/store_index.h"
+#include "index/index_reader.h"
+#include "index/lmdb/index_writer.h"
 
 namespace pcrfs::index {
 namespace {

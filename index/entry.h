@@ -49,6 +49,14 @@ struct Entry {
   uint64_t SizeAtLevel(int k) const { return LevelSize(kind, pieces, k); }
 };
 
+// A child as a directory listing names it (IndexReader::ListNames): name, inode and kind, from
+// the dirents alone. `name` is valid during the listing's callback only.
+struct DirEntry {
+  std::string_view name;
+  uint64_t ino = 0;
+  EntryKind kind = EntryKind::kDirectory;
+};
+
 std::string EncodeEntry(const Entry& e);
 // Strict: any malformed, truncated or out-of-range field is Corruption.
 Result<Entry> DecodeEntry(uint64_t ino, std::string_view value);

@@ -7,6 +7,7 @@
 
 #include "common/crc32c.h"
 #include "common/test_support.h"
+#include "index/lmdb/index_writer.h"
 #include "index/record_reader.h"
 #include "index/record_writer.h"
 #include "index/store.h"

@@ -6,8 +6,8 @@
 #include <string>
 
 #include "common/status.h"
+#include "index/index_reader.h"
 #include "index/manifest.h"
-#include "index/store_index.h"
 
 namespace pcrfs::index {
 

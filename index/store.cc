@@ -11,9 +11,9 @@
 #include "common/crc32c.h"
 #include "common/file_util.h"
 #include "index/compact_index.h"
-#include "index/index_trailer.h"
 #include "index/level_walk.h"
-#include "index/lmdb_pages.h"
+#include "index/lmdb/index_trailer.h"
+#include "index/lmdb/lmdb_pages.h"
 #include "index/manifest_check.h"
 #include "index/record_reader.h"
 
@@ -130,7 +130,7 @@ Result<std::unique_ptr<IndexReader>> OpenStoreIndex(const std::string& dir) {
 
 Result<LmdbRecordSource> LmdbSourceOf(const std::string& lmdb_path) {
   // Never liblmdb, which trusts its pages: the file's bytes, its trailer's CRC checked (an
-  // accident), then every page read with bounds checks (index/lmdb_pages.h: an author).
+  // accident), then every page read with bounds checks (index/lmdb/lmdb_pages.h: an author).
   FileIdentity identity;
   auto lmdb_size = CheckIndexFile(lmdb_path, nullptr, &identity);
   if (!lmdb_size) return Err(lmdb_size.error());

@@ -19,9 +19,9 @@
 #include "common/status.h"
 #include "index/compact_index.h"
 #include "index/entry.h"
+#include "index/index_reader.h"
 #include "index/manifest.h"
 #include "index/record_table.h"
-#include "index/store_index.h"
 
 namespace pcrfs::index {
 

@@ -10,6 +10,7 @@
 #include <tuple>
 
 #include "common/test_support.h"
+#include "index/lmdb/index_writer.h"
 #include "index/record_writer.h"
 
 namespace pcrfs::index {

@@ -12,6 +12,7 @@
 
 #include "common/file_util.h"
 #include "index/compact_index.h"
+#include "index/lmdb/index_writer.h"
 #include "index/store.h"
 #include "mount-tools/commands.h"
 

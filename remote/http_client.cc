@@ -555,7 +555,30 @@ class HttpClient::Impl {
     return true;
   }
 
+  // Starts try t->attempts + 1 of `t`: its state reset, an easy handle set up, its headers
+  // signed, added to the multi handle.
   Status StartTry(Transfer* t) {
+    PCRFS_RETURN_IF_ERROR(ResetForTry(t));
+    CURL* e;
+    if (!idle_.empty()) {
+      e = idle_.back();
+      idle_.pop_back();
+      curl_easy_reset(e);
+    } else {
+      e = curl_easy_init();
+      if (e == nullptr) return Status::IOError(t->shown_url + ": curl_easy_init failed");
+    }
+    t->easy = e;
+    SetTransferOptions(t, e);
+    PCRFS_RETURN_IF_ERROR(SetHeadersAndUrl(t, e));
+    if (curl_multi_add_handle(multi_, e) != CURLM_OK) {
+      return Status::IOError(t->shown_url + ": curl_multi_add_handle failed");
+    }
+    return Status::OK();
+  }
+
+  // What a try starts from: nothing heard yet, the body file (if any) opened anew.
+  Status ResetForTry(Transfer* t) {
     t->attempts++;
     attempts_.fetch_add(1, std::memory_order_relaxed);
     t->status = 0;
@@ -576,16 +599,11 @@ class HttpClient::Impl {
       t->file = std::fopen(t->req.body_file.c_str(), "wbe");
       if (t->file == nullptr) return Status::FromErrno(t->req.body_file, errno);
     }
-    CURL* e;
-    if (!idle_.empty()) {
-      e = idle_.back();
-      idle_.pop_back();
-      curl_easy_reset(e);
-    } else {
-      e = curl_easy_init();
-      if (e == nullptr) return Status::IOError(t->shown_url + ": curl_easy_init failed");
-    }
-    t->easy = e;
+    return Status::OK();
+  }
+
+  // The easy handle's options for `t`: connection, TLS, timeouts, callbacks and method.
+  void SetTransferOptions(Transfer* t, CURL* e) {
     curl_easy_setopt(e, CURLOPT_PRIVATE, t);
     curl_easy_setopt(e, CURLOPT_NOSIGNAL, 1L);
     curl_easy_setopt(e, CURLOPT_PROTOCOLS_STR, "http,https");
@@ -616,7 +634,11 @@ class HttpClient::Impl {
         curl_easy_setopt(e, CURLOPT_POSTFIELDS, t->req.upload.data());
       }
     }
+  }
 
+  // The request's headers (signed, then the headers file's) and its URL (with a signer's query)
+  // on the easy handle. IOError when the signer has no credentials.
+  Status SetHeadersAndUrl(Transfer* t, CURL* e) {
     // The headers that are signed are sent exactly as signed: Host and Range set here, not by
     // curl. Accept-Encoding stays off: ranges are of the stored bytes.
     HeaderList signed_headers = {{"Host", t->url.host_header}};
@@ -674,9 +696,6 @@ class HttpClient::Impl {
     }
     curl_easy_setopt(e, CURLOPT_HTTPHEADER, t->headers);
     curl_easy_setopt(e, CURLOPT_URL, url.c_str());  // curl copies it
-    if (curl_multi_add_handle(multi_, e) != CURLM_OK) {
-      return Status::IOError(t->shown_url + ": curl_multi_add_handle failed");
-    }
     return Status::OK();
   }
 

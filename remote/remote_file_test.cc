@@ -241,145 +241,165 @@ struct VersionedServer {
   }
 };
 
-TEST(RemoteFileTest, DownloadRangedStitchesPartsAndChecksTheVersion) {
-  auto dir = std::filesystem::temp_directory_path() / ("rfr-" + std::to_string(::getpid()));
-  std::filesystem::create_directories(dir);
-  const std::string dest = (dir / "index.pcri").string();
-  auto slurp = [&] {
-    std::ifstream in(dest, std::ios::binary);
+// DownloadRanged of "index.pcri" from a VersionedServer into a fresh folder, in parts of 64 KiB
+// after a first range of 100000 bytes.
+class DownloadRangedTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    std::filesystem::create_directories(dir_);
+    options_.first_bytes = 100000;
+    options_.part_bytes = 65536;
+  }
+  void TearDown() override {
+    // Whatever happened, no temporary file is left beside the destination.
+    for (const auto& e : std::filesystem::directory_iterator(dir_)) {
+      EXPECT_EQ(e.path().filename().string().find(".tmp-"), std::string::npos) << e.path();
+    }
+    std::filesystem::remove_all(dir_);
+  }
+
+  Result<DownloadResult> Fetch(const std::string& etag) {
+    return DownloadRanged(*client_, "index.pcri", dest_, etag, options_);
+  }
+  // The destination's bytes.
+  std::string Slurp() const {
+    std::ifstream in(dest_, std::ios::binary);
     std::stringstream ss;
     ss << in.rdbuf();
     return ss.str();
-  };
-  RangedDownloadOptions o;
-  o.first_bytes = 100000;
-  o.part_bytes = 65536;
-  VersionedServer vs;
-  vs.obj = Object(1000003);
-  vs.etag = "\"v1\"";
-  auto client = Objects(vs.server);
+  }
+  // The object the server has now.
+  void Serve(std::string obj, std::string etag) {
+    std::lock_guard<std::mutex> lock(vs_.mu);
+    vs_.obj = std::move(obj);
+    vs_.etag = std::move(etag);
+  }
 
+  const std::filesystem::path dir_ =
+      std::filesystem::temp_directory_path() / ("rfr-" + std::to_string(::getpid()));
+  const std::string dest_ = (dir_ / "index.pcri").string();
+  RangedDownloadOptions options_;
+  VersionedServer vs_;
+  std::shared_ptr<ObjectClient> client_ = Objects(vs_.server);
+};
+
+TEST_F(DownloadRangedTest, StitchesPartsConditionalOnTheFirstAnswer) {
+  Serve(Object(1000003), "\"v1\"");
   // A large object: the first range, then 14 ranges conditional on the first answer's ETag,
   // stitched exactly.
-  auto first = DownloadRanged(*client, "index.pcri", dest, "", o);
+  auto first = Fetch("");
   ASSERT_TRUE(first.has_value()) << first.error().ToString();
   EXPECT_TRUE(first->modified);
   EXPECT_EQ(first->etag, "\"v1\"");
   EXPECT_EQ(first->size, 1000003u);
-  EXPECT_EQ(slurp(), vs.obj);
-  ASSERT_EQ(vs.count(), 15u);
-  EXPECT_NE(vs.requests[0].find("Range: bytes=0-99999\r\n"), std::string::npos);
-  EXPECT_EQ(vs.requests[0].find("If-Match"), std::string::npos);
-  for (size_t i = 1; i < vs.requests.size(); ++i) {
-    EXPECT_NE(vs.requests[i].find("If-Match: \"v1\"\r\n"), std::string::npos) << i;
+  EXPECT_EQ(Slurp(), vs_.obj);
+  ASSERT_EQ(vs_.count(), 15u);
+  EXPECT_NE(vs_.requests[0].find("Range: bytes=0-99999\r\n"), std::string::npos);
+  EXPECT_EQ(vs_.requests[0].find("If-Match"), std::string::npos);
+  for (size_t i = 1; i < vs_.requests.size(); ++i) {
+    EXPECT_NE(vs_.requests[i].find("If-Match: \"v1\"\r\n"), std::string::npos) << i;
   }
 
   // Revalidation: one conditional request.
-  auto same = DownloadRanged(*client, "index.pcri", dest, first->etag, o);
+  auto same = Fetch(first->etag);
   ASSERT_TRUE(same.has_value());
   EXPECT_FALSE(same->modified);
-  EXPECT_EQ(vs.count(), 16u);
-  EXPECT_NE(vs.requests.back().find("If-None-Match: \"v1\"\r\n"), std::string::npos);
+  EXPECT_EQ(vs_.count(), 16u);
+  EXPECT_NE(vs_.requests.back().find("If-None-Match: \"v1\"\r\n"), std::string::npos);
 
   // A small object: one GET.
-  {
-    std::lock_guard<std::mutex> lock(vs.mu);
-    vs.obj = Object(99999);
-    vs.etag = "\"small\"";
-  }
-  auto small = DownloadRanged(*client, "index.pcri", dest, "\"v1\"", o);
+  Serve(Object(99999), "\"small\"");
+  auto small = Fetch("\"v1\"");
   ASSERT_TRUE(small.has_value());
-  EXPECT_EQ(slurp(), Object(99999));
-  EXPECT_EQ(vs.count(), 17u);
+  EXPECT_EQ(Slurp(), Object(99999));
+  EXPECT_EQ(vs_.count(), 17u);
+}
 
+TEST_F(DownloadRangedTest, AReplacedObjectIsFetchedAgainAndARaceIsRefused) {
   // Replaced after the first answer: the ranges get 412s, the download starts again and
   // gets the new version whole.
   std::string v3 = Object(700001);
   std::reverse(v3.begin(), v3.end());
   {
-    std::lock_guard<std::mutex> lock(vs.mu);
-    vs.obj = Object(1000003);
-    vs.etag = "\"v2\"";
-    const size_t at = vs.requests.size() + 1;
-    vs.before = [&vs, &v3, at](const std::string&, size_t n) -> std::optional<TestReply> {
+    std::lock_guard<std::mutex> lock(vs_.mu);
+    vs_.obj = Object(1000003);
+    vs_.etag = "\"v2\"";
+    const size_t at = vs_.requests.size() + 1;
+    vs_.before = [this, &v3, at](const std::string&, size_t n) -> std::optional<TestReply> {
       if (n == at + 1) {
-        vs.obj = v3;
-        vs.etag = "\"v3\"";
+        vs_.obj = v3;
+        vs_.etag = "\"v3\"";
       }
       return std::nullopt;
     };
   }
-  auto replaced = DownloadRanged(*client, "index.pcri", dest, "\"small\"", o);
+  auto replaced = Fetch("\"small\"");
   ASSERT_TRUE(replaced.has_value()) << replaced.error().ToString();
   EXPECT_EQ(replaced->etag, "\"v3\"");
-  EXPECT_EQ(slurp(), v3);
+  EXPECT_EQ(Slurp(), v3);
 
-  // Replaced during every try: refused in one line, dest as it was, no temporary file left.
+  // Replaced during every try: refused in one line, dest as it was.
   {
-    std::lock_guard<std::mutex> lock(vs.mu);
-    vs.before = [&vs](const std::string& req, size_t n) -> std::optional<TestReply> {
-      if (req.find("If-Match: " + vs.etag + "\r\n") != std::string::npos) {
-        vs.obj = Object(1000003 + n);
-        vs.etag = "\"n" + std::to_string(n) + "\"";
+    std::lock_guard<std::mutex> lock(vs_.mu);
+    vs_.before = [this](const std::string& req, size_t n) -> std::optional<TestReply> {
+      if (req.find("If-Match: " + vs_.etag + "\r\n") != std::string::npos) {
+        vs_.obj = Object(1000003 + n);
+        vs_.etag = "\"n" + std::to_string(n) + "\"";
       }
       return std::nullopt;
     };
   }
-  auto racing = DownloadRanged(*client, "index.pcri", dest, "", o);
+  auto racing = Fetch("");
   ASSERT_FALSE(racing.has_value());
   EXPECT_EQ(racing.error().message(),
-            vs.server.url("/index.pcri") + ": changed during the download 2 times");
-  EXPECT_EQ(slurp(), v3);
+            vs_.server.url("/index.pcri") + ": changed during the download 2 times");
+  EXPECT_EQ(Slurp(), v3);
+}
 
+TEST_F(DownloadRangedTest, AFailedRangeIsRetriedAndARefusedOneFailsTheDownload) {
   // A range that fails once (503) is retried by the client; one that is refused fails the
   // download with the server's answer.
   {
-    std::lock_guard<std::mutex> lock(vs.mu);
-    vs.obj = Object(1000003);
-    vs.etag = "\"v4\"";
-    vs.before = [fails = 1](const std::string& req, size_t) mutable -> std::optional<TestReply> {
+    std::lock_guard<std::mutex> lock(vs_.mu);
+    vs_.obj = Object(1000003);
+    vs_.etag = "\"v4\"";
+    vs_.before = [fails = 1](const std::string& req, size_t) mutable -> std::optional<TestReply> {
       if (req.find("Range: bytes=165536-") != std::string::npos && fails-- > 0) {
         return TestHttpServer::Reply(503, "Service Unavailable", "");
       }
       return std::nullopt;
     };
   }
-  auto retried = DownloadRanged(*client, "index.pcri", dest, "", o);
+  auto retried = Fetch("");
   ASSERT_TRUE(retried.has_value()) << retried.error().ToString();
-  EXPECT_EQ(slurp(), Object(1000003));
+  EXPECT_EQ(Slurp(), Object(1000003));
   {
-    std::lock_guard<std::mutex> lock(vs.mu);
-    vs.etag = "\"v5\"";
-    vs.before = [](const std::string& req, size_t) -> std::optional<TestReply> {
+    std::lock_guard<std::mutex> lock(vs_.mu);
+    vs_.etag = "\"v5\"";
+    vs_.before = [](const std::string& req, size_t) -> std::optional<TestReply> {
       if (req.find("Range: bytes=231072-") != std::string::npos) {
         return TestHttpServer::Reply(403, "Forbidden", "<Error><Code>AccessDenied</Code></Error>");
       }
       return std::nullopt;
     };
   }
-  auto refused = DownloadRanged(*client, "index.pcri", dest, "\"v4\"", o);
+  auto refused = Fetch("\"v4\"");
   ASSERT_FALSE(refused.has_value());
   EXPECT_EQ(refused.error().message(),
-            vs.server.url("/index.pcri") + ": 403 Forbidden (AccessDenied)");
-  EXPECT_EQ(slurp(), Object(1000003));
+            vs_.server.url("/index.pcri") + ": 403 Forbidden (AccessDenied)");
+  EXPECT_EQ(Slurp(), Object(1000003));
+}
+
+TEST_F(DownloadRangedTest, AWeakETagIsNotSentAsIfMatch) {
   // A weak ETag is not sent as If-Match (it never matches); the answers' ETags still agree.
-  {
-    std::lock_guard<std::mutex> lock(vs.mu);
-    vs.obj = Object(900001);
-    vs.etag = "W/\"weak\"";
-    vs.before = nullptr;
-  }
-  const size_t sent = vs.count();
-  auto weak = DownloadRanged(*client, "index.pcri", dest, "", o);
+  Serve(Object(900001), "W/\"weak\"");
+  auto weak = Fetch("");
   ASSERT_TRUE(weak.has_value()) << weak.error().ToString();
-  EXPECT_EQ(slurp(), Object(900001));
-  for (size_t i = sent; i < vs.count(); ++i) {
-    EXPECT_EQ(vs.requests[i].find("If-Match"), std::string::npos) << i;
+  EXPECT_EQ(Slurp(), Object(900001));
+  ASSERT_GT(vs_.count(), 1u);
+  for (size_t i = 0; i < vs_.count(); ++i) {
+    EXPECT_EQ(vs_.requests[i].find("If-Match"), std::string::npos) << i;
   }
-  for (const auto& e : std::filesystem::directory_iterator(dir)) {
-    EXPECT_EQ(e.path().filename().string().find(".tmp-"), std::string::npos) << e.path();
-  }
-  std::filesystem::remove_all(dir);
 }
 
 // A server's claimed size decides nothing when the object states its own (an index's header):

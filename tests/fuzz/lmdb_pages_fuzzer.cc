@@ -1,5 +1,5 @@
-// Fuzz target: the LMDB page walker (index/lmdb_pages.h) on whole index.lmdb files (the seeds are
-// real small indexes, with and without their trailer). Each input is walked for the five
+// Fuzz target: the LMDB page walker (index/lmdb/lmdb_pages.h) on whole index.lmdb files (the seeds
+// are real small indexes, with and without their trailer). Each input is walked for the five
 // databases of an index and one that does not exist. Invariants beyond "no crash, no read
 // outside the input":
 //   - a walk returns OK or Corruption (a one-line message);
@@ -14,7 +14,7 @@
 #include <utility>
 #include <vector>
 
-#include "index/lmdb_pages.h"
+#include "index/lmdb/lmdb_pages.h"
 #include "tests/fuzz/fuzz_check.h"
 
 namespace {

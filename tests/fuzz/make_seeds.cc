@@ -29,10 +29,11 @@
 #include "common/file_util.h"
 #include "index/compact_index.h"
 #include "index/entry.h"
-#include "index/index_trailer.h"
+#include "index/index_reader.h"
+#include "index/lmdb/index_trailer.h"
+#include "index/lmdb/index_writer.h"
 #include "index/manifest.h"
 #include "index/record_writer.h"
-#include "index/store_index.h"
 #include "tests/testdata/jpeg_factory.h"
 
 namespace {

@@ -13,11 +13,10 @@
 
 3. Function length. No function defined in a .cc or .h file of the tree (sources, tests, fuzz
    targets, benchmarks) has a body over MAX_FUNCTION_LINES lines (the lines between its
-   braces), but those of KNOWN_LONG, each of which must still be over it (so the list only
-   shrinks).
+   braces).
 4. No include cycles between units. A unit is FOLDER/name: name.h with name.cc; unit A uses
    unit B when A.h or A.cc includes "B.h". Units that reach each other (a strongly connected
-   set of two or more) are a cycle, but those of KNOWN_CYCLES, each of which must still be one.
+   set of two or more) are a cycle.
 
 Prints one line per violation (file and reason) and exits 1 if there is any."""
 
@@ -155,22 +154,6 @@ def check_semantics(problems):
 
 
 MAX_FUNCTION_LINES = 120
-# Functions over the limit that are still to be split (issue 44), "path:name". Remove an entry
-# when its function is split; never add one.
-KNOWN_LONG = {
-    "remote/http_client.cc:StartTry",
-    "fs/daemon.cc:RunDaemon",
-    "fs/daemon.cc:OpenAndServe",
-    "remote/remote_file_test.cc:TEST",
-    "tests/bench/first_bytes_index.cc:main",
-}
-# Include cycles still to be broken (issue 44), as sets of units. Remove an entry when its
-# cycle is broken; never add one.
-KNOWN_CYCLES = [
-    {"remote/aws_chain", "remote/aws_credentials"},
-    {"codec/jpeg_error", "codec/scan_splitter", "codec/transcoder"},
-    {"builder/build_stages", "builder/builder"},
-]
 
 
 def source_files():
@@ -234,20 +217,13 @@ def functions(text):
 
 
 def check_function_lengths(problems):
-    long_ones = set()
     for rel in source_files():
         with open(os.path.join(TOP, rel), errors="replace") as f:
             text = f.read()
         for name, line, lines in functions(text):
-            if lines <= MAX_FUNCTION_LINES:
-                continue
-            long_ones.add(f"{rel}:{name}")
-            if f"{rel}:{name}" not in KNOWN_LONG:
+            if lines > MAX_FUNCTION_LINES:
                 problems.append(f"{rel}:{line}: {name} has {lines} lines (at most "
                                 f"{MAX_FUNCTION_LINES}): split it into named steps")
-    for known in sorted(KNOWN_LONG - long_ones):
-        problems.append(f"tests/style/check_rules.py: KNOWN_LONG lists {known}, which is no "
-                        f"longer over {MAX_FUNCTION_LINES} lines: remove it from the list")
 
 
 def unit_graph():
@@ -307,18 +283,11 @@ def cycles(graph):
 
 def check_include_cycles(problems):
     graph = unit_graph()
-    found = cycles(graph)
-    for component in found:
-        if component in KNOWN_CYCLES:
-            continue
+    for component in cycles(graph):
         edges = ", ".join(f"{a} -> {b}" for a in sorted(component)
                           for b in sorted(graph[a] & component))
         problems.append(f"include cycle between units {', '.join(sorted(component))} ({edges}): "
                         f"move the declarations one of them needs into a unit of their own")
-    for known in KNOWN_CYCLES:
-        if known not in found:
-            problems.append(f"tests/style/check_rules.py: KNOWN_CYCLES lists "
-                            f"{', '.join(sorted(known))}, which is no longer a cycle: remove it")
 
 
 def main():

@@ -1,5 +1,7 @@
-// IndexWriter (index/store_index.h): builds a fresh index in a scratch LMDB environment and
+// IndexWriter (index/lmdb/index_writer.h): builds a fresh index in a scratch LMDB environment and
 // publishes a compacted, trailer-checked copy.
+#include "index/lmdb/index_writer.h"
+
 #include <fcntl.h>
 #include <lmdb.h>
 #include <sys/mman.h>
@@ -15,9 +17,8 @@
 #include "common/file_util.h"
 #include "common/mutex.h"
 #include "common/proc_self.h"
-#include "index/index_trailer.h"
-#include "index/lmdb_util.h"
-#include "index/store_index.h"
+#include "index/lmdb/index_trailer.h"
+#include "index/lmdb/lmdb_util.h"
 
 namespace pcrfs::index {
 namespace {

@@ -1,5 +1,3 @@
-#include "index/store_index.h"
-
 #include <fcntl.h>
 #include <gtest/gtest.h>
 #include <sys/stat.h>
@@ -16,6 +14,8 @@
 #include "common/crc32c.h"
 #include "common/proc_self.h"
 #include "common/test_support.h"
+#include "index/index_reader.h"
+#include "index/lmdb/index_writer.h"
 
 namespace pcrfs::index {
 namespace {

@@ -1,7 +1,9 @@
-#include "index/store_index.h"
+#include "index/record_info.h"
 
 #include <algorithm>
 #include <cstdio>
+
+#include "index/record_format.h"
 
 namespace pcrfs::index {
 
@@ -13,16 +15,6 @@ std::string RecordFileName(uint32_t id) {
 
 uint64_t RecordBytesAtLevel(const RecordInfo& r, int k) {
   return r.group_offset[static_cast<size_t>(std::clamp(k, 1, kNumGroups))] + kRecordFooterSize;
-}
-
-Result<uint64_t> StoreBytesAtLevel(const IndexReader& index, int k) {
-  uint64_t bytes = 0;
-  for (uint64_t id = 0; id < index.NumRecords(); ++id) {
-    auto info = index.GetRecord(static_cast<uint32_t>(id));
-    if (!info) return Err(info.error());
-    bytes += RecordBytesAtLevel(*info, k);
-  }
-  return bytes;
 }
 
 }  // namespace pcrfs::index

@@ -1,4 +1,4 @@
-#include "index/index_trailer.h"
+#include "index/lmdb/index_trailer.h"
 
 #include <fcntl.h>
 #include <sys/stat.h>

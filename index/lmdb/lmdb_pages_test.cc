@@ -1,4 +1,4 @@
-#include "index/lmdb_pages.h"
+#include "index/lmdb/lmdb_pages.h"
 
 #include <gtest/gtest.h>
 #include <lmdb.h>
@@ -11,9 +11,10 @@
 #include <vector>
 
 #include "common/test_support.h"
-#include "index/index_trailer.h"
-#include "index/lmdb_util.h"
-#include "index/store_index.h"
+#include "index/index_reader.h"
+#include "index/lmdb/index_trailer.h"
+#include "index/lmdb/index_writer.h"
+#include "index/lmdb/lmdb_util.h"
 
 namespace pcrfs::index {
 namespace {

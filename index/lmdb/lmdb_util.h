@@ -1,6 +1,6 @@
-// LMDB plumbing shared by the index writer and reader (index/store_index.h is the API): the
-// database names, key encodings, error mapping and environment setup, each written once.
-// Internal to pcrfs_index.
+// LMDB plumbing shared by the index writer and reader (index/lmdb/index_writer.h and
+// index/index_reader.h are the API): the database names, key encodings, error mapping and
+// environment setup, each written once. Internal to pcrfs_index.
 #pragma once
 
 #include <lmdb.h>
@@ -14,7 +14,7 @@
 #include <utility>
 
 #include "common/status.h"
-#include "index/store_index.h"
+#include "index/record_info.h"
 
 namespace pcrfs::index::lmdb {
 

@@ -1,6 +1,7 @@
-#include "index/lmdb_util.h"
+#include "index/lmdb/lmdb_util.h"
 
 #include "common/coding.h"
+#include "index/record_format.h"
 
 namespace pcrfs::index::lmdb {
 namespace {

@@ -14,7 +14,7 @@
 //   u16 depth, u64 branch pages, leaf pages, overflow pages, entries, root page.
 //   named databases: records of the main database whose node has F_SUBDATA and whose value is
 //   that database's 48-byte record.
-#include "index/lmdb_pages.h"
+#include "index/lmdb/lmdb_pages.h"
 
 #include <cstdio>
 #include <string>

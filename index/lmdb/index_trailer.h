@@ -8,7 +8,7 @@
 #include <string>
 
 #include "common/status.h"
-#include "index/store_index.h"
+#include "index/file_identity.h"
 
 namespace pcrfs::index {
 

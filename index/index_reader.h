@@ -1,86 +1,23 @@
-// The LMDB index of a store (one file, MDB_NOSUBDIR). Named databases:
-//   entries:  inode (8 bytes, big-endian)            -> EncodeEntry(entry)
-//   dirents:  parent inode (8 bytes BE) + name bytes  -> child inode (8 bytes BE) + kind (u8)
-//   records:  record id (4 bytes BE)                  -> encoded RecordInfo
-//   meta:     key string                              -> value string
-//   blocks:   inode (8 bytes BE) + group (u8)          -> masked CRC32C (u32 LE) per checksum
-//             block of that piece, for pieces longer than kChecksumBlockSize (index format 3)
+// IndexReader: a store's index, read-only, in either form: format 4 (index.pcri, CompactIndex,
+// held in memory) or the LMDB one (formats 2 and 3, index/lmdb/: shard parts the builder wrote
+// itself, tests, conversion).
 #pragma once
 
 #include <cstdint>
 #include <functional>
 #include <memory>
-#include <span>
 #include <string>
 #include <string_view>
 
 #include "common/status.h"
 #include "index/entry.h"
-#include "index/record_format.h"
+#include "index/file_identity.h"
+#include "index/record_info.h"
 
 namespace pcrfs::index {
 
-struct RecordInfo {
-  uint32_t id = 0;
-  uint64_t file_size = 0;
-  uint64_t data_offset = 0;
-  std::array<uint64_t, kNumGroups + 1> group_offset{};
-  uint32_t num_images = 0;
-};
-
-// Record file name inside the store, relative: "records/00000042.pcr".
-std::string RecordFileName(uint32_t id);
-
-// The bytes of record `r` that reading level k (1..10; clamped) of all its files reads: the
-// prefix [0, group_offset[k]) (header, tables and group regions 1..k: a format 4 index holds no
-// piece CRCs, so the tables are read too) and the 16-byte footer, which opening the record reads.
-// What a remote store's range cache holds of the record once level k of every file in it was
-// read; level 10 is the whole file.
-uint64_t RecordBytesAtLevel(const RecordInfo& r, int k);
-
-// Builds a fresh index in one write transaction. Entries must be added in increasing inode
-// order. The output file is a compacted copy, so the same input gives the same bytes.
-// The index formats this pcrfs writes and reads: 3 (block CRCs) and 2 (none: a reader derives
-// them by reading a large piece once).
-inline constexpr int kIndexFormat = 3;
-inline constexpr int kOldestIndexFormat = 2;
-
-class IndexWriter {
- public:
-  // `format` is kIndexFormat; kOldestIndexFormat writes an index without block CRCs (tests of
-  // older stores).
-  static Result<std::unique_ptr<IndexWriter>> Create(const std::string& path,
-                                                     int format = kIndexFormat);
-  ~IndexWriter();
-  IndexWriter(const IndexWriter&) = delete;
-  IndexWriter& operator=(const IndexWriter&) = delete;
-
-  // Also adds the (parent, name) dirent for every entry but the root. Refuses invalid names.
-  Status AddEntry(const Entry& e);
-  // The block CRCs of piece `group` (1..10) of the entry `ino` added last (a piece longer than
-  // kChecksumBlockSize: NumChecksumBlocks of its length). Refused by a format 2 writer.
-  Status AddBlockCrcs(uint64_t ino, int group, std::span<const uint32_t> masked);
-  Status AddRecord(const RecordInfo& r);
-  Status PutMeta(std::string_view key, std::string_view value);
-  // Commits and writes the compacted, fsynced file at the path given to Create().
-  Status Finish();
-
- private:
-  struct Impl;
-  explicit IndexWriter(std::unique_ptr<Impl> impl);
-  std::unique_ptr<Impl> impl_;
-};
-
-// What identifies one version of a file: a file rewritten, replaced or touched in any way gets
-// a new ctime (or a new inode).
-struct FileIdentity {
-  uint64_t dev = 0, ino = 0, size = 0;
-  int64_t mtime_ns = 0, ctime_ns = 0;
-  bool operator==(const FileIdentity&) const = default;
-};
-
-// Read-only, lock-free access for many threads at once (MDB_RDONLY | MDB_NOLOCK: the store is
-// immutable). Each call uses a short read transaction that is reset and renewed per thread.
+// Read-only, lock-free access for many threads at once (an LMDB index is LmdbIndexReader's,
+// index/lmdb/lmdb_index_reader.h: a short read transaction per call).
 class CompactIndex;
 
 // Reads either index form: format 4 (index.pcri, CompactIndex, held in memory) or the LMDB one
@@ -116,11 +53,7 @@ class IndexReader {
   // per child instead of a whole entry (~160). What a plain readdir needs. `start_name`, when
   // not empty, is the name of child `start` (a caller continuing a listing knows it) and saves
   // looking it up; a wrong one is detected and ignored. `name` is valid during the call only.
-  struct DirEntry {
-    std::string_view name;
-    uint64_t ino = 0;
-    EntryKind kind = EntryKind::kDirectory;
-  };
+  using DirEntry = index::DirEntry;  // index/entry.h
   Status ListNames(const Entry& dir, uint64_t start, std::string_view start_name,
                    const std::function<bool(const DirEntry&)>& fn) const;
   Result<RecordInfo> GetRecord(uint32_t id) const;
