@@ -17,6 +17,7 @@
 #include "builder/builder.h"
 #include "builder/draft_sink.h"
 #include "builder/provenance.h"
+#include "builder/quality_sample.h"
 #include "builder/shard_part.h"
 #include "builder/source_tree.h"
 #include "common/status.h"
@@ -134,13 +135,15 @@ class Placement {
 
 // Index: writes index.pcri and manifest.json into the draft from the listing, the placement
 // and the finished record files; then, if the options ask for a quality sample and the store
-// has JPEGs, measures it on the draft (on `threads` threads) and writes the manifest again
+// has JPEGs, measures it on the draft (on `threads` threads; windows, may be null: those the
+// records stage cut, by position in the listing, emptied) and writes the manifest again
 // with it. *m: the manifest written. Once every entry is in the index writer, the placement
 // is cleared and the tree's nodes released (SourceTree::ReleaseNodes): they are not held
 // through the index's final check and the quality sample.
 Status WriteIndexAndManifest(const StoreDraft& draft, SourceTree* tree, Placement* placement,
                              uint32_t num_records, const BuildOptions& options, unsigned threads,
-                             const ProgressFn& progress, index::Manifest* m);
+                             const ProgressFn& progress, index::Manifest* m,
+                             QualityWindows* windows = nullptr);
 
 // Records (a build): sets report->num_records, record_begin, record_end (a shard's range, else
 // every record) and shard_files; reads the files of those records of `tree` from `source` and
@@ -148,9 +151,12 @@ Status WriteIndexAndManifest(const StoreDraft& draft, SourceTree* tree, Placemen
 // records whose fingerprint (`options_text` and the members' paths, sizes and mtimes) is
 // unchanged; places every file. Files that changed since the listing update `tree` (and are
 // added to *changed and report->changed); unreadable ones go to report->problems.
+// windows (may be null): when the quality sample will take every file, the centred windows of
+// the large JPEGs transcoded here, by position in tree->files, for WriteIndexAndManifest.
 Status WriteRecords(BuildSource* source, SourceTree* tree, const BuildConfig& config,
                     const std::string& options_text, unsigned threads, const StoreDraft& draft,
-                    Placement* placement, BuildReport* report, std::vector<ChangedFile>* changed);
+                    Placement* placement, BuildReport* report, std::vector<ChangedFile>* changed,
+                    QualityWindows* windows);
 
 // Shard: part.json and listing.bin of a shard's part, after its records (shard_part.h).
 // The placement gives each record's block CRCs (PartRecord::blocks).

@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <array>
 #include <filesystem>
 #include <fstream>
 #include <map>
@@ -13,6 +14,7 @@
 
 #include "builder/builder_test_support.h"
 #include "builder/provenance.h"
+#include "builder/quality_sample.h"
 #include "builder/remote_source.h"
 #include "builder/verifier.h"
 #include "common/test_support.h"
@@ -213,6 +215,54 @@ TEST(BuildProgressTest, StagesInOrderEndingAtTheirTotals) {
   ASSERT_TRUE(quality.has_value());
   EXPECT_EQ(quality->done, 3u);
   EXPECT_EQ(quality->total, 3u);
+}
+
+// A build whose files the quality sample all takes measures the windows of its large JPEGs
+// cut while it transcoded them; one with more files than the sample takes cuts them from the
+// stored level 10 afterwards, as `pcr quality` does on a finished store. The figures are the
+// same doubles all three ways.
+TEST(BuildQualityTest, WindowsCutWhileTranscodingGiveTheFiguresOfTheStoredLevel10) {
+  TempDir dir;
+  const std::string a = dir.Join("a"), b = dir.Join("b");
+  for (const std::string& src : {a, b}) {
+    stdfs::create_directories(src + "/big");
+    test::WriteTestJpegs(src, {"big/wide.jpg"}, {.width = 1500, .height = 700, .seed = 1});
+    test::WriteTestJpegs(src, {"big/tall.jpg"}, {.width = 600, .height = 1300, .seed = 2});
+    test::WriteTestJpegs(src, {"big/both.jpg"}, {.width = 1400, .height = 1200, .seed = 3});
+    test::WriteTestJpegs(src, {"small.jpg"}, {.width = 300, .height = 200, .seed = 4});
+  }
+  // Two files more than the sample takes: which ones it takes is known only once all are stored.
+  const std::string text = "notes\n";
+  WriteAll(b + "/notes.txt", Bytes(text.begin(), text.end()));
+  test::WriteRandomFile(b + "/data.bin", 5000, 6);
+  std::array<index::QualitySample, 2> built;
+  for (int i = 0; i < 2; ++i) {
+    BuildConfig c = test::SmallBuildConfig(i == 0 ? a : b, dir.Join(i == 0 ? "sa" : "sb"));
+    c.quality_sample = 4;
+    auto report = Build(c);
+    ASSERT_TRUE(report.has_value()) << report.error().ToString();
+    EXPECT_EQ(report->manifest.num_jpeg, 4u);
+    built[i] = report->manifest.quality;
+  }
+  auto store = index::Store::Open(dir.Join("sa"));
+  ASSERT_TRUE(store.has_value()) << store.error().ToString();
+  auto measured = MeasureStoreQuality(**store, 4, 0, 2);
+  ASSERT_TRUE(measured.has_value()) << measured.error().ToString();
+  for (const index::QualitySample& q : built) {
+    EXPECT_EQ(q.measured, 4u);
+    for (size_t k = 0; k < q.levels.size(); ++k) {
+      const index::LevelQuality &x = q.levels[k], &y = (*measured)[k];
+      EXPECT_EQ(x.n, y.n) << k;
+      EXPECT_EQ(x.mean_psnr, y.mean_psnr) << k;
+      EXPECT_EQ(x.p5_psnr, y.p5_psnr) << k;
+      EXPECT_EQ(x.min_psnr, y.min_psnr) << k;
+      EXPECT_EQ(x.mean_msssim, y.mean_msssim) << k;
+      EXPECT_EQ(x.p5_msssim, y.p5_msssim) << k;
+      EXPECT_EQ(x.min_msssim, y.min_msssim) << k;
+    }
+  }
+  // Not the trivial figures of identical images.
+  EXPECT_LT(built[0].levels[0].mean_msssim, 0.999);
 }
 
 TEST(ProvenanceTest, WrittenBesideTheManifestAndRoundTrips) {

@@ -8,6 +8,7 @@
 #include <thread>
 
 #include "builder/build_stages.h"
+#include "builder/quality_window.h"
 #include "codec/transcoder.h"
 #include "common/file_util.h"
 #include "common/mutex.h"
@@ -58,6 +59,7 @@ struct FileResult {
   PassthroughReason reason = PassthroughReason::kNone;
   std::string detail;
   codec::ProgressiveJpeg jpeg;  // reason == kNone
+  std::vector<uint8_t> window;  // its quality window, when asked and the image is larger
   std::vector<uint8_t> raw;     // passthrough bytes
   // A large passthrough file: copied from `file` when its record is written (StreamInto).
   bool stream = false;
@@ -73,7 +75,8 @@ FileResult Unreadable(std::string detail) {
   return r;
 }
 
-void ClassifyBytes(std::vector<uint8_t> data, const BuildConfig& config, FileResult* out);
+void ClassifyBytes(std::vector<uint8_t> data, const BuildConfig& config, int window_side,
+                   FileResult* out);
 
 // Whether a file of `size` bytes starting with `head` (at least its first 3 bytes) is kept byte
 // for byte without transcoding: not a JPEG, or a JPEG over --max-jpeg-bytes; sets r's reason.
@@ -93,9 +96,9 @@ bool KeptAsIs(std::span<const uint8_t> head, uint64_t size, const BuildConfig& c
 
 // One attempt at reading and transcoding file node `node`, the turn-th file read from `source`.
 // A large file that will not be transcoded stays open (res.file) until its record streams it in.
-// *changed: the file changed while it was read.
+// window_side: codec::TranscodeOptions::window_side. *changed: the file changed while it was read.
 FileResult ProcessOnce(BuildSource* source, const SourceTree& tree, uint32_t node, size_t turn,
-                       const BuildConfig& config, bool* changed) {
+                       const BuildConfig& config, int window_side, bool* changed) {
   auto file = source->OpenFile(tree, node, turn);
   if (!file) return Unreadable(file.error().message());
   FileResult r;
@@ -114,12 +117,13 @@ FileResult ProcessOnce(BuildSource* source, const SourceTree& tree, uint32_t nod
   if (!data) return Unreadable(data.error().message());
   if (*changed) return r;
   file->reset();
-  ClassifyBytes(std::move(*data), config, &r);
+  ClassifyBytes(std::move(*data), config, window_side, &r);
   return r;
 }
 
 // Transcodes `data` if it is a JPEG that may be; otherwise keeps it as passthrough bytes.
-void ClassifyBytes(std::vector<uint8_t> data, const BuildConfig& config, FileResult* out) {
+void ClassifyBytes(std::vector<uint8_t> data, const BuildConfig& config, int window_side,
+                   FileResult* out) {
   FileResult& r = *out;
   if (data.empty()) {
     r.reason = PassthroughReason::kEmpty;
@@ -128,11 +132,13 @@ void ClassifyBytes(std::vector<uint8_t> data, const BuildConfig& config, FileRes
     opts.strip_metadata = config.strip_metadata;
     opts.max_input_scans = config.max_input_scans;
     opts.max_memory_bytes = config.max_image_memory;
+    opts.window_side = window_side;
     codec::TranscodeResult t = codec::Transcode(data, opts);
     r.reason = StoredReason(t.reason);
     r.detail = std::move(t.detail);
     if (t.transcoded()) {
       r.jpeg = std::move(t.image);
+      r.window = std::move(t.window);
       return;
     }
   }
@@ -140,11 +146,11 @@ void ClassifyBytes(std::vector<uint8_t> data, const BuildConfig& config, FileRes
 }
 
 FileResult ProcessFile(BuildSource* source, const SourceTree& tree, uint32_t node, size_t turn,
-                       const BuildConfig& config) {
+                       const BuildConfig& config, int window_side) {
   try {
     for (int attempt = 1;; ++attempt) {
       bool changed = false;
-      FileResult r = ProcessOnce(source, tree, node, turn, config, &changed);
+      FileResult r = ProcessOnce(source, tree, node, turn, config, window_side, &changed);
       if (!changed) return r;
       if (attempt == kReadAttempts) {
         return Unreadable("changed while being read (" + std::to_string(kReadAttempts) +
@@ -165,13 +171,16 @@ class OrderedTranscoder {
 
   // node_of(i) is the node of file i of count in *tree; it is called from the worker threads.
   // File i is the turn-th file read from `source` (BuildSource::StartReading already called).
+  // window_side: codec::TranscodeOptions::window_side.
   OrderedTranscoder(size_t count, const SourceTree* tree, std::function<uint32_t(size_t)> node_of,
-                    const BuildConfig* config, unsigned threads, BuildSource* source)
+                    const BuildConfig* config, int window_side, unsigned threads,
+                    BuildSource* source)
       : count_(count),
         tree_(tree),
         source_(source),
         node_of_(std::move(node_of)),
         config_(config),
+        window_side_(window_side),
         window_(std::max<size_t>(16, threads * 64)) {
     slots_.resize(window_);
     for (unsigned i = 0; i < threads; ++i) workers_.emplace_back([this] { WorkerLoop(); });
@@ -215,7 +224,7 @@ class OrderedTranscoder {
         if (stop_ || next_claim_ >= count_) return;
         i = next_claim_++;
       }
-      FileResult r = ProcessFile(source_, *tree_, node_of_(i), i, *config_);
+      FileResult r = ProcessFile(source_, *tree_, node_of_(i), i, *config_, window_side_);
       {
         MutexLock l(&mu_);
         buffered_ += ResultBytes(r);
@@ -225,13 +234,16 @@ class OrderedTranscoder {
     }
   }
 
-  static uint64_t ResultBytes(const FileResult& r) { return r.jpeg.bytes.size() + r.raw.size(); }
+  static uint64_t ResultBytes(const FileResult& r) {
+    return r.jpeg.bytes.size() + r.raw.size() + r.window.size();
+  }
 
   const size_t count_;
   const SourceTree* tree_;
   BuildSource* const source_;
   const std::function<uint32_t(size_t)> node_of_;
   const BuildConfig* config_;
+  const int window_side_;
   const size_t window_;
   uint64_t buffered_ GUARDED_BY(mu_) = 0;  // bytes of results not yet taken
   Mutex mu_;
@@ -254,7 +266,8 @@ class RecordStage {
  public:
   RecordStage(BuildSource* source, SourceTree* tree, const BuildConfig& config,
               const std::string& options_text, unsigned threads, const StoreDraft& draft,
-              Placement* placement, BuildReport* report, std::vector<ChangedFile>* changed)
+              Placement* placement, BuildReport* report, std::vector<ChangedFile>* changed,
+              QualityWindows* windows)
       : source_(source),
         tree_(*tree),
         config_(config),
@@ -263,7 +276,8 @@ class RecordStage {
         draft_(draft),
         placement_(placement),
         report_(*report),
-        changed_(*changed) {}
+        changed_(*changed),
+        windows_(windows) {}
 
   std::string MembersFingerprint(size_t begin, size_t end) const {
     Fingerprint fp;
@@ -334,9 +348,17 @@ class RecordStage {
     };
     ReportProgress(config_.progress, BuildProgress::Stage::kFiles, 0, files, 0, bytes_total);
 
+    // When the quality sample takes every file, a large JPEG's window is cut while the image
+    // is transcoded (its coefficients in memory then), not from the stored level 10 afterwards
+    // (quality_window.h): one window per sampled image at most. With more files, which ones it
+    // takes is known only once every JPEG is stored.
+    const bool keep_windows = windows_ != nullptr && !config_.shard.enabled() &&
+                              config_.quality_sample > 0 && n <= config_.quality_sample;
+    const int window_side = keep_windows ? kQualityWindowSide : 0;
     source_->StartReading(todo);
     OrderedTranscoder pool(
-        todo.size(), &tree_, [&](size_t i) { return todo[i]; }, &config_, threads_, source_);
+        todo.size(), &tree_, [&](size_t i) { return todo[i]; }, &config_, window_side, threads_,
+        source_);
     size_t next = 0;  // index into todo
     for (uint32_t r = first; r < last; ++r) {
       const size_t begin = r * per, end = std::min(n, begin + per);
@@ -356,6 +378,9 @@ class RecordStage {
         SourceNode& node = tree_.nodes[tree_.files[i]];
         const size_t changes = report_.changed.size();
         PCRFS_RETURN_IF_ERROR(AddToRecord(writer->get(), &node, &res));
+        if (!res.window.empty() && res.reason == PassthroughReason::kNone) {
+          (*windows_)[i] = std::move(res.window);
+        }
         if (report_.changed.size() != changes) {
           changed_.push_back({i, node.size, node.mtime_sec, node.mtime_nsec});
         }
@@ -441,14 +466,17 @@ class RecordStage {
   Placement* const placement_;
   BuildReport& report_;
   std::vector<ChangedFile>& changed_;
+  QualityWindows* const windows_;
 };
 
 }  // namespace
 
 Status WriteRecords(BuildSource* source, SourceTree* tree, const BuildConfig& config,
                     const std::string& options_text, unsigned threads, const StoreDraft& draft,
-                    Placement* placement, BuildReport* report, std::vector<ChangedFile>* changed) {
-  return RecordStage(source, tree, config, options_text, threads, draft, placement, report, changed)
+                    Placement* placement, BuildReport* report, std::vector<ChangedFile>* changed,
+                    QualityWindows* windows) {
+  return RecordStage(source, tree, config, options_text, threads, draft, placement, report, changed,
+                     windows)
       .Run();
 }
 
