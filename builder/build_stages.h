@@ -8,6 +8,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <unordered_map>
 #include <vector>
@@ -133,6 +134,20 @@ class Placement {
   std::unordered_map<size_t, std::vector<index::PieceBlockCrcs>> block_crcs_;
 };
 
+// Inode numbers as the index assigns them: breadth-first, so the children of every directory
+// are consecutive and in name order (readdir walks an inode range). Files for which
+// stored(position in tree.files) is false get none. 12 bytes per node (inodes fit 32 bits:
+// there is one per node at most).
+struct InodeLayout {
+  // By node index: a file's position in tree.files, a directory's first child's inode.
+  std::vector<uint32_t> file_pos_or_first_child;
+  std::vector<uint32_t> order;  // node index by inode - 1
+  std::vector<uint32_t> ino;    // inode by node index (0: not stored)
+  uint32_t file_pos(uint32_t node) const { return file_pos_or_first_child[node]; }
+  uint32_t first_child(uint32_t node) const { return file_pos_or_first_child[node]; }
+};
+InodeLayout AssignInodes(const SourceTree& tree, const std::function<bool(size_t)>& stored);
+
 // Index: writes index.pcri and manifest.json into the draft from the listing, the placement
 // and the finished record files; then, if the options ask for a quality sample and the store
 // has JPEGs, measures it on the draft (on `threads` threads; windows, may be null: those the
@@ -157,6 +172,12 @@ Status WriteRecords(BuildSource* source, SourceTree* tree, const BuildConfig& co
                     const std::string& options_text, unsigned threads, const StoreDraft& draft,
                     Placement* placement, BuildReport* report, std::vector<ChangedFile>* changed,
                     QualityWindows* windows);
+
+// The files (by position in tree.files) the quality sample would take if every file were stored
+// as a JPEG: then exactly the JPEGs it takes (all of them when there are no more files than
+// `sample`); otherwise which ones it takes is known only once all are stored. A build cuts the
+// windows of these while it transcodes them (WriteRecords): at most `sample`.
+std::vector<bool> FilesLikelySampled(const SourceTree& tree, uint32_t sample, uint64_t seed);
 
 // Shard: part.json and listing.bin of a shard's part, after its records (shard_part.h).
 // The placement gives each record's block CRCs (PartRecord::blocks).

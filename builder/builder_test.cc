@@ -11,7 +11,9 @@
 #include <fstream>
 #include <map>
 #include <optional>
+#include <set>
 
+#include "builder/build_stages.h"
 #include "builder/builder_test_support.h"
 #include "builder/provenance.h"
 #include "builder/quality_sample.h"
@@ -263,6 +265,54 @@ TEST(BuildQualityTest, WindowsCutWhileTranscodingGiveTheFiguresOfTheStoredLevel1
   }
   // Not the trivial figures of identical images.
   EXPECT_LT(built[0].levels[0].mean_msssim, 0.999);
+}
+
+// With more files than the sample takes, the records stage predicts the sample, to cut the
+// windows of those files while transcoding them: for a tree of JPEGs only, its prediction is
+// exactly the sample the finished store measures, whatever the seed.
+TEST(BuildQualityTest, ThePredictedSampleOfATreeOfJpegsIsTheSampleMeasured) {
+  TempDir dir;
+  const std::string src = dir.Join("src");
+  for (const char* d : {"/a/deep", "/b", "/c"}) stdfs::create_directories(src + d);
+  std::vector<std::string> names;
+  for (int i = 0; i < 36; ++i) {
+    const char* folder[] = {"a/", "a/deep/", "b/", "c/", ""};
+    names.push_back(folder[i % 5] + std::to_string(i) + ".jpg");
+  }
+  test::WriteTestJpegs(src, names, {.width = 40, .height = 30, .seed = 9});
+  auto tree = WalkSource(src);
+  ASSERT_TRUE(tree.has_value()) << tree.error().ToString();
+  for (uint64_t seed : {0, 1, 2, 3, 77}) {
+    BuildConfig c = test::SmallBuildConfig(src, dir.Join("st" + std::to_string(seed)));
+    c.quality_sample = 7;
+    c.quality_seed = seed;
+    ASSERT_TRUE(Build(c).has_value());
+    auto store = index::Store::Open(c.store);
+    ASSERT_TRUE(store.has_value()) << store.error().ToString();
+    const index::IndexReader& idx = (*store)->index();
+    std::vector<uint64_t> jpegs;
+    for (uint64_t ino = index::kRootIno; ino <= idx.NumEntries(); ++ino) {
+      if (idx.Get(ino)->kind == index::EntryKind::kJpeg) jpegs.push_back(ino);
+    }
+    ASSERT_EQ(jpegs.size(), names.size());
+    std::set<std::string> measured, predicted;
+    for (uint64_t ino : ChooseQualitySample(jpegs, 7, seed)) {
+      std::string path = idx.Get(ino)->name;
+      for (uint64_t p = idx.Get(ino)->parent; p != index::kRootIno; p = idx.Get(p)->parent) {
+        path = idx.Get(p)->name + "/" + path;
+      }
+      measured.insert(path);
+    }
+    const std::vector<bool> likely = FilesLikelySampled(*tree, 7, seed);
+    for (size_t i = 0; i < likely.size(); ++i) {
+      if (likely[i]) predicted.insert(tree->RelPath(tree->nodes[tree->files[i]]));
+    }
+    EXPECT_EQ(measured.size(), 7u);
+    EXPECT_EQ(predicted, measured) << "seed " << seed;
+  }
+  // No more files than the sample: every one.
+  const std::vector<bool> all = FilesLikelySampled(*tree, 36, 5);
+  EXPECT_EQ(std::count(all.begin(), all.end(), true), 36);
 }
 
 TEST(ProvenanceTest, WrittenBesideTheManifestAndRoundTrips) {

@@ -79,6 +79,28 @@ const std::vector<index::PieceBlockCrcs>* Placement::BlockCrcs(size_t file) cons
   return it == block_crcs_.end() ? nullptr : &it->second;
 }
 
+InodeLayout AssignInodes(const SourceTree& tree, const std::function<bool(size_t)>& stored) {
+  InodeLayout l;
+  l.file_pos_or_first_child.assign(tree.nodes.size(), 0);
+  for (size_t i = 0; i < tree.files.size(); ++i)
+    l.file_pos_or_first_child[tree.files[i]] = static_cast<uint32_t>(i);
+  l.order.reserve(tree.nodes.size());
+  l.order.push_back(0);
+  l.ino.assign(tree.nodes.size(), 0);
+  l.ino[0] = index::kRootIno;
+  for (size_t q = 0; q < l.order.size(); ++q) {
+    const uint32_t dir = l.order[q];
+    if (!tree.nodes[dir].is_dir) continue;
+    l.file_pos_or_first_child[dir] = static_cast<uint32_t>(l.order.size() + 1);
+    for (uint32_t c : tree.Children(tree.nodes[dir])) {
+      if (!tree.nodes[c].is_dir && !stored(l.file_pos(c))) continue;
+      l.ino[c] = static_cast<uint32_t>(l.order.size() + 1);
+      l.order.push_back(c);
+    }
+  }
+  return l;
+}
+
 namespace {
 
 class IndexStage {
@@ -95,42 +117,12 @@ class IndexStage {
         progress_(progress),
         windows_(windows) {}
 
-  // Inode numbers: breadth-first, so the children of every directory are consecutive and in
-  // name order (readdir walks an inode range). Files that could not be stored get none.
-  struct InodeLayout {
-    // By node index: a file's position in tree_.files, a directory's first child's inode.
-    std::vector<uint32_t> file_pos_or_first_child;
-    std::vector<uint32_t> order;  // node index by inode - 1
-    std::vector<uint32_t> ino;    // inode by node index (0: not stored)
-    uint32_t file_pos(uint32_t node) const { return file_pos_or_first_child[node]; }
-    uint32_t first_child(uint32_t node) const { return file_pos_or_first_child[node]; }
-  };
-
   bool Included(const InodeLayout& layout, uint32_t node) const {
     return tree_.nodes[node].is_dir || placement_.at(layout.file_pos(node)).stored;
   }
 
-  // 12 bytes per node (inodes fit 32 bits: there is one per node at most).
   InodeLayout AssignInodes() const {
-    InodeLayout l;
-    l.file_pos_or_first_child.assign(tree_.nodes.size(), 0);
-    for (size_t i = 0; i < tree_.files.size(); ++i)
-      l.file_pos_or_first_child[tree_.files[i]] = static_cast<uint32_t>(i);
-    l.order.reserve(tree_.nodes.size());
-    l.order.push_back(0);
-    l.ino.assign(tree_.nodes.size(), 0);
-    l.ino[0] = index::kRootIno;
-    for (size_t q = 0; q < l.order.size(); ++q) {
-      const uint32_t dir = l.order[q];
-      if (!tree_.nodes[dir].is_dir) continue;
-      l.file_pos_or_first_child[dir] = static_cast<uint32_t>(l.order.size() + 1);
-      for (uint32_t c : tree_.Children(tree_.nodes[dir])) {
-        if (!Included(l, c)) continue;
-        l.ino[c] = static_cast<uint32_t>(l.order.size() + 1);
-        l.order.push_back(c);
-      }
-    }
-    return l;
+    return tools::AssignInodes(tree_, [this](size_t file) { return placement_.at(file).stored; });
   }
 
   // The index entry of node `node_index`, counted into the manifest's totals.

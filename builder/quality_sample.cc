@@ -141,6 +141,19 @@ void Summarize(std::vector<double>& v, double* mean, double* p5, double* min) {
 
 }  // namespace
 
+std::vector<uint64_t> ChooseQualitySample(std::vector<uint64_t> jpeg_inos, uint32_t sample,
+                                          uint64_t seed) {
+  const size_t n = std::min<size_t>(sample, jpeg_inos.size());
+  std::mt19937_64 rng(seed);
+  for (size_t i = 0; i < n; ++i) {
+    std::swap(jpeg_inos[i], jpeg_inos[i + UniformBelow(rng, jpeg_inos.size() - i)]);
+  }
+  jpeg_inos.resize(n);
+  jpeg_inos.shrink_to_fit();
+  std::sort(jpeg_inos.begin(), jpeg_inos.end());
+  return jpeg_inos;
+}
+
 Result<std::array<LevelQuality, codec::kNumGroups>> MeasureStoreQuality(
     const index::Store& store, uint32_t sample, uint64_t seed, unsigned threads, uint32_t* skipped,
     const std::function<void(uint64_t, uint64_t)>& progress, QualityWindows* windows) {
@@ -156,15 +169,9 @@ Result<std::array<LevelQuality, codec::kNumGroups>> MeasureStoreQuality(
     if (ino % 65536 == 0) idx.ReleaseMappedPages();
   }
   idx.ReleaseMappedPages();
-  const size_t n = std::min<size_t>(sample, inos.size());
-  std::mt19937_64 rng(seed);
-  for (size_t i = 0; i < n; ++i) {
-    std::swap(inos[i], inos[i + UniformBelow(rng, inos.size() - i)]);
-  }
-  inos.resize(n);
-  inos.shrink_to_fit();
   // Read in inode (and so record) order.
-  std::sort(inos.begin(), inos.end());
+  inos = ChooseQualitySample(std::move(inos), sample, seed);
+  const size_t n = inos.size();
   std::vector<index::Entry> jpegs;
   jpegs.reserve(n);
   for (uint64_t ino : inos) {

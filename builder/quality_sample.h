@@ -24,9 +24,14 @@ using LevelQuality = index::LevelQuality;
 // stored level 10, without decoding it again.
 using QualityWindows = std::unordered_map<uint64_t, std::vector<uint8_t>>;
 
-// Chooses min(sample, number of JPEG entries) entries of kind kJpeg uniformly at random (a
-// partial Fisher-Yates shuffle of the JPEG inodes in inode order, driven by std::mt19937_64
-// seeded with `seed`, so the choice depends only on the store and the seed), decodes level 10
+// The inodes of the sample: min(sample, jpeg_inos.size()) of the store's JPEG inodes (given in
+// inode order) chosen uniformly at random by a partial Fisher-Yates shuffle driven by
+// std::mt19937_64 seeded with `seed`, so the choice depends only on the store and the seed;
+// in inode order.
+std::vector<uint64_t> ChooseQualitySample(std::vector<uint64_t> jpeg_inos, uint32_t sample,
+                                          uint64_t seed);
+
+// Chooses the entries of kind kJpeg of the sample (ChooseQualitySample), decodes level 10
 // and levels 1..10 of each with codec::DecodeJpeg on up to `threads` threads (0: one per core),
 // and returns the statistics for levels 1..10 (index k-1).
 // Images smaller than the 11x11 SSIM window are left out (counted by *skipped when not null).

@@ -171,16 +171,16 @@ class OrderedTranscoder {
 
   // node_of(i) is the node of file i of count in *tree; it is called from the worker threads.
   // File i is the turn-th file read from `source` (BuildSource::StartReading already called).
-  // window_side: codec::TranscodeOptions::window_side.
+  // window_side_of(i): codec::TranscodeOptions::window_side for file i (from the workers too).
   OrderedTranscoder(size_t count, const SourceTree* tree, std::function<uint32_t(size_t)> node_of,
-                    const BuildConfig* config, int window_side, unsigned threads,
-                    BuildSource* source)
+                    std::function<int(size_t)> window_side_of, const BuildConfig* config,
+                    unsigned threads, BuildSource* source)
       : count_(count),
         tree_(tree),
         source_(source),
         node_of_(std::move(node_of)),
+        window_side_of_(std::move(window_side_of)),
         config_(config),
-        window_side_(window_side),
         window_(std::max<size_t>(16, threads * 64)) {
     slots_.resize(window_);
     for (unsigned i = 0; i < threads; ++i) workers_.emplace_back([this] { WorkerLoop(); });
@@ -224,7 +224,7 @@ class OrderedTranscoder {
         if (stop_ || next_claim_ >= count_) return;
         i = next_claim_++;
       }
-      FileResult r = ProcessFile(source_, *tree_, node_of_(i), i, *config_, window_side_);
+      FileResult r = ProcessFile(source_, *tree_, node_of_(i), i, *config_, window_side_of_(i));
       {
         MutexLock l(&mu_);
         buffered_ += ResultBytes(r);
@@ -242,8 +242,8 @@ class OrderedTranscoder {
   const SourceTree* tree_;
   BuildSource* const source_;
   const std::function<uint32_t(size_t)> node_of_;
+  const std::function<int(size_t)> window_side_of_;
   const BuildConfig* config_;
-  const int window_side_;
   const size_t window_;
   uint64_t buffered_ GUARDED_BY(mu_) = 0;  // bytes of results not yet taken
   Mutex mu_;
@@ -310,6 +310,13 @@ class RecordStage {
     return std::move(*layout);
   }
 
+  // The files whose quality windows are cut while they are transcoded (their coefficients in
+  // memory then), not from the stored level 10 afterwards (quality_window.h).
+  std::vector<bool> LikelySampled() const {
+    if (windows_ == nullptr || config_.shard.enabled() || config_.quality_sample == 0) return {};
+    return FilesLikelySampled(tree_, config_.quality_sample, config_.quality_seed);
+  }
+
   Status Run() {
     const size_t n = tree_.files.size();
     const size_t per = config_.images_per_record;
@@ -324,7 +331,8 @@ class RecordStage {
     // Decide which records survive from an interrupted build; transcode only the rest.
     std::vector<std::optional<index::RecordLayout>> reused(num_records);
     std::vector<std::string> fps(num_records);
-    std::vector<uint32_t> todo;  // nodes to transcode
+    std::vector<uint32_t> todo;      // nodes to transcode
+    std::vector<uint32_t> todo_pos;  // their positions in tree_.files
     for (uint32_t r = first; r < last; ++r) {
       const size_t begin = r * per, end = std::min(n, begin + per);
       fps[r] = MembersFingerprint(begin, end);
@@ -332,6 +340,7 @@ class RecordStage {
       if (reused[r]) continue;
       for (size_t i = begin; i < end; ++i) {
         todo.push_back(tree_.files[i]);
+        todo_pos.push_back(static_cast<uint32_t>(i));
       }
     }
 
@@ -348,17 +357,12 @@ class RecordStage {
     };
     ReportProgress(config_.progress, BuildProgress::Stage::kFiles, 0, files, 0, bytes_total);
 
-    // When the quality sample takes every file, a large JPEG's window is cut while the image
-    // is transcoded (its coefficients in memory then), not from the stored level 10 afterwards
-    // (quality_window.h): one window per sampled image at most. With more files, which ones it
-    // takes is known only once every JPEG is stored.
-    const bool keep_windows = windows_ != nullptr && !config_.shard.enabled() &&
-                              config_.quality_sample > 0 && n <= config_.quality_sample;
-    const int window_side = keep_windows ? kQualityWindowSide : 0;
+    const std::vector<bool> sampled = LikelySampled();
     source_->StartReading(todo);
     OrderedTranscoder pool(
-        todo.size(), &tree_, [&](size_t i) { return todo[i]; }, &config_, window_side, threads_,
-        source_);
+        todo.size(), &tree_, [&](size_t i) { return todo[i]; },
+        [&](size_t i) { return sampled.empty() || !sampled[todo_pos[i]] ? 0 : kQualityWindowSide; },
+        &config_, threads_, source_);
     size_t next = 0;  // index into todo
     for (uint32_t r = first; r < last; ++r) {
       const size_t begin = r * per, end = std::min(n, begin + per);
@@ -470,6 +474,21 @@ class RecordStage {
 };
 
 }  // namespace
+
+std::vector<bool> FilesLikelySampled(const SourceTree& tree, uint32_t sample, uint64_t seed) {
+  std::vector<bool> sampled(tree.files.size(), true);
+  if (tree.files.size() <= sample) return sampled;
+  const InodeLayout layout = AssignInodes(tree, [](size_t) { return true; });
+  std::vector<uint64_t> inos;  // every file's, in inode order
+  for (size_t i = 0; i < layout.order.size(); ++i) {
+    if (!tree.nodes[layout.order[i]].is_dir) inos.push_back(i + 1);
+  }
+  sampled.assign(tree.files.size(), false);
+  for (uint64_t ino : ChooseQualitySample(std::move(inos), sample, seed)) {
+    sampled[layout.file_pos(layout.order[ino - 1])] = true;
+  }
+  return sampled;
+}
 
 Status WriteRecords(BuildSource* source, SourceTree* tree, const BuildConfig& config,
                     const std::string& options_text, unsigned threads, const StoreDraft& draft,
