@@ -8,6 +8,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <unordered_map>
 #include <vector>
@@ -17,6 +18,7 @@
 #include "builder/build_source.h"
 #include "builder/draft_sink.h"
 #include "builder/provenance.h"
+#include "builder/quality_sample.h"
 #include "builder/shard_part.h"
 #include "builder/source_tree.h"
 #include "common/status.h"
@@ -132,15 +134,31 @@ class Placement {
   std::unordered_map<size_t, std::vector<index::PieceBlockCrcs>> block_crcs_;
 };
 
+// Inode numbers as the index assigns them: breadth-first, so the children of every directory
+// are consecutive and in name order (readdir walks an inode range). Files for which
+// stored(position in tree.files) is false get none. 12 bytes per node (inodes fit 32 bits:
+// there is one per node at most).
+struct InodeLayout {
+  // By node index: a file's position in tree.files, a directory's first child's inode.
+  std::vector<uint32_t> file_pos_or_first_child;
+  std::vector<uint32_t> order;  // node index by inode - 1
+  std::vector<uint32_t> ino;    // inode by node index (0: not stored)
+  uint32_t file_pos(uint32_t node) const { return file_pos_or_first_child[node]; }
+  uint32_t first_child(uint32_t node) const { return file_pos_or_first_child[node]; }
+};
+InodeLayout AssignInodes(const SourceTree& tree, const std::function<bool(size_t)>& stored);
+
 // Index: writes index.pcri and manifest.json into the draft from the listing, the placement
 // and the finished record files; then, if the options ask for a quality sample and the store
-// has JPEGs, measures it on the draft (on `threads` threads) and writes the manifest again
+// has JPEGs, measures it on the draft (on `threads` threads; windows, may be null: those the
+// records stage cut, by position in the listing, emptied) and writes the manifest again
 // with it. *m: the manifest written. Once every entry is in the index writer, the placement
 // is cleared and the tree's nodes released (SourceTree::ReleaseNodes): they are not held
 // through the index's final check and the quality sample.
 Status WriteIndexAndManifest(const StoreDraft& draft, SourceTree* tree, Placement* placement,
                              uint32_t num_records, const BuildOptions& options, unsigned threads,
-                             const ProgressFn& progress, index::Manifest* m);
+                             const ProgressFn& progress, index::Manifest* m,
+                             QualityWindows* windows = nullptr);
 
 // Records (a build): sets report->num_records, record_begin, record_end (a shard's range, else
 // every record) and shard_files; reads the files of those records of `tree` from `source` and
@@ -148,9 +166,18 @@ Status WriteIndexAndManifest(const StoreDraft& draft, SourceTree* tree, Placemen
 // records whose fingerprint (`options_text` and the members' paths, sizes and mtimes) is
 // unchanged; places every file. Files that changed since the listing update `tree` (and are
 // added to *changed and report->changed); unreadable ones go to report->problems.
+// windows (may be null): when the quality sample will take every file, the centred windows of
+// the large JPEGs transcoded here, by position in tree->files, for WriteIndexAndManifest.
 Status WriteRecords(BuildSource* source, SourceTree* tree, const BuildConfig& config,
                     const std::string& options_text, unsigned threads, const StoreDraft& draft,
-                    Placement* placement, BuildReport* report, std::vector<ChangedFile>* changed);
+                    Placement* placement, BuildReport* report, std::vector<ChangedFile>* changed,
+                    QualityWindows* windows);
+
+// The files (by position in tree.files) the quality sample would take if every file were stored
+// as a JPEG: then exactly the JPEGs it takes (all of them when there are no more files than
+// `sample`); otherwise which ones it takes is known only once all are stored. A build cuts the
+// windows of these while it transcodes them (WriteRecords): at most `sample`.
+std::vector<bool> FilesLikelySampled(const SourceTree& tree, uint32_t sample, uint64_t seed);
 
 // Shard: part.json and listing.bin of a shard's part, after its records (shard_part.h).
 // The placement gives each record's block CRCs (PartRecord::blocks).

@@ -100,17 +100,18 @@ class StoreBuilder {
     }
     Placement placement(tree.files.size(), config_.images_per_record);
     std::vector<ChangedFile> changed;
+    QualityWindows windows;  // a shard's part has no quality sample
     Status s = draft_.Prepare(state, config_.resume);
     if (s.ok()) {
       s = WriteRecords(source->get(), &tree, config_, options_text_, threads_, draft_, &placement,
-                       &report_, &changed);
+                       &report_, &changed, shard ? nullptr : &windows);
     }
     if (s.ok() && shard) {
       s = WritePart(draft_, config_, options_, tree, listing_bytes, report_.num_records, report_,
                     changed, placement);
     } else if (s.ok()) {
       s = WriteIndexAndManifest(draft_, &tree, &placement, report_.num_records, options_, threads_,
-                                config_.progress, &report_.manifest);
+                                config_.progress, &report_.manifest, &windows);
       if (s.ok()) s = draft_.WriteProvenance(ProvenanceOf(started_ms), tree, report_);
     }
     if (s.ok()) s = draft_.Publish();

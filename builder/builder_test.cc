@@ -6,13 +6,17 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <array>
 #include <filesystem>
 #include <fstream>
 #include <map>
 #include <optional>
+#include <set>
 
+#include "builder/build_stages.h"
 #include "builder/builder_test_support.h"
 #include "builder/provenance.h"
+#include "builder/quality_sample.h"
 #include "builder/remote_source.h"
 #include "builder/verifier.h"
 #include "common/test_support.h"
@@ -213,6 +217,102 @@ TEST(BuildProgressTest, StagesInOrderEndingAtTheirTotals) {
   ASSERT_TRUE(quality.has_value());
   EXPECT_EQ(quality->done, 3u);
   EXPECT_EQ(quality->total, 3u);
+}
+
+// A build whose files the quality sample all takes measures the windows of its large JPEGs
+// cut while it transcoded them; one with more files than the sample takes cuts them from the
+// stored level 10 afterwards, as `pcr quality` does on a finished store. The figures are the
+// same doubles all three ways.
+TEST(BuildQualityTest, WindowsCutWhileTranscodingGiveTheFiguresOfTheStoredLevel10) {
+  TempDir dir;
+  const std::string a = dir.Join("a"), b = dir.Join("b");
+  for (const std::string& src : {a, b}) {
+    stdfs::create_directories(src + "/big");
+    test::WriteTestJpegs(src, {"big/wide.jpg"}, {.width = 1500, .height = 700, .seed = 1});
+    test::WriteTestJpegs(src, {"big/tall.jpg"}, {.width = 600, .height = 1300, .seed = 2});
+    test::WriteTestJpegs(src, {"big/both.jpg"}, {.width = 1400, .height = 1200, .seed = 3});
+    test::WriteTestJpegs(src, {"small.jpg"}, {.width = 300, .height = 200, .seed = 4});
+  }
+  // Two files more than the sample takes: which ones it takes is known only once all are stored.
+  const std::string text = "notes\n";
+  WriteAll(b + "/notes.txt", Bytes(text.begin(), text.end()));
+  test::WriteRandomFile(b + "/data.bin", 5000, 6);
+  std::array<index::QualitySample, 2> built;
+  for (int i = 0; i < 2; ++i) {
+    BuildConfig c = test::SmallBuildConfig(i == 0 ? a : b, dir.Join(i == 0 ? "sa" : "sb"));
+    c.quality_sample = 4;
+    auto report = Build(c);
+    ASSERT_TRUE(report.has_value()) << report.error().ToString();
+    EXPECT_EQ(report->manifest.num_jpeg, 4u);
+    built[i] = report->manifest.quality;
+  }
+  auto store = index::Store::Open(dir.Join("sa"));
+  ASSERT_TRUE(store.has_value()) << store.error().ToString();
+  auto measured = MeasureStoreQuality(**store, 4, 0, 2);
+  ASSERT_TRUE(measured.has_value()) << measured.error().ToString();
+  for (const index::QualitySample& q : built) {
+    EXPECT_EQ(q.measured, 4u);
+    for (size_t k = 0; k < q.levels.size(); ++k) {
+      const index::LevelQuality &x = q.levels[k], &y = (*measured)[k];
+      EXPECT_EQ(x.n, y.n) << k;
+      EXPECT_EQ(x.mean_psnr, y.mean_psnr) << k;
+      EXPECT_EQ(x.p5_psnr, y.p5_psnr) << k;
+      EXPECT_EQ(x.min_psnr, y.min_psnr) << k;
+      EXPECT_EQ(x.mean_msssim, y.mean_msssim) << k;
+      EXPECT_EQ(x.p5_msssim, y.p5_msssim) << k;
+      EXPECT_EQ(x.min_msssim, y.min_msssim) << k;
+    }
+  }
+  // Not the trivial figures of identical images.
+  EXPECT_LT(built[0].levels[0].mean_msssim, 0.999);
+}
+
+// With more files than the sample takes, the records stage predicts the sample, to cut the
+// windows of those files while transcoding them: for a tree of JPEGs only, its prediction is
+// exactly the sample the finished store measures, whatever the seed.
+TEST(BuildQualityTest, ThePredictedSampleOfATreeOfJpegsIsTheSampleMeasured) {
+  TempDir dir;
+  const std::string src = dir.Join("src");
+  for (const char* d : {"/a/deep", "/b", "/c"}) stdfs::create_directories(src + d);
+  std::vector<std::string> names;
+  for (int i = 0; i < 36; ++i) {
+    const char* folder[] = {"a/", "a/deep/", "b/", "c/", ""};
+    names.push_back(folder[i % 5] + std::to_string(i) + ".jpg");
+  }
+  test::WriteTestJpegs(src, names, {.width = 40, .height = 30, .seed = 9});
+  auto tree = WalkSource(src);
+  ASSERT_TRUE(tree.has_value()) << tree.error().ToString();
+  for (uint64_t seed : {0, 1, 2, 3, 77}) {
+    BuildConfig c = test::SmallBuildConfig(src, dir.Join("st" + std::to_string(seed)));
+    c.quality_sample = 7;
+    c.quality_seed = seed;
+    ASSERT_TRUE(Build(c).has_value());
+    auto store = index::Store::Open(c.store);
+    ASSERT_TRUE(store.has_value()) << store.error().ToString();
+    const index::IndexReader& idx = (*store)->index();
+    std::vector<uint64_t> jpegs;
+    for (uint64_t ino = index::kRootIno; ino <= idx.NumEntries(); ++ino) {
+      if (idx.Get(ino)->kind == index::EntryKind::kJpeg) jpegs.push_back(ino);
+    }
+    ASSERT_EQ(jpegs.size(), names.size());
+    std::set<std::string> measured, predicted;
+    for (uint64_t ino : ChooseQualitySample(jpegs, 7, seed)) {
+      std::string path = idx.Get(ino)->name;
+      for (uint64_t p = idx.Get(ino)->parent; p != index::kRootIno; p = idx.Get(p)->parent) {
+        path = idx.Get(p)->name + "/" + path;
+      }
+      measured.insert(path);
+    }
+    const std::vector<bool> likely = FilesLikelySampled(*tree, 7, seed);
+    for (size_t i = 0; i < likely.size(); ++i) {
+      if (likely[i]) predicted.insert(tree->RelPath(tree->nodes[tree->files[i]]));
+    }
+    EXPECT_EQ(measured.size(), 7u);
+    EXPECT_EQ(predicted, measured) << "seed " << seed;
+  }
+  // No more files than the sample: every one.
+  const std::vector<bool> all = FilesLikelySampled(*tree, 36, 5);
+  EXPECT_EQ(std::count(all.begin(), all.end(), true), 36);
 }
 
 TEST(ProvenanceTest, WrittenBesideTheManifestAndRoundTrips) {

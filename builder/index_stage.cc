@@ -79,56 +79,50 @@ const std::vector<index::PieceBlockCrcs>* Placement::BlockCrcs(size_t file) cons
   return it == block_crcs_.end() ? nullptr : &it->second;
 }
 
+InodeLayout AssignInodes(const SourceTree& tree, const std::function<bool(size_t)>& stored) {
+  InodeLayout l;
+  l.file_pos_or_first_child.assign(tree.nodes.size(), 0);
+  for (size_t i = 0; i < tree.files.size(); ++i)
+    l.file_pos_or_first_child[tree.files[i]] = static_cast<uint32_t>(i);
+  l.order.reserve(tree.nodes.size());
+  l.order.push_back(0);
+  l.ino.assign(tree.nodes.size(), 0);
+  l.ino[0] = index::kRootIno;
+  for (size_t q = 0; q < l.order.size(); ++q) {
+    const uint32_t dir = l.order[q];
+    if (!tree.nodes[dir].is_dir) continue;
+    l.file_pos_or_first_child[dir] = static_cast<uint32_t>(l.order.size() + 1);
+    for (uint32_t c : tree.Children(tree.nodes[dir])) {
+      if (!tree.nodes[c].is_dir && !stored(l.file_pos(c))) continue;
+      l.ino[c] = static_cast<uint32_t>(l.order.size() + 1);
+      l.order.push_back(c);
+    }
+  }
+  return l;
+}
+
 namespace {
 
 class IndexStage {
  public:
   IndexStage(const StoreDraft& draft, SourceTree* tree, Placement* placement, uint32_t num_records,
-             const BuildOptions& options, unsigned threads, const ProgressFn& progress)
+             const BuildOptions& options, unsigned threads, const ProgressFn& progress,
+             QualityWindows* windows)
       : draft_(draft),
         tree_(*tree),
         placement_(*placement),
         num_records_(num_records),
         options_(options),
         threads_(threads),
-        progress_(progress) {}
-
-  // Inode numbers: breadth-first, so the children of every directory are consecutive and in
-  // name order (readdir walks an inode range). Files that could not be stored get none.
-  struct InodeLayout {
-    // By node index: a file's position in tree_.files, a directory's first child's inode.
-    std::vector<uint32_t> file_pos_or_first_child;
-    std::vector<uint32_t> order;  // node index by inode - 1
-    std::vector<uint32_t> ino;    // inode by node index (0: not stored)
-    uint32_t file_pos(uint32_t node) const { return file_pos_or_first_child[node]; }
-    uint32_t first_child(uint32_t node) const { return file_pos_or_first_child[node]; }
-  };
+        progress_(progress),
+        windows_(windows) {}
 
   bool Included(const InodeLayout& layout, uint32_t node) const {
     return tree_.nodes[node].is_dir || placement_.at(layout.file_pos(node)).stored;
   }
 
-  // 12 bytes per node (inodes fit 32 bits: there is one per node at most).
   InodeLayout AssignInodes() const {
-    InodeLayout l;
-    l.file_pos_or_first_child.assign(tree_.nodes.size(), 0);
-    for (size_t i = 0; i < tree_.files.size(); ++i)
-      l.file_pos_or_first_child[tree_.files[i]] = static_cast<uint32_t>(i);
-    l.order.reserve(tree_.nodes.size());
-    l.order.push_back(0);
-    l.ino.assign(tree_.nodes.size(), 0);
-    l.ino[0] = index::kRootIno;
-    for (size_t q = 0; q < l.order.size(); ++q) {
-      const uint32_t dir = l.order[q];
-      if (!tree_.nodes[dir].is_dir) continue;
-      l.file_pos_or_first_child[dir] = static_cast<uint32_t>(l.order.size() + 1);
-      for (uint32_t c : tree_.Children(tree_.nodes[dir])) {
-        if (!Included(l, c)) continue;
-        l.ino[c] = static_cast<uint32_t>(l.order.size() + 1);
-        l.order.push_back(c);
-      }
-    }
-    return l;
+    return tools::AssignInodes(tree_, [this](size_t file) { return placement_.at(file).stored; });
   }
 
   // The index entry of node `node_index`, counted into the manifest's totals.
@@ -176,13 +170,20 @@ class IndexStage {
     return e;
   }
 
-  // Every stored node's entry in inode order, with the block CRCs of its large pieces.
-  Status AddEntries(index::CompactIndexWriter* writer, index::Manifest* m) const {
+  // Every stored node's entry in inode order, with the block CRCs of its large pieces. The
+  // records stage's quality windows move from their file's position to its inode.
+  Status AddEntries(index::CompactIndexWriter* writer, index::Manifest* m) {
     const InodeLayout layout = AssignInodes();
     for (uint32_t node_index : layout.order) {
       const index::Entry e = EntryOf(layout, node_index, m);
       PCRFS_RETURN_IF_ERROR(writer->AddEntry(e));
       if (tree_.nodes[node_index].is_dir) continue;
+      if (windows_ != nullptr && !windows_->empty()) {
+        if (auto it = windows_->find(layout.file_pos(node_index)); it != windows_->end()) {
+          windows_by_ino_[e.ino] = std::move(it->second);
+          windows_->erase(it);
+        }
+      }
       const auto* blocks = placement_.BlockCrcs(layout.file_pos(node_index));
       if (blocks == nullptr) continue;
       for (const index::PieceBlockCrcs& b : *blocks) {
@@ -220,7 +221,8 @@ class IndexStage {
         **store, options_.store.quality_sample, options_.store.quality_seed, threads_, &skipped,
         [this](uint64_t done, uint64_t total) {
           ReportProgress(progress_, BuildProgress::Stage::kQuality, done, total, 0, 0);
-        });
+        },
+        &windows_by_ino_);
     if (!quality) return quality.error();
     m->quality.measured = (*quality)[0].n;
     m->quality.seed = options_.store.quality_seed;
@@ -239,6 +241,7 @@ class IndexStage {
     m.num_records = num_records_;
 
     PCRFS_RETURN_IF_ERROR(AddEntries(writer.get(), &m));
+    if (windows_ != nullptr) QualityWindows().swap(*windows_);  // any of files not stored
     // All in the writer now: not held through Finish's check and the quality sample.
     placement_.Clear();
     tree_.ReleaseNodes();
@@ -258,7 +261,10 @@ class IndexStage {
     const std::string manifest_path = draft_.dir() + "/" + index::kManifestFile;
     const std::string json = m.ToJson();
     PCRFS_RETURN_IF_ERROR(WriteFileAtomic(manifest_path, json.data(), json.size()));
-    if (options_.store.quality_sample == 0 || m.num_jpeg == 0) return Status::OK();
+    if (options_.store.quality_sample == 0 || m.num_jpeg == 0) {
+      QualityWindows().swap(windows_by_ino_);
+      return Status::OK();
+    }
 
     PCRFS_RETURN_IF_ERROR(AddQualitySample(&m));
     const std::string with_quality = m.ToJson();
@@ -273,14 +279,18 @@ class IndexStage {
   const BuildOptions& options_;
   const unsigned threads_;
   const ProgressFn& progress_;
+  QualityWindows* const windows_;  // by position in tree_.files (may be null)
+  QualityWindows windows_by_ino_;  // the same, by inode, for the quality sample
 };
 
 }  // namespace
 
 Status WriteIndexAndManifest(const StoreDraft& draft, SourceTree* tree, Placement* placement,
                              uint32_t num_records, const BuildOptions& options, unsigned threads,
-                             const ProgressFn& progress, index::Manifest* m) {
-  return IndexStage(draft, tree, placement, num_records, options, threads, progress).Write(m);
+                             const ProgressFn& progress, index::Manifest* m,
+                             QualityWindows* windows) {
+  return IndexStage(draft, tree, placement, num_records, options, threads, progress, windows)
+      .Write(m);
 }
 
 }  // namespace pcrfs::tools

@@ -59,20 +59,28 @@ using LevelBytes = std::function<Result<std::vector<uint8_t>>(int k)>;
 
 // Measures one image; its levels 1..9 on up to `threads` threads (the sample is spread over
 // the images first: a sample of one camera photo would otherwise leave all but one core idle).
+// carried: its window cut while the build transcoded it (QualityWindows), or empty.
 Result<ImageQuality> MeasureImage(const index::Store& store, const index::Entry& e,
-                                  unsigned threads) {
+                                  unsigned threads, std::vector<uint8_t> carried) {
   ImageQuality q;
   std::vector<uint8_t> top;
-  if (Status s = store.ReadFile(e, kLevels, &top); !s.ok()) return Err(s);
   // A large image is measured on its centred window: its level k is the window of the
   // image's level k (the same coefficients: the scan script is per component), transcoded
   // again here as the build does, so the cost per image is bounded whatever its size.
-  auto window = CutCentredWindow(top, kQualityWindowSide);
-  if (!window) return Err(window.error());
+  std::optional<std::vector<uint8_t>> window;
+  if (!carried.empty()) {
+    window = std::move(carried);
+  } else {
+    if (Status s = store.ReadFile(e, kLevels, &top); !s.ok()) return Err(s);
+    auto cut = CutCentredWindow(top, kQualityWindowSide);
+    if (!cut) return Err(cut.error());
+    window = std::move(*cut);
+  }
   LevelBytes level_bytes;
   std::optional<codec::ProgressiveJpeg> cut;
-  if (*window) {
-    codec::TranscodeResult t = codec::Transcode(**window, codec::TranscodeOptions{});
+  if (window) {
+    codec::TranscodeResult t = codec::Transcode(*window, codec::TranscodeOptions{});
+    window.reset();
     if (!t.transcoded()) return Err(Status::Corruption("quality window: " + t.detail));
     cut = std::move(t.image);
     top = cut->Level(kLevels);
@@ -150,9 +158,22 @@ void Summarize(std::vector<double>& v, double* mean, double* p5, double* min) {
 
 }  // namespace
 
+std::vector<uint64_t> ChooseQualitySample(std::vector<uint64_t> jpeg_inos, uint32_t sample,
+                                          uint64_t seed) {
+  const size_t n = std::min<size_t>(sample, jpeg_inos.size());
+  std::mt19937_64 rng(seed);
+  for (size_t i = 0; i < n; ++i) {
+    std::swap(jpeg_inos[i], jpeg_inos[i + UniformBelow(rng, jpeg_inos.size() - i)]);
+  }
+  jpeg_inos.resize(n);
+  jpeg_inos.shrink_to_fit();
+  std::sort(jpeg_inos.begin(), jpeg_inos.end());
+  return jpeg_inos;
+}
+
 Result<std::array<LevelQuality, codec::kNumGroups>> MeasureStoreQuality(
     const index::Store& store, uint32_t sample, uint64_t seed, unsigned threads, uint32_t* skipped,
-    const std::function<void(uint64_t, uint64_t)>& progress) {
+    const std::function<void(uint64_t, uint64_t)>& progress, QualityWindows* windows) {
   const index::IndexReader& idx = store.index();
   // Inodes are 1..NumEntries (assigned breadth-first by the builder). Only the inode numbers
   // of the JPEGs are kept (8 bytes each, not a decoded entry), and the index pages this walk
@@ -165,21 +186,25 @@ Result<std::array<LevelQuality, codec::kNumGroups>> MeasureStoreQuality(
     if (ino % 65536 == 0) idx.ReleaseMappedPages();
   }
   idx.ReleaseMappedPages();
-  const size_t n = std::min<size_t>(sample, inos.size());
-  std::mt19937_64 rng(seed);
-  for (size_t i = 0; i < n; ++i) {
-    std::swap(inos[i], inos[i + UniformBelow(rng, inos.size() - i)]);
-  }
-  inos.resize(n);
-  inos.shrink_to_fit();
   // Read in inode (and so record) order.
-  std::sort(inos.begin(), inos.end());
+  inos = ChooseQualitySample(std::move(inos), sample, seed);
+  const size_t n = inos.size();
   std::vector<index::Entry> jpegs;
   jpegs.reserve(n);
   for (uint64_t ino : inos) {
     auto e = idx.Get(ino);
     if (!e) return Err(e.error());
     jpegs.push_back(std::move(*e));
+  }
+  // The sampled images' windows at hand; the rest freed now.
+  std::vector<std::vector<uint8_t>> carried(n);
+  if (windows != nullptr) {
+    for (size_t i = 0; i < n; ++i) {
+      if (auto it = windows->find(jpegs[i].ino); it != windows->end()) {
+        carried[i] = std::move(it->second);
+      }
+    }
+    QualityWindows().swap(*windows);
   }
 
   std::vector<ImageQuality> results(n);
@@ -195,7 +220,7 @@ Result<std::array<LevelQuality, codec::kNumGroups>> MeasureStoreQuality(
       n == 0 || n >= all_threads ? 1 : all_threads / static_cast<unsigned>(n);
   ParallelFor(n, threads, [&](size_t i) {
     if (failed) return;
-    auto q = MeasureImage(store, jpegs[i], level_threads);
+    auto q = MeasureImage(store, jpegs[i], level_threads, std::move(carried[i]));
     if (q) {
       results[i] = *q;
       if (progress) {

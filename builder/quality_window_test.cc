@@ -6,6 +6,8 @@
 
 #include <algorithm>
 #include <array>
+#include <iterator>
+#include <utility>
 
 #include "codec/baseline.h"
 #include "codec/decoder.h"
@@ -144,6 +146,78 @@ TEST(QualityWindowTest, ASideThatFitsIsKeptWholeAndASmallImageIsNotCut) {
   auto none = CutCentredWindow(StoredLevel10(small), kQualityWindowSide);
   ASSERT_TRUE(none.has_value());
   EXPECT_FALSE(none->has_value());
+}
+
+// `jpeg` with its JFIF APP0 segment removed (none: unchanged), or with its density fields set
+// to 300x300 dpi (the segment's bytes 7..11 after "JFIF\0" and the version).
+std::vector<uint8_t> WithJfif(std::vector<uint8_t> jpeg, bool remove) {
+  if (jpeg.size() < 20 || jpeg[2] != 0xFF || jpeg[3] != 0xE0 || jpeg[6] != 'J') return jpeg;
+  const size_t length = size_t{jpeg[4]} << 8 | jpeg[5];
+  if (remove) {
+    jpeg.erase(jpeg.begin() + 2, jpeg.begin() + 2 + static_cast<long>(length) + 2);
+  } else {
+    const uint8_t density[] = {1, 0x01, 0x2C, 0x01, 0x2C};  // dots per inch, 300, 300
+    std::copy(std::begin(density), std::end(density), jpeg.begin() + 13);
+  }
+  return jpeg;
+}
+
+// The build cuts the window of a large image while it transcodes it (its coefficients are in
+// memory then); the quality sample cuts it from the stored level 10 where that window is not at
+// hand (resumed and merged builds, more files than the sample takes). Both must write the same
+// bytes, or the figures would depend on the path: every variety of the test JPEGs (sampling,
+// colour spaces, progressive and arithmetic sources, restarts), made wider or taller than the
+// window, and sources without a JFIF marker or with a density of their own.
+TEST(QualityWindowTest, CutWhileTranscodingIsTheCutOfTheStoredLevel10ByteForByte) {
+  int cut = 0;
+  for (const testdata::NamedJpegSpec& named : testdata::StandardTestJpegs()) {
+    JpegSpec spec = named.spec;
+    if (spec.width < 16 || spec.height < 16) continue;  // the extreme sizes: below
+    for (int shape = 0; shape < 3; ++shape) {
+      // Wider, taller, and both, than the window, with sides off the MCU grid.
+      spec.width = shape == 1 ? named.spec.width : 1100 + 7 * shape + 3;
+      spec.height = shape == 0 ? named.spec.height : 1090 + 5 * shape + 1;
+      auto source = testdata::MakeTestJpeg(spec);
+      ASSERT_TRUE(source.has_value()) << named.name;
+      for (int jfif = 0; jfif < 3; ++jfif) {
+        const std::vector<uint8_t> jpeg = jfif == 0 ? *source : WithJfif(*source, jfif == 1);
+        codec::TranscodeOptions with_window;
+        with_window.window_side = kQualityWindowSide;
+        codec::TranscodeResult t = codec::Transcode(jpeg, with_window);
+        ASSERT_TRUE(t.transcoded()) << named.name << ": " << t.detail;
+        // The window changes nothing of the transcode.
+        codec::TranscodeResult plain = codec::Transcode(jpeg, {});
+        EXPECT_TRUE(plain.transcoded() && plain.image.bytes == t.image.bytes) << named.name;
+        EXPECT_TRUE(plain.window.empty());
+        auto from_store = CutCentredWindow(t.image.Level(10), kQualityWindowSide);
+        ASSERT_TRUE(from_store.has_value()) << named.name << ": " << from_store.error().ToString();
+        ASSERT_TRUE(from_store->has_value()) << named.name;
+        EXPECT_FALSE(t.window.empty()) << named.name;
+        EXPECT_TRUE(t.window == **from_store)
+            << named.name << " " << spec.width << "x" << spec.height << " jfif " << jfif << ": "
+            << t.window.size() << " bytes against " << (*from_store)->size();
+        ++cut;
+      }
+    }
+  }
+  EXPECT_GE(cut, 100);
+
+  // An image that fits gets no window either way; a very long thin one is cut along its length.
+  for (auto [w, h] : {std::pair{1024, 1024}, std::pair{500, 375}, std::pair{1, 1},
+                      std::pair{5000, 8}, std::pair{8, 3000}}) {
+    auto jpeg = testdata::MakeTestJpeg({.width = w, .height = h, .seed = 2});
+    ASSERT_TRUE(jpeg.has_value());
+    codec::TranscodeOptions with_window;
+    with_window.window_side = kQualityWindowSide;
+    codec::TranscodeResult t = codec::Transcode(*jpeg, with_window);
+    ASSERT_TRUE(t.transcoded()) << t.detail;
+    auto from_store = CutCentredWindow(t.image.Level(10), kQualityWindowSide);
+    ASSERT_TRUE(from_store.has_value());
+    EXPECT_EQ(from_store->has_value(), !t.window.empty()) << w << "x" << h;
+    if (from_store->has_value()) {
+      EXPECT_TRUE(t.window == **from_store) << w << "x" << h;
+    }
+  }
 }
 
 TEST(QualityWindowTest, DamagedInputIsAnErrorNeverACrash) {

@@ -8,6 +8,7 @@
 #include <thread>
 
 #include "builder/build_stages.h"
+#include "builder/quality_window.h"
 #include "codec/transcoder.h"
 #include "common/file_util.h"
 #include "common/mutex.h"
@@ -58,6 +59,7 @@ struct FileResult {
   PassthroughReason reason = PassthroughReason::kNone;
   std::string detail;
   codec::ProgressiveJpeg jpeg;  // reason == kNone
+  std::vector<uint8_t> window;  // its quality window, when asked and the image is larger
   std::vector<uint8_t> raw;     // passthrough bytes
   // A large passthrough file: copied from `file` when its record is written (StreamInto).
   bool stream = false;
@@ -73,7 +75,8 @@ FileResult Unreadable(std::string detail) {
   return r;
 }
 
-void ClassifyBytes(std::vector<uint8_t> data, const BuildConfig& config, FileResult* out);
+void ClassifyBytes(std::vector<uint8_t> data, const BuildConfig& config, int window_side,
+                   FileResult* out);
 
 // Whether a file of `size` bytes starting with `head` (at least its first 3 bytes) is kept byte
 // for byte without transcoding: not a JPEG, or a JPEG over --max-jpeg-bytes; sets r's reason.
@@ -93,9 +96,9 @@ bool KeptAsIs(std::span<const uint8_t> head, uint64_t size, const BuildConfig& c
 
 // One attempt at reading and transcoding file node `node`, the turn-th file read from `source`.
 // A large file that will not be transcoded stays open (res.file) until its record streams it in.
-// *changed: the file changed while it was read.
+// window_side: codec::TranscodeOptions::window_side. *changed: the file changed while it was read.
 FileResult ProcessOnce(BuildSource* source, const SourceTree& tree, uint32_t node, size_t turn,
-                       const BuildConfig& config, bool* changed) {
+                       const BuildConfig& config, int window_side, bool* changed) {
   auto file = source->OpenFile(tree, node, turn);
   if (!file) return Unreadable(file.error().message());
   FileResult r;
@@ -114,12 +117,13 @@ FileResult ProcessOnce(BuildSource* source, const SourceTree& tree, uint32_t nod
   if (!data) return Unreadable(data.error().message());
   if (*changed) return r;
   file->reset();
-  ClassifyBytes(std::move(*data), config, &r);
+  ClassifyBytes(std::move(*data), config, window_side, &r);
   return r;
 }
 
 // Transcodes `data` if it is a JPEG that may be; otherwise keeps it as passthrough bytes.
-void ClassifyBytes(std::vector<uint8_t> data, const BuildConfig& config, FileResult* out) {
+void ClassifyBytes(std::vector<uint8_t> data, const BuildConfig& config, int window_side,
+                   FileResult* out) {
   FileResult& r = *out;
   if (data.empty()) {
     r.reason = PassthroughReason::kEmpty;
@@ -128,11 +132,13 @@ void ClassifyBytes(std::vector<uint8_t> data, const BuildConfig& config, FileRes
     opts.strip_metadata = config.strip_metadata;
     opts.max_input_scans = config.max_input_scans;
     opts.max_memory_bytes = config.max_image_memory;
+    opts.window_side = window_side;
     codec::TranscodeResult t = codec::Transcode(data, opts);
     r.reason = StoredReason(t.reason);
     r.detail = std::move(t.detail);
     if (t.transcoded()) {
       r.jpeg = std::move(t.image);
+      r.window = std::move(t.window);
       return;
     }
   }
@@ -140,11 +146,11 @@ void ClassifyBytes(std::vector<uint8_t> data, const BuildConfig& config, FileRes
 }
 
 FileResult ProcessFile(BuildSource* source, const SourceTree& tree, uint32_t node, size_t turn,
-                       const BuildConfig& config) {
+                       const BuildConfig& config, int window_side) {
   try {
     for (int attempt = 1;; ++attempt) {
       bool changed = false;
-      FileResult r = ProcessOnce(source, tree, node, turn, config, &changed);
+      FileResult r = ProcessOnce(source, tree, node, turn, config, window_side, &changed);
       if (!changed) return r;
       if (attempt == kReadAttempts) {
         return Unreadable("changed while being read (" + std::to_string(kReadAttempts) +
@@ -165,12 +171,15 @@ class OrderedTranscoder {
 
   // node_of(i) is the node of file i of count in *tree; it is called from the worker threads.
   // File i is the turn-th file read from `source` (BuildSource::StartReading already called).
+  // window_side_of(i): codec::TranscodeOptions::window_side for file i (from the workers too).
   OrderedTranscoder(size_t count, const SourceTree* tree, std::function<uint32_t(size_t)> node_of,
-                    const BuildConfig* config, unsigned threads, BuildSource* source)
+                    std::function<int(size_t)> window_side_of, const BuildConfig* config,
+                    unsigned threads, BuildSource* source)
       : count_(count),
         tree_(tree),
         source_(source),
         node_of_(std::move(node_of)),
+        window_side_of_(std::move(window_side_of)),
         config_(config),
         window_(std::max<size_t>(16, threads * 64)) {
     slots_.resize(window_);
@@ -215,7 +224,7 @@ class OrderedTranscoder {
         if (stop_ || next_claim_ >= count_) return;
         i = next_claim_++;
       }
-      FileResult r = ProcessFile(source_, *tree_, node_of_(i), i, *config_);
+      FileResult r = ProcessFile(source_, *tree_, node_of_(i), i, *config_, window_side_of_(i));
       {
         MutexLock l(&mu_);
         buffered_ += ResultBytes(r);
@@ -225,12 +234,15 @@ class OrderedTranscoder {
     }
   }
 
-  static uint64_t ResultBytes(const FileResult& r) { return r.jpeg.bytes.size() + r.raw.size(); }
+  static uint64_t ResultBytes(const FileResult& r) {
+    return r.jpeg.bytes.size() + r.raw.size() + r.window.size();
+  }
 
   const size_t count_;
   const SourceTree* tree_;
   BuildSource* const source_;
   const std::function<uint32_t(size_t)> node_of_;
+  const std::function<int(size_t)> window_side_of_;
   const BuildConfig* config_;
   const size_t window_;
   uint64_t buffered_ GUARDED_BY(mu_) = 0;  // bytes of results not yet taken
@@ -254,7 +266,8 @@ class RecordStage {
  public:
   RecordStage(BuildSource* source, SourceTree* tree, const BuildConfig& config,
               const std::string& options_text, unsigned threads, const StoreDraft& draft,
-              Placement* placement, BuildReport* report, std::vector<ChangedFile>* changed)
+              Placement* placement, BuildReport* report, std::vector<ChangedFile>* changed,
+              QualityWindows* windows)
       : source_(source),
         tree_(*tree),
         config_(config),
@@ -263,7 +276,8 @@ class RecordStage {
         draft_(draft),
         placement_(placement),
         report_(*report),
-        changed_(*changed) {}
+        changed_(*changed),
+        windows_(windows) {}
 
   std::string MembersFingerprint(size_t begin, size_t end) const {
     Fingerprint fp;
@@ -296,6 +310,13 @@ class RecordStage {
     return std::move(*layout);
   }
 
+  // The files whose quality windows are cut while they are transcoded (their coefficients in
+  // memory then), not from the stored level 10 afterwards (quality_window.h).
+  std::vector<bool> LikelySampled() const {
+    if (windows_ == nullptr || config_.shard.enabled() || config_.quality_sample == 0) return {};
+    return FilesLikelySampled(tree_, config_.quality_sample, config_.quality_seed);
+  }
+
   Status Run() {
     const size_t n = tree_.files.size();
     const size_t per = config_.images_per_record;
@@ -310,7 +331,8 @@ class RecordStage {
     // Decide which records survive from an interrupted build; transcode only the rest.
     std::vector<std::optional<index::RecordLayout>> reused(num_records);
     std::vector<std::string> fps(num_records);
-    std::vector<uint32_t> todo;  // nodes to transcode
+    std::vector<uint32_t> todo;      // nodes to transcode
+    std::vector<uint32_t> todo_pos;  // their positions in tree_.files
     for (uint32_t r = first; r < last; ++r) {
       const size_t begin = r * per, end = std::min(n, begin + per);
       fps[r] = MembersFingerprint(begin, end);
@@ -318,6 +340,7 @@ class RecordStage {
       if (reused[r]) continue;
       for (size_t i = begin; i < end; ++i) {
         todo.push_back(tree_.files[i]);
+        todo_pos.push_back(static_cast<uint32_t>(i));
       }
     }
 
@@ -334,9 +357,12 @@ class RecordStage {
     };
     ReportProgress(config_.progress, BuildProgress::Stage::kFiles, 0, files, 0, bytes_total);
 
+    const std::vector<bool> sampled = LikelySampled();
     source_->StartReading(todo);
     OrderedTranscoder pool(
-        todo.size(), &tree_, [&](size_t i) { return todo[i]; }, &config_, threads_, source_);
+        todo.size(), &tree_, [&](size_t i) { return todo[i]; },
+        [&](size_t i) { return sampled.empty() || !sampled[todo_pos[i]] ? 0 : kQualityWindowSide; },
+        &config_, threads_, source_);
     size_t next = 0;  // index into todo
     for (uint32_t r = first; r < last; ++r) {
       const size_t begin = r * per, end = std::min(n, begin + per);
@@ -356,6 +382,9 @@ class RecordStage {
         SourceNode& node = tree_.nodes[tree_.files[i]];
         const size_t changes = report_.changed.size();
         PCRFS_RETURN_IF_ERROR(AddToRecord(writer->get(), &node, &res));
+        if (!res.window.empty() && res.reason == PassthroughReason::kNone) {
+          (*windows_)[i] = std::move(res.window);
+        }
         if (report_.changed.size() != changes) {
           changed_.push_back({i, node.size, node.mtime_sec, node.mtime_nsec});
         }
@@ -441,14 +470,32 @@ class RecordStage {
   Placement* const placement_;
   BuildReport& report_;
   std::vector<ChangedFile>& changed_;
+  QualityWindows* const windows_;
 };
 
 }  // namespace
 
+std::vector<bool> FilesLikelySampled(const SourceTree& tree, uint32_t sample, uint64_t seed) {
+  std::vector<bool> sampled(tree.files.size(), true);
+  if (tree.files.size() <= sample) return sampled;
+  const InodeLayout layout = AssignInodes(tree, [](size_t) { return true; });
+  std::vector<uint64_t> inos;  // every file's, in inode order
+  for (size_t i = 0; i < layout.order.size(); ++i) {
+    if (!tree.nodes[layout.order[i]].is_dir) inos.push_back(i + 1);
+  }
+  sampled.assign(tree.files.size(), false);
+  for (uint64_t ino : ChooseQualitySample(std::move(inos), sample, seed)) {
+    sampled[layout.file_pos(layout.order[ino - 1])] = true;
+  }
+  return sampled;
+}
+
 Status WriteRecords(BuildSource* source, SourceTree* tree, const BuildConfig& config,
                     const std::string& options_text, unsigned threads, const StoreDraft& draft,
-                    Placement* placement, BuildReport* report, std::vector<ChangedFile>* changed) {
-  return RecordStage(source, tree, config, options_text, threads, draft, placement, report, changed)
+                    Placement* placement, BuildReport* report, std::vector<ChangedFile>* changed,
+                    QualityWindows* windows) {
+  return RecordStage(source, tree, config, options_text, threads, draft, placement, report, changed,
+                     windows)
       .Run();
 }
 

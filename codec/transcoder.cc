@@ -4,12 +4,14 @@
 
 #include "codec/transcoder.h"
 
+#include <algorithm>
 #include <climits>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <memory>
 
+#include "codec/centred_window.h"
 #include "codec/jpeg_dest.h"
 #include "codec/jpeg_error.h"
 #include "codec/libjpeg.h"
@@ -38,6 +40,14 @@ struct TranscodeJob {
   MallocDestination dest;
   ScanScript script;
   size_t trailing_bytes;
+  // The centred window (TranscodeOptions::window_side), its own error manager, so that a
+  // window that cannot be cut leaves the transcode as it is. window_dest.buffer is the caller's
+  // to free, as dest's.
+  int window_side;
+  JpegErrorManager window_err;
+  jpeg_compress_struct window_info;
+  MallocDestination window_dest;
+  bool window_cut;
 };
 
 // A progressive source must have sent every bit of every coefficient (coef_bits all 0; -1 is
@@ -58,6 +68,30 @@ bool ProgressionComplete(j_decompress_ptr src_info, JpegErrorManager* err) {
     }
   }
   return true;
+}
+
+// Cuts the centred window from the coefficients src_info holds (codec/centred_window.h) into
+// job->window_dest, under an error manager of its own: a failure (out of memory) only leaves
+// job->window_cut false.
+void CutWindow(TranscodeJob* job, jvirt_barray_ptr* coefficients) {
+  j_decompress_ptr src_info = &job->src_info;
+  j_compress_ptr window_info = &job->window_info;
+  jpeg_error_mgr* const transcode_err = src_info->err;
+  std::memset(window_info, 0, sizeof(*window_info));
+  // Accesses to src_info's arrays during the cut report to the cut's manager too.
+  src_info->err = InitJpegErrorManager(&job->window_err, /*warnings_fatal=*/true);
+  window_info->err = src_info->err;
+  if (setjmp(job->window_err.jump)) {
+    jpeg_destroy_compress(window_info);
+    src_info->err = transcode_err;
+    job->window_cut = false;
+    return;
+  }
+  job->window_cut =
+      WriteCentredWindow(src_info, coefficients, src_info->image_height, job->window_side,
+                         job->max_memory, window_info, &job->window_dest, 1 << 20);
+  jpeg_destroy_compress(window_info);
+  src_info->err = transcode_err;
 }
 
 // All libjpeg calls of a transcode. Returns false with job->err.msg_code/message set on failure.
@@ -129,6 +163,7 @@ bool RunTranscode(TranscodeJob* job) {
   jpeg_write_coefficients(dst_info, coefficients);
   CopySavedMarkers(src_info, dst_info);
   jpeg_finish_compress(dst_info);
+  if (job->window_side > 0) CutWindow(job, coefficients);
   // The coefficients belong to the decompressor, so it finishes last.
   jpeg_finish_decompress(src_info);
   job->trailing_bytes = src_info->src->bytes_in_buffer;
@@ -170,8 +205,10 @@ TranscodeResult Transcode(std::span<const uint8_t> jpeg, const TranscodeOptions&
   job->max_memory = options.max_memory_bytes > static_cast<uint64_t>(LONG_MAX)
                         ? LONG_MAX
                         : static_cast<long>(options.max_memory_bytes);
+  job->window_side = options.window_side > 0 ? std::max(options.window_side, kMinWindowSide) : 0;
   bool ok = RunTranscode(job.get());
   std::unique_ptr<unsigned char, FreeDeleter> buffer(job->dest.buffer);
+  std::unique_ptr<unsigned char, FreeDeleter> window(job->window_dest.buffer);
   if (!ok) return Passthrough(ReasonForJpegMessage(job->err.msg_code), job->err.message);
   if (job->trailing_bytes != 0) {
     return Passthrough(PassthroughReason::kTrailingData,
@@ -188,6 +225,7 @@ TranscodeResult Transcode(std::span<const uint8_t> jpeg, const TranscodeOptions&
   }
   TranscodeResult result;
   result.image = std::move(*split);
+  if (job->window_cut) result.window.assign(window.get(), window.get() + job->window_dest.size);
   return result;
 }
 

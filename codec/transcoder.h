@@ -23,12 +23,20 @@ struct TranscodeOptions {
   int max_input_scans = 1000;
   // libjpeg's max_memory_to_use for each of the decompressor and the compressor.
   uint64_t max_memory_bytes = uint64_t{1} << 30;
+  // When > 0 (at least kMinWindowSide, codec/centred_window.h) and a side of the image is longer:
+  // also cut its centred window of at most window_side x window_side pixels from the
+  // coefficients in memory (TranscodeResult::window), the bytes tools::CutCentredWindow cuts
+  // from level 10, for the quality sample. A window that cannot be cut is left empty; the
+  // transcode is the same either way.
+  int window_side = 0;
 };
 
 struct TranscodeResult {
   PassthroughReason reason = PassthroughReason::kNone;
   std::string detail;     // libjpeg's message (or ours) when reason != kNone
   ProgressiveJpeg image;  // valid only when reason == kNone
+  // The centred window (TranscodeOptions::window_side) when transcoded and cut; else empty.
+  std::vector<uint8_t> window;
 
   bool transcoded() const { return reason == PassthroughReason::kNone; }
 };
