@@ -47,6 +47,21 @@ def read_bytes(pid):
     raise AssertionError("no read_bytes in /proc/PID/io")
 
 
+def settled(mnt, pid, timeout=30.0):
+    """Waits until the daemon's scheduler has nothing queued (user.pcrfs.prefetch: "queued 0
+    MiB") and its read_bytes is the same in 3 samples 50 ms apart."""
+    deadline = time.monotonic() + timeout
+    last, same = -1, 0
+    while same < 3:
+        if time.monotonic() > deadline:
+            raise AssertionError(f"the daemon's speculative reads did not settle in {timeout:g} s")
+        prefetch = os.getxattr(mnt, "user.pcrfs.prefetch").decode()
+        now = read_bytes(pid)
+        same = same + 1 if now == last and ", queued 0 MiB;" in prefetch else 0
+        last = now
+        time.sleep(0.05)
+
+
 def drop_caches():
     os.sync()
     with open("/proc/sys/vm/drop_caches", "w") as f:
@@ -98,8 +113,9 @@ class ColdAmplificationTest(unittest.TestCase):
             for f in files:
                 with open(f, "rb") as fh:
                     served += len(fh.read())
-            # Speculative reads still queued count too: let them finish.
-            time.sleep(0.5)
+            # Speculative reads still queued count too: wait until the scheduler says none is
+            # queued and the daemon's reads from storage stop growing.
+            settled(m.mnt, m.proc.pid)
             process_bytes = index_bytes + read_bytes(m.proc.pid) - base
             self.last_resident = store_resident(self.store)
             return sum(self.last_resident.values()), process_bytes, served
