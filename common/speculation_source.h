@@ -52,6 +52,9 @@ class SpeculationSource {
   // source knows of, as the page cache); 0 once the source keeps enough unread bytes (when Warm
   // would be refused with ResourceExhausted).
   virtual uint64_t AheadRoom() const { return UINT64_MAX; }
+  // The most AheadRoom can be: the share of the source's cache that bytes fetched ahead may
+  // take (UINT64_MAX: no limit the source knows of).
+  virtual uint64_t AheadShare() const { return UINT64_MAX; }
   // The readers name the files they read next (hints), or no longer do: a source whose room
   // ahead is a share of a cache may give those certain bytes a larger share.
   virtual void SetOrderKnown(bool /*known*/) const {}

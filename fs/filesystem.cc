@@ -120,6 +120,13 @@ void Filesystem::ConsumeHints() {
       hint_room_.WaitFor(&hint_mu_, kRoomRecheck);
     }
     if (hinted_remote_ != nullptr) {
+      const uint64_t want = hinted_remote_->AheadShare() / 4;
+      const auto until = std::chrono::steady_clock::now() + kHintCoalesce;
+      while (hinted_remote_->AheadRoom() < want && std::chrono::steady_clock::now() < until) {
+        MutexLock l(&hint_mu_);
+        if (hint_stop_) return;
+        hint_room_.WaitFor(&hint_mu_, kRoomRecheck);
+      }
       FetchHintedBatch();
       continue;
     }

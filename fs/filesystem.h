@@ -276,6 +276,10 @@ class Filesystem {
   static constexpr uint64_t kHintMinRoom = uint64_t{64} << 10;
   static constexpr std::chrono::milliseconds kRoomRecheck{2};
   static constexpr int kMaxRoomWaits = 500;  // about a second
+  // Fuller batches: before taking one, the consumer waits up to kHintCoalesce for a quarter of
+  // the room ahead to be free. Taken as soon as 64 KiB were, a batch held ~20 level-1 files
+  // over 98 records at 100k files: 0.84 GETs per hinted file, the daemon's CPU the bound.
+  static constexpr std::chrono::milliseconds kHintCoalesce{10};
   // The last hinted file's speculation hooks (a remote store's: its cache's room is the
   // store's). The consumer's thread only.
   std::shared_ptr<const SpeculationSource> hinted_remote_;

@@ -573,6 +573,11 @@ void RangeCache::SetOrderKnown(bool known) {
   order_known_ = known;
 }
 
+uint64_t RangeCache::AheadShare() const {
+  MutexLock l(&mu_);
+  return AheadShareLocked();
+}
+
 uint64_t RangeCache::AheadRoom() const {
   MutexLock l(&mu_);
   const uint64_t share = AheadShareLocked();

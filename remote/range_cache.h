@@ -141,6 +141,8 @@ class RangeCache {
   // kAheadShareQuarters. Bytes already unread beyond a smaller share stay, and no more are
   // fetched ahead until they are read.
   void SetOrderKnown(bool known) EXCLUDES(mu_);
+  // The share itself: AheadRoom with nothing unread or being fetched ahead.
+  uint64_t AheadShare() const EXCLUDES(mu_);
   // The disk tier keeps an extent as entries of at most this many bytes.
   static constexpr uint64_t kMaxDiskExtent = uint64_t{128} << 10;
 

@@ -66,6 +66,7 @@ class RemoteFile final : public RandomAccessFile, public SpeculationSource {
   bool PrefetchAhead(uint64_t offset, uint64_t n) const override;
   bool PrefetchAheadAll(const std::vector<Span>& spans) const override;
   uint64_t AheadRoom() const override { return cache_ != nullptr ? cache_->AheadRoom() : 0; }
+  uint64_t AheadShare() const override { return cache_ != nullptr ? cache_->AheadShare() : 0; }
   void SetOrderKnown(bool known) const override {
     if (cache_ != nullptr) cache_->SetOrderKnown(known);
   }
