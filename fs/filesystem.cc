@@ -95,15 +95,9 @@ void Filesystem::ConsumeHints() {
     // A remote store's hinted files are fetched here, not by the scheduler, whose own
     // speculation waits while they are queued: the cache's room for bytes fetched ahead is
     // theirs.
-    if (hints_.size() == 0) {
-      scheduler_.Yield(false);
-      if (hinted_remote_ != nullptr) hinted_remote_->SetOrderKnown(false);
-    }
+    if (hints_.size() == 0) SetHinting(false);
     if (!hints_.WaitNonEmpty()) break;
-    if (hinted_remote_ != nullptr) {
-      scheduler_.Yield(true);
-      hinted_remote_->SetOrderKnown(true);
-    }
+    if (hinted_remote_ != nullptr) SetHinting(true);
     // Through the scheduler (a local store): taken only once it has room, so that a file read
     // meanwhile is dropped from the hint queue (NoteRead) instead of being fetched after its
     // read.
@@ -112,20 +106,14 @@ void Filesystem::ConsumeHints() {
       if (hint_stop_) return;
       hint_room_.WaitFor(&hint_mu_, kRecheck);
     }
-    // A remote store's cache with no room for the next file's bytes: wait until readers read
-    // what is fetched ahead (its room is the whole store's, whichever record asks).
-    while (hinted_remote_ != nullptr && hinted_remote_->AheadRoom() < kHintMinRoom) {
-      MutexLock l(&hint_mu_);
-      if (hint_stop_) return;
-      hint_room_.WaitFor(&hint_mu_, kRoomRecheck);
-    }
     if (hinted_remote_ != nullptr) {
-      const uint64_t want = hinted_remote_->AheadShare() / 4;
-      const auto until = std::chrono::steady_clock::now() + kHintCoalesce;
-      while (hinted_remote_->AheadRoom() < want && std::chrono::steady_clock::now() < until) {
-        MutexLock l(&hint_mu_);
-        if (hint_stop_) return;
-        hint_room_.WaitFor(&hint_mu_, kRoomRecheck);
+      // A remote store's cache with no room for the next file's bytes: wait until readers read
+      // what is fetched ahead (its room is the whole store's, whichever record asks); then a
+      // little longer for a quarter of the share, so that a batch shares records.
+      if (!WaitForHintRoom(kHintMinRoom, std::chrono::steady_clock::time_point::max()) ||
+          !WaitForHintRoom(hinted_remote_->AheadShare() / 4,
+                           std::chrono::steady_clock::now() + kHintCoalesce)) {
+        return;
       }
       FetchHintedBatch();
       continue;
@@ -143,6 +131,20 @@ void Filesystem::ConsumeHints() {
   }
 }
 
+void Filesystem::SetHinting(bool on) {
+  scheduler_.Yield(on);
+  if (hinted_remote_ != nullptr) hinted_remote_->SetOrderKnown(on);
+}
+
+bool Filesystem::WaitForHintRoom(uint64_t bytes, std::chrono::steady_clock::time_point until) {
+  while (hinted_remote_->AheadRoom() < bytes && std::chrono::steady_clock::now() < until) {
+    MutexLock l(&hint_mu_);
+    if (hint_stop_) return false;
+    hint_room_.WaitFor(&hint_mu_, kRoomRecheck);
+  }
+  return true;
+}
+
 bool Filesystem::FetchHinted(index::Entry e, int level) {
   if (e.is_dir()) return true;
   auto file = OpenRecord(e.record);
@@ -150,11 +152,9 @@ bool Filesystem::FetchHinted(index::Entry e, int level) {
   const std::shared_ptr<const SpeculationSource> source = file->shared_speculation();
   // A source that keeps nothing, or a disk's page cache: the scheduler's speculative reads.
   if (!source || source->ConcurrentSpeculativeReads() == 0) return false;
-  if (hinted_remote_ == nullptr) {
-    scheduler_.Yield(true);
-    source->SetOrderKnown(true);
-  }
+  const bool first = hinted_remote_ == nullptr;
   hinted_remote_ = source;
+  if (first) SetHinting(true);
   if (!store_->ResolvePieces(&e, level).ok()) return true;  // a read of it reports the damage
   const index::LevelPlan plan(e.kind, e.pieces, level, 0, e.SizeAtLevel(level));
   // Every piece at once, as a reader's own read would (one round trip), each fetched only

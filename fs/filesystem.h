@@ -270,6 +270,13 @@ class Filesystem {
   // proxy take). A record whose pieces find no room goes file by file (FetchHinted). On the
   // consumer's thread only.
   void FetchHintedBatch() EXCLUDES(hint_mu_);
+  // Hinted files queued (on) or none left: the scheduler's own speculation yields to them, and
+  // the hinted store's cache gives bytes fetched ahead its larger share (SetOrderKnown).
+  void SetHinting(bool on);
+  // Waits until the hinted store's cache has `bytes` of room ahead, or until `until`; false
+  // once the consumer is to stop. On the consumer's thread only (hinted_remote_ set).
+  bool WaitForHintRoom(uint64_t bytes, std::chrono::steady_clock::time_point until)
+      EXCLUDES(hint_mu_);
   static constexpr size_t kHintBatchFiles = 256;
   // The cache room the consumer waits for before it takes the next hinted file, and how often
   // it looks (reads free room and signal nothing).
