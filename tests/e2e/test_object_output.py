@@ -68,16 +68,7 @@ class ObjectOutputTest(LoopbackServersCase):
         return p
 
     def keys(self, prefix):
-        client = self.s3.client()
-        try:
-            out = {}
-            for page in client.get_paginator("list_objects_v2").paginate(Bucket=BUCKET,
-                                                                         Prefix=prefix + "/"):
-                for o in page.get("Contents", []):
-                    out[o["Key"][len(prefix) + 1:]] = o["Size"]
-            return out
-        finally:
-            client.close()
+        return self.s3.sizes(prefix, BUCKET)
 
     def download(self, prefix, name):
         """The objects under prefix, as a local folder."""

@@ -155,18 +155,26 @@ class SlurmShardsTest(TempDirTest):
                 "PCRFS_CACHE_DIR": self.path("cache"), "HOME": self.path("home"),
                 "no_proxy": "127.0.0.1,localhost"}
 
+    def requeue_and_resume(self, victim, array_id, kept):
+        """Requeues the cancelled task `victim` and waits for it to finish; asserts that its
+        --resume kept at least `kept` records; returns its output."""
+        self.cluster.run("scontrol", "requeue", victim)
+        # A requeued job waits until the cancelled run's job credential has expired (AuthInfo
+        # cred_expire: 120 s by default, 10 s in this cluster). Forcing it earlier (scontrol
+        # update StartTime=now) races with slurmd, which refuses a job whose credential it
+        # revoked: "Job credential revoked", and the task fails for good.
+        self.wait_until(lambda: self.state(victim) == "PENDING", "requeue", array_id)
+        self.wait_until(lambda: self.state(victim) == "COMPLETED", "the requeued task", array_id)
+        with open(os.path.join(self.tmp, f"slurm-{array_id}_2.out")) as f:
+            out = f.read()
+        m = re.search(r"(\d+) records kept", out)
+        self.assertTrue(m, out)
+        self.assertGreaterEqual(int(m.group(1)), kept, out)
+        return out
+
     def keys(self, prefix):
         """{key under prefix/: size} in the bucket."""
-        client = self.s3.client()
-        try:
-            out = {}
-            for page in client.get_paginator("list_objects_v2").paginate(Bucket=BUCKET,
-                                                                         Prefix=prefix + "/"):
-                for o in page.get("Contents", []):
-                    out[o["Key"][len(prefix) + 1:]] = o["Size"]
-            return out
-        finally:
-            client.close()
+        return self.s3.sizes(prefix, BUCKET)
 
     def assert_same_bucket_store(self, prefix):
         """The store at prefix, downloaded, equals the single build (every object but
@@ -253,18 +261,7 @@ class SlurmShardsTest(TempDirTest):
         self.cluster.run("scancel", victim)
         self.wait_until(lambda: self.state(victim) == "CANCELLED", "scancel", array_id)
         self.assertFalse(os.path.exists(os.path.join(parts, "part-2")))
-        self.cluster.run("scontrol", "requeue", victim)
-        # A requeued job waits until the cancelled run's job credential has expired (AuthInfo
-        # cred_expire: 120 s by default, 10 s in this cluster). Forcing it earlier (scontrol
-        # update StartTime=now) races with slurmd, which refuses a job whose credential it
-        # revoked: "Job credential revoked", and the task fails for good.
-        self.wait_until(lambda: self.state(victim) == "PENDING", "requeue", array_id)
-        self.wait_until(lambda: self.state(victim) == "COMPLETED", "the requeued task", array_id)
-        with open(os.path.join(self.tmp, f"slurm-{array_id}_2.out")) as f:
-            out = f.read()
-        m = re.search(r"(\d+) records kept", out)
-        self.assertTrue(m, out)
-        self.assertGreaterEqual(int(m.group(1)), len(kept), out)
+        self.requeue_and_resume(victim, array_id, len(kept))
         # The cancel counts as a failure for afterok, requeued or not.
         self.wait_until(lambda: "DependencyNeverSatisfied" in self.cluster.run(
             "squeue", "-h", "-j", merge, "-o", "%r").stdout, "the merge job's reason", array_id)
@@ -324,14 +321,7 @@ class SlurmShardsTest(TempDirTest):
             f"s3://{BUCKET}/{part}".encode()).hexdigest()[:16])
         self.assertTrue(os.path.isdir(draft), os.listdir(os.path.dirname(draft)))
         shutil.rmtree(draft)
-        self.cluster.run("scontrol", "requeue", victim)
-        self.wait_until(lambda: self.state(victim) == "PENDING", "requeue", array_id)
-        self.wait_until(lambda: self.state(victim) == "COMPLETED", "the requeued task", array_id)
-        with open(os.path.join(self.tmp, f"slurm-{array_id}_2.out")) as f:
-            out = f.read()
-        m = re.search(r"(\d+) records kept", out)
-        self.assertTrue(m, out)
-        self.assertGreaterEqual(int(m.group(1)), len(kept), out)
+        out = self.requeue_and_resume(victim, array_id, len(kept))
         self.assertNotIn(SECRET_KEY, out)
         self.wait_until(lambda: "DependencyNeverSatisfied" in self.cluster.run(
             "squeue", "-h", "-j", merge, "-o", "%r").stdout, "the merge job's reason", array_id)

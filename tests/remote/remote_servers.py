@@ -430,6 +430,19 @@ class S3Server:
         self.s3rver_port = ports["s3rver_port"]
         wait_until_answers(self.endpoint + "/__front/stats", self.proc, log)
 
+    def sizes(self, prefix, bucket=None):
+        """{key below prefix/: size} of the objects in `bucket` (default: the first)."""
+        client = self.client()
+        try:
+            out = {}
+            for page in client.get_paginator("list_objects_v2").paginate(
+                    Bucket=bucket or self.bucket, Prefix=prefix + "/"):
+                for o in page.get("Contents", []):
+                    out[o["Key"][len(prefix) + 1:]] = o["Size"]
+            return out
+        finally:
+            client.close()
+
     def client(self, access_key=None, secret_key=None, session_token=None, endpoint=None,
                addressing_style="path"):
         """A boto3 S3 client for this server (or, through endpoint, a proxy in front of it),
