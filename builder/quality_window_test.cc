@@ -53,11 +53,13 @@ TEST(QualityWindowTest, TheCentreOnWholeMcusWithTheSourcesPixels) {
     auto window = codec::DecodeJpeg(**cut);
     auto whole = codec::DecodeJpeg(top);
     ASSERT_TRUE(window.has_value() && whole.has_value());
-    EXPECT_EQ(window->width, 1024);
-    EXPECT_EQ(window->height, 1024);
+    EXPECT_EQ(window->width, kQualityWindowSide);
+    EXPECT_EQ(window->height, kQualityWindowSide);
     // The centre rounded down to 8x8 MCUs.
-    const int x0 = (2000 - 1024) / 2 / 8 * 8, y0 = (1500 - 1024) / 2 / 8 * 8;
-    EXPECT_TRUE(window->pixels == Window(*whole, x0, y0, 1024, 1024)) << static_cast<int>(color);
+    const int x0 = (2000 - kQualityWindowSide) / 2 / 8 * 8,
+              y0 = (1500 - kQualityWindowSide) / 2 / 8 * 8;
+    EXPECT_TRUE(window->pixels == Window(*whole, x0, y0, kQualityWindowSide, kQualityWindowSide))
+        << static_cast<int>(color);
   }
 }
 
@@ -93,8 +95,8 @@ TEST(QualityWindowTest, TheWindowsCoefficientsAreTheImagesBlocks) {
       max_v = std::max(max_v, comp.v_samp);
     }
     const int mcu_w = 8 * max_h, mcu_h = 8 * max_v;
-    const int w = c.width > 1024 ? 1024 / mcu_w * mcu_w : c.width;
-    const int h = c.height > 1024 ? 1024 / mcu_h * mcu_h : c.height;
+    const int w = c.width > kQualityWindowSide ? kQualityWindowSide / mcu_w * mcu_w : c.width;
+    const int h = c.height > kQualityWindowSide ? kQualityWindowSide / mcu_h * mcu_h : c.height;
     EXPECT_EQ(window->width, static_cast<uint32_t>(w));
     EXPECT_EQ(window->height, static_cast<uint32_t>(h));
     const int mcu_x0 = (c.width - w) / 2 / mcu_w, mcu_y0 = (c.height - h) / 2 / mcu_h;
@@ -123,7 +125,7 @@ TEST(QualityWindowTest, ASideThatFitsIsKeptWholeAndASmallImageIsNotCut) {
   ASSERT_TRUE(cut.has_value() && cut->has_value());
   auto window = codec::DecodeJpeg(**cut);
   ASSERT_TRUE(window.has_value());
-  EXPECT_EQ(window->width, 1024);
+  EXPECT_EQ(window->width, kQualityWindowSide);
   EXPECT_EQ(window->height, 200);
   // The window of a large window is transcoded as the build transcodes: its levels exist.
   codec::TranscodeResult t = codec::Transcode(**cut, {});
@@ -203,8 +205,8 @@ TEST(QualityWindowTest, CutWhileTranscodingIsTheCutOfTheStoredLevel10ByteForByte
   EXPECT_GE(cut, 100);
 
   // An image that fits gets no window either way; a very long thin one is cut along its length.
-  for (auto [w, h] : {std::pair{1024, 1024}, std::pair{500, 375}, std::pair{1, 1},
-                      std::pair{5000, 8}, std::pair{8, 3000}}) {
+  for (auto [w, h] : {std::pair{kQualityWindowSide, kQualityWindowSide}, std::pair{500, 375},
+                      std::pair{1, 1}, std::pair{5000, 8}, std::pair{8, 3000}}) {
     auto jpeg = testdata::MakeTestJpeg({.width = w, .height = h, .seed = 2});
     ASSERT_TRUE(jpeg.has_value());
     codec::TranscodeOptions with_window;

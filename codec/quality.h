@@ -34,8 +34,9 @@ Result<double> MsSsim(const DecodedImage& a, const DecodedImage& b);
 // luma pyramid and its local means and second moments are computed once, at Make, instead of
 // once per comparison. Compare(a) returns exactly (bit for bit) what MsSsim(a, reference) did
 // before this class existed: every sum is taken in the same order. Memory: about 3 doubles per
-// reference pixel (for 1024x1024, 32 MB), and Compare takes the image's luma pyramid plus 33
-// rows of the image's width. Compare is const and may run on several threads at once.
+// reference pixel (for 1024x1024, 32 MB; the build's sample measures at most 512x512), and Compare
+// takes the image's luma pyramid plus 33 rows of the image's width. Compare is const and may run on
+// several threads at once.
 class MsSsimReference {
  public:
   // Errors: as MsSsim's, for the reference alone (component count, smaller than 11x11).

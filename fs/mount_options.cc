@@ -285,6 +285,11 @@ constexpr Option kOptions[] = {
          },
      .help = "keep fetched record bytes (and form=baseline's files) on disk under cache_dir "
              "(auto: room for the mounted level, at most half the free space there)"},
+    {.name = "fetch_align", .kind = Kind::kSize, .meta = "SIZE", .hi = 64 * kMiB,
+     .what = "256K", .zero = "exact ranges", .def = "0", .stores = Stores::kRemote,
+     .set = [](MountConfig& c, const Value& v) { c.remote.fetch_align = v.n; },
+     .help = "widen every ranged GET of a record to multiples of SIZE: a cache tier's slice "
+             "(pcr-cache-tier prints it), so no two GETs wait on one slice"},
     {.name = "disk_cache_fill", .kind = Kind::kFlag, .stores = Stores::kRemote,
      .set = [](MountConfig& c, const Value&) { c.remote.disk_cache_fill = true; },
      .help = "fetch the mounted level of every record into the disk cache in the background at "

@@ -506,7 +506,8 @@ Result<std::unique_ptr<index::Store>> OpenStoreAt(const StoreLocation& location,
           static_cast<size_t>(used) != rel.size() || index::RecordFileName(id) != rel) {
         return Err(Status::InvalidArgument(location.name + ": not a record file name: " + rel));
       }
-      auto file = std::make_shared<RemoteFile>(client, rel, size, cache, id);
+      auto file =
+          std::make_shared<RemoteFile>(client, rel, size, cache, id, location.options.fetch_align);
       // Without a cache nothing fetched is kept: no speculation hooks.
       if (!cache) return SourceFile(std::shared_ptr<const RandomAccessFile>(std::move(file)));
       return SourceFile::Speculative(std::move(file));

@@ -50,6 +50,9 @@ struct RemoteOptions {
   uint64_t memory_cache = uint64_t{256} << 20;
   uint64_t disk_cache = 0;
   bool disk_cache_fill = false;
+  // -o fetch_align: every ranged GET of a record widened to multiples of this (0: exact ranges),
+  // a cache tier's slice (docs/cache-tier.md), so that no two of a mount's GETs share a slice.
+  uint64_t fetch_align = 0;
 };
 
 struct StoreLocation;

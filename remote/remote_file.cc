@@ -30,13 +30,14 @@ RemoteFile::Shared::~Shared() {
 }
 
 RemoteFile::RemoteFile(std::shared_ptr<ObjectClient> client, std::string key, uint64_t size,
-                       std::shared_ptr<RangeCache> cache, uint32_t cache_id)
+                       std::shared_ptr<RangeCache> cache, uint32_t cache_id, uint64_t align)
     : client_(std::move(client)),
       key_(std::move(key)),
       name_(client_->Name(key_)),
       size_(size),
       cache_(std::move(cache)),
       cache_id_(cache_id),
+      align_(align),
       shared_(std::make_shared<Shared>()) {}
 
 ObjectGet RemoteFile::RangeGet(uint64_t offset, uint64_t n, uint8_t* dst) const {
@@ -73,8 +74,12 @@ void RemoteFile::CoverLocked(const std::vector<RangeCache::Range>& ranges,
                              std::vector<std::shared_ptr<Fetch>>* started) const {
   auto& pending = shared_->pending;
   for (const RangeCache::Range& m : ranges) {
-    const uint64_t end = m.offset + m.length;
+    uint64_t end = m.offset + m.length;
     uint64_t pos = m.offset;
+    if (align_ > 0) {
+      pos -= pos % align_;
+      if (end % align_ != 0) end = std::min(size_, end + (align_ - end % align_));
+    }
     auto it = pending.upper_bound(pos);
     if (it != pending.begin() && std::prev(it)->second->end > pos) --it;
     for (; it != pending.end() && it->first < end && pos < end; ++it) {
@@ -373,10 +378,18 @@ bool RemoteFile::PrefetchRanges(const std::vector<Span>& spans, bool ahead) cons
     }
     if (ahead && !ReserveAheadLocked(&started)) return false;
     if (!ahead) {
-      // A demand read's pieces: kept for it once they arrive (Fetch::landed).
+      // A demand read's pieces: kept for it once they arrive (Fetch::landed), until it took
+      // what it asked for (not the bytes -o fetch_align added).
       for (const auto& f : started) {
         f->landed = true;
-        f->to_read = f->end - f->offset;
+        f->to_read = 0;
+        for (const Span& span : spans) {
+          if (span.offset >= f->end) continue;
+          const uint64_t a = std::max(f->offset, span.offset);
+          const uint64_t z =
+              span.length < f->end - span.offset ? span.offset + span.length : f->end;
+          if (a < z) f->to_read += z - a;
+        }
       }
       shared_->landed_live.fetch_add(started.size(), std::memory_order_relaxed);
     }

@@ -46,8 +46,15 @@ class RemoteFile final : public RandomAccessFile, public SpeculationSource {
  public:
   // `key`: the object in the client's store ("records/00000042.pcr"). `size`: what the index
   // says. `cache` (may be null) keeps its bytes under `cache_id` (the record id).
+  // `align` (with a cache; 0: none): every fetch is widened to multiples of it, clipped by the
+  // fetches in flight and the object's end. A cache tier (nginx's slice module) fetches each
+  // aligned slice from its origin once and makes a second request for a slice in flight wait
+  // for it, polling every 500 ms: with the tier's slice as `align`, the file's fetches never
+  // share a slice, and a read of bytes a fetch in flight brings waits for that fetch here. The
+  // widened bytes are kept like the rest (the neighbours of a level's pieces are that level's).
   RemoteFile(std::shared_ptr<ObjectClient> client, std::string key, uint64_t size,
-             std::shared_ptr<RangeCache> cache = nullptr, uint32_t cache_id = 0);
+             std::shared_ptr<RangeCache> cache = nullptr, uint32_t cache_id = 0,
+             uint64_t align = 0);
 
   // Reads exactly n bytes at offset. Errors:
   //  - Corruption "URL: read of N bytes at O is past the end (size S)" (no request is sent);
@@ -150,9 +157,9 @@ class RemoteFile final : public RandomAccessFile, public SpeculationSource {
   Status ReadUncached(uint64_t offset, size_t n, uint8_t* dst) const;
   // A GET of [offset, offset + n) into dst, checked against the index's size.
   ObjectGet RangeGet(uint64_t offset, uint64_t n, uint8_t* dst) const;
-  // For each of `ranges`: the fetches in flight that cover parts of it, and new ones for the
-  // rest (registered as pending, also appended to *started); all appended to *fetches.
-  // REQUIRES: shared_->mu held.
+  // For each of `ranges` (widened to multiples of align_): the fetches in flight that cover
+  // parts of it, and new ones for the rest (registered as pending, also appended to *started);
+  // all appended to *fetches. REQUIRES: shared_->mu held.
   void CoverLocked(const std::vector<RangeCache::Range>& ranges,
                    std::vector<std::shared_ptr<Fetch>>* fetches,
                    std::vector<std::shared_ptr<Fetch>>* started) const REQUIRES(shared_->mu);
@@ -189,6 +196,7 @@ class RemoteFile final : public RandomAccessFile, public SpeculationSource {
   uint64_t size_;
   std::shared_ptr<RangeCache> cache_;
   uint32_t cache_id_;
+  uint64_t align_;
   std::shared_ptr<Shared> shared_;
 };
 

@@ -103,6 +103,40 @@ TEST(RemoteFileTest, AReadOfAPendingRangeGetsItsBytesAsTheyArrive) {
   EXPECT_EQ(server.requests(), 1);
 }
 
+// -o fetch_align (a cache tier's slice): every GET asks for whole aligned slices, clipped at
+// the object's end and by what is cached or in flight, so a read of other bytes of a slice
+// already fetched sends no request of its own.
+TEST(RemoteFileTest, AlignedFetchesAskForWholeSlicesAndNeverShareOne) {
+  std::string obj = Object(300000);
+  std::mutex mu;
+  std::vector<std::string> ranges;
+  TestHttpServer server([&](const std::string& req, int) {
+    size_t p = req.find("Range: bytes=");
+    {
+      std::lock_guard<std::mutex> l(mu);
+      ranges.push_back(p == std::string::npos ? ""
+                                              : req.substr(p + 13, req.find('\r', p) - p - 13));
+    }
+    return Serve(obj, "\"e\"", req);
+  });
+  RangeCacheOptions o;
+  o.memory_bytes = 8 << 20;
+  auto cache = RangeCache::Open(o, nullptr);
+  ASSERT_TRUE(cache.has_value());
+  RemoteFile f(Objects(server), "r.pcr", obj.size(), *cache, 1, /*align=*/65536);
+  auto read = [&](uint64_t offset, size_t n) {
+    std::string buf(n, '\0');
+    EXPECT_TRUE(f.Read(offset, n, reinterpret_cast<uint8_t*>(buf.data())).ok());
+    EXPECT_EQ(buf, obj.substr(offset, n)) << offset;
+  };
+  f.Prefetch(70000, 1000);
+  read(100000, 500);    // in the slice the prefetch asked for: joins it, or finds it cached
+  read(130000, 10000);  // the rest of its slice is cached: only the next slice is asked for
+  read(299990, 10);     // the last slice, clipped at the end
+  std::lock_guard<std::mutex> l(mu);
+  EXPECT_EQ(ranges, (std::vector<std::string>{"65536-131071", "131072-196607", "262144-299999"}));
+}
+
 TEST(RemoteFileTest, ChangedObjectIsCorruptionNeverBytes) {
   std::string obj = Object(5000);
   TestHttpServer server([&](const std::string& req, int) { return Serve(obj, "\"e\"", req); });

@@ -6,11 +6,12 @@ link, either straight from the origin or through the shared cache tier of contri
 origin link, and their ratio to the level's record bytes, against one mount alone.
 
   flock /var/tmp/pcrfs-bench/bench.lock /usr/bin/python3 tests/bench/cache_tier_bench.py \\
-      [--store DIR] [--level 5] [--mounts 4] [--cap 100] [--readers 8] [--rounds 2]
+      [--store DIR] [--level 5] [--mounts 4] [--cap 100] [--readers 8] [--rounds 2] \\
+      [--node-cpu 0] [--keep-logs DIR]
 
 Setups, interleaved in each round (the order reversed every other round):
   alone-origin  one mount reading the origin (http://ORIGIN/store)
-  alone-tier    one mount through an empty tier (s3://pcr/store -o endpoint=TIER,no_sign)
+  alone-tier    one mount through an empty tier (s3://pcr/store -o endpoint=TIER,no_sign,...)
   N-origin      N mounts reading the origin at once
   N-tier        N mounts through an empty tier at once
 
@@ -20,6 +21,15 @@ takes the packets from the origin's port (a u32 filter on the source port), ever
 lo (mounts to tier) goes through an uncapped class. Origin bytes are that class's byte counter
 (`tc -s class show dev lo`), headers included. Needs root, nginx with njs
 (tests/remote/install.sh) and a built tree (build/fs/pcrfs, build/mount-tools/pcr).
+Each node (its daemon and its readers) runs in cgroup v1 cpu and cpuacct groups of its own: the
+report gives each setup's CPU seconds per node (cpuacct.usage) and the time a quota held it
+back (cpu.stat throttled_time). --node-cpu F gives every node a quota of F cores
+(cpu.cfs_quota_us) in every setup, alone or not, for a loaded machine where N nodes would
+otherwise compete for its cores (nodes of a cluster have their own); default 0: no quota (a
+quota binds a node alone, whose bursts are larger, more than N nodes). --keep-logs DIR keeps
+each tier's access log (request times: rt=, nginx's cache lock waits show as 0.5 s steps).
+Tier nodes mount with -o fetch_align=SLICE (tests/remote/cache_tier.py, as pcr-cache-tier
+prints).
 Targets (issue 45): N-tier origin bytes <= 1.2x the level's record bytes, and every N-tier
 mount at least as fast as alone-origin.
 """
@@ -48,6 +58,56 @@ INNER_FLAG = "--inside-namespace"
 DEFAULT_STORE = os.path.join(benchlib.BENCH_ROOT, "remote-work", "www-imagenet4k", "store")
 OUT = os.path.join(benchlib.BENCH_ROOT, "results", "cache_tier.md")
 UNCAPPED_MBIT = 20000
+CGROUP_V1 = "/sys/fs/cgroup"
+CGROUP_PARENT = "pcrfs-tier-bench"
+
+
+class NodeCpu:
+    """A node's cgroup in the cgroup v1 cpu and cpuacct hierarchies: a quota of `cores` (none
+    if 0), its CPU time and the time the quota held it back."""
+
+    def __init__(self, name, cores):
+        self.dirs = {c: os.path.join(CGROUP_V1, c, CGROUP_PARENT, name)
+                     for c in ("cpu", "cpuacct")}
+        for d in self.dirs.values():
+            if not os.path.isdir(os.path.dirname(os.path.dirname(d))):
+                fail(f"--node-cpu: {os.path.dirname(os.path.dirname(d))} is not a cgroup v1 "
+                     f"hierarchy here (use --node-cpu 0)")
+            os.makedirs(d, exist_ok=True)
+        quota = int(cores * 100000) if cores > 0 else -1
+        self._write("cpu", "cpu.cfs_period_us", "100000")
+        self._write("cpu", "cpu.cfs_quota_us", str(quota))
+
+    def _write(self, ctrl, name, value):
+        with open(os.path.join(self.dirs[ctrl], name), "w") as f:
+            f.write(value)
+
+    def join(self):
+        """Moves the calling process into the node's cgroups (in a child: preexec_fn, or a
+        reader's cgroup callback); returns the cpu cgroup's name."""
+        for ctrl in self.dirs:
+            self._write(ctrl, "cgroup.procs", str(os.getpid()))
+        return os.path.basename(self.dirs["cpu"])
+
+    def counters(self):
+        """(CPU seconds, throttled seconds) so far."""
+        with open(os.path.join(self.dirs["cpuacct"], "cpuacct.usage")) as f:
+            usage = int(f.read()) / 1e9
+        with open(os.path.join(self.dirs["cpu"], "cpu.stat")) as f:
+            stat = dict(line.split() for line in f if line.strip())
+        return usage, int(stat.get("throttled_time", 0)) / 1e9
+
+    def remove(self):
+        for d in self.dirs.values():
+            try:
+                os.rmdir(d)
+            except OSError:
+                pass
+        for c in self.dirs:
+            try:
+                os.rmdir(os.path.join(CGROUP_V1, c, CGROUP_PARENT))
+            except OSError:
+                pass
 
 
 def cap_origin(port, rate_mbit):
@@ -87,12 +147,14 @@ def level_record_bytes(pcr, store, level):
 class Node:
     """One pcrfs mount (foreground daemon) with its own cache folder."""
 
-    def __init__(self, pcrfs, url, mnt, options, env):
+    def __init__(self, pcrfs, url, mnt, options, env, cpu=None):
         os.makedirs(mnt, exist_ok=True)
         self.mnt = mnt
+        self.cpu = cpu
         self.log = open(mnt + ".log", "wb")
         self.proc = subprocess.Popen([pcrfs, url, mnt, "-f", "-o", ",".join(options)],
-                                     stdout=subprocess.DEVNULL, stderr=self.log, env=env)
+                                     stdout=subprocess.DEVNULL, stderr=self.log, env=env,
+                                     preexec_fn=cpu.join if cpu else None)
         deadline = time.monotonic() + 60
         while not benchlib.is_mounted(mnt):
             if self.proc.poll() is not None or time.monotonic() > deadline:
@@ -106,7 +168,7 @@ class Node:
         self.log.close()
 
 
-def run_setup(args, name, count, via_tier, origin, files, tmp, pcrfs):
+def run_setup(args, name, count, via_tier, origin, files, tmp, pcrfs, cpus):
     env = {"PATH": "/usr/bin:/bin", "HOME": tmp, "no_proxy": "127.0.0.1,localhost"}
     tier = None
     if via_tier:
@@ -122,8 +184,9 @@ def run_setup(args, name, count, via_tier, origin, files, tmp, pcrfs):
                 options += tier.mount_options()
             else:
                 url = origin.url + "/store"
-            nodes.append(Node(pcrfs, url, mnt, options, env))
+            nodes.append(Node(pcrfs, url, mnt, options, env, cpus[i]))
         before = origin_link_bytes()
+        cpu_before = [cpus[i].counters() for i in range(count)]
         results = [None] * count
         errors = []
 
@@ -131,7 +194,8 @@ def run_setup(args, name, count, via_tier, origin, files, tmp, pcrfs):
             order = list(files)
             random.Random(1000 * args.round + i).shuffle(order)
             try:
-                results[i] = benchlib.run_epoch(nodes[i].mnt, order, args.readers, args.timeout)
+                results[i] = benchlib.run_epoch(nodes[i].mnt, order, args.readers, args.timeout,
+                                                cgroup=cpus[i].join)
             except Exception as e:  # noqa: BLE001 (reported below)
                 errors.append(f"mount {i}: {e}")
 
@@ -143,15 +207,23 @@ def run_setup(args, name, count, via_tier, origin, files, tmp, pcrfs):
         if errors:
             fail(f"{name}: {'; '.join(errors)}")
         origin_bytes = origin_link_bytes() - before
+        cpu_used = [tuple(b - a for a, b in zip(cpu_before[i], cpus[i].counters()))
+                    for i in range(count)]
     finally:
         for n in nodes:
             n.stop()
         if tier:
+            if args.keep_logs:
+                os.makedirs(args.keep_logs, exist_ok=True)
+                tier.keep_access_log = os.path.join(args.keep_logs,
+                                                    f"{name}-round{args.round}.log")
             tier.__exit__(None, None, None)
     return {"setup": name, "mounts": count, "via_tier": via_tier, "round": args.round,
             "origin_bytes": origin_bytes,
             "per_mount": [{"wall": r["wall"], "files_per_s": r["files_per_s"],
-                           "bytes": r["bytes"], "files": r["files"]} for r in results]}
+                           "bytes": r["bytes"], "files": r["files"],
+                           "cpu_s": c[0], "throttled_s": c[1]}
+                          for r, c in zip(results, cpu_used)]}
 
 
 def inner_main(args):
@@ -162,37 +234,43 @@ def inner_main(args):
     level_bytes = level_record_bytes(pcr, store, args.level)
     files = None
     rows = []
-    with tempfile.TemporaryDirectory(prefix="pcrfs-tier-bench-") as tmp, \
-            Nginx(os.path.dirname(store), workers=2) as origin:
-        if os.path.basename(store) != "store":
-            fail(f"--store {store}: the folder must be named store (served as /store)")
-        cap_origin(origin.port, args.cap)
-        setups = [("alone-origin", 1, False), ("alone-tier", 1, True),
-                  (f"{args.mounts}-origin", args.mounts, False),
-                  (f"{args.mounts}-tier", args.mounts, True)]
-        for rnd in range(args.rounds):
-            args.round = rnd
-            for name, count, via_tier in (setups if rnd % 2 == 0 else setups[::-1]):
-                if files is None:
-                    # The level's file list, from a local mount of the store (no network).
-                    with tempfile.TemporaryDirectory(dir=tmp) as lm:
-                        n = Node(pcrfs, store, lm, [f"scans={args.level}"], None)
-                        try:
-                            files = benchlib.list_tree(lm)
-                        finally:
-                            n.stop()
-                    files = [f if isinstance(f, str) else f[0] for f in files]
-                log(f"round {rnd}: {name} (load {benchlib.loadavg()})")
-                row = run_setup(args, name, count, via_tier, origin, files, tmp, pcrfs)
-                row["origin_ratio"] = row["origin_bytes"] / level_bytes
-                log(f"  origin {row['origin_bytes'] / 2**20:.1f} MiB "
-                    f"({row['origin_ratio']:.2f}x the level), walls "
-                    f"{[round(m['wall'], 2) for m in row['per_mount']]}")
-                rows.append(row)
+    cpus = [NodeCpu(f"node{i}", args.node_cpu) for i in range(args.mounts)]
+    try:
+        with tempfile.TemporaryDirectory(prefix="pcrfs-tier-bench-") as tmp, \
+                Nginx(os.path.dirname(store), workers=2) as origin:
+            if os.path.basename(store) != "store":
+                fail(f"--store {store}: the folder must be named store (served as /store)")
+            cap_origin(origin.port, args.cap)
+            setups = [("alone-origin", 1, False), ("alone-tier", 1, True),
+                      (f"{args.mounts}-origin", args.mounts, False),
+                      (f"{args.mounts}-tier", args.mounts, True)]
+            for rnd in range(args.rounds):
+                args.round = rnd
+                for name, count, via_tier in (setups if rnd % 2 == 0 else setups[::-1]):
+                    if files is None:
+                        # The level's file list, from a local mount of the store (no network).
+                        with tempfile.TemporaryDirectory(dir=tmp) as lm:
+                            n = Node(pcrfs, store, lm, [f"scans={args.level}"], None)
+                            try:
+                                files = benchlib.list_tree(lm)
+                            finally:
+                                n.stop()
+                        files = [f if isinstance(f, str) else f[0] for f in files]
+                    log(f"round {rnd}: {name} (load {benchlib.loadavg()})")
+                    row = run_setup(args, name, count, via_tier, origin, files, tmp, pcrfs, cpus)
+                    row["origin_ratio"] = row["origin_bytes"] / level_bytes
+                    log(f"  origin {row['origin_bytes'] / 2**20:.1f} MiB "
+                        f"({row['origin_ratio']:.2f}x the level), walls "
+                        f"{[round(m['wall'], 2) for m in row['per_mount']]}")
+                    rows.append(row)
+    finally:
+        for c in cpus:
+            c.remove()
     data = {"meta": {"date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
                      "commit": benchlib.sh("git", "-C", benchlib.REPO, "rev-parse", "--short",
                                            "HEAD").strip(),
-                     "args": {k: v for k, v in vars(args).items() if k != "inside_namespace"},
+                     "args": {k: v for k, v in vars(args).items()
+                              if k not in ("inside_namespace", "round")},
                      "level_record_bytes": level_bytes, "files": len(files),
                      "load": benchlib.loadavg()},
             "rows": rows}
@@ -217,9 +295,12 @@ def report(args, data):
              "", f"Level {args.level} of {args.store} ({meta['files']} files, record bytes "
              f"{meta['level_record_bytes'] / 2**20:.1f} MiB), origin link {args.cap} Mbit/s, "
              f"{args.readers} readers per mount, slice {args.slice}, {args.rounds} rounds "
-             f"interleaved; load {meta['load']}.", "",
+             f"interleaved, each node's CPU "
+             f"{f'{args.node_cpu:g} cores' if args.node_cpu > 0 else 'not capped'}; "
+             f"load {meta['load']}.", "",
              "| setup | mean s per mount (slowest) | files/s per mount | origin bytes / level "
-             "| mount time / alone-origin | / alone-tier |", "|---|---:|---:|---:|---:|---:|"]
+             "| mount time / alone-origin | / alone-tier | CPU s per node (throttled) |",
+             "|---|---:|---:|---:|---:|---:|---:|"]
     verdicts = []
     for name in names:
         rs = [r for r in rows if r["setup"] == name]
@@ -227,9 +308,12 @@ def report(args, data):
         fps = [m["files_per_s"] for r in rs for m in r["per_mount"]]
         ratio = sum(r["origin_ratio"] for r in rs) / len(rs)
         mean_wall = sum(walls) / len(walls)
+        cpu = [m.get("cpu_s", 0) for r in rs for m in r["per_mount"]]
+        thr = [m.get("throttled_s", 0) for r in rs for m in r["per_mount"]]
         lines.append(f"| {name} | {mean_wall:.2f} ({max(walls):.2f}) | "
                      f"{sum(fps) / len(fps):,.0f} | {ratio:.2f}x | "
-                     f"{mean_wall / alone_wall:.2f} | {mean_wall / alone_tier_wall:.2f} |")
+                     f"{mean_wall / alone_wall:.2f} | {mean_wall / alone_tier_wall:.2f} | "
+                     f"{sum(cpu) / len(cpu):.2f} ({sum(thr) / len(thr):.2f}) |")
         if name.endswith("-tier") and not name.startswith("alone"):
             worst = max(r["origin_ratio"] for r in rs)
             verdicts.append(f"- origin bytes <= 1.2x one level: worst {worst:.2f}x "
@@ -256,6 +340,10 @@ def main():
     ap.add_argument("--rounds", type=int, default=2)
     ap.add_argument("--slice", default="256k", help="the tier's slice (default 256k)")
     ap.add_argument("--timeout", type=float, default=600, help="seconds per epoch")
+    ap.add_argument("--node-cpu", type=float, default=0,
+                    help="cores per node (a cgroup cpu quota for its daemon and readers, in "
+                    "every setup); 0: no quota (the default)")
+    ap.add_argument("--keep-logs", metavar="DIR", help="copy each tier's access log here")
     ap.add_argument("--pcrfs")
     ap.add_argument("--pcr")
     ap.add_argument("--out", default=OUT)
@@ -263,8 +351,9 @@ def main():
     args = ap.parse_args()
     if os.geteuid() != 0:
         fail("needs root (FUSE mounts, a network namespace, tc)")
-    if not 1 <= args.level <= 10 or args.mounts < 2 or args.cap <= 0 or args.rounds < 1:
-        fail("--level 1..10, --mounts >= 2, --cap > 0, --rounds >= 1")
+    if (not 1 <= args.level <= 10 or args.mounts < 2 or args.cap <= 0 or args.rounds < 1
+            or args.node_cpu < 0):
+        fail("--level 1..10, --mounts >= 2, --cap > 0, --rounds >= 1, --node-cpu >= 0")
     if not os.path.isdir(os.path.join(args.store, "records")):
         fail(f"--store {args.store}: not a store folder (build it with remote_bench.py, or "
              f"pcr build SRC DIR/store)")

@@ -10,6 +10,7 @@ bearer token, which never reaches the origin; an Azure origin through the tier's
 tests/remote/install.sh (nginx, libnginx-mod-http-js, node_modules)."""
 
 import os
+import re
 import subprocess
 import sys
 import threading
@@ -83,8 +84,10 @@ class CacheTierCase(LoopbackServersCase):
                 self.assertEqual(sha(data), sha(self.local[rel]), f"{name}: {rel}")
 
     def test_two_mounts_through_the_tier_fetch_each_slice_once(self):
+        access_log = os.path.join(self.tmp, "tier-access.log")
         with Nginx(self.www) as origin, FaultProxy(origin.url) as proxy, \
                 CacheTier(proxy.url, slice_size="64k") as tier:
+            tier.keep_access_log = access_log
             self.read_concurrently(tier, ["node-a", "node-b"])
             reqs = [r for r in proxy.requests() if "/records/" in r["path"]]
             self.assertTrue(reqs)
@@ -108,6 +111,19 @@ class CacheTierCase(LoopbackServersCase):
             self.read_concurrently(tier, ["node-c"])
             paths = sorted(r["path"] for r in proxy.requests())
             self.assertEqual(paths, ["/store/index.pcri", "/store/manifest.json"], paths)
+        # The nodes mount with -o fetch_align=64k (CacheTier.mount_options): each of their
+        # record GETs asks for whole slices, so no two of a node's GETs wait on one slice
+        # (nginx's cache lock polls every 500 ms).
+        with open(access_log) as f:
+            node_gets = [m.groups() for m in re.finditer(
+                r'"GET /[^/]+(/store/records/[^ ]+) HTTP/1.1" 206 \d+ range="bytes=(\d+)-(\d+)"',
+                f.read())]
+        self.assertTrue(node_gets)
+        for path, first, last in node_gets:
+            first, last = int(first), int(last)
+            self.assertEqual(first % SLICE, 0, (path, first, last))
+            self.assertTrue((last + 1) % SLICE == 0 or last + 1 == self.record_sizes[path],
+                            (path, first, last))
 
     def test_private_s3_origin_signed_by_the_tier_only_for_token_holders(self):
         token = "tenant-a-0123456789abcdef"

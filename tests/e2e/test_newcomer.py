@@ -89,17 +89,17 @@ class QualitySampleTest(TempDirTest):
         # planes of 12 megapixels); the window's coefficients and pixels are a few MB.
         if not os.environ.get("PCRFS_SANITIZE"):  # ASan's shadow memory and quarantine
             self.assertLess(rss, 200 * MiB, f"peak RSS {rss / MiB:.0f} MiB")
-        self.assertIn("measured on its centred 1024x1024 window", out)
+        self.assertIn("measured on its centred 512x512 window", out)
         quality = manifest(store)["quality"]
         self.assertEqual(quality["measured"], 1)
         # The window, cut by jpegtran from the source (its MCUs are 16x16: the offsets are the
         # centre rounded down to them), built as a store of its own, has exactly these figures:
         # same coefficients, same transcoding, same metrics.
-        x0, y0 = (4000 - 1024) // 2 // 16 * 16, (3000 - 1024) // 2 // 16 * 16
+        x0, y0 = (4000 - 512) // 2 // 16 * 16, (3000 - 512) // 2 // 16 * 16
         wsrc = self.path("window")
         os.makedirs(wsrc)
         with open(os.path.join(wsrc, "camera.jpg"), "wb") as f:
-            f.write(run(["jpegtran", "-copy", "none", "-crop", f"1024x1024+{x0}+{y0}",
+            f.write(run(["jpegtran", "-copy", "none", "-crop", f"512x512+{x0}+{y0}",
                          big]).stdout)
         wstore = self.path("wstore")
         run([PCR, "build", wsrc, wstore, "--quiet"])

@@ -5,7 +5,7 @@ origin (a test server of remote_servers.py or azurite.py). A context manager, li
 
     with CacheTier("http://127.0.0.1:PORT", slice_size="64k") as tier:
         tier.endpoint          # http://127.0.0.1:PORT: nodes mount s3://pcr/STORE with it
-        tier.mount_options()   # ["endpoint=...", "no_sign"] (+ header_file with a token)
+        tier.mount_options()   # ["endpoint=...", "no_sign", "fetch_align=SLICE"] (+ header_file)
 
 env holds the origin's credentials (AWS_* or AZURE_STORAGE_SAS_TOKEN): nginx gets them in its
 environment only, never in its configuration."""
@@ -43,6 +43,7 @@ class CacheTier:
         self.proc = None
         self.port = None
         self.bucket_name = None
+        self.keep_access_log = None  # a path: the access log is copied there at exit
 
     @property
     def endpoint(self):
@@ -115,12 +116,15 @@ class CacheTier:
 
     def __exit__(self, *exc):
         stop_process(self.proc)
+        log = os.path.join(self.prefix or "", "conf", "access.log")
+        if self.keep_access_log and os.path.exists(log):
+            shutil.copy(log, self.keep_access_log)
         if self.prefix:
             shutil.rmtree(self.prefix, ignore_errors=True)
 
     def mount_options(self, header_file=None):
         """The -o options of a node mounting s3://BUCKET/STORE through this tier."""
-        opts = [f"endpoint={self.endpoint}", "no_sign"]
+        opts = [f"endpoint={self.endpoint}", "no_sign", f"fetch_align={self.slice_size}"]
         if header_file:
             opts.append(f"header_file={header_file}")
         return opts
