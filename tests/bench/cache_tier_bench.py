@@ -7,7 +7,7 @@ origin link, and their ratio to the level's record bytes, against one mount alon
 
   flock /var/tmp/pcrfs-bench/bench.lock /usr/bin/python3 tests/bench/cache_tier_bench.py \\
       [--store DIR] [--level 5] [--mounts 4] [--cap 100] [--readers 8] [--rounds 2] \\
-      [--node-cpu 0] [--keep-logs DIR]
+      [--node-cpu 0] [--keep-logs DIR] [--skip-straight]
 
 Setups, interleaved in each round (the order reversed every other round):
   alone-origin  one mount reading the origin (http://ORIGIN/store)
@@ -244,6 +244,8 @@ def inner_main(args):
             setups = [("alone-origin", 1, False), ("alone-tier", 1, True),
                       (f"{args.mounts}-origin", args.mounts, False),
                       (f"{args.mounts}-tier", args.mounts, True)]
+            if args.skip_straight:  # N mounts straight from the origin: N times the epoch
+                setups = [s for s in setups if s[0] != f"{args.mounts}-origin"]
             for rnd in range(args.rounds):
                 args.round = rnd
                 for name, count, via_tier in (setups if rnd % 2 == 0 else setups[::-1]):
@@ -343,6 +345,8 @@ def main():
     ap.add_argument("--node-cpu", type=float, default=0,
                     help="cores per node (a cgroup cpu quota for its daemon and readers, in "
                     "every setup); 0: no quota (the default)")
+    ap.add_argument("--skip-straight", action="store_true",
+                    help="leave out N mounts straight from the origin (they take N times as long)")
     ap.add_argument("--keep-logs", metavar="DIR", help="copy each tier's access log here")
     ap.add_argument("--pcrfs")
     ap.add_argument("--pcr")
