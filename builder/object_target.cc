@@ -81,13 +81,19 @@ bool IsStoreObject(const std::string& key) {
 
 // PCRFS_TEST_S3_COPY_LIMIT=BYTES (tests only): the largest record a merge copies with one
 // CopyObject, instead of S3's 5 GiB, so that a test server sees UploadPartCopy (parts of BYTES,
-// 5 MiB at least) for records of a few MiB. Unset or not a number: S3's limit.
-uint64_t CopyLimit() {
+// 5 MiB at least) for records of a few MiB. Unset: S3's limit. Not a number of bytes: an error
+// naming the variable (a test that set it wrongly would otherwise pass without a copy in parts).
+Result<uint64_t> CopyLimit() {
   const char* v = std::getenv("PCRFS_TEST_S3_COPY_LIMIT");
-  if (v == nullptr || *v < '1' || *v > '9') return S3ObjectWriter::kMaxCopyObject;
+  if (v == nullptr) return S3ObjectWriter::kMaxCopyObject;
   char* end = nullptr;
+  errno = 0;
   const unsigned long long n = std::strtoull(v, &end, 10);
-  return *end == '\0' ? n : S3ObjectWriter::kMaxCopyObject;
+  if (*v < '1' || *v > '9' || *end != '\0' || errno == ERANGE) {
+    return Err(Status::InvalidArgument("PCRFS_TEST_S3_COPY_LIMIT=" + std::string(v) +
+                                       ": not a number of bytes"));
+  }
+  return n;
 }
 
 struct Clients {
@@ -106,10 +112,12 @@ Result<Clients> MakeClients(const StoreLocation& loc) {
     c.writer = std::make_unique<AzureObjectWriter>(shared, *loc.azure);
     return c;
   }
+  auto copy_limit = CopyLimit();
+  if (!copy_limit) return Err(copy_limit.error());
   c.client = std::shared_ptr<ObjectClient>(
       MakeHttpObjectClient(shared, std::make_unique<S3Protocol>(*loc.s3)));
   c.writer = std::make_unique<S3ObjectWriter>(shared, *loc.s3, S3ObjectWriter::kDefaultPartSize,
-                                              CopyLimit());
+                                              *copy_limit);
   return c;
 }
 

@@ -171,6 +171,12 @@ class ObjectOutputTest(LoopbackServersCase):
         self.assertEqual(after["part_copy_bytes"] - before["part_copy_bytes"], big[0])
         self.assertLess(after["bytes_to_client"] - before["bytes_to_client"], record_bytes // 4)
         self.assert_identical(self.download("merged-parts", "merged-parts"), self.local)
+        # The test-only knob refuses what is not a number of bytes: a wrong value would let the
+        # check above pass without a copy in parts.
+        p = self.pcr("merge", f"s3://{BUCKET}/parts", f"s3://{BUCKET}/merged-knob",
+                     env=dict(self.s3env, PCRFS_TEST_S3_COPY_LIMIT="5M"), expect=2)
+        self.one_line(p, "PCRFS_TEST_S3_COPY_LIMIT=5M: not a number of bytes")
+        self.assertEqual(self.keys("merged-knob"), {})
         # A missing shard is named.
         p = self.pcr("merge", f"s3://{BUCKET}/parts/part-0", f"s3://{BUCKET}/parts/part-2",
                      f"s3://{BUCKET}/merged3", expect=2)
