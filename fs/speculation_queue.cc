@@ -39,7 +39,7 @@ std::vector<SpeculationQueue::Range> SpeculationQueue::Add(
     } else {
       Subtract(before->second, r.offset, end, &fresh);
     }
-    for (const Range& f : fresh) Insert(&seen, f.offset, f.offset + f.length, &added);
+    for (const Range& f : fresh) Remember(&seen, f.offset, f.offset + f.length, &added);
   }
   for (const Range& r : added) Enqueue(file, r.offset, r.offset + r.length, false);
   return added;
@@ -57,13 +57,24 @@ void SpeculationQueue::Subtract(const RangeSet& set, uint64_t begin, uint64_t en
   if (pos < end) out->push_back({pos, end - pos});
 }
 
+void SpeculationQueue::Remember(RangeSet* set, uint64_t begin, uint64_t end,
+                                std::vector<Range>* added) {
+  const size_t before = set->size();
+  Insert(set, begin, end, added);
+  ranges_ = ranges_ + set->size() - before;  // a range may merge others: fewer
+}
+
 void SpeculationQueue::MaybeForget() {
-  if (taken_since_forget_ <= forget_after_) return;
+  if (taken_since_forget_ <= forget_after_ && ranges_ - ranges_at_forget_ <= forget_ranges_) {
+    return;
+  }
   seen_before_ = std::move(seen_);
   seen_.clear();
   demanded_before_ = std::move(demanded_);
   demanded_.clear();
-  for (const Pending& p : queue_) Insert(&seen_[p.file.get()], p.offset, p.end, nullptr);
+  ranges_ = 0;
+  for (const Pending& p : queue_) Remember(&seen_[p.file.get()], p.offset, p.end, nullptr);
+  ranges_at_forget_ = ranges_;
   taken_since_forget_ = 0;
   ++forgotten_;
 }
@@ -138,13 +149,13 @@ void SpeculationQueue::NoteDemanded(const SpeculationSource* file, const Range& 
   MaybeForget();
   // Seen, too: a plan that comes after the read (a reader walking a folder plans the files
   // after its own, which other readers may have read already) does not queue it again.
-  Insert(&seen_[file], r.offset, r.offset + r.length, nullptr);
-  Insert(&demanded_[file], r.offset, r.offset + r.length, nullptr);
+  Remember(&seen_[file], r.offset, r.offset + r.length, nullptr);
+  Remember(&demanded_[file], r.offset, r.offset + r.length, nullptr);
 }
 
 void SpeculationQueue::PushFront(const std::shared_ptr<const SpeculationSource>& file,
                                  uint64_t offset, uint64_t end) {
-  Insert(&seen_[file.get()], offset, end, nullptr);  // seen, even if forgotten since taken
+  Remember(&seen_[file.get()], offset, end, nullptr);  // seen, even if forgotten since taken
   taken_since_forget_ -= std::min(taken_since_forget_, end - offset);
   std::vector<Range> parts{{offset, end - offset}}, rest;
   for (const auto* demanded : {&demanded_, &demanded_before_}) {

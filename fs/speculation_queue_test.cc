@@ -257,5 +257,23 @@ TEST(SpeculationQueueTest, DemandedRangesAreForgottenWithoutPlans) {
   EXPECT_TRUE(q.Add(f, {{30000, 100}}, 1 << 20).empty());
 }
 
+// The ranges remembered are bounded by count too, not only by the bytes taken: pieces of a few
+// hundred bytes (1.28M tiny files at level 10) made 512 MiB of them ~2M map nodes, ~130 MiB.
+TEST(SpeculationQueueTest, RangesAreForgottenAfterEnoughOfThem) {
+  SpeculationQueue q(/*forget_after=*/uint64_t{1} << 40, /*forget_ranges=*/10);
+  auto f = File("a");
+  // 50 pieces apart: 100 ranges (seen and demanded), a new generation every ~12.
+  for (uint64_t i = 0; i < 50; ++i) q.NoteDemanded(f.get(), {i * 1000, 100});
+  EXPECT_GE(q.forgotten(), 7u);
+  // Generations ago: the first piece may be queued again; the last one may not.
+  EXPECT_EQ(q.Add(f, {{0, 100}}, 1 << 20).size(), 1u);
+  EXPECT_TRUE(q.Add(f, {{49000, 100}}, 1 << 20).empty());
+  // Ranges that merge count once: 30 adjacent pieces make one range, and nothing is forgotten.
+  SpeculationQueue r(/*forget_after=*/uint64_t{1} << 40, /*forget_ranges=*/10);
+  for (uint64_t i = 0; i < 30; ++i) r.NoteDemanded(f.get(), {i * 100, 100});
+  EXPECT_TRUE(r.Add(f, {{0, 3000}}, 1 << 20).empty());
+  EXPECT_EQ(r.forgotten(), 0u);
+}
+
 }  // namespace
 }  // namespace pcrfs::fs

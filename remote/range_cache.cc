@@ -158,20 +158,26 @@ uint64_t RangeCache::MarkReadLocked(Unread& u, uint64_t begin, uint64_t end) {
   if (u.unread == 0 || begin >= end) return 0;
   // [begin, end) joins the read intervals; the bytes it adds to them were unread.
   uint64_t added = end - begin;
-  auto it = u.read.upper_bound(begin);
-  if (it != u.read.begin() && std::prev(it)->second >= begin) --it;
-  while (it != u.read.end() && it->first <= end) {
+  // The first interval that ends at or after begin (they are disjoint: their ends increase).
+  const auto first = std::lower_bound(u.read.begin(), u.read.end(), begin,
+                                      [](const auto& r, uint64_t b) { return r.second < b; });
+  auto it = first;
+  for (; it != u.read.end() && it->first <= end; ++it) {
     const uint64_t a = std::max(begin, it->first), z = std::min(end, it->second);
     if (a < z) added -= z - a;
     begin = std::min(begin, it->first);
     end = std::max(end, it->second);
-    it = u.read.erase(it);
   }
-  u.read.emplace(begin, end);
+  if (it == first) {
+    u.read.insert(first, {begin, end});
+  } else {
+    *first = {begin, end};
+    u.read.erase(first + 1, it);
+  }
   added = std::min(added, u.unread);
   u.unread -= added;
   unread_ -= added;
-  if (u.unread == 0) u.read.clear();
+  if (u.unread == 0) std::vector<std::pair<uint64_t, uint64_t>>().swap(u.read);
   return added;
 }
 

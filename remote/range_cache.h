@@ -154,7 +154,11 @@ class RangeCache {
   // Speculative bytes of an extent not read yet, exactly: which of its bytes were read.
   struct Unread {
     uint64_t unread = 0;
-    std::map<uint64_t, uint64_t> read;  // begin -> end, merged (empty once all are read)
+    // The parts read, [begin, end) sorted and merged (none once all are read): a vector, not a
+    // map, since an extent of tiny pieces read one by one holds thousands (16 bytes each
+    // here against ~64 for a map node: 1.28M files of ~230-byte pieces at level 10 held
+    // ~100 MiB of nodes).
+    std::vector<std::pair<uint64_t, uint64_t>> read;
   };
   using Lru = std::list<std::pair<uint32_t, uint64_t>>;  // (id, start); front: most recent
   struct Extent {                                        // of the memory tier
