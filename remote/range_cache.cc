@@ -154,16 +154,18 @@ bool RangeCache::AdoptLocked(const SegmentStore::Entry& e) {
   return true;
 }
 
-uint64_t RangeCache::MarkReadLocked(Unread& u, uint64_t begin, uint64_t end) {
-  if (u.unread == 0 || begin >= end) return 0;
+uint64_t RangeCache::MarkReadLocked(Unread& u, uint64_t start, uint64_t begin_at, uint64_t end_at) {
+  if (u.unread == 0 || begin_at >= end_at || begin_at < start) return 0;
   // [begin, end) joins the read intervals; the bytes it adds to them were unread.
+  uint32_t begin = static_cast<uint32_t>(begin_at - start);
+  uint32_t end = static_cast<uint32_t>(end_at - start);
   uint64_t added = end - begin;
   // The first interval that ends at or after begin (they are disjoint: their ends increase).
   const auto first = std::lower_bound(u.read.begin(), u.read.end(), begin,
-                                      [](const auto& r, uint64_t b) { return r.second < b; });
+                                      [](const auto& r, uint32_t b) { return r.second < b; });
   auto it = first;
   for (; it != u.read.end() && it->first <= end; ++it) {
-    const uint64_t a = std::max(begin, it->first), z = std::min(end, it->second);
+    const uint32_t a = std::max(begin, it->first), z = std::min(end, it->second);
     if (a < z) added -= z - a;
     begin = std::min(begin, it->first);
     end = std::max(end, it->second);
@@ -177,7 +179,7 @@ uint64_t RangeCache::MarkReadLocked(Unread& u, uint64_t begin, uint64_t end) {
   added = std::min(added, u.unread);
   u.unread -= added;
   unread_ -= added;
-  if (u.unread == 0) std::vector<std::pair<uint64_t, uint64_t>>().swap(u.read);
+  if (u.unread == 0) std::vector<std::pair<uint32_t, uint32_t>>().swap(u.read);
   return added;
 }
 
@@ -189,7 +191,7 @@ void RangeCache::MarkRangeReadLocked(uint32_t id, uint64_t begin, uint64_t end) 
     for (uint64_t s : Overlapping(memory_.objects, id, begin, end)) {
       Extent& e = obj->second.at(s);
       if (e.unread.unread == 0) continue;
-      MarkReadLocked(e.unread, std::max(begin, s), std::min(end, e.end));
+      MarkReadLocked(e.unread, s, std::max(begin, s), std::min(end, e.end));
       if (e.unread.unread == 0 && e.in_unread_lru) {
         // Read through: evictable from now on, as recently used.
         memory_.lru.splice(memory_.lru.begin(), memory_.ListOf(e), e.lru);
@@ -207,7 +209,7 @@ void RangeCache::MarkRangeReadLocked(uint32_t id, uint64_t begin, uint64_t end) 
     if (u == disk_unread_.end()) continue;
     const SegmentStore::Location& where = disk_.at(id).at(s);
     const uint64_t read =
-        MarkReadLocked(u->second, std::max(begin, s), std::min(end, s + where.length));
+        MarkReadLocked(u->second, s, std::max(begin, s), std::min(end, s + where.length));
     LessUnreadInSegmentLocked(where.seq, read);
     if (u->second.unread == 0) disk_unread_.erase(u);
   }
@@ -263,13 +265,13 @@ void RangeCache::EvictLocked() {
     std::vector<Range> unread_parts;
     uint64_t pos = start;
     for (const auto& [b, z] : e.unread.read) {
-      if (b > pos) unread_parts.push_back({pos, b - pos});
-      pos = std::max(pos, z);
+      if (start + b > pos) unread_parts.push_back({pos, start + b - pos});
+      pos = std::max(pos, start + z);
     }
     if (pos < e.end) unread_parts.push_back({pos, e.end - pos});
     const auto bytes = e.bytes;
     stats_.evicted_bytes += e.end - start - e.unread.unread;
-    for (const auto& [b, z] : e.unread.read) NoteEvictedReadLocked(id, b, z);
+    for (const auto& [b, z] : e.unread.read) NoteEvictedReadLocked(id, start + b, start + z);
     RemoveLocked(id, it);
     for (const Range& r : unread_parts) {
       Extent part;
@@ -438,7 +440,9 @@ void RangeCache::Insert(uint32_t id, uint64_t offset,
         const auto* from = bytes->data() + (g.offset - offset);
         e.bytes = std::make_shared<const std::vector<uint8_t>>(from, from + g.length);
       }
-      e.unread.unread = speculative && !disk() ? g.length : 0;
+      // Read parts are kept as 32-bit offsets: a (never seen) extent of 4 GiB or more is not
+      // tracked as unread.
+      e.unread.unread = speculative && !disk() && g.length <= UINT32_MAX ? g.length : 0;
       AddLocked(id, g.offset, std::move(e));
     }
     EvictLocked();
@@ -616,8 +620,8 @@ std::vector<std::pair<uint32_t, RangeCache::Range>> RangeCache::UnreadRanges() c
   auto add = [&out](uint32_t id, uint64_t start, uint64_t end, const Unread& u) {
     uint64_t pos = start;
     for (const auto& [b, z] : u.read) {
-      if (b > pos) out.push_back({id, {pos, b - pos}});
-      pos = std::max(pos, z);
+      if (start + b > pos) out.push_back({id, {pos, start + b - pos}});
+      pos = std::max(pos, start + z);
     }
     if (pos < end) out.push_back({id, {pos, end - pos}});
   };
