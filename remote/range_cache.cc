@@ -13,7 +13,8 @@ namespace {
 
 uint64_t EndOf(uint64_t, const auto& e) requires requires { e.end; }
 { return e.end; }
-uint64_t EndOf(uint64_t start, const SegmentStore::Location& w) { return start + w.length; }
+uint64_t EndOf(uint64_t start, const auto& d) requires requires { d.where.length; }
+{ return start + d.where.length; }
 
 // The gaps of [begin, end) in the extents of `id` (a map of id to a map by start offset).
 template <typename Objects>
@@ -205,13 +206,12 @@ void RangeCache::MarkRangeReadLocked(uint32_t id, uint64_t begin, uint64_t end) 
     return;
   }
   for (uint64_t s : Overlapping(disk_, id, begin, end)) {
-    auto u = disk_unread_.find({id, s});
-    if (u == disk_unread_.end()) continue;
-    const SegmentStore::Location& where = disk_.at(id).at(s);
+    DiskExtent& d = disk_.at(id).at(s);
+    if (d.unread == nullptr) continue;
     const uint64_t read =
-        MarkReadLocked(u->second, s, std::max(begin, s), std::min(end, s + where.length));
-    LessUnreadInSegmentLocked(where.seq, read);
-    if (u->second.unread == 0) disk_unread_.erase(u);
+        MarkReadLocked(*d.unread, s, std::max(begin, s), std::min(end, s + d.where.length));
+    LessUnreadInSegmentLocked(d.where.seq, read);
+    if (d.unread->unread == 0) d.unread.reset();
   }
 }
 
@@ -289,11 +289,12 @@ void RangeCache::EvictLocked() {
 
 void RangeCache::AddDiskLocked(uint32_t id, uint64_t start, const SegmentStore::Location& where,
                                bool speculative) {
-  disk_[id].emplace(start, where);
+  DiskExtent& d = disk_[id].emplace(start, DiskExtent{where, nullptr}).first->second;
   disk_bytes_ += where.length;
   ++disk_extents_;
   if (speculative) {
-    disk_unread_[{id, start}].unread = where.length;
+    d.unread = std::make_unique<Unread>();
+    d.unread->unread = where.length;
     unread_ += where.length;
     unread_by_segment_[where.seq] += where.length;
   }
@@ -304,18 +305,16 @@ bool RangeCache::RemoveDiskLocked(uint32_t id, uint64_t start, SegmentStore::Loc
   auto obj = disk_.find(id);
   if (obj == disk_.end()) return false;
   auto it = obj->second.find(start);
-  if (it == obj->second.end() || !(it->second == where)) return false;
+  if (it == obj->second.end() || !(it->second.where == where)) return false;
+  if (const std::unique_ptr<Unread>& u = it->second.unread) {
+    unread_ -= u->unread;
+    LessUnreadInSegmentLocked(where.seq, u->unread);
+    if (!forget) stats_.evicted_unread_bytes += u->unread;
+  }
   obj->second.erase(it);
   if (obj->second.empty()) disk_.erase(obj);
   disk_bytes_ -= where.length;
   --disk_extents_;
-  auto u = disk_unread_.find({id, start});
-  if (u != disk_unread_.end()) {
-    unread_ -= u->second.unread;
-    LessUnreadInSegmentLocked(where.seq, u->second.unread);
-    if (!forget) stats_.evicted_unread_bytes += u->second.unread;
-    disk_unread_.erase(u);
-  }
   if (forget) store_->Forget(where);
   return true;
 }
@@ -377,7 +376,7 @@ std::vector<RangeCache::Range> RangeCache::Copy(uint32_t id, uint64_t offset, ui
       if (disk()) {
         if (auto it = Find(disk_, id, pos)) {
           const uint64_t start = (*it)->first;
-          const SegmentStore::Location where = (*it)->second;
+          const SegmentStore::Location where = (*it)->second.where;
           const uint64_t stop =
               std::min({end, start + where.length, NextStart(memory_.objects, id, pos)});
           disk_reads.push_back({where, start, pos - start, stop - pos, dst + (pos - offset)});
@@ -492,7 +491,7 @@ bool RangeCache::Drop(uint32_t id, uint64_t offset, uint64_t n) {
   }
   if (disk()) {
     for (uint64_t s : Overlapping(disk_, id, offset, offset + n)) {
-      RemoveDiskLocked(id, s, disk_.at(id).at(s), true);
+      RemoveDiskLocked(id, s, disk_.at(id).at(s).where, true);
       ++stats_.dropped;
       dropped = true;
     }
@@ -630,8 +629,10 @@ std::vector<std::pair<uint32_t, RangeCache::Range>> RangeCache::UnreadRanges() c
       if (e.unread.unread > 0) add(id, start, e.end, e.unread);
     }
   }
-  for (const auto& [key, u] : disk_unread_) {
-    add(key.first, key.second, key.second + disk_.at(key.first).at(key.second).length, u);
+  for (const auto& [id, extents] : disk_) {
+    for (const auto& [start, d] : extents) {
+      if (d.unread != nullptr) add(id, start, start + d.where.length, *d.unread);
+    }
   }
   return out;
 }

@@ -166,7 +166,7 @@ class RangeCache {
     uint64_t end = 0;
     // Its bytes, all of them (a buffer of which only a part was new is not shared: Insert).
     std::shared_ptr<const std::vector<uint8_t>> bytes;
-    Unread unread;               // without a disk tier (the disk tier's are in disk_unread_)
+    Unread unread;               // without a disk tier (the disk tier's: DiskExtent::unread)
     bool in_unread_lru = false;  // in Tier::unread_lru or Tier::partly_lru (else Tier::lru)
     bool partly = false;         // in Tier::partly_lru: some of its bytes read, some not
     Lru::iterator lru;
@@ -176,7 +176,13 @@ class RangeCache {
   // By start offset; a sorted vector (24 bytes an extent, against ~64 for a map node: a disk
   // tier of 4 GiB held 670,906 extents of 1.28M tiny files' pieces). Inserting shifts the
   // extents of one object (a record: hundreds).
-  using DiskExtents = boost::container::flat_map<uint64_t, SegmentStore::Location>;
+  struct DiskExtent {
+    SegmentStore::Location where;  // where its bytes are (the extent's length is where.length)
+    // Its speculative bytes not read yet (null: none; their bytes by segment in
+    // unread_by_segment_): allocated only while some are unread.
+    std::unique_ptr<Unread> unread;
+  };
+  using DiskExtents = boost::container::flat_map<uint64_t, DiskExtent>;
   // Marks [begin, end) of an extent read; returns the bytes that were unread. REQUIRES: mu_.
   // `start`: the extent's.
   uint64_t MarkReadLocked(Unread& u, uint64_t start, uint64_t begin, uint64_t end) REQUIRES(mu_);
@@ -232,8 +238,6 @@ class RangeCache {
   bool order_known_ GUARDED_BY(mu_) = false;
   std::map<uint32_t, DiskExtents> disk_ GUARDED_BY(mu_);
   uint64_t disk_bytes_ GUARDED_BY(mu_) = 0, disk_extents_ GUARDED_BY(mu_) = 0;
-  // The disk extents with speculative bytes not read yet, by (id, start).
-  std::map<std::pair<uint32_t, uint64_t>, Unread> disk_unread_ GUARDED_BY(mu_);
   // Their unread bytes by segment (SegmentStore::Append evicts the segments with fewest last).
   std::map<uint32_t, uint64_t> unread_by_segment_ GUARDED_BY(mu_);
   uint64_t unread_ GUARDED_BY(mu_) = 0;    // sum of the primary tier's unread bytes
