@@ -64,15 +64,20 @@ CGROUP_PARENT = "pcrfs-tier-bench"
 
 class NodeCpu:
     """A node's cgroup in the cgroup v1 cpu and cpuacct hierarchies: a quota of `cores` (none
-    if 0), its CPU time and the time the quota held it back."""
+    if 0), its CPU time and the time the quota held it back. Without those hierarchies (a
+    cgroup v2 machine) and without a quota: no accounting (counters() gives None)."""
 
     def __init__(self, name, cores):
         self.dirs = {c: os.path.join(CGROUP_V1, c, CGROUP_PARENT, name)
                      for c in ("cpu", "cpuacct")}
+        missing = [c for c in self.dirs if not os.path.isdir(os.path.join(CGROUP_V1, c))]
+        if missing:
+            if cores > 0:
+                fail(f"--node-cpu {cores:g}: no cgroup v1 hierarchy for {' and '.join(missing)} "
+                     f"under {CGROUP_V1} (leave --node-cpu out)")
+            self.dirs = {}
+            return
         for d in self.dirs.values():
-            if not os.path.isdir(os.path.dirname(os.path.dirname(d))):
-                fail(f"--node-cpu: {os.path.dirname(os.path.dirname(d))} is not a cgroup v1 "
-                     f"hierarchy here (use --node-cpu 0)")
             os.makedirs(d, exist_ok=True)
         quota = int(cores * 100000) if cores > 0 else -1
         self._write("cpu", "cpu.cfs_period_us", "100000")
@@ -87,10 +92,12 @@ class NodeCpu:
         reader's cgroup callback); returns the cpu cgroup's name."""
         for ctrl in self.dirs:
             self._write(ctrl, "cgroup.procs", str(os.getpid()))
-        return os.path.basename(self.dirs["cpu"])
+        return os.path.basename(self.dirs["cpu"]) if self.dirs else None
 
     def counters(self):
-        """(CPU seconds, throttled seconds) so far."""
+        """(CPU seconds, throttled seconds) so far; None without accounting."""
+        if not self.dirs:
+            return None
         with open(os.path.join(self.dirs["cpuacct"], "cpuacct.usage")) as f:
             usage = int(f.read()) / 1e9
         with open(os.path.join(self.dirs["cpu"], "cpu.stat")) as f:
@@ -207,7 +214,8 @@ def run_setup(args, name, count, via_tier, origin, files, tmp, pcrfs, cpus):
         if errors:
             fail(f"{name}: {'; '.join(errors)}")
         origin_bytes = origin_link_bytes() - before
-        cpu_used = [tuple(b - a for a, b in zip(cpu_before[i], cpus[i].counters()))
+        cpu_used = [None if cpu_before[i] is None else
+                    tuple(b - a for a, b in zip(cpu_before[i], cpus[i].counters()))
                     for i in range(count)]
     finally:
         for n in nodes:
@@ -222,7 +230,7 @@ def run_setup(args, name, count, via_tier, origin, files, tmp, pcrfs, cpus):
             "origin_bytes": origin_bytes,
             "per_mount": [{"wall": r["wall"], "files_per_s": r["files_per_s"],
                            "bytes": r["bytes"], "files": r["files"],
-                           "cpu_s": c[0], "throttled_s": c[1]}
+                           "cpu_s": c and c[0], "throttled_s": c and c[1]}
                           for r, c in zip(results, cpu_used)]}
 
 
@@ -310,12 +318,13 @@ def report(args, data):
         fps = [m["files_per_s"] for r in rs for m in r["per_mount"]]
         ratio = sum(r["origin_ratio"] for r in rs) / len(rs)
         mean_wall = sum(walls) / len(walls)
-        cpu = [m.get("cpu_s", 0) for r in rs for m in r["per_mount"]]
-        thr = [m.get("throttled_s", 0) for r in rs for m in r["per_mount"]]
+        cpu = [m["cpu_s"] for r in rs for m in r["per_mount"] if m["cpu_s"] is not None]
+        thr = [m["throttled_s"] for r in rs for m in r["per_mount"] if m["cpu_s"] is not None]
+        cpu_cell = f"{sum(cpu) / len(cpu):.2f} ({sum(thr) / len(thr):.2f})" if cpu else "-"
         lines.append(f"| {name} | {mean_wall:.2f} ({max(walls):.2f}) | "
                      f"{sum(fps) / len(fps):,.0f} | {ratio:.2f}x | "
                      f"{mean_wall / alone_wall:.2f} | {mean_wall / alone_tier_wall:.2f} | "
-                     f"{sum(cpu) / len(cpu):.2f} ({sum(thr) / len(thr):.2f}) |")
+                     f"{cpu_cell} |")
         if name.endswith("-tier") and not name.startswith("alone"):
             worst = max(r["origin_ratio"] for r in rs)
             verdicts.append(f"- origin bytes <= 1.2x one level: worst {worst:.2f}x "
