@@ -1,6 +1,7 @@
 #include "fs/metrics_server.h"
 
 #include <fcntl.h>
+#include <malloc.h>
 #include <netdb.h>
 #include <netinet/in.h>
 #include <poll.h>
@@ -266,6 +267,15 @@ std::string RenderMountMetrics(const MetricsSources& s, const metrics::Labels& l
   e.Gauge("pcrfs_resident_file_bytes",
           "Of the resident memory, file-backed pages (the mapped index, libraries).",
           D(proc::ResidentFileBytes()));
+  // glibc's books over every arena: what the daemon holds, and what it freed and malloc kept
+  // (the heap trimmer returns the latter's whole pages: common/heap_trimmer.h). Resident
+  // memory well above in_use + the caches' files is fragmentation, not live data.
+  const struct mallinfo2 heap = mallinfo2();
+  e.Family("pcrfs_heap_bytes", Type::kGauge,
+           "The daemon's heap by glibc's books: in_use (allocated, mmapped chunks included) or "
+           "free (kept by malloc; the trimmer returns its whole pages).");
+  e.Sample({{"state", "in_use"}}, D(heap.uordblks + heap.hblkhd));
+  e.Sample({{"state", "free"}}, D(heap.fordblks));
   AppendFuseMetrics(&e);
   if (s.fs != nullptr) {
     AppendServed(*s.fs, &e);

@@ -210,6 +210,12 @@ class MetricsCase(LoopbackServersCase):
                                value(series, "pcrfs_store_page_cache_hit_bytes_total"), 0)
             self.assertEqual(value(series, "pcrfs_damaged_reads_total"), 0)
             self.assertGreater(value(series, "pcrfs_resident_memory_bytes"), 1 << 20)
+            # glibc's books of the heap (a sanitizer's allocator keeps its own: not asserted).
+            if not os.environ.get("PCRFS_SANITIZE"):
+                in_use = value(series, "pcrfs_heap_bytes", state="in_use")
+                self.assertGreater(in_use, value(series, "pcrfs_index_memory_bytes"))
+                self.assertLess(in_use, value(series, "pcrfs_resident_memory_bytes") + (64 << 20))
+                self.assertGreaterEqual(value(series, "pcrfs_heap_bytes", state="free"), 0)
             # What the memory holds: a format 4 index, and the tables of the records read
             # (level 3: a kind byte and, per group, a CRC and an end: 25 bytes per image).
             self.assertGreater(value(series, "pcrfs_index_memory_bytes"), 0)
