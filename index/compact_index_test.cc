@@ -258,6 +258,22 @@ TEST(CompactIndexTest, RoundTripTenThousandEntriesAndHugeNames) {
   EXPECT_LT((*opened)->MemoryBytes(), t.entries.size() * 120);
 }
 
+TEST(CompactIndexTest, HeldEntriesTakeTheirBytesNotTheGrowthOfTheirBuffer) {
+  // Stored uncompressed, the file holds every raw entry byte once: the parsed index holds no
+  // more than that, its restart offsets and the records (appending 3 chunks one by one had
+  // reserved up to twice the entries' bytes).
+  std::vector<uint64_t> sizes(30, 400);
+  const Tree t = MakeTree(4, sizes);
+  auto bytes = Write(t, /*level=*/0);
+  ASSERT_TRUE(bytes.has_value()) << bytes.error().ToString();
+  auto idx = ParseBytes(*bytes);
+  ASSERT_TRUE(idx.has_value()) << idx.error().ToString();
+  ASSERT_GT(t.entries.size(), 2 * kCompactEntriesPerChunk);
+  const uint64_t restarts = (t.entries.size() / kCompactRestartInterval + 1) * 8;
+  EXPECT_LE((*idx)->MemoryBytes(),
+            bytes->size() + restarts + (*idx)->NumRecords() * sizeof(RecordInfo));
+}
+
 TEST(CompactIndexTest, RootOnly) {
   Tree t = MakeTree(3, {});
   t.entries[0].num_children = 0;
