@@ -7,19 +7,26 @@ origin link, and their ratio to the level's record bytes, against one mount alon
 
   flock /var/tmp/pcrfs-bench/bench.lock /usr/bin/python3 tests/bench/cache_tier_bench.py \\
       [--store DIR] [--level 5] [--mounts 4] [--cap 100] [--readers 8] [--rounds 2] \\
-      [--node-cpu 0] [--keep-logs DIR] [--skip-straight]
+      [--node-cpu 0] [--keep-logs DIR] [--skip-straight] [--own-links]
 
 Setups, interleaved in each round (the order reversed every other round):
   alone-origin  one mount reading the origin (http://ORIGIN/store)
   alone-tier    one mount through an empty tier (s3://pcr/store -o endpoint=TIER,no_sign,...)
   N-origin      N mounts reading the origin at once
   N-tier        N mounts through an empty tier at once
+  N-own         (--own-links) N mounts reading the origin at once, each over a link of its own
+                at --cap: what N independent nodes with N origins see, but for sharing this
+                machine's cores; the control that tells the tier's cost (N-tier / N-own) from
+                N nodes' daemons and readers on one machine (N-own / alone-origin)
 
 Everything runs in a network namespace of its own (unshare -n, as root). The origin is nginx
 serving the store's parent folder; only its answers are capped: an HTB class at --cap Mbit/s
 takes the packets from the origin's port (a u32 filter on the source port), everything else on
 lo (mounts to tier) goes through an uncapped class. Origin bytes are that class's byte counter
-(`tc -s class show dev lo`), headers included. Needs root, nginx with njs
+(`tc -s class show dev lo`), headers included. With --own-links, N more nginx servers (one
+worker each) serve the same folder, each on a port of its own with an HTB class of its own at
+--cap; node i of N-own reads server i, and its origin bytes are the sum of those classes (every
+setup's origin bytes are the sum over all capped classes). Needs root, nginx with njs
 (tests/remote/install.sh) and a built tree (build/fs/pcrfs, build/mount-tools/pcr).
 Each node (its daemon and its readers) runs in cgroup v1 cpu and cpuacct groups of its own: the
 report gives each setup's CPU seconds per node (cpuacct.usage) and the time a quota held it
@@ -31,11 +38,16 @@ each tier's access log (request times: rt=, nginx's cache lock waits show as 0.5
 Tier nodes mount with -o fetch_align=SLICE (tests/remote/cache_tier.py, as pcr-cache-tier
 prints).
 Targets (issue 45): N-tier origin bytes <= 1.2x the level's record bytes, and every N-tier
-mount at least as fast as alone-origin.
+mount at least as fast as alone-origin. With --own-links the report adds each setup's mount
+time / N-own and a table per round with N-tier / N-own (and its median). On the 2-core machine
+of 2026-11-29, 4-own itself took 1.05-1.07x alone-origin and 4-tier / 4-own was 1.05 (level 5)
+and 1.01 (level 10): docs/cache-tier.md#measured.
 """
 
 import argparse
+import contextlib
 import os
+import statistics
 import random
 import re
 import subprocess
@@ -117,26 +129,42 @@ class NodeCpu:
                 pass
 
 
-def cap_origin(port, rate_mbit):
-    """HTB on lo: packets from the origin's port at rate_mbit (class 1:20), the rest uncapped
+ORIGIN_CLASS = "1:20"
+
+
+def own_class(i):
+    """The HTB class of own link i (--own-links): 1:100, 1:101, ... (hex minor numbers)."""
+    return f"1:{0x100 + i:x}"
+
+
+def cap_origin(port, rate_mbit, own_ports=()):
+    """HTB on lo: packets from the origin's port at rate_mbit (class 1:20), from own_ports[i]
+    at rate_mbit each (class own_class(i): links that share nothing), the rest uncapped
     (1:10)."""
     sh = netns.sh
     sh("tc", "qdisc", "add", "dev", "lo", "root", "handle", "1:", "htb", "default", "10")
-    for classid, rate in (("1:10", UNCAPPED_MBIT), ("1:20", rate_mbit)):
+    links = [(ORIGIN_CLASS, port)] + [(own_class(i), p) for i, p in enumerate(own_ports)]
+    for classid, rate in (("1:10", UNCAPPED_MBIT), *((c, rate_mbit) for c, _ in links)):
         sh("tc", "class", "add", "dev", "lo", "parent", "1:", "classid", classid, "htb",
            "rate", f"{rate}mbit", "ceil", f"{rate}mbit", "burst", "256k", "cburst", "256k",
            "quantum", "65536")
-    sh("tc", "filter", "add", "dev", "lo", "parent", "1:", "protocol", "ip", "prio", "1", "u32",
-       "match", "ip", "sport", str(port), "0xffff", "flowid", "1:20")
+    for classid, p in links:
+        sh("tc", "filter", "add", "dev", "lo", "parent", "1:", "protocol", "ip", "prio", "1",
+           "u32", "match", "ip", "sport", str(p), "0xffff", "flowid", classid)
 
 
-def origin_link_bytes():
-    """Bytes class 1:20 has sent (this tc prints no JSON for HTB classes)."""
-    out = netns.sh("tc", "-s", "class", "show", "dev", "lo", "classid", "1:20")
+def link_bytes(classid):
+    """Bytes an HTB class has sent (this tc prints no JSON for HTB classes)."""
+    out = netns.sh("tc", "-s", "class", "show", "dev", "lo", "classid", classid)
     m = re.search(r"Sent (\d+) bytes", out)
     if not m:
-        raise RuntimeError(f"tc: no byte count for class 1:20 in {out!r}")
+        raise RuntimeError(f"tc: no byte count for class {classid} in {out!r}")
     return int(m.group(1))
+
+
+def origin_link_bytes(own_links=0):
+    """Bytes the origin's class and the own_links own links' classes have sent."""
+    return sum(link_bytes(c) for c in [ORIGIN_CLASS, *map(own_class, range(own_links))])
 
 
 def level_record_bytes(pcr, store, level):
@@ -175,7 +203,10 @@ class Node:
         self.log.close()
 
 
-def run_setup(args, name, count, via_tier, origin, files, tmp, pcrfs, cpus):
+def run_setup(args, name, count, kind, origin, files, tmp, pcrfs, cpus, own=()):
+    """kind: "origin" (every node reads origin), "tier" (through a fresh tier in front of
+    origin) or "own" (node i reads own[i], over a link of its own)."""
+    via_tier = kind == "tier"
     env = {"PATH": "/usr/bin:/bin", "HOME": tmp, "no_proxy": "127.0.0.1,localhost"}
     tier = None
     if via_tier:
@@ -189,10 +220,12 @@ def run_setup(args, name, count, via_tier, origin, files, tmp, pcrfs, cpus):
             if via_tier:
                 url = tier.store_url("store")
                 options += tier.mount_options()
+            elif kind == "own":
+                url = own[i].url + "/store"
             else:
                 url = origin.url + "/store"
             nodes.append(Node(pcrfs, url, mnt, options, env, cpus[i]))
-        before = origin_link_bytes()
+        before = origin_link_bytes(len(own))
         cpu_before = [cpus[i].counters() for i in range(count)]
         results = [None] * count
         errors = []
@@ -213,7 +246,7 @@ def run_setup(args, name, count, via_tier, origin, files, tmp, pcrfs, cpus):
             t.join()
         if errors:
             fail(f"{name}: {'; '.join(errors)}")
-        origin_bytes = origin_link_bytes() - before
+        origin_bytes = origin_link_bytes(len(own)) - before
         cpu_used = [None if cpu_before[i] is None else
                     tuple(b - a for a, b in zip(cpu_before[i], cpus[i].counters()))
                     for i in range(count)]
@@ -226,7 +259,8 @@ def run_setup(args, name, count, via_tier, origin, files, tmp, pcrfs, cpus):
                 tier.keep_access_log = os.path.join(args.keep_logs,
                                                     f"{name}-round{args.round}.log")
             tier.__exit__(None, None, None)
-    return {"setup": name, "mounts": count, "via_tier": via_tier, "round": args.round,
+    return {"setup": name, "mounts": count, "via_tier": via_tier, "own_links": kind == "own",
+            "round": args.round,
             "origin_bytes": origin_bytes,
             "per_mount": [{"wall": r["wall"], "files_per_s": r["files_per_s"],
                            "bytes": r["bytes"], "files": r["files"],
@@ -245,18 +279,23 @@ def inner_main(args):
     cpus = [NodeCpu(f"node{i}", args.node_cpu) for i in range(args.mounts)]
     try:
         with tempfile.TemporaryDirectory(prefix="pcrfs-tier-bench-") as tmp, \
-                Nginx(os.path.dirname(store), workers=2) as origin:
+                Nginx(os.path.dirname(store), workers=2) as origin, \
+                contextlib.ExitStack() as stack:
             if os.path.basename(store) != "store":
                 fail(f"--store {store}: the folder must be named store (served as /store)")
-            cap_origin(origin.port, args.cap)
-            setups = [("alone-origin", 1, False), ("alone-tier", 1, True),
-                      (f"{args.mounts}-origin", args.mounts, False),
-                      (f"{args.mounts}-tier", args.mounts, True)]
+            own = [stack.enter_context(Nginx(os.path.dirname(store), workers=1))
+                   for _ in range(args.mounts if args.own_links else 0)]
+            cap_origin(origin.port, args.cap, [o.port for o in own])
+            setups = [("alone-origin", 1, "origin"), ("alone-tier", 1, "tier"),
+                      (f"{args.mounts}-origin", args.mounts, "origin"),
+                      (f"{args.mounts}-tier", args.mounts, "tier")]
+            if own:
+                setups.append((f"{args.mounts}-own", args.mounts, "own"))
             if args.skip_straight:  # N mounts straight from the origin: N times the epoch
                 setups = [s for s in setups if s[0] != f"{args.mounts}-origin"]
             for rnd in range(args.rounds):
                 args.round = rnd
-                for name, count, via_tier in (setups if rnd % 2 == 0 else setups[::-1]):
+                for name, count, kind in (setups if rnd % 2 == 0 else setups[::-1]):
                     if files is None:
                         # The level's file list, from a local mount of the store (no network).
                         with tempfile.TemporaryDirectory(dir=tmp) as lm:
@@ -267,7 +306,8 @@ def inner_main(args):
                                 n.stop()
                         files = [f if isinstance(f, str) else f[0] for f in files]
                     log(f"round {rnd}: {name} (load {benchlib.loadavg()})")
-                    row = run_setup(args, name, count, via_tier, origin, files, tmp, pcrfs, cpus)
+                    row = run_setup(args, name, count, kind, origin, files, tmp, pcrfs, cpus,
+                                    own)
                     row["origin_ratio"] = row["origin_bytes"] / level_bytes
                     log(f"  origin {row['origin_bytes'] / 2**20:.1f} MiB "
                         f"({row['origin_ratio']:.2f}x the level), walls "
@@ -301,6 +341,9 @@ def report(args, data):
                    / sum(1 for r in rows if r["setup"] == "alone-origin"))
     alone_t = [m["wall"] for r in rows if r["setup"] == "alone-tier" for m in r["per_mount"]]
     alone_tier_wall = sum(alone_t) / len(alone_t)
+    own_name, tier_name = f"{args.mounts}-own", f"{args.mounts}-tier"
+    own_w = [m["wall"] for r in rows if r["setup"] == own_name for m in r["per_mount"]]
+    own_wall = sum(own_w) / len(own_w) if own_w else None
     lines = [f"# Cache tier: {args.mounts} mounts, one origin ({meta['date']}, {meta['commit']})",
              "", f"Level {args.level} of {args.store} ({meta['files']} files, record bytes "
              f"{meta['level_record_bytes'] / 2**20:.1f} MiB), origin link {args.cap} Mbit/s, "
@@ -309,8 +352,9 @@ def report(args, data):
              f"{f'{args.node_cpu:g} cores' if args.node_cpu > 0 else 'not capped'}; "
              f"load {meta['load']}.", "",
              "| setup | mean s per mount (slowest) | files/s per mount | origin bytes / level "
-             "| mount time / alone-origin | / alone-tier | CPU s per node (throttled) |",
-             "|---|---:|---:|---:|---:|---:|---:|"]
+             "| mount time / alone-origin | / alone-tier | "
+             + (f"/ {own_name} | " if own_wall else "") + "CPU s per node (throttled) |",
+             "|---|---:|---:|---:|---:|---:|" + ("---:|" if own_wall else "") + "---:|"]
     verdicts = []
     for name in names:
         rs = [r for r in rows if r["setup"] == name]
@@ -324,7 +368,8 @@ def report(args, data):
         lines.append(f"| {name} | {mean_wall:.2f} ({max(walls):.2f}) | "
                      f"{sum(fps) / len(fps):,.0f} | {ratio:.2f}x | "
                      f"{mean_wall / alone_wall:.2f} | {mean_wall / alone_tier_wall:.2f} | "
-                     f"{cpu_cell} |")
+                     + (f"{mean_wall / own_wall:.2f} | " if own_wall else "")
+                     + f"{cpu_cell} |")
         if name.endswith("-tier") and not name.startswith("alone"):
             worst = max(r["origin_ratio"] for r in rs)
             verdicts.append(f"- origin bytes <= 1.2x one level: worst {worst:.2f}x "
@@ -334,9 +379,44 @@ def report(args, data):
                             f"{benchlib.verdict(max(walls) <= alone_wall)}; the link's floor "
                             f"for the tier is {ratio / alone_ratio:.2f}x alone-origin (its "
                             f"origin bytes / alone-origin's)")
+    if own_wall:
+        rs = [r for r in rows if r["setup"] == own_name]
+        walls = [m["wall"] for r in rs for m in r["per_mount"]]
+        verdicts.append(f"- control, {own_name} ({args.mounts} mounts straight from the origin, "
+                        f"each over a link of its own): mean {own_wall:.2f} s, slowest "
+                        f"{max(walls):.2f} s = {own_wall / alone_wall:.2f}x "
+                        f"({max(walls) / alone_wall:.2f}x) alone-origin's {alone_wall:.2f} s")
+        lines += ["", *per_round_table(rows, names, tier_name, own_name)]
     lines += ["", *verdicts, ""]
     out = args.out
     benchlib.write_results("\n".join(lines), out, os.path.splitext(out)[0] + ".json", data)
+
+
+def per_round_table(rows, names, tier_name, own_name):
+    """Each round's mean s per mount of every setup, and N-tier / N-own (its median last)."""
+    def mean_wall(r):
+        return sum(m["wall"] for m in r["per_mount"]) / len(r["per_mount"])
+
+    rounds = sorted({r["round"] for r in rows})
+    ratio_col = tier_name in names
+    lines = ["Mean s per mount, per round (the setups' order reversed every other round):", "",
+             "| round | " + " | ".join(names) + (f" | {tier_name} / {own_name} |"
+                                                  if ratio_col else " |"),
+             "|---:|" + "---:|" * (len(names) + ratio_col)]
+    ratios = []
+    for rnd in rounds:
+        by = {r["setup"]: mean_wall(r) for r in rows if r["round"] == rnd}
+        cells = [f"{by[n]:.2f}" if n in by else "-" for n in names]
+        if ratio_col:
+            ratio = by[tier_name] / by[own_name]
+            ratios.append(ratio)
+            cells.append(f"{ratio:.3f}")
+        lines.append(f"| {rnd} | " + " | ".join(cells) + " |")
+    if ratios:
+        lines.append("| median | " + " | ".join(
+            f"{statistics.median(mean_wall(r) for r in rows if r['setup'] == n):.2f}"
+            for n in names) + f" | {statistics.median(ratios):.3f} |")
+    return lines
 
 
 def main():
@@ -356,6 +436,10 @@ def main():
                     "every setup); 0: no quota (the default)")
     ap.add_argument("--skip-straight", action="store_true",
                     help="leave out N mounts straight from the origin (they take N times as long)")
+    ap.add_argument("--own-links", action="store_true",
+                    help="add N-own: N mounts straight from the origin at once, each over a "
+                    "link of its own at --cap (N origin servers on the same folder), the "
+                    "control for N nodes sharing this machine")
     ap.add_argument("--keep-logs", metavar="DIR", help="copy each tier's access log here")
     ap.add_argument("--pcrfs")
     ap.add_argument("--pcr")
