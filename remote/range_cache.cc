@@ -207,11 +207,11 @@ void RangeCache::MarkRangeReadLocked(uint32_t id, uint64_t begin, uint64_t end) 
   }
   for (uint64_t s : Overlapping(disk_, id, begin, end)) {
     DiskExtent& d = disk_.at(id).at(s);
-    if (d.unread == nullptr) continue;
-    const uint64_t read =
-        MarkReadLocked(*d.unread, s, std::max(begin, s), std::min(end, s + d.where.length));
+    if (d.unread.empty()) continue;
+    const uint64_t read = d.unread.MarkRead(d.where.length, std::max(begin, s) - s,
+                                            std::min(end, s + d.where.length) - s);
+    unread_ -= std::min(unread_, read);
     LessUnreadInSegmentLocked(d.where.seq, read);
-    if (d.unread->unread == 0) d.unread.reset();
   }
 }
 
@@ -289,12 +289,11 @@ void RangeCache::EvictLocked() {
 
 void RangeCache::AddDiskLocked(uint32_t id, uint64_t start, const SegmentStore::Location& where,
                                bool speculative) {
-  DiskExtent& d = disk_[id].emplace(start, DiskExtent{where, nullptr}).first->second;
+  DiskExtent& d = disk_[id].emplace(start, DiskExtent{where, {}}).first->second;
   disk_bytes_ += where.length;
   ++disk_extents_;
   if (speculative) {
-    d.unread = std::make_unique<Unread>();
-    d.unread->unread = where.length;
+    d.unread.SetAll(where.length);
     unread_ += where.length;
     unread_by_segment_[where.seq] += where.length;
   }
@@ -306,10 +305,10 @@ bool RangeCache::RemoveDiskLocked(uint32_t id, uint64_t start, SegmentStore::Loc
   if (obj == disk_.end()) return false;
   auto it = obj->second.find(start);
   if (it == obj->second.end() || !(it->second.where == where)) return false;
-  if (const std::unique_ptr<Unread>& u = it->second.unread) {
-    unread_ -= u->unread;
-    LessUnreadInSegmentLocked(where.seq, u->unread);
-    if (!forget) stats_.evicted_unread_bytes += u->unread;
+  if (const uint64_t u = it->second.unread.Count(where.length); u > 0) {
+    unread_ -= std::min(unread_, u);
+    LessUnreadInSegmentLocked(where.seq, u);
+    if (!forget) stats_.evicted_unread_bytes += u;
   }
   obj->second.erase(it);
   if (obj->second.empty()) disk_.erase(obj);
@@ -631,7 +630,9 @@ std::vector<std::pair<uint32_t, RangeCache::Range>> RangeCache::UnreadRanges() c
   }
   for (const auto& [id, extents] : disk_) {
     for (const auto& [start, d] : extents) {
-      if (d.unread != nullptr) add(id, start, start + d.where.length, *d.unread);
+      d.unread.ForEachRun(d.where.length, [&out, id, start](uint64_t b, uint64_t z) {
+        out.push_back({id, {start + b, z - b}});
+      });
     }
   }
   return out;

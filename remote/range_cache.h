@@ -15,7 +15,9 @@
 // bytes already read (least recently used first) before any unread one: a level many times the
 // cache, read in a shuffled order, otherwise lost what was fetched for it before anybody read it
 // and fetched it again (3.5-5x the bytes served). The disk tier evicts the segment with the
-// fewest unread bytes (the oldest among equals). Unread is counted exactly, by byte.
+// fewest unread bytes (the oldest among equals). Unread is counted exactly, by byte, in the
+// memory tier of a cache without a disk tier; by 64-byte granules in the disk tier (a granule a
+// read touched counts read: remote/unread_granules.h).
 //
 // What the disk returns is checked against its extent's CRC here; beyond that every piece is
 // CRC-checked by the reader against the index (index/record_reader.cc), which calls Drop() on a
@@ -53,6 +55,7 @@
 
 #include "common/mutex.h"
 #include "common/segment_store.h"
+#include "remote/unread_granules.h"
 #include "common/status.h"
 
 namespace pcrfs {
@@ -152,7 +155,7 @@ class RangeCache {
   std::vector<std::pair<uint32_t, Range>> UnreadRanges() const EXCLUDES(mu_);
 
  private:
-  // Speculative bytes of an extent not read yet, exactly: which of its bytes were read.
+  // Speculative bytes of a memory extent not read yet, exactly: which of its bytes were read.
   struct Unread {
     uint64_t unread = 0;
     // The parts read, [begin, end) from the extent's start (an extent is less than 4 GiB),
@@ -173,14 +176,14 @@ class RangeCache {
   };
   using Extents = std::map<uint64_t, Extent>;  // by start offset
   // A disk extent: where its bytes are (the extent's length is where.length).
-  // By start offset; a sorted vector (24 bytes an extent, against ~64 for a map node: a disk
+  // By start offset; a sorted vector (32 bytes an extent, against ~64 for a map node: a disk
   // tier of 4 GiB held 670,906 extents of 1.28M tiny files' pieces). Inserting shifts the
   // extents of one object (a record: hundreds).
   struct DiskExtent {
     SegmentStore::Location where;  // where its bytes are (the extent's length is where.length)
-    // Its speculative bytes not read yet (null: none; their bytes by segment in
-    // unread_by_segment_): allocated only while some are unread.
-    std::unique_ptr<Unread> unread;
+    // Its speculative bytes not read yet, by 64-byte granules (empty: none; their bytes by
+    // segment in unread_by_segment_).
+    UnreadGranules unread;
   };
   using DiskExtents = boost::container::flat_map<uint64_t, DiskExtent>;
   // Marks [begin, end) of an extent read; returns the bytes that were unread. REQUIRES: mu_.
