@@ -49,8 +49,9 @@ class SpeculationQueue {
   // (-o remote_cache) more has been taken.
   static constexpr uint64_t kForgetAfter = uint64_t{256} << 20;
   // And after this many ranges (seen and demanded) were remembered: two generations of them
-  // hold at most ~16 MiB.
-  static constexpr uint64_t kForgetRanges = uint64_t{1} << 17;
+  // hold at most ~8 MiB (64-byte map nodes). At 1.28M files of level 10, 2^17 held ~16 MiB
+  // and 2^16 moved the same origin bytes (docs/notebook/2026-11-29-memory.md).
+  static constexpr uint64_t kForgetRanges = uint64_t{1} << 16;
   explicit SpeculationQueue(uint64_t forget_after = kForgetAfter,
                             uint64_t forget_ranges = kForgetRanges)
       : forget_after_(forget_after), forget_ranges_(forget_ranges) {}
