@@ -8,7 +8,10 @@
 // `interval`, when the heap holds more than `min_free_bytes` free, malloc_trim(0) returns the
 // free pages of every arena (a few milliseconds; a page reused later faults in once). Trimmed
 // bytes stay free in malloc's books, so a heap that keeps much free is trimmed every interval:
-// pages already returned cost little to return again.
+// pages already returned cost little to return again. Every 2 s, not 10: at level 10 of 1.28M
+// files a 10 s interval left 15 MiB more resident between trims
+// (docs/notebook/2026-11-29-memory.md); the trims' time is a metric
+// (pcrfs_heap_trim_seconds_total).
 //
 // Thread-safe; the trimming runs on a thread of its own ("pcrfs-trim").
 #pragma once
@@ -24,7 +27,7 @@ namespace pcrfs {
 class HeapTrimmer {
  public:
   struct Options {
-    std::chrono::milliseconds interval{10000};
+    std::chrono::milliseconds interval{2000};
     uint64_t min_free_bytes = uint64_t{16} << 20;
   };
   explicit HeapTrimmer(Options options);
@@ -38,6 +41,9 @@ class HeapTrimmer {
   static bool TrimIfOver(uint64_t min_free_bytes);
   // Times the thread trimmed (tests, metrics).
   uint64_t trims() const EXCLUDES(mu_);
+  // Trims done by TrimIfOver in this process, and the time they took (metrics).
+  static uint64_t ProcessTrims();
+  static double ProcessTrimSeconds();
 
  private:
   void Run() EXCLUDES(mu_);

@@ -663,7 +663,7 @@ int OpenAndServe(fuse_session* se, Filesystem** fs_slot, const MountConfig& conf
   const std::string mountpoint = opts.mountpoint != nullptr ? opts.mountpoint : "";
   sighup->Start(HooksFor(client).reload,
                 [se, mountpoint, watchdog] { UnmountUnlessBusy(se, mountpoint, watchdog); });
-  // Free heap pages go back to the kernel every 10 s (common/heap_trimmer.h).
+  // Free heap pages go back to the kernel every 2 s (common/heap_trimmer.h).
   HeapTrimmer trimmer({});
   // Metrics (fs/metrics_server.h): the mount point, then -o metrics_label's, on every series.
   metrics::Labels labels = {{"mount", opts.mountpoint != nullptr ? opts.mountpoint : ""}};

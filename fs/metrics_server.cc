@@ -15,6 +15,7 @@
 #include <string_view>
 #include <vector>
 
+#include "common/heap_trimmer.h"
 #include "common/log.h"
 #include "common/proc_self.h"
 #include "common/thread_name.h"
@@ -276,6 +277,10 @@ std::string RenderMountMetrics(const MetricsSources& s, const metrics::Labels& l
            "free (kept by malloc; the trimmer returns its whole pages).");
   e.Sample({{"state", "in_use"}}, D(heap.uordblks + heap.hblkhd));
   e.Sample({{"state", "free"}}, D(heap.fordblks));
+  e.Counter("pcrfs_heap_trims_total", "Times the heap's free pages were returned (malloc_trim).",
+            D(HeapTrimmer::ProcessTrims()));
+  e.Counter("pcrfs_heap_trim_seconds_total", "Time the heap's trims took.",
+            HeapTrimmer::ProcessTrimSeconds());
   AppendFuseMetrics(&e);
   if (s.fs != nullptr) {
     AppendServed(*s.fs, &e);

@@ -253,7 +253,7 @@ def metrics(path):
                 name, _, value = line.rpartition(" ")
                 base = name.split("{")[0]
                 if any(w in base for w in ("cache", "memory", "resident", "bytes", "duration",
-                                             "first_byte", "requests", "reads_total")):
+                                             "first_byte", "requests", "reads_total", "heap")):
                     key = re.sub(r'mount="[^"]*",?', "", name).replace(",}", "}")
                     key = key.replace("{}", "")
                     try:
