@@ -26,13 +26,15 @@ int main(int argc, char** argv) {
   // buffer is resident only where written.
   mallopt(M_MMAP_THRESHOLD, static_cast<int>(pcrfs::index::kChecksumBlockSize + 1024));
   mallopt(M_TRIM_THRESHOLD, 64 << 20);
-  // Two arenas, not glibc's 8 per core: the daemon's 30-odd threads (FUSE, speculation, HTTP,
+  // One arena, not glibc's 8 per core: the daemon's 30-odd threads (FUSE, speculation, HTTP,
   // pusher) allocate fetch buffers and blocks that another thread frees, and each arena kept
   // its own free fragments resident. Level 10 of 100k ImageNet-sized crops, RSS beyond the
-  // range and piece caches: 129 -> 76 MiB, files/s unchanged (docs/notebook/
-  // 2026-11-28-fetch-windows-and-memory.md). Small allocations go through each thread's tcache
+  // range and piece caches: 129 -> 76 MiB with two (docs/notebook/
+  // 2026-11-28-fetch-windows-and-memory.md); level 10 of 1.28M files, 11 s after the epoch,
+  // 153 -> 147 MiB with one, files/s and daemon CPU within the run's noise
+  // (docs/notebook/2026-11-29-memory.md). Small allocations go through each thread's tcache
   // without the arena's lock.
-  mallopt(M_ARENA_MAX, 2);
+  mallopt(M_ARENA_MAX, 1);
   // A local store keeps each record file open once read (index/store.h), and a store of a
   // million files has over a thousand records: past the usual soft limit of 1024 descriptors
   // its reads would fail. Raise the soft limit to the hard one (as systemd advises for
