@@ -630,8 +630,10 @@ std::vector<std::pair<uint32_t, RangeCache::Range>> RangeCache::UnreadRanges() c
   }
   for (const auto& [id, extents] : disk_) {
     for (const auto& [start, d] : extents) {
-      d.unread.ForEachRun(d.where.length, [&out, id, start](uint64_t b, uint64_t z) {
-        out.push_back({id, {start + b, z - b}});
+      const uint32_t object = id;  // structured bindings are not captured before C++20's P1091
+      const uint64_t at = start;
+      d.unread.ForEachRun(d.where.length, [&out, object, at](uint64_t b, uint64_t z) {
+        out.push_back({object, {at + b, z - b}});
       });
     }
   }

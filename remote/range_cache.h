@@ -55,8 +55,8 @@
 
 #include "common/mutex.h"
 #include "common/segment_store.h"
-#include "remote/unread_granules.h"
 #include "common/status.h"
+#include "remote/unread_granules.h"
 
 namespace pcrfs {
 

@@ -18,8 +18,8 @@ Runs RunsOf(const UnreadGranules& u, uint64_t length) {
 }
 
 TEST(UnreadGranulesTest, AReadCountsTheGranulesItTouches) {
-  for (uint64_t length : {uint64_t{1}, uint64_t{64}, uint64_t{1000}, uint64_t{4032},
-                          uint64_t{4033}, uint64_t{131072}}) {
+  for (uint64_t length : {uint64_t{1}, uint64_t{64}, uint64_t{1000}, uint64_t{4032}, uint64_t{4033},
+                          uint64_t{131072}}) {
     SCOPED_TRACE(length);
     UnreadGranules u;
     EXPECT_TRUE(u.empty());
