@@ -630,7 +630,7 @@ std::vector<std::pair<uint32_t, RangeCache::Range>> RangeCache::UnreadRanges() c
   }
   for (const auto& [id, extents] : disk_) {
     for (const auto& [start, d] : extents) {
-      const uint32_t object = id;  // structured bindings are not captured before C++20's P1091
+      const uint32_t object = id;  // clang 14 captures no structured binding (C++20's P1091)
       const uint64_t at = start;
       d.unread.ForEachRun(d.where.length, [&out, object, at](uint64_t b, uint64_t z) {
         out.push_back({object, {at + b, z - b}});
