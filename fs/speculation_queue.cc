@@ -65,7 +65,8 @@ void SpeculationQueue::Remember(RangeSet* set, uint64_t begin, uint64_t end,
 }
 
 void SpeculationQueue::MaybeForget() {
-  if (taken_since_forget_ <= forget_after_ && ranges_ - ranges_at_forget_ <= forget_ranges_) {
+  // Not ranges_ - ranges_at_forget_: merges can take ranges_ below where the generation began.
+  if (taken_since_forget_ <= forget_after_ && ranges_ <= ranges_at_forget_ + forget_ranges_) {
     return;
   }
   seen_before_ = std::move(seen_);

@@ -259,6 +259,20 @@ TEST(SpeculationQueueTest, DemandedRangesAreForgottenWithoutPlans) {
 
 // The ranges remembered are bounded by count too, not only by the bytes taken: pieces of a few
 // hundred bytes (1.28M tiny files at level 10) made 512 MiB of them ~2M map nodes, ~130 MiB.
+TEST(SpeculationQueueTest, RangesMergedAfterAForgettingDoNotForgetAgain) {
+  SpeculationQueue q(/*forget_after=*/uint64_t{1} << 40, /*forget_ranges=*/10);
+  auto f = File("a");
+  std::vector<SpeculationQueue::Range> twelve;
+  for (uint64_t i = 0; i < 12; ++i) twelve.push_back({i * 100, 50});
+  EXPECT_EQ(q.Add(f, twelve, 1 << 20).size(), 12u);
+  q.NoteDemanded(f.get(), {5000, 10});  // 12 remembered > 10: forgotten; the 12 queued stay seen
+  EXPECT_EQ(q.forgotten(), 1u);
+  // One read over all twelve merges them into one: fewer ranges than the generation began with.
+  q.NoteDemanded(f.get(), {0, 1200});
+  q.NoteDemanded(f.get(), {9000, 10});
+  EXPECT_EQ(q.forgotten(), 1u);  // 0c8af6e: 2 (the count of new ranges wrapped below zero)
+}
+
 TEST(SpeculationQueueTest, RangesAreForgottenAfterEnoughOfThem) {
   SpeculationQueue q(/*forget_after=*/uint64_t{1} << 40, /*forget_ranges=*/10);
   auto f = File("a");
