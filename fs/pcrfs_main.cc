@@ -21,9 +21,9 @@ int main(int argc, char** argv) {
   //
   // Just above a block, not more: each of libfuse's worker threads mallocs a receive buffer of
   // 1 MiB + 4 KiB (FUSE_MAX_MAX_PAGES pages and a header) into which the kernel writes only a
-  // request (~100 bytes for a READ). From the heap it takes pages other allocations had
-  // touched, resident for good (23 workers: 24 MiB at level 10 of 1.28M files); mmapped, a
-  // buffer is resident only where written.
+  // request (~100 bytes for a READ). From the heap it took pages other allocations had
+  // touched, which stayed resident; mmapped, a buffer is resident only where written (23
+  // workers held 24 MiB; level 10 of 1.28M files kept 10 MiB less resident).
   mallopt(M_MMAP_THRESHOLD, static_cast<int>(pcrfs::index::kChecksumBlockSize + 1024));
   mallopt(M_TRIM_THRESHOLD, 64 << 20);
   // One arena, not glibc's 8 per core: the daemon's 30-odd threads (FUSE, speculation, HTTP,

@@ -160,8 +160,8 @@ class RangeCache {
     uint64_t unread = 0;
     // The parts read, [begin, end) from the extent's start (an extent is less than 4 GiB),
     // sorted and merged (none once all are read): a vector, not a map, since an extent of tiny
-    // pieces read one by one holds thousands (8 bytes each here against ~64 for a map node:
-    // 1.28M files of ~230-byte pieces at level 10 held ~100 MiB of nodes).
+    // pieces read one by one holds thousands (8 bytes each here against ~64 for a map node).
+    // The disk tier, which holds far more extents, keeps granules instead (DiskExtent).
     std::vector<std::pair<uint32_t, uint32_t>> read;
   };
   using Lru = std::list<std::pair<uint32_t, uint64_t>>;  // (id, start); front: most recent
